@@ -1,0 +1,5 @@
+//! The Flotilla agent: the IO shell that executes release plans in one workload cluster.
+//!
+//! It will hold the plan store, the executor (server-side apply, hooks, waits, tests, drift),
+//! the Helm-compatible storage driver and the session to the hub. Decisions come from
+//! `flotilla-core`; rendering comes from `flotilla-chart`.

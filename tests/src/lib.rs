@@ -1,0 +1,5 @@
+//! Test-only support: real local Kubernetes control planes, several side by side.
+//!
+//! Start at [`cluster::Cluster::start`]: it runs upstream etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok on loopback ports with their own
+//! certificates and data directory, and tears all of it down when dropped.
