@@ -4,3 +4,4 @@
 //! `ChartDigest`), the HelmRelease v2 spec as plain Rust types, release plans and status
 //! snapshots, and the release state machine's pure decision function
 //! (`release::next_action(&plan, &observed)`), table-tested without a cluster.
+

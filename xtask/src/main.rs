@@ -1,4 +1,223 @@
-//! `cargo xtask`: the one entry point for the project's chores.
+//! `cargo xtask`: the one entry point for the project's chores, used by people and by CI.
+//!
+//! - `cargo xtask test`: everything CI checks: installs what the tests need, then format,
+//!   lints, the dependency-direction guard, the whole test suite.
+//! - `cargo xtask up [--count N]`: the local environment (N clusters, kept running).
+//! - `cargo xtask down`: stops what `up` started.
+//! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
+//! - `cargo xtask fmt | clippy | check-deps`: single steps.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use flotilla_tests::cluster::{self, Cluster, ClusterOptions};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Flotilla's task runner")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install prerequisites and run every check CI runs.
+    Test,
+    /// Install the test prerequisites: upstream Kubernetes binaries and reference tools.
+    Deps,
+    /// Check formatting.
+    Fmt,
+    /// Run clippy on every target with warnings denied.
+    Clippy,
+    /// Check that the pure crates do not depend on IO crates (tokio, tonic, hyper, kube client).
+    CheckDeps,
+    /// Bring up the local environment: N clusters that keep running until `down`.
+    Up {
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+    /// Stop everything `up` started.
+    Down,
+}
+
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let root = cluster::workspace_root();
+    std::env::set_current_dir(&root)?;
+    match cli.task {
+        Task::Test => test(&root),
+        Task::Deps => deps(&root),
+        Task::Fmt => fmt(),
+        Task::Clippy => clippy(),
+        Task::CheckDeps => check_deps(),
+        Task::Up { count } => up(&root, count),
+        Task::Down => down(&root),
+    }
+}
+
+/// Crates that must stay free of IO.
+const PURE_CRATES: &[&str] = &["flotilla-gotmpl", "flotilla-yaml", "flotilla-chart", "flotilla-core"];
+/// Crates a pure crate must not pull in, directly or not.
+const IO_CRATES: &[&str] = &["tokio", "tonic", "hyper", "kube-client", "reqwest", "mio"];
+
+fn test(root: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    deps(root)?;
+    step("fmt", fmt)?;
+    step("check-deps", check_deps)?;
+    step("clippy", clippy)?;
+    step("cargo test", || {
+        run(Command::new("cargo").args(["test", "--workspace", "--locked"]))
+    })?;
+    eprintln!("xtask: all checks passed in {:.0?}", started.elapsed());
     Ok(())
+}
+
+fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    eprintln!("xtask: == {name}");
+    f().with_context(|| format!("step {name} failed"))?;
+    eprintln!("xtask: == {name} ok ({:.1?})", started.elapsed());
+    Ok(())
+}
+
+fn deps(root: &Path) -> anyhow::Result<()> {
+    step("deps", || {
+        let upstream = capture(&mut Command::new(root.join("tools/build-upstream")))?;
+        let tools = capture(&mut Command::new(root.join("tools/install-reference-tools")))?;
+        eprintln!("xtask: upstream binaries in {upstream}");
+        eprintln!("xtask: reference helm and kubectl in {tools}");
+        Ok(())
+    })
+}
+
+fn fmt() -> anyhow::Result<()> {
+    run(Command::new("cargo").args(["fmt", "--all", "--", "--check"]))
+}
+
+fn clippy() -> anyhow::Result<()> {
+    run(Command::new("cargo").args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn check_deps() -> anyhow::Result<()> {
+    let mut failures = Vec::new();
+    for krate in PURE_CRATES {
+        let tree = capture(Command::new("cargo").args([
+            "tree",
+            "--locked",
+            "-p",
+            krate,
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ]))?;
+        for line in tree.lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if IO_CRATES.contains(&name) {
+                failures.push(format!("{krate} depends on {name}"));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        failures.sort();
+        failures.dedup();
+        bail!("pure crates must not depend on IO crates:\n  {}", failures.join("\n  "));
+    }
+    eprintln!("xtask: {} pure crates are free of {:?}", PURE_CRATES.len(), IO_CRATES);
+    Ok(())
+}
+
+/// Where `up` keeps its clusters.
+fn env_dir(root: &Path) -> PathBuf {
+    root.join(".flotilla/env")
+}
+
+fn up(root: &Path, count: usize) -> anyhow::Result<()> {
+    down(root)?;
+    let dir = env_dir(root);
+    std::fs::create_dir_all(&dir)?;
+    let tools = capture(&mut Command::new(root.join("tools/install-reference-tools")))?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let started = Instant::now();
+    let clusters = runtime.block_on(async {
+        let starts = (0..count).map(|i| {
+            let mut options = ClusterOptions::named(&format!("flotilla-{i}"));
+            options.parent_dir = Some(dir.clone());
+            options.detached = true;
+            Cluster::start(options)
+        });
+        futures_join(starts).await
+    })?;
+    println!(
+        "{} cluster(s) up in {:.1?}. Try:",
+        clusters.len(),
+        started.elapsed()
+    );
+    for cluster in clusters {
+        let kubeconfig = cluster.kubeconfig().display().to_string();
+        let name = cluster.name().to_owned();
+        let cluster_dir = cluster.detach()?;
+        println!("  {name}: {tools}/kubectl --kubeconfig {kubeconfig} get nodes");
+        println!("  {:width$}  logs: {}/logs", "", cluster_dir.display(), width = name.len());
+    }
+    println!("Stop them with: cargo xtask down");
+    Ok(())
+}
+
+async fn futures_join<F>(starts: impl Iterator<Item = F>) -> anyhow::Result<Vec<Cluster>>
+where
+    F: std::future::Future<Output = anyhow::Result<Cluster>>,
+{
+    let results = flotilla_tests::join_all(starts).await;
+    results.into_iter().collect()
+}
+
+fn down(root: &Path) -> anyhow::Result<()> {
+    let dir = env_dir(root);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.join("pids").exists() {
+            cluster::stop_detached(&path)?;
+            println!("stopped {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn capture(command: &mut Command) -> anyhow::Result<String> {
+    let out = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!("{command:?} failed ({})", out.status);
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }

@@ -1,0 +1,248 @@
+//! Durations in Go's form (`5m`, `1h30m`, `10m0s`, `1.5s`, `300ms`).
+//!
+//! Parsing follows the CRD pattern of the HelmRelease API
+//! (`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`), so a value accepted here is a value the
+//! Kubernetes API server would accept too. Formatting follows Go's `time.Duration.String`,
+//! which is what Flux writes back (`5m0s`) and what it prints in messages
+//! (`retrying after 5m0s`).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a duration string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// The string does not match `([0-9]+(\.[0-9]+)?(ms|s|m|h))+`.
+    #[error("invalid duration {0:?}: expected a Go duration such as \"5m\", \"1h30m\" or \"300ms\"")]
+    Syntax(String),
+    /// The duration does not fit Go's `time.Duration` (about 292 years).
+    #[error("invalid duration {0:?}: out of range")]
+    Overflow(String),
+}
+
+/// A non-negative duration written the Go way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GoDuration(Duration);
+
+const NANOS_PER: [(&str, u128); 4] = [
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60 * 1_000_000_000),
+    ("h", 3_600 * 1_000_000_000),
+];
+
+/// Go's `time.Duration` holds at most `i64::MAX` nanoseconds.
+const MAX_NANOS: u128 = i64::MAX as u128;
+
+impl GoDuration {
+    /// Wraps a std duration.
+    pub const fn new(d: Duration) -> Self {
+        Self(d)
+    }
+
+    /// A duration of whole seconds.
+    pub const fn from_secs(secs: u64) -> Self {
+        Self(Duration::from_secs(secs))
+    }
+
+    /// A duration of whole minutes.
+    pub const fn from_mins(mins: u64) -> Self {
+        Self(Duration::from_secs(mins * 60))
+    }
+
+    /// The std duration.
+    pub const fn get(self) -> Duration {
+        self.0
+    }
+
+    /// Parses a Go duration string accepted by the HelmRelease CRD.
+    pub fn parse(s: &str) -> Result<Self, DurationError> {
+        let syntax = || DurationError::Syntax(s.to_owned());
+        let b = s.as_bytes();
+        if b.is_empty() {
+            return Err(syntax());
+        }
+        let mut i = 0;
+        let mut total: u128 = 0;
+        while i < b.len() {
+            let int_start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i == int_start {
+                return Err(syntax());
+            }
+            let int_part = &s[int_start..i];
+            let mut frac_part = "";
+            if i < b.len() && b[i] == b'.' {
+                i += 1;
+                let frac_start = i;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                if i == frac_start {
+                    return Err(syntax());
+                }
+                frac_part = &s[frac_start..i];
+            }
+            let rest = &s[i..];
+            let (unit, scale) = if rest.starts_with("ms") {
+                ("ms", NANOS_PER[0].1)
+            } else if rest.starts_with('s') {
+                ("s", NANOS_PER[1].1)
+            } else if rest.starts_with('m') {
+                ("m", NANOS_PER[2].1)
+            } else if rest.starts_with('h') {
+                ("h", NANOS_PER[3].1)
+            } else {
+                return Err(syntax());
+            };
+            i += unit.len();
+            let overflow = || DurationError::Overflow(s.to_owned());
+            let whole: u128 = int_part.parse().map_err(|_| overflow())?;
+            let mut nanos = whole.checked_mul(scale).ok_or_else(overflow)?;
+            // Fractions: Go keeps as many digits as fit and truncates the rest.
+            let mut frac_scale = scale;
+            for d in frac_part.bytes() {
+                frac_scale /= 10;
+                if frac_scale == 0 {
+                    break;
+                }
+                nanos += u128::from(d - b'0') * frac_scale;
+            }
+            total = total.checked_add(nanos).ok_or_else(overflow)?;
+            if total > MAX_NANOS {
+                return Err(overflow());
+            }
+        }
+        let secs = (total / 1_000_000_000) as u64;
+        let sub = (total % 1_000_000_000) as u32;
+        Ok(Self(Duration::new(secs, sub)))
+    }
+}
+
+impl fmt::Display for GoDuration {
+    /// Go's `time.Duration.String()`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let u = self.0.as_nanos();
+        if u == 0 {
+            return f.write_str("0s");
+        }
+        if u < 1_000_000_000 {
+            // Sub-second: ns, µs or ms with a fraction.
+            let (unit, prec) = if u < 1_000 {
+                ("ns", 0)
+            } else if u < 1_000_000 {
+                ("µs", 3)
+            } else {
+                ("ms", 6)
+            };
+            return write!(f, "{}{unit}", frac(u, prec));
+        }
+        let mut out = String::new();
+        let secs_with_frac = frac(u % 60_000_000_000, 9);
+        let total_mins = u / 60_000_000_000;
+        if total_mins > 0 {
+            let hours = total_mins / 60;
+            if hours > 0 {
+                out.push_str(&format!("{hours}h"));
+            }
+            out.push_str(&format!("{}m", total_mins % 60));
+        }
+        out.push_str(&secs_with_frac);
+        out.push('s');
+        f.write_str(&out)
+    }
+}
+
+/// `v / 10^prec` printed with the fraction's trailing zeros (and a bare `.`) removed.
+fn frac(v: u128, prec: u32) -> String {
+    let p = 10u128.pow(prec);
+    let whole = v / p;
+    let fr = v % p;
+    if prec == 0 || fr == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{fr:0width$}", width = prec as usize);
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+impl FromStr for GoDuration {
+    type Err = DurationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for GoDuration {
+    type Error = DurationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<GoDuration> for String {
+    fn from(d: GoDuration) -> String {
+        d.to_string()
+    }
+}
+
+impl From<Duration> for GoDuration {
+    fn from(d: Duration) -> Self {
+        Self(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_parse_and_print_like_go() {
+        for (input, secs, nanos, printed) in [
+            ("5m", 300, 0, "5m0s"),
+            ("1h30m", 5400, 0, "1h30m0s"),
+            ("10m0s", 600, 0, "10m0s"),
+            ("1.5h", 5400, 0, "1h30m0s"),
+            ("300ms", 0, 300_000_000, "300ms"),
+            ("1.5s", 1, 500_000_000, "1.5s"),
+            ("90s", 90, 0, "1m30s"),
+            ("0s", 0, 0, "0s"),
+            ("1h", 3600, 0, "1h0m0s"),
+            ("2h0m5s", 7205, 0, "2h0m5s"),
+            ("1.25ms", 0, 1_250_000, "1.25ms"),
+        ] {
+            let d = GoDuration::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(d.get(), Duration::new(secs, nanos), "{input}");
+            assert_eq!(d.to_string(), printed, "{input}");
+        }
+    }
+
+    #[test]
+    fn durations_outside_the_crd_pattern_are_refused() {
+        for bad in ["", "5", "m", "5d", "-5m", "1.m", "5 m", "5m ", ".5s", "1us"] {
+            assert!(
+                matches!(GoDuration::parse(bad), Err(DurationError::Syntax(_))),
+                "{bad:?} should be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_beyond_go_range_are_refused() {
+        assert!(matches!(
+            GoDuration::parse("3000000h"),
+            Err(DurationError::Overflow(_))
+        ));
+    }
+
+    #[test]
+    fn sub_microsecond_durations_print_in_nanoseconds() {
+        assert_eq!(GoDuration::new(Duration::from_nanos(15)).to_string(), "15ns");
+        assert_eq!(GoDuration::new(Duration::from_nanos(1500)).to_string(), "1.5µs");
+    }
+}

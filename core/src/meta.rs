@@ -1,0 +1,320 @@
+//! Object metadata, timestamps and Kubernetes-style conditions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a timestamp was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid timestamp {0:?}: expected RFC 3339, e.g. \"2023-12-04T14:17:47Z\"")]
+pub struct TimestampError(pub String);
+
+/// An RFC 3339 timestamp as Kubernetes writes it (`metav1.Time`), kept as text.
+///
+/// This crate does no clock arithmetic: the caller supplies "now", and timestamps are only
+/// compared for equality and carried through.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Timestamp(String);
+
+impl Timestamp {
+    /// Validates the shape `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`.
+    pub fn new(value: impl Into<String>) -> Result<Self, TimestampError> {
+        let value = value.into();
+        if is_rfc3339(&value) {
+            Ok(Self(value))
+        } else {
+            Err(TimestampError(value))
+        }
+    }
+
+    /// The text form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
+    if b.len() < 20
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+        || !(b[10] == b'T' || b[10] == b't')
+        || !digits(11..13)
+        || b[13] != b':'
+        || !digits(14..16)
+        || b[16] != b':'
+        || !digits(17..19)
+    {
+        return false;
+    }
+    let mut i = 19;
+    if b[i] == b'.' {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    match b.get(i) {
+        Some(b'Z') | Some(b'z') => i + 1 == b.len(),
+        Some(b'+') | Some(b'-') => {
+            i + 6 == b.len() && digits(i + 1..i + 3) && b[i + 3] == b':' && digits(i + 4..i + 6)
+        }
+        _ => false,
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for Timestamp {
+    type Error = TimestampError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl From<Timestamp> for String {
+    fn from(t: Timestamp) -> String {
+        t.0
+    }
+}
+
+/// The subset of `metav1.ObjectMeta` the hub and the state machine read.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// Object name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Object namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Object UID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Spec generation, bumped by the API server on every spec change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Resource version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// Labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (carry the `reconcile.fluxcd.io/*` request tokens).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Finalizers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+    /// Deletion timestamp, set when the object is being deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<Timestamp>,
+    /// Creation timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<Timestamp>,
+}
+
+/// The status of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    /// `"True"`.
+    True,
+    /// `"False"`.
+    False,
+    /// `"Unknown"`.
+    Unknown,
+}
+
+/// A `metav1.Condition`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    /// The generation the condition was set for.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub observed_generation: i64,
+    /// When the status last changed.
+    pub last_transition_time: Timestamp,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+}
+
+pub(crate) fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
+}
+
+/// Condition types and reasons used by the HelmRelease API (Flux names).
+pub mod condition {
+    /// `Ready`.
+    pub const READY: &str = "Ready";
+    /// `Reconciling` (kstatus, abnormal-true).
+    pub const RECONCILING: &str = "Reconciling";
+    /// `Stalled` (kstatus, abnormal-true).
+    pub const STALLED: &str = "Stalled";
+    /// `Released`.
+    pub const RELEASED: &str = "Released";
+    /// `TestSuccess`.
+    pub const TEST_SUCCESS: &str = "TestSuccess";
+    /// `Remediated`.
+    pub const REMEDIATED: &str = "Remediated";
+    /// `Drifted`.
+    pub const DRIFTED: &str = "Drifted";
+
+    /// The conditions the controller owns on a HelmRelease.
+    pub const OWNED: [&str; 6] = [RELEASED, REMEDIATED, TEST_SUCCESS, RECONCILING, READY, STALLED];
+}
+
+/// Condition reasons (Flux names).
+pub mod reason {
+    #![allow(missing_docs)]
+    pub const INSTALL_SUCCEEDED: &str = "InstallSucceeded";
+    pub const INSTALL_FAILED: &str = "InstallFailed";
+    pub const UPGRADE_SUCCEEDED: &str = "UpgradeSucceeded";
+    pub const UPGRADE_FAILED: &str = "UpgradeFailed";
+    pub const TEST_SUCCEEDED: &str = "TestSucceeded";
+    pub const TEST_FAILED: &str = "TestFailed";
+    pub const ROLLBACK_SUCCEEDED: &str = "RollbackSucceeded";
+    pub const ROLLBACK_FAILED: &str = "RollbackFailed";
+    pub const UNINSTALL_SUCCEEDED: &str = "UninstallSucceeded";
+    pub const UNINSTALL_FAILED: &str = "UninstallFailed";
+    pub const PENDING_RELEASE: &str = "PendingRelease";
+    pub const AWAITING_TESTS: &str = "AwaitingTests";
+    pub const RETRIES_EXCEEDED: &str = "RetriesExceeded";
+    pub const MISSING_ROLLBACK_TARGET: &str = "MissingRollbackTarget";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const PROGRESSING_WITH_RETRY: &str = "ProgressingWithRetry";
+    pub const DRIFT_DETECTED: &str = "DriftDetected";
+    pub const NO_DRIFT_DETECTED: &str = "NoDriftDetected";
+    pub const STATE_ERROR: &str = "StateError";
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
+    pub const ARTIFACT_FAILED: &str = "ArtifactFailed";
+    pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
+    pub const SOURCE_NOT_READY: &str = "SourceNotReady";
+    pub const VALUES_ERROR: &str = "ValuesError";
+    pub const CHART_MUTATE_ERROR: &str = "ChartMutateError";
+    pub const ACCESS_DENIED: &str = "AccessDenied";
+    pub const INVALID_CEL_EXPRESSION: &str = "InvalidCELExpression";
+    pub const HEALTH_CHECK_CANCELED: &str = "HealthCheckCanceled";
+}
+
+/// Operations on a list of conditions, with Kubernetes transition-time semantics.
+pub trait Conditions {
+    /// The condition of `type_`, if present.
+    fn get_condition(&self, type_: &str) -> Option<&Condition>;
+    /// Sets a condition; the transition time only changes when the status changes.
+    fn set_condition(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: String,
+        generation: i64,
+        now: &Timestamp,
+    );
+    /// Removes the condition of `type_`.
+    fn delete_condition(&mut self, type_: &str);
+    /// True when the condition of `type_` is present with status `True`.
+    fn is_true(&self, type_: &str) -> bool {
+        self.get_condition(type_)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    }
+}
+
+impl Conditions for Vec<Condition> {
+    fn get_condition(&self, type_: &str) -> Option<&Condition> {
+        self.iter().find(|c| c.type_ == type_)
+    }
+
+    fn set_condition(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: String,
+        generation: i64,
+        now: &Timestamp,
+    ) {
+        if let Some(c) = self.iter_mut().find(|c| c.type_ == type_) {
+            if c.status != status {
+                c.last_transition_time = now.clone();
+            }
+            c.status = status;
+            c.reason = reason.to_owned();
+            c.message = message;
+            c.observed_generation = generation;
+        } else {
+            self.push(Condition {
+                type_: type_.to_owned(),
+                status,
+                observed_generation: generation,
+                last_transition_time: now.clone(),
+                reason: reason.to_owned(),
+                message,
+            });
+        }
+    }
+
+    fn delete_condition(&mut self, type_: &str) {
+        self.retain(|c| c.type_ != type_);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        Timestamp::new(s).unwrap()
+    }
+
+    #[test]
+    fn timestamps_must_be_rfc3339() {
+        for ok in [
+            "2023-12-04T14:17:47Z",
+            "2023-12-04T14:17:47.123456789Z",
+            "2023-12-04T14:17:47+02:00",
+        ] {
+            assert!(Timestamp::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "2023-12-04", "2023-12-04 14:17:47Z", "2023-12-04T14:17:47", "yesterday"] {
+            assert!(Timestamp::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_changes() {
+        let mut c: Vec<Condition> = Vec::new();
+        let t1 = ts("2024-01-01T00:00:00Z");
+        let t2 = ts("2024-01-02T00:00:00Z");
+        c.set_condition("Ready", ConditionStatus::True, "A", "a".into(), 1, &t1);
+        c.set_condition("Ready", ConditionStatus::True, "B", "b".into(), 2, &t2);
+        assert_eq!(c[0].last_transition_time, t1);
+        assert_eq!(c[0].reason, "B");
+        c.set_condition("Ready", ConditionStatus::False, "C", "c".into(), 2, &t2);
+        assert_eq!(c[0].last_transition_time, t2);
+        assert!(!c.is_true("Ready"));
+        c.delete_condition("Ready");
+        assert!(c.is_empty());
+    }
+}

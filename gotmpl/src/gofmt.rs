@@ -1,0 +1,1061 @@
+//! Go's `fmt` and `strconv` printing rules for [`Value`]s: `%v` of maps (`map[a:1 b:2]`),
+//! slices (`[1 2 3]`), nil (`<nil>`), floats in `strconv`'s shortest `'g'` form (`1e+06`),
+//! `Sprint`'s spacing rule, `Sprintln`, and `Sprintf` with flags, width, precision, argument
+//! indexes and Go's error forms (`%!d(string=x)`, `%!d(MISSING)`, `%!(EXTRA int=1)`).
+//!
+//! Not implemented: `%x`/`%X`/`%b` of floats (hexadecimal / binary floating point), `%p`,
+//! complex numbers. Those verbs print Go's bad-verb form `%!x(float64=…)` instead.
+
+use crate::value::{ElemType, GoKind, MAX_VALUE_DEPTH, MapType, Value};
+
+/// Decimal digits of a float: `0.d1d2d3… × 10^dp`, with trailing zeros removed.
+struct Digits {
+    d: Vec<u8>,
+    dp: i32,
+}
+
+/// Shortest digits that round-trip (strconv's shortest mode). `f` must be finite and ≥ 0.
+fn shortest_digits(f: f64) -> Digits {
+    if f == 0.0 {
+        return Digits { d: vec![], dp: 0 };
+    }
+    // Rust's `{:e}` prints the shortest round-trip digits, e.g. "1.2345e-7".
+    parse_exp_repr(&format!("{f:e}"))
+}
+
+/// Digits rounded to `n` (≥ 1) significant digits. `f` must be finite and ≥ 0.
+fn rounded_digits(f: f64, n: usize) -> Digits {
+    if f == 0.0 {
+        return Digits { d: vec![], dp: 0 };
+    }
+    let prec = n.saturating_sub(1).min(1100);
+    parse_exp_repr(&format!("{f:.prec$e}"))
+}
+
+fn parse_exp_repr(s: &str) -> Digits {
+    let (mant, exp) = s.split_once('e').unwrap_or((s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let mut d: Vec<u8> = mant.bytes().filter(u8::is_ascii_digit).map(|b| b - b'0').collect();
+    while d.last() == Some(&0) {
+        d.pop();
+    }
+    if d.is_empty() {
+        return Digits { d, dp: 0 };
+    }
+    Digits { d, dp: exp + 1 }
+}
+
+/// Digits rounded to `prec` places after the decimal point. `f` finite and ≥ 0.
+fn fixed_digits(f: f64, prec: usize) -> Digits {
+    let prec = prec.min(1100);
+    let s = format!("{f:.prec$}");
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let int = int.trim_start_matches('0');
+    let mut d: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
+    let mut dp = int.len() as i32;
+    // Strip leading zeros of the fraction when there is no integer part.
+    if int.is_empty() {
+        let lead = d.iter().take_while(|&&x| x == 0).count();
+        d.drain(..lead);
+        dp = -(lead as i32);
+    }
+    while d.last() == Some(&0) {
+        d.pop();
+    }
+    if d.is_empty() {
+        dp = 0;
+    }
+    Digits { d, dp }
+}
+
+fn digit_at(d: &Digits, i: i32) -> u8 {
+    if i >= 0 && (i as usize) < d.d.len() { b'0' + d.d[i as usize] } else { b'0' }
+}
+
+fn fmt_e(d: &Digits, prec: usize, e: char) -> String {
+    let mut out = String::new();
+    out.push(if d.d.is_empty() { '0' } else { char::from(b'0' + d.d[0]) });
+    if prec > 0 {
+        out.push('.');
+        for i in 1..=prec {
+            out.push(char::from(digit_at(d, i as i32)));
+        }
+    }
+    out.push(e);
+    let exp = if d.d.is_empty() { 0 } else { d.dp - 1 };
+    out.push(if exp < 0 { '-' } else { '+' });
+    let exp = exp.unsigned_abs();
+    if exp < 10 {
+        out.push('0');
+    }
+    out.push_str(&exp.to_string());
+    out
+}
+
+fn fmt_f(d: &Digits, prec: usize) -> String {
+    let mut out = String::new();
+    if d.dp > 0 {
+        for i in 0..d.dp {
+            out.push(char::from(digit_at(d, i)));
+        }
+    } else {
+        out.push('0');
+    }
+    if prec > 0 {
+        out.push('.');
+        for i in 0..prec {
+            out.push(char::from(digit_at(d, d.dp + i as i32)));
+        }
+    }
+    out
+}
+
+/// `strconv.FormatFloat(f, fmt, prec, 64)` for `fmt` in `e E f F g G`; `prec` `None` means
+/// the shortest representation (-1).
+pub fn format_float(f: f64, fmt: char, prec: Option<usize>) -> String {
+    if f.is_nan() {
+        return "NaN".to_string();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf".to_string() } else { "-Inf".to_string() };
+    }
+    let neg = f.is_sign_negative();
+    let a = f.abs();
+    let body = match fmt {
+        'e' | 'E' => match prec {
+            None => {
+                let d = shortest_digits(a);
+                fmt_e(&d, d.d.len().saturating_sub(1), fmt)
+            }
+            Some(p) => fmt_e(&rounded_digits(a, p + 1), p, fmt),
+        },
+        'f' | 'F' => match prec {
+            None => {
+                let d = shortest_digits(a);
+                let p = (d.d.len() as i32 - d.dp).max(0) as usize;
+                fmt_f(&d, p)
+            }
+            Some(p) => fmt_f(&fixed_digits(a, p), p),
+        },
+        _ => {
+            let e = if fmt == 'G' { 'E' } else { 'e' };
+            let (d, mut p, shortest) = match prec {
+                None => {
+                    let d = shortest_digits(a);
+                    let n = d.d.len();
+                    (d, n, true)
+                }
+                Some(p) => {
+                    let p = p.max(1);
+                    (rounded_digits(a, p), p, false)
+                }
+            };
+            let nd = d.d.len() as i32;
+            let mut eprec = p as i32;
+            if eprec > nd && nd >= d.dp {
+                eprec = nd;
+            }
+            if shortest {
+                eprec = 6;
+            }
+            let exp = d.dp - 1;
+            if exp < -4 || exp >= eprec {
+                if p as i32 > nd {
+                    p = nd.max(0) as usize;
+                }
+                fmt_e(&d, p.saturating_sub(1), e)
+            } else {
+                if p as i32 > d.dp {
+                    p = nd.max(0) as usize;
+                }
+                fmt_f(&d, (p as i32 - d.dp).max(0) as usize)
+            }
+        }
+    };
+    if neg { format!("-{body}") } else { body }
+}
+
+/// `strconv.Quote`: a double-quoted Go string literal; printable runes are kept.
+pub fn quote(s: &str) -> String {
+    quote_with(s, '"', false)
+}
+
+/// `strconv.QuoteToASCII`.
+pub fn quote_ascii(s: &str) -> String {
+    quote_with(s, '"', true)
+}
+
+fn quote_with(s: &str, q: char, ascii: bool) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(q);
+    for c in s.chars() {
+        push_escaped(&mut out, c, q, ascii);
+    }
+    out.push(q);
+    out
+}
+
+/// Quotes raw bytes (invalid UTF-8 becomes `\x..`).
+pub fn quote_bytes(b: &[u8]) -> String {
+    let mut out = String::from("\"");
+    let mut rest = b;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                for c in s.chars() {
+                    push_escaped(&mut out, c, '"', false);
+                }
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                for c in String::from_utf8_lossy(good).chars() {
+                    push_escaped(&mut out, c, '"', false);
+                }
+                let n = e.error_len().unwrap_or(bad.len()).max(1);
+                for byte in &bad[..n.min(bad.len())] {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+                rest = &bad[n.min(bad.len())..];
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn push_escaped(out: &mut String, c: char, q: char, ascii: bool) {
+    if c == q || c == '\\' {
+        out.push('\\');
+        out.push(c);
+        return;
+    }
+    if ascii {
+        if (c as u32) < 0x80 && is_print(c) {
+            out.push(c);
+            return;
+        }
+    } else if is_print(c) {
+        out.push(c);
+        return;
+    }
+    match c {
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{b}' => out.push_str("\\v"),
+        c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        }
+        c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+        c => out.push_str(&format!("\\U{:08x}", c as u32)),
+    }
+}
+
+/// An approximation of Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols
+/// and the ASCII space. Without Unicode category tables, unassigned code points count as
+/// printable; control, format, separator, surrogate and private-use characters do not.
+pub fn is_print(c: char) -> bool {
+    let u = c as u32;
+    if c == ' ' {
+        return true;
+    }
+    if c.is_control() || c.is_whitespace() {
+        return false;
+    }
+    !matches!(u,
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x890..=0x891 | 0x8E2 | 0x180E
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F
+        | 0xFEFF | 0xFFF9..=0xFFFB | 0xE000..=0xF8FF | 0xFFFE | 0xFFFF
+        | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F | 0xF0000..=0x10FFFF)
+}
+
+/// `%v` of a value, as `fmt.Sprint(v)` prints it.
+pub fn sprint_value(v: &Value) -> String {
+    let mut p = Printer::default();
+    p.print_value(v, 'v', 0);
+    p.buf
+}
+
+/// `fmt.Sprint(args...)`: operands are separated by a space when neither side is a string.
+pub fn sprint(args: &[Value]) -> String {
+    let mut out = String::new();
+    let mut prev_string = false;
+    for (i, a) in args.iter().enumerate() {
+        let is_string = matches!(a, Value::String(_));
+        if i > 0 && !is_string && !prev_string {
+            out.push(' ');
+        }
+        out.push_str(&sprint_value(a));
+        prev_string = is_string;
+    }
+    out
+}
+
+/// `fmt.Sprintln(args...)`: always space-separated, with a trailing newline.
+pub fn sprintln(args: &[Value]) -> String {
+    let mut out = String::new();
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&sprint_value(a));
+    }
+    out.push('\n');
+    out
+}
+
+#[derive(Default, Clone, Copy)]
+struct Flags {
+    plus: bool,
+    minus: bool,
+    sharp: bool,
+    space: bool,
+    zero: bool,
+    width: Option<usize>,
+    prec: Option<usize>,
+}
+
+#[derive(Default)]
+struct Printer {
+    buf: String,
+    f: Flags,
+}
+
+impl Printer {
+    fn pad(&mut self, s: &str) {
+        let w = self.f.width.unwrap_or(0);
+        let n = s.chars().count();
+        if n >= w {
+            self.buf.push_str(s);
+            return;
+        }
+        let fill = w - n;
+        if self.f.minus {
+            self.buf.push_str(s);
+            self.buf.extend(std::iter::repeat_n(' ', fill));
+        } else if self.f.zero {
+            // Zero padding goes after a sign.
+            let (sign, rest) = match s.chars().next() {
+                Some(c @ ('+' | '-' | ' ')) => (Some(c), &s[1..]),
+                _ => (None, s),
+            };
+            if let Some(c) = sign {
+                self.buf.push(c);
+            }
+            self.buf.extend(std::iter::repeat_n('0', fill));
+            self.buf.push_str(rest);
+        } else {
+            self.buf.extend(std::iter::repeat_n(' ', fill));
+            self.buf.push_str(s);
+        }
+    }
+
+    /// Pads with spaces only (zero flag ignored), as fmt does for strings and bools.
+    fn pad_spaces(&mut self, s: &str) {
+        let zero = self.f.zero;
+        self.f.zero = false;
+        self.pad(s);
+        self.f.zero = zero;
+    }
+
+    fn bad_verb(&mut self, verb: char, v: &Value) {
+        self.buf.push_str("%!");
+        self.buf.push(verb);
+        self.buf.push('(');
+        if v.is_nil() {
+            self.buf.push_str("<nil>");
+        } else {
+            self.buf.push_str(&v.type_name());
+            self.buf.push('=');
+            let saved = self.f;
+            self.f = Flags::default();
+            self.print_value(v, 'v', 0);
+            self.f = saved;
+        }
+        self.buf.push(')');
+    }
+
+    fn fmt_integer(&mut self, neg: bool, mag: u128, verb: char, v: &Value) {
+        let (base, upper) = match verb {
+            'd' | 'v' => (10, false),
+            'b' => (2, false),
+            'o' | 'O' => (8, false),
+            'x' => (16, false),
+            'X' => (16, true),
+            'c' => {
+                let c = u32::try_from(mag).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+                let c = if neg { '\u{FFFD}' } else { c };
+                self.pad_spaces(&c.to_string());
+                return;
+            }
+            'q' => {
+                let c = u32::try_from(mag).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+                let c = if neg { '\u{FFFD}' } else { c };
+                let s = quote_with(&c.to_string(), '\'', self.f.plus);
+                self.pad_spaces(&s);
+                return;
+            }
+            'U' => {
+                let mut s = format!("U+{mag:04X}");
+                if self.f.sharp {
+                    if let Some(c) = u32::try_from(mag).ok().and_then(char::from_u32) {
+                        if is_print(c) {
+                            s.push_str(&format!(" '{c}'"));
+                        }
+                    }
+                }
+                self.pad_spaces(&s);
+                return;
+            }
+            _ => {
+                self.bad_verb(verb, v);
+                return;
+            }
+        };
+        let mut digits = match base {
+            2 => format!("{mag:b}"),
+            8 => format!("{mag:o}"),
+            16 if upper => format!("{mag:X}"),
+            16 => format!("{mag:x}"),
+            _ => mag.to_string(),
+        };
+        if let Some(p) = self.f.prec {
+            if p == 0 && mag == 0 {
+                digits.clear();
+            }
+            while digits.len() < p {
+                digits.insert(0, '0');
+            }
+        }
+        let mut prefix = String::new();
+        if neg {
+            prefix.push('-');
+        } else if self.f.plus {
+            prefix.push('+');
+        } else if self.f.space {
+            prefix.push(' ');
+        }
+        if self.f.sharp {
+            match verb {
+                'b' => prefix.push_str("0b"),
+                'o' if !digits.starts_with('0') => prefix.push('0'),
+                'x' => prefix.push_str("0x"),
+                'X' => prefix.push_str("0X"),
+                _ => {}
+            }
+        }
+        if verb == 'O' {
+            prefix.push_str("0o");
+        }
+        let s = format!("{prefix}{digits}");
+        if self.f.prec.is_some() || self.f.minus {
+            self.pad_spaces(&s);
+        } else if self.f.zero && self.f.width.is_some() {
+            let w = self.f.width.unwrap_or(0);
+            let n = s.chars().count();
+            if n < w {
+                self.buf.push_str(&prefix);
+                self.buf.extend(std::iter::repeat_n('0', w - n));
+                self.buf.push_str(&digits);
+            } else {
+                self.buf.push_str(&s);
+            }
+        } else {
+            self.pad(&s);
+        }
+    }
+
+    fn fmt_float(&mut self, f: f64, verb: char, v: &Value) {
+        let (fc, prec) = match verb {
+            'v' => ('g', self.f.prec),
+            'g' | 'G' => (verb, self.f.prec),
+            'e' | 'E' | 'f' | 'F' => (verb, Some(self.f.prec.unwrap_or(6))),
+            _ => {
+                self.bad_verb(verb, v);
+                return;
+            }
+        };
+        let mut s = format_float(f, fc, prec);
+        if self.f.sharp && fc != 'b' {
+            s = sharp_float(&s, fc, prec);
+        }
+        if !s.starts_with(['-', '+']) {
+            if self.f.plus {
+                s.insert(0, '+');
+            } else if self.f.space && !f.is_nan() {
+                s.insert(0, ' ');
+            }
+        } else if s.starts_with('+') && !self.f.plus {
+            // "+Inf" keeps its sign only with the plus flag.
+            s.remove(0);
+            if self.f.space {
+                s.insert(0, ' ');
+            }
+        }
+        if f.is_infinite() || f.is_nan() {
+            self.pad_spaces(&s);
+        } else {
+            self.pad(&s);
+        }
+    }
+
+    fn fmt_string(&mut self, s: &str, verb: char, v: &Value) {
+        match verb {
+            'v' | 's' => {
+                let s = self.truncate(s);
+                self.pad_spaces(&s);
+            }
+            'q' => {
+                let s = self.truncate(s);
+                let q = if self.f.sharp && !s.contains('`') && s.chars().all(|c| c == '\t' || is_print(c)) {
+                    format!("`{s}`")
+                } else if self.f.plus {
+                    quote_ascii(&s)
+                } else {
+                    quote(&s)
+                };
+                self.pad_spaces(&q);
+            }
+            'x' | 'X' => {
+                let s = self.truncate_bytes(s.as_bytes());
+                let h = hex_bytes(&s, verb == 'X', self.f.sharp, self.f.space);
+                self.pad_spaces(&h);
+            }
+            _ => self.bad_verb(verb, v),
+        }
+    }
+
+    fn truncate(&self, s: &str) -> String {
+        match self.f.prec {
+            Some(p) => s.chars().take(p).collect(),
+            None => s.to_string(),
+        }
+    }
+
+    fn truncate_bytes(&self, b: &[u8]) -> Vec<u8> {
+        match self.f.prec {
+            Some(p) => b[..p.min(b.len())].to_vec(),
+            None => b.to_vec(),
+        }
+    }
+
+    fn print_value(&mut self, v: &Value, verb: char, depth: usize) {
+        if depth > MAX_VALUE_DEPTH {
+            self.buf.push_str("...");
+            return;
+        }
+        if verb == 'T' {
+            let t = v.type_name();
+            self.pad_spaces(&t);
+            return;
+        }
+        if verb == 'v' && self.f.sharp {
+            let s = go_syntax(v, depth);
+            self.pad_spaces(&s);
+            return;
+        }
+        match v {
+            Value::Nil => match verb {
+                'v' => self.pad_spaces("<nil>"),
+                _ => self.bad_verb(verb, v),
+            },
+            Value::Bool(b) => match verb {
+                't' | 'v' => self.pad_spaces(if *b { "true" } else { "false" }),
+                _ => self.bad_verb(verb, v),
+            },
+            Value::Int(i) | Value::Int64(i) => {
+                if matches!(verb, 'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't') {
+                    self.bad_verb(verb, v);
+                } else {
+                    self.fmt_integer(*i < 0, i.unsigned_abs() as u128, verb, v);
+                }
+            }
+            Value::Uint64(u) => {
+                if matches!(verb, 'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't') {
+                    self.bad_verb(verb, v);
+                } else {
+                    self.fmt_integer(false, *u as u128, verb, v);
+                }
+            }
+            Value::Float(f) => self.fmt_float(*f, verb, v),
+            Value::String(s) => self.fmt_string(s, verb, v),
+            Value::Bytes(b) => match verb {
+                's' => {
+                    let s = String::from_utf8_lossy(&self.truncate_bytes(b)).into_owned();
+                    self.pad_spaces(&s);
+                }
+                'q' => {
+                    let s = quote_bytes(&self.truncate_bytes(b));
+                    self.pad_spaces(&s);
+                }
+                'x' | 'X' => {
+                    let h = hex_bytes(&self.truncate_bytes(b), verb == 'X', self.f.sharp, self.f.space);
+                    self.pad_spaces(&h);
+                }
+                _ => {
+                    self.buf.push('[');
+                    for (i, x) in b.iter().enumerate() {
+                        if i > 0 {
+                            self.buf.push(' ');
+                        }
+                        self.print_value(&Value::Int(i64::from(*x)), verb, depth + 1);
+                    }
+                    self.buf.push(']');
+                }
+            },
+            Value::List(l) => {
+                self.buf.push('[');
+                for (i, x) in l.items().iter().enumerate() {
+                    if i > 0 {
+                        self.buf.push(' ');
+                    }
+                    self.print_value(x, verb, depth + 1);
+                }
+                self.buf.push(']');
+            }
+            Value::Map(m) => {
+                self.buf.push_str("map[");
+                for (i, (k, x)) in m.entries().iter().enumerate() {
+                    if i > 0 {
+                        self.buf.push(' ');
+                    }
+                    self.print_value(&Value::string(k), verb, depth + 1);
+                    self.buf.push(':');
+                    self.print_value(x, verb, depth + 1);
+                }
+                self.buf.push(']');
+            }
+            Value::Object(o) => {
+                if let Some(entries) = o.map_entries() {
+                    if o.kind() == GoKind::Map && matches!(verb, 'v' | 's') {
+                        self.buf.push_str("map[");
+                        for (i, (k, x)) in entries.iter().enumerate() {
+                            if i > 0 {
+                                self.buf.push(' ');
+                            }
+                            self.buf.push_str(k);
+                            self.buf.push(':');
+                            self.print_value(x, verb, depth + 1);
+                        }
+                        self.buf.push(']');
+                        return;
+                    }
+                }
+                match verb {
+                    'v' | 's' => {
+                        let s = self.truncate(&o.display());
+                        self.pad_spaces(&s);
+                    }
+                    'q' => {
+                        let s = quote(&self.truncate(&o.display()));
+                        self.pad_spaces(&s);
+                    }
+                    _ => self.bad_verb(verb, v),
+                }
+            }
+        }
+    }
+}
+
+fn sharp_float(s: &str, fc: char, prec: Option<usize>) -> String {
+    // '#' forces a decimal point; for %g it also keeps trailing zeros up to the precision.
+    let (sign, body) = match s.strip_prefix('-') {
+        Some(b) => ("-", b),
+        None => ("", s),
+    };
+    if body.contains("Inf") || body.contains("NaN") {
+        return s.to_string();
+    }
+    let (mant, exp) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], &body[i..]),
+        None => (body, ""),
+    };
+    let mut mant = mant.to_string();
+    if !mant.contains('.') {
+        mant.push('.');
+    }
+    if matches!(fc, 'g' | 'G') {
+        let want = prec.unwrap_or(6).max(1);
+        let digits = mant.chars().filter(char::is_ascii_digit).count();
+        let lead_zeros = if mant.starts_with("0.") {
+            mant[2..].chars().take_while(|&c| c == '0').count() + 1
+        } else {
+            0
+        };
+        let have = digits - lead_zeros;
+        for _ in have..want {
+            mant.push('0');
+        }
+    }
+    format!("{sign}{mant}{exp}")
+}
+
+fn hex_bytes(b: &[u8], upper: bool, sharp: bool, space: bool) -> String {
+    let mut out = String::new();
+    for (i, x) in b.iter().enumerate() {
+        if space && i > 0 {
+            out.push(' ');
+        }
+        if sharp && (space || i == 0) {
+            out.push_str(if upper { "0X" } else { "0x" });
+        }
+        if upper {
+            out.push_str(&format!("{x:02X}"));
+        } else {
+            out.push_str(&format!("{x:02x}"));
+        }
+    }
+    out
+}
+
+/// `%#v`: Go-syntax representation.
+fn go_syntax(v: &Value, depth: usize) -> String {
+    if depth > MAX_VALUE_DEPTH {
+        return "...".to_string();
+    }
+    match v {
+        Value::Nil => "<nil>".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) | Value::Int64(i) => i.to_string(),
+        Value::Uint64(u) => format!("0x{u:x}"),
+        Value::Float(f) => {
+            let s = format_float(*f, 'g', None);
+            if s.contains(['.', 'e', 'I', 'N']) { s } else { format!("{s}") }
+        }
+        Value::String(s) => quote(s),
+        Value::Bytes(b) => {
+            let items: Vec<String> = b.iter().map(|x| format!("0x{x:x}")).collect();
+            format!("[]byte{{{}}}", items.join(", "))
+        }
+        Value::List(l) => {
+            let items: Vec<String> = l.items().iter().map(|x| go_syntax(x, depth + 1)).collect();
+            format!("[]{}{{{}}}", l.elem().go_name(), items.join(", "))
+        }
+        Value::Map(m) => {
+            let ty = match m.map_type() {
+                MapType::Interface => "map[string]interface {}".to_string(),
+                MapType::Named(n) => n.to_string(),
+                MapType::StringValues => "map[string]string".to_string(),
+            };
+            let items: Vec<String> = m
+                .entries()
+                .iter()
+                .map(|(k, x)| format!("{}:{}", quote(k), go_syntax(x, depth + 1)))
+                .collect();
+            format!("{ty}{{{}}}", items.join(", "))
+        }
+        Value::Object(o) => o.display(),
+    }
+}
+
+/// `fmt.Sprintf(format, args...)`.
+pub fn sprintf(format: &str, args: &[Value]) -> String {
+    let mut p = Printer::default();
+    let bytes = format.as_bytes();
+    let mut i = 0;
+    let mut argn = 0usize;
+    let mut reordered = false;
+    let mut good_argnum = true;
+    while i < bytes.len() {
+        // Copy literal text up to the next '%'.
+        let start = i;
+        while i < bytes.len() && bytes[i] != b'%' {
+            i += 1;
+        }
+        p.buf.push_str(&format[start..i]);
+        if i >= bytes.len() {
+            break;
+        }
+        i += 1; // skip '%'
+        p.f = Flags::default();
+        // Flags.
+        while i < bytes.len() {
+            match bytes[i] {
+                b'#' => p.f.sharp = true,
+                b'0' => p.f.zero = true,
+                b'+' => p.f.plus = true,
+                b'-' => p.f.minus = true,
+                b' ' => p.f.space = true,
+                _ => break,
+            }
+            i += 1;
+        }
+        // Argument index, width.
+        parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+        if i < bytes.len() && bytes[i] == b'*' {
+            i += 1;
+            match args.get(argn) {
+                Some(Value::Int(n) | Value::Int64(n)) => {
+                    argn += 1;
+                    if *n < 0 {
+                        p.f.minus = true;
+                        p.f.width = Some(n.unsigned_abs().min(1 << 20) as usize);
+                    } else {
+                        p.f.width = Some((*n as u64).min(1 << 20) as usize);
+                    }
+                }
+                Some(_) => {
+                    argn += 1;
+                    p.buf.push_str("%!(BADWIDTH)");
+                }
+                None => p.buf.push_str("%!(BADWIDTH)"),
+            }
+        } else {
+            let (n, ni) = parse_num(bytes, i);
+            if ni > i {
+                p.f.width = Some(n);
+                i = ni;
+            }
+        }
+        // Precision.
+        if i < bytes.len() && bytes[i] == b'.' {
+            i += 1;
+            parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+            if i < bytes.len() && bytes[i] == b'*' {
+                i += 1;
+                match args.get(argn) {
+                    Some(Value::Int(n) | Value::Int64(n)) => {
+                        argn += 1;
+                        if *n < 0 {
+                            p.f.prec = None;
+                        } else {
+                            p.f.prec = Some((*n as u64).min(1 << 20) as usize);
+                        }
+                    }
+                    Some(_) => {
+                        argn += 1;
+                        p.buf.push_str("%!(BADPREC)");
+                    }
+                    None => p.buf.push_str("%!(BADPREC)"),
+                }
+            } else {
+                let (n, ni) = parse_num(bytes, i);
+                p.f.prec = Some(n);
+                i = ni;
+            }
+        }
+        if !p.f.minus && p.f.zero {
+            // ok: zero padding
+        } else if p.f.minus {
+            p.f.zero = false;
+        }
+        parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+        if i >= bytes.len() {
+            p.buf.push_str("%!(NOVERB)");
+            break;
+        }
+        let verb = match format[i..].chars().next() {
+            Some(c) => c,
+            None => break,
+        };
+        i += verb.len_utf8();
+        if verb == '%' {
+            p.buf.push('%');
+            continue;
+        }
+        if !good_argnum {
+            p.buf.push_str("%!");
+            p.buf.push(verb);
+            p.buf.push_str("(BADINDEX)");
+            good_argnum = true;
+            continue;
+        }
+        let Some(arg) = args.get(argn) else {
+            p.buf.push_str("%!");
+            p.buf.push(verb);
+            p.buf.push_str("(MISSING)");
+            continue;
+        };
+        argn += 1;
+        if verb == 'w' {
+            p.bad_verb(verb, arg);
+            continue;
+        }
+        p.print_value(arg, verb, 0);
+    }
+    if !reordered && argn < args.len() {
+        p.buf.push_str("%!(EXTRA ");
+        for (k, a) in args[argn..].iter().enumerate() {
+            if k > 0 {
+                p.buf.push_str(", ");
+            }
+            if a.is_nil() {
+                p.buf.push_str("<nil>");
+            } else {
+                p.buf.push_str(&a.type_name());
+                p.buf.push('=');
+                p.f = Flags::default();
+                p.print_value(a, 'v', 0);
+            }
+        }
+        p.buf.push(')');
+    }
+    p.buf
+}
+
+fn parse_num(b: &[u8], mut i: usize) -> (usize, usize) {
+    let mut n: usize = 0;
+    while i < b.len() && b[i].is_ascii_digit() {
+        n = n.saturating_mul(10).saturating_add(usize::from(b[i] - b'0')).min(1 << 20);
+        i += 1;
+    }
+    (n, i)
+}
+
+fn parse_arg_index(
+    b: &[u8],
+    i: &mut usize,
+    argn: &mut usize,
+    reordered: &mut bool,
+    good: &mut bool,
+    nargs: usize,
+) {
+    if *i >= b.len() || b[*i] != b'[' {
+        return;
+    }
+    *reordered = true;
+    let mut j = *i + 1;
+    let (n, nj) = parse_num(b, j);
+    j = nj;
+    if j < b.len() && b[j] == b']' && nj > *i + 1 && n >= 1 && n <= nargs {
+        *argn = n - 1;
+        *i = j + 1;
+    } else {
+        *good = false;
+        // Skip to the closing bracket if any.
+        while j < b.len() && b[j] != b']' {
+            j += 1;
+        }
+        *i = (j + 1).min(b.len());
+    }
+}
+
+/// Whether the kind is one `fmt` prints as a number.
+pub fn is_numeric(v: &Value) -> bool {
+    matches!(v, Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Float(_))
+}
+
+/// The element type name of a slice value, for diagnostics.
+pub fn elem_name(e: ElemType) -> &'static str {
+    e.go_name()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn f(x: f64) -> String {
+        format_float(x, 'g', None)
+    }
+
+    #[test]
+    fn shortest_floats_switch_to_exponent_form_like_strconv() {
+        let cases = [
+            (1_000_000.0, "1e+06"),
+            (1_234_567.0, "1.234567e+06"),
+            (123_456.0, "123456"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (3.0, "3"),
+            (3.5, "3.5"),
+            (1e-7, "1e-07"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (1e21, "1e+21"),
+            (1e100, "1e+100"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+            (f64::NAN, "NaN"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(f(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn precision_float_formats_follow_strconv() {
+        assert_eq!(format_float(3.14159, 'f', Some(2)), "3.14");
+        assert_eq!(format_float(1234.5678, 'e', Some(3)), "1.235e+03");
+        assert_eq!(format_float(0.000123, 'g', Some(2)), "0.00012");
+        assert_eq!(format_float(123456789.0, 'g', Some(3)), "1.23e+08");
+        assert_eq!(format_float(100.0, 'g', Some(3)), "100");
+        assert_eq!(format_float(1.0, 'e', None), "1e+00");
+        assert_eq!(format_float(0.5, 'f', Some(0)), "0");
+        assert_eq!(format_float(2.5, 'f', Some(0)), "2");
+        assert_eq!(format_float(1.5, 'f', Some(0)), "2");
+    }
+
+    #[test]
+    fn printf_verbs_and_error_forms_match_go() {
+        let s = |x: &str| Value::string(x);
+        let cases: Vec<(&str, Vec<Value>, &str)> = vec![
+            ("%d", vec![Value::Int(42)], "42"),
+            ("%5d|%-5d|%05d", vec![Value::Int(42), Value::Int(42), Value::Int(-42)], "   42|42   |-0042"),
+            ("%x %X %o %b", vec![Value::Int(255), Value::Int(255), Value::Int(8), Value::Int(5)], "ff FF 10 101"),
+            ("%#x %#o", vec![Value::Int(255), Value::Int(8)], "0xff 010"),
+            ("%d", vec![s("x")], "%!d(string=x)"),
+            ("%d", vec![Value::Float(3.0)], "%!d(float64=3)"),
+            ("%s", vec![Value::Nil], "%!s(<nil>)"),
+            ("%s", vec![Value::Int(1)], "%!s(int=1)"),
+            ("%d %d", vec![Value::Int(1)], "1 %!d(MISSING)"),
+            ("%d", vec![Value::Int(1), s("a")], "1%!(EXTRA string=a)"),
+            ("%q", vec![s("a\"b\n")], "\"a\\\"b\\n\""),
+            ("%q", vec![Value::Int(97)], "'a'"),
+            ("%t", vec![Value::Bool(true)], "true"),
+            ("%v", vec![Value::Nil], "<nil>"),
+            ("%T %T", vec![Value::Float(1.0), Value::Nil], "float64 <nil>"),
+            ("%5.2f|%-8.3f|%+.1e", vec![Value::Float(3.14159), Value::Float(2.0), Value::Float(12345.0)], " 3.14|2.000   |+1.2e+04"),
+            ("%f", vec![Value::Int(1)], "%!f(int=1)"),
+            ("%x", vec![s("hi")], "6869"),
+            ("%s", vec![Value::list(vec![s("a"), s("b")])], "[a b]"),
+            ("%d", vec![Value::list(vec![Value::Int(1), s("b")])], "[1 %!d(string=b)]"),
+            ("%%", vec![], "%"),
+            ("%", vec![], "%!(NOVERB)"),
+            ("%z", vec![Value::Int(1)], "%!z(int=1)"),
+            ("%[2]d %[1]d", vec![Value::Int(1), Value::Int(2)], "2 1"),
+            ("%*d", vec![Value::Int(4), Value::Int(7)], "   7"),
+            ("%.2s", vec![s("hello")], "he"),
+            ("%6.2v", vec![Value::Float(3.14159)], "   3.1"),
+            ("%g", vec![Value::Float(1e6)], "1e+06"),
+            ("%v", vec![Value::Float(1e6)], "1e+06"),
+            ("%c", vec![Value::Int(65)], "A"),
+            ("%U", vec![Value::Int(65)], "U+0041"),
+            ("%+d % d", vec![Value::Int(5), Value::Int(5)], "+5  5"),
+        ];
+        for (fmt, args, want) in cases {
+            assert_eq!(sprintf(fmt, &args), want, "format {fmt:?}");
+        }
+    }
+
+    #[test]
+    fn v_of_collections_prints_go_notation() {
+        let mut m = BTreeMap::new();
+        m.insert("b".to_string(), Value::Float(2.0));
+        m.insert("a".to_string(), Value::Int(1));
+        m.insert("c".to_string(), Value::list(vec![Value::Nil, Value::Bool(true), Value::string("x")]));
+        assert_eq!(sprint_value(&Value::map(m)), "map[a:1 b:2 c:[<nil> true x]]");
+        assert_eq!(sprint_value(&Value::Bytes(std::sync::Arc::from(&b"hi"[..]))), "[104 105]");
+        assert_eq!(sprint_value(&Value::list(vec![])), "[]");
+    }
+
+    #[test]
+    fn sprint_adds_spaces_only_between_non_strings() {
+        let args = [Value::Int(1), Value::Int(2), Value::string("a"), Value::Int(3), Value::string("b"), Value::string("c")];
+        assert_eq!(sprint(&args), "1 2a3bc");
+        assert_eq!(sprintln(&args), "1 2 a 3 b c\n");
+        assert_eq!(sprint(&[Value::Nil, Value::Nil]), "<nil> <nil>");
+    }
+
+    #[test]
+    fn quote_escapes_like_strconv() {
+        assert_eq!(quote("héllo\t\u{7f}\u{200b}"), "\"héllo\\t\\x7f\\u200b\"");
+        assert_eq!(quote_bytes(b"a\xffb"), "\"a\\xffb\"");
+    }
+}

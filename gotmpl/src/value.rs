@@ -1,0 +1,629 @@
+//! Go dynamic values as Helm feeds them to templates.
+//!
+//! [`Value`] models the Go types that reach a Helm template: the untyped nil interface, `bool`,
+//! `int`, `int64`, `uint64`, `float64`, `string`, `[]byte`, slices and maps, plus opaque objects
+//! (Helm's `.Files`, `.Capabilities`, semver versions, certificates, times) behind the
+//! [`Object`] trait.
+//!
+//! Go maps are reference types: Sprig's `set`, `unset` and `merge` mutate a map in place and
+//! every holder sees the change. [`Map`] is therefore a shared, lockable handle; cloning a
+//! `Map` clones the handle, not the entries. Keys iterate in byte order, which is Go's sorted
+//! order for string keys (`range` and `fmt` both sort map keys).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::signature::{FuncError, Signature};
+
+/// Nesting depth after which recursive walks over values (printing, comparison, conversion)
+/// stop descending. Values built by templates can be cyclic (`set $m "self" $m`); Go would
+/// overflow its stack on them, we stop instead.
+pub const MAX_VALUE_DEPTH: usize = 200;
+
+/// A Go value as seen by a template.
+#[derive(Clone, Debug, Default)]
+pub enum Value {
+    /// The untyped nil interface (`interface{}(nil)`): YAML `null`, a missing key under
+    /// `missingkey=zero`, Sprig results such as `first (list)`.
+    #[default]
+    Nil,
+    /// Go `bool`.
+    Bool(bool),
+    /// Go `int` (64-bit): template integer literals, `len`, `.Release.Revision`, `atoi`.
+    Int(i64),
+    /// Go `int64`: Sprig arithmetic (`add`, `sub` …), `--set` integers.
+    Int64(i64),
+    /// Go `uint64`.
+    Uint64(u64),
+    /// Go `float64`: every number decoded from YAML or JSON.
+    Float(f64),
+    /// Go `string`.
+    String(Arc<str>),
+    /// Go `[]byte` (`.Files.GetBytes`); prints as `[104 105]` with `%v`.
+    Bytes(Arc<[u8]>),
+    /// A Go slice.
+    List(List),
+    /// A Go map with string keys, shared by reference.
+    Map(Map),
+    /// An opaque Go object with fields and methods.
+    Object(Arc<dyn Object>),
+}
+
+/// The element type of a Go slice, for `typeOf` and parameter type checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElemType {
+    /// `[]interface {}`
+    Interface,
+    /// `[]string`
+    String,
+    /// `[]int`
+    Int,
+    /// `[]int64`
+    Int64,
+    /// `[]float64`
+    Float64,
+    /// `[]bool`
+    Bool,
+}
+
+impl ElemType {
+    /// The Go name of the element type.
+    pub fn go_name(self) -> &'static str {
+        match self {
+            ElemType::Interface => "interface {}",
+            ElemType::String => "string",
+            ElemType::Int => "int",
+            ElemType::Int64 => "int64",
+            ElemType::Float64 => "float64",
+            ElemType::Bool => "bool",
+        }
+    }
+}
+
+/// An immutable Go slice. Templates cannot mutate slices in place (Sprig's `append` returns a
+/// copy), so the items are shared without a lock.
+#[derive(Clone, Debug)]
+pub struct List {
+    items: Arc<Vec<Value>>,
+    elem: ElemType,
+}
+
+impl List {
+    /// A `[]interface {}`.
+    pub fn new(items: Vec<Value>) -> Self {
+        List { items: Arc::new(items), elem: ElemType::Interface }
+    }
+
+    /// A slice with the given element type. The caller keeps the items consistent with it.
+    pub fn typed(items: Vec<Value>, elem: ElemType) -> Self {
+        List { items: Arc::new(items), elem }
+    }
+
+    /// The element type.
+    pub fn elem(&self) -> ElemType {
+        self.elem
+    }
+
+    /// The items.
+    pub fn items(&self) -> &[Value] {
+        &self.items
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// A copy of the items.
+    pub fn to_vec(&self) -> Vec<Value> {
+        self.items.as_ref().clone()
+    }
+
+    /// Whether two handles share the same backing array.
+    pub fn ptr_eq(&self, other: &List) -> bool {
+        Arc::ptr_eq(&self.items, &other.items)
+    }
+}
+
+/// The Go type of a map, for `typeOf` and parameter checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapType {
+    /// `map[string]interface {}`
+    Interface,
+    /// A named type whose underlying type is `map[string]interface {}`, such as Helm's
+    /// `common.Values`. Assignable to `map[string]interface {}` parameters.
+    Named(Arc<str>),
+    /// `map[string]string` (e.g. chart annotations).
+    StringValues,
+}
+
+/// A Go map with string keys: a shared, mutable handle. Cloning shares the entries.
+#[derive(Clone)]
+pub struct Map {
+    inner: Arc<RwLock<BTreeMap<String, Value>>>,
+    ty: MapType,
+}
+
+impl fmt::Debug for Map {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Do not recurse: maps may be cyclic.
+        write!(f, "Map({:?}, {} entries)", self.ty, self.len())
+    }
+}
+
+impl Default for Map {
+    fn default() -> Self {
+        Map::new()
+    }
+}
+
+impl Map {
+    /// A new empty `map[string]interface {}`.
+    pub fn new() -> Self {
+        Map::from_entries(BTreeMap::new())
+    }
+
+    /// A `map[string]interface {}` holding these entries.
+    pub fn from_entries(entries: BTreeMap<String, Value>) -> Self {
+        Map { inner: Arc::new(RwLock::new(entries)), ty: MapType::Interface }
+    }
+
+    /// A map of the given Go type holding these entries.
+    pub fn typed(entries: BTreeMap<String, Value>, ty: MapType) -> Self {
+        Map { inner: Arc::new(RwLock::new(entries)), ty }
+    }
+
+    /// The same entries seen through another Go type (the handle stays shared).
+    pub fn with_type(&self, ty: MapType) -> Self {
+        Map { inner: Arc::clone(&self.inner), ty }
+    }
+
+    /// The Go type of the map.
+    pub fn map_type(&self) -> &MapType {
+        &self.ty
+    }
+
+    /// Read access to the entries. Do not call back into templates while holding it.
+    pub fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Value>> {
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Write access to the entries. Do not call back into templates while holding it.
+    pub fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Value>> {
+        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The value under `key`, if present.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.read().get(key).cloned()
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.read().contains_key(key)
+    }
+
+    /// Sets `key` (visible to every holder of the map).
+    pub fn insert(&self, key: impl Into<String>, value: Value) {
+        self.write().insert(key.into(), value);
+    }
+
+    /// Removes `key` (visible to every holder of the map).
+    pub fn remove(&self, key: &str) -> Option<Value> {
+        self.write().remove(key)
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The keys in sorted order.
+    pub fn keys(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// A snapshot of the entries in sorted key order (the lock is released on return).
+    pub fn entries(&self) -> Vec<(String, Value)> {
+        self.read().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// A new map with a shallow copy of the entries (same Go type).
+    pub fn shallow_copy(&self) -> Map {
+        Map::typed(self.read().clone(), self.ty.clone())
+    }
+
+    /// Whether two handles share the same entries.
+    pub fn ptr_eq(&self, other: &Map) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// The `reflect.Kind` of a Go value, as `kindOf` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoKind {
+    /// No value (`kindOf nil` prints `invalid`).
+    Invalid,
+    /// `bool`
+    Bool,
+    /// `int`
+    Int,
+    /// `int64`
+    Int64,
+    /// `uint64`
+    Uint64,
+    /// `float64`
+    Float64,
+    /// `string`
+    String,
+    /// `slice`
+    Slice,
+    /// `map`
+    Map,
+    /// `ptr`
+    Ptr,
+    /// `struct`
+    Struct,
+    /// `func`
+    Func,
+}
+
+impl GoKind {
+    /// The name `reflect.Kind.String()` gives.
+    pub fn name(self) -> &'static str {
+        match self {
+            GoKind::Invalid => "invalid",
+            GoKind::Bool => "bool",
+            GoKind::Int => "int",
+            GoKind::Int64 => "int64",
+            GoKind::Uint64 => "uint64",
+            GoKind::Float64 => "float64",
+            GoKind::String => "string",
+            GoKind::Slice => "slice",
+            GoKind::Map => "map",
+            GoKind::Ptr => "ptr",
+            GoKind::Struct => "struct",
+            GoKind::Func => "func",
+        }
+    }
+}
+
+/// An opaque Go object reachable from templates: a struct, a pointer to a struct, or a named
+/// map type with methods. Implementations live with the functions that create them (Helm's
+/// `.Files`, `.Capabilities`, Sprig's semver and certificates …).
+///
+/// Field and method resolution follows text/template: a method named like the field wins over
+/// a field or map key; a method is called with the arguments of the command.
+pub trait Object: Send + Sync + fmt::Debug {
+    /// The Go type name printed by `%T` / `typeOf`, e.g. `*semver.Version`.
+    fn type_name(&self) -> String;
+
+    /// The Go kind (`kindOf`). Defaults to `ptr`.
+    fn kind(&self) -> GoKind {
+        GoKind::Ptr
+    }
+
+    /// The signature of the method `name`, if the object has one. Methods take precedence
+    /// over fields and map keys.
+    fn method(&self, name: &str) -> Option<Signature> {
+        let _ = name;
+        None
+    }
+
+    /// Calls the method `name` (only called when [`Object::method`] returned a signature;
+    /// the arguments were checked against it).
+    fn call_method(&self, name: &str, args: &[Value]) -> Result<Value, FuncError> {
+        let _ = args;
+        Err(FuncError::new(format!("method {name} not implemented")))
+    }
+
+    /// The exported struct field `name`, if any.
+    fn field(&self, name: &str) -> Option<Value> {
+        let _ = name;
+        None
+    }
+
+    /// For map-kinded objects (such as Helm's `files`), the entries in sorted key order:
+    /// used by `range`, `index`, `len` and `.key` lookups.
+    fn map_entries(&self) -> Option<Vec<(String, Value)>> {
+        None
+    }
+
+    /// How `fmt` prints the object with `%v` / `%s` / `print` (its `String()` method if it
+    /// has one, otherwise Go's struct notation such as `{a b}`).
+    fn display(&self) -> String;
+
+    /// The value JSON/YAML encoders see for this object (exported fields as a map, or the
+    /// string form), if it is encodable.
+    fn marshal(&self) -> Option<Value> {
+        None
+    }
+}
+
+impl Value {
+    /// A Go string.
+    pub fn string(s: impl AsRef<str>) -> Value {
+        Value::String(Arc::from(s.as_ref()))
+    }
+
+    /// A `[]interface {}`.
+    pub fn list(items: Vec<Value>) -> Value {
+        Value::List(List::new(items))
+    }
+
+    /// A `map[string]interface {}` holding these entries.
+    pub fn map(entries: BTreeMap<String, Value>) -> Value {
+        Value::Map(Map::from_entries(entries))
+    }
+
+    /// Whether this is the nil interface.
+    pub fn is_nil(&self) -> bool {
+        matches!(self, Value::Nil)
+    }
+
+    /// The string if this is a Go string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The map handle if this is a map.
+    pub fn as_map(&self) -> Option<&Map> {
+        match self {
+            Value::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The slice if this is a slice.
+    pub fn as_list(&self) -> Option<&List> {
+        match self {
+            Value::List(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The Go type name `%T` prints (`typeOf`): `float64`, `map[string]interface {}`,
+    /// `[]interface {}`, `<nil>` …
+    pub fn type_name(&self) -> String {
+        match self {
+            Value::Nil => "<nil>".to_string(),
+            Value::Bool(_) => "bool".to_string(),
+            Value::Int(_) => "int".to_string(),
+            Value::Int64(_) => "int64".to_string(),
+            Value::Uint64(_) => "uint64".to_string(),
+            Value::Float(_) => "float64".to_string(),
+            Value::String(_) => "string".to_string(),
+            Value::Bytes(_) => "[]uint8".to_string(),
+            Value::List(l) => format!("[]{}", l.elem.go_name()),
+            Value::Map(m) => match &m.ty {
+                MapType::Interface => "map[string]interface {}".to_string(),
+                MapType::Named(n) => n.to_string(),
+                MapType::StringValues => "map[string]string".to_string(),
+            },
+            Value::Object(o) => o.type_name(),
+        }
+    }
+
+    /// The `reflect.Kind` (`kindOf`).
+    pub fn kind(&self) -> GoKind {
+        match self {
+            Value::Nil => GoKind::Invalid,
+            Value::Bool(_) => GoKind::Bool,
+            Value::Int(_) => GoKind::Int,
+            Value::Int64(_) => GoKind::Int64,
+            Value::Uint64(_) => GoKind::Uint64,
+            Value::Float(_) => GoKind::Float64,
+            Value::String(_) => GoKind::String,
+            Value::Bytes(_) | Value::List(_) => GoKind::Slice,
+            Value::Map(_) => GoKind::Map,
+            Value::Object(o) => o.kind(),
+        }
+    }
+
+    /// Go template truth (`if`, `with`, `and`, `or`, `not`): false for nil, `false`, zero
+    /// numbers and empty strings, slices and maps; structs and non-nil pointers are true.
+    pub fn is_true(&self) -> bool {
+        match self {
+            Value::Nil => false,
+            Value::Bool(b) => *b,
+            Value::Int(i) | Value::Int64(i) => *i != 0,
+            Value::Uint64(u) => *u != 0,
+            Value::Float(f) => *f != 0.0,
+            Value::String(s) => !s.is_empty(),
+            Value::Bytes(b) => !b.is_empty(),
+            Value::List(l) => !l.is_empty(),
+            Value::Map(m) => !m.is_empty(),
+            Value::Object(o) => match o.map_entries() {
+                Some(entries) => !entries.is_empty(),
+                None => true,
+            },
+        }
+    }
+
+    /// Converts JSON into Go values the way `encoding/json` decodes into `interface{}`:
+    /// every number becomes `float64`.
+    pub fn from_json(json: &serde_json::Value) -> Value {
+        match json {
+            serde_json::Value::Null => Value::Nil,
+            serde_json::Value::Bool(b) => Value::Bool(*b),
+            serde_json::Value::Number(n) => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            serde_json::Value::String(s) => Value::string(s),
+            serde_json::Value::Array(items) => {
+                Value::list(items.iter().map(Value::from_json).collect())
+            }
+            serde_json::Value::Object(entries) => Value::map(
+                entries.iter().map(|(k, v)| (k.clone(), Value::from_json(v))).collect(),
+            ),
+        }
+    }
+
+    /// Converts to JSON. Integers stay integers, `[]byte` becomes base64-free byte arrays are
+    /// not needed by Helm and are rendered as arrays of numbers; objects use
+    /// [`Object::marshal`]. Fails on non-finite floats, unencodable objects and nesting deeper
+    /// than [`MAX_VALUE_DEPTH`] (cyclic maps).
+    pub fn to_json(&self) -> Result<serde_json::Value, ValueError> {
+        self.to_json_at(0)
+    }
+
+    fn to_json_at(&self, depth: usize) -> Result<serde_json::Value, ValueError> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(ValueError::TooDeep);
+        }
+        Ok(match self {
+            Value::Nil => serde_json::Value::Null,
+            Value::Bool(b) => serde_json::Value::Bool(*b),
+            Value::Int(i) | Value::Int64(i) => serde_json::Value::from(*i),
+            Value::Uint64(u) => serde_json::Value::from(*u),
+            Value::Float(f) => serde_json::Number::from_f64(*f)
+                .map(serde_json::Value::Number)
+                .ok_or(ValueError::NonFinite(*f))?,
+            Value::String(s) => serde_json::Value::String(s.to_string()),
+            Value::Bytes(b) => {
+                serde_json::Value::Array(b.iter().map(|x| serde_json::Value::from(*x)).collect())
+            }
+            Value::List(l) => serde_json::Value::Array(
+                l.items().iter().map(|v| v.to_json_at(depth + 1)).collect::<Result<_, _>>()?,
+            ),
+            Value::Map(m) => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in m.entries() {
+                    out.insert(k, v.to_json_at(depth + 1)?);
+                }
+                serde_json::Value::Object(out)
+            }
+            Value::Object(o) => match o.marshal() {
+                Some(v) => v.to_json_at(depth + 1)?,
+                None => return Err(ValueError::Unencodable(o.type_name())),
+            },
+        })
+    }
+}
+
+/// Why a value could not be converted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// JSON has no NaN or infinities.
+    #[error("unsupported value: {0}")]
+    NonFinite(f64),
+    /// The object does not expose an encodable form.
+    #[error("unsupported type: {0}")]
+    Unencodable(String),
+    /// Nesting deeper than [`MAX_VALUE_DEPTH`], usually a cyclic map.
+    #[error("value nested too deeply (cyclic?)")]
+    TooDeep,
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::string(s)
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::String(Arc::from(s))
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::Bool(b)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(f: f64) -> Self {
+        Value::Float(f)
+    }
+}
+
+impl From<Vec<Value>> for Value {
+    fn from(items: Vec<Value>) -> Self {
+        Value::list(items)
+    }
+}
+
+impl From<Map> for Value {
+    fn from(m: Map) -> Self {
+        Value::Map(m)
+    }
+}
+
+impl From<&serde_json::Value> for Value {
+    fn from(json: &serde_json::Value) -> Self {
+        Value::from_json(json)
+    }
+}
+
+impl fmt::Display for Value {
+    /// Go's `%v`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::gofmt::sprint_value(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_numbers_become_float64() {
+        let v = Value::from_json(&serde_json::json!({"a": 1, "b": [true, null, "x"]}));
+        let m = v.as_map().expect("map");
+        assert!(matches!(m.get("a"), Some(Value::Float(f)) if f == 1.0));
+        assert_eq!(v.type_name(), "map[string]interface {}");
+        assert_eq!(m.get("b").map(|b| b.type_name()).as_deref(), Some("[]interface {}"));
+    }
+
+    #[test]
+    fn maps_are_shared_by_reference() {
+        let a = Map::new();
+        let b = a.clone();
+        b.insert("k", Value::Bool(true));
+        assert!(a.contains_key("k"));
+        let c = a.shallow_copy();
+        c.insert("other", Value::Nil);
+        assert!(!a.contains_key("other"));
+    }
+
+    #[test]
+    fn type_and_kind_names_follow_go() {
+        assert_eq!(Value::Nil.type_name(), "<nil>");
+        assert_eq!(Value::Nil.kind().name(), "invalid");
+        assert_eq!(Value::Int(1).type_name(), "int");
+        assert_eq!(Value::Int64(1).type_name(), "int64");
+        assert_eq!(Value::Float(1.0).kind().name(), "float64");
+        let named = Map::new().with_type(MapType::Named(Arc::from("common.Values")));
+        assert_eq!(Value::Map(named).type_name(), "common.Values");
+        assert_eq!(Value::List(List::typed(vec![], ElemType::String)).type_name(), "[]string");
+    }
+
+    #[test]
+    fn to_json_rejects_cycles_instead_of_overflowing() {
+        let m = Map::new();
+        m.insert("self", Value::Map(m.clone()));
+        assert_eq!(Value::Map(m.clone()).to_json(), Err(ValueError::TooDeep));
+        // Break the cycle so the test does not leak.
+        m.remove("self");
+    }
+
+    #[test]
+    fn values_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Value>();
+    }
+}
