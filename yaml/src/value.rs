@@ -222,10 +222,6 @@ impl Mapping {
     pub fn into_entries(self) -> Vec<(Value, Value)> {
         self.entries
     }
-
-    pub(crate) fn entries(&self) -> &[(Value, Value)] {
-        &self.entries
-    }
 }
 
 impl FromIterator<(Value, Value)> for Mapping {

@@ -1,0 +1,238 @@
+//! The `sigs.k8s.io/yaml` layer Helm goes through: YAML → JSON → Go values on input
+//! (`Unmarshal`), Go values → JSON → go-yaml v2 on output (`Marshal`, Helm's `toYaml`).
+//!
+//! Nothing here writes JSON text: the JSON round trip is applied to [`Value`]s directly, with
+//! Go's rules for what survives it.
+
+use crate::goformat::{format_g, format_json_float};
+use crate::resolve::{self, Resolved};
+use crate::{Error, Mapping, Value};
+
+/// Go's handling of invalid UTF-8 when it converts bytes to runes or writes JSON: each invalid
+/// byte becomes U+FFFD.
+pub(crate) fn go_lossy_utf8(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    let mut rest = b;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                out.push('\u{FFFD}');
+                rest = bad.get(1..).unwrap_or_default();
+            }
+        }
+    }
+    out
+}
+
+fn unsupported_float(f: f64) -> Error {
+    Error::raw(format!("json: unsupported value: {}", format_g(f, false)))
+}
+
+/// `convertToJSONableObject` followed by `json.Marshal` and `json.Unmarshal` into
+/// `interface{}`: keys become strings, every number a float64.
+fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
+    Ok(match v {
+        Value::Int(i) => {
+            #[allow(clippy::cast_precision_loss)]
+            Value::Float(i as f64)
+        }
+        Value::Uint(u) => {
+            #[allow(clippy::cast_precision_loss)]
+            Value::Float(u as f64)
+        }
+        Value::Float(f) => {
+            if !f.is_finite() {
+                return Err(unsupported_float(f));
+            }
+            Value::Float(f)
+        }
+        Value::Bytes(b) => Value::String(go_lossy_utf8(&b)),
+        Value::Seq(items) => Value::Seq(
+            items
+                .into_iter()
+                .map(yaml_to_json_value)
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Map(m) => {
+            let mut out = Mapping::new();
+            for (k, v) in m {
+                let key = match &k {
+                    Value::String(s) => s.clone(),
+                    Value::Bytes(b) => go_lossy_utf8(b),
+                    Value::Int(i) => i.to_string(),
+                    Value::Float(f) => {
+                        let s = format_g(*f, true);
+                        match s.as_str() {
+                            "+Inf" => ".inf".to_owned(),
+                            "-Inf" => "-.inf".to_owned(),
+                            "NaN" => ".nan".to_owned(),
+                            _ => s,
+                        }
+                    }
+                    Value::Bool(b) => b.to_string(),
+                    other => {
+                        return Err(Error::raw(format!(
+                            "unsupported map key of type: {}, key: {}, value: ...",
+                            match other {
+                                Value::Null => "%!s(<nil>)",
+                                o => o.go_type_name(),
+                            },
+                            match other {
+                                Value::Uint(u) => format!("0x{u:x}"),
+                                _ => "<nil>".to_owned(),
+                            }
+                        )));
+                    }
+                };
+                out.insert(Value::String(key), yaml_to_json_value(v)?);
+            }
+            Value::Map(out)
+        }
+        other => other,
+    })
+}
+
+/// `sigs.k8s.io/yaml.Unmarshal(y, &interface{})`: go-yaml v2 reads the first document, keys
+/// are turned into strings and every number into a float64 by the JSON round trip. Errors
+/// read `error converting YAML to JSON: yaml: line N: ...`.
+pub fn unmarshal(src: &str) -> Result<Value, Error> {
+    let v = crate::parse::unmarshal(src, crate::parse::DecodeOptions::default())
+        .map_err(|e| e.wrap("error converting YAML to JSON"))?;
+    yaml_to_json_value(v).map_err(|e| e.wrap("error converting YAML to JSON"))
+}
+
+/// [`unmarshal`] for raw bytes (go-yaml's reader errors on invalid UTF-8).
+pub fn unmarshal_bytes(src: &[u8]) -> Result<Value, Error> {
+    let s =
+        crate::parse::bytes_to_str(src).map_err(|e| e.wrap("error converting YAML to JSON"))?;
+    unmarshal(s)
+}
+
+/// `sigs.k8s.io/yaml.YAMLToJSON` as a value: the JSON-able form (string keys, float
+/// numbers) of the first document.
+pub fn yaml_to_json(src: &str) -> Result<Value, Error> {
+    let v = crate::parse::unmarshal(src, crate::parse::DecodeOptions::default())?;
+    yaml_to_json_value(v)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Seq(_) => "array",
+        Value::Map(_) => "object",
+        Value::String(_) | Value::Bytes(_) => "string",
+        Value::Bool(_) => "bool",
+        _ => "number",
+    }
+}
+
+/// `sigs.k8s.io/yaml.Unmarshal` into `map[string]interface{}` (Helm's values files and
+/// `fromYaml`). A null document is an empty map.
+pub fn unmarshal_map(src: &str) -> Result<Mapping, Error> {
+    match unmarshal(src)? {
+        Value::Null => Ok(Mapping::new()),
+        Value::Map(m) => Ok(m),
+        other => Err(Error::raw(format!(
+            "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+/// `sigs.k8s.io/yaml.Unmarshal` into `[]interface{}` (Helm's `fromYamlArray`). A null
+/// document is an empty list.
+pub fn unmarshal_seq(src: &str) -> Result<Vec<Value>, Error> {
+    match unmarshal(src)? {
+        Value::Null => Ok(Vec::new()),
+        Value::Seq(s) => Ok(s),
+        other => Err(Error::raw(format!(
+            "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {} into Go value of type []interface {{}}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+/// What a value becomes after `json.Marshal` and go-yaml v2 reading the JSON back
+/// (`JSONToYAML`'s decode step): integral-looking numbers are ints, others floats; keys must
+/// be strings.
+fn json_round_trip(v: &Value) -> Result<Value, Error> {
+    Ok(match v {
+        Value::Null => Value::Null,
+        Value::Bool(b) => Value::Bool(*b),
+        Value::Int(i) => Value::Int(*i),
+        Value::Uint(u) => match i64::try_from(*u) {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::Uint(*u),
+        },
+        Value::Float(f) => {
+            let text = format_json_float(*f)
+                .ok_or_else(|| unsupported_float(*f).wrap("error marshaling into JSON"))?;
+            match resolve::resolve_plain(&text) {
+                Resolved::Int(i) => Value::Int(i),
+                Resolved::Uint(u) => Value::Uint(u),
+                Resolved::Float(g) => Value::Float(g),
+                _ => Value::Float(*f),
+            }
+        }
+        Value::String(s) => {
+            check_json_text(s)?;
+            Value::String(s.clone())
+        }
+        Value::Bytes(b) => Value::String(go_lossy_utf8(b)),
+        Value::Seq(items) => Value::Seq(items.iter().map(json_round_trip).collect::<Result<_, _>>()?),
+        Value::Map(m) => {
+            let mut out = Mapping::new();
+            for (k, v) in m.iter() {
+                let key = match k {
+                    Value::String(s) => {
+                        check_json_text(s)?;
+                        s.clone()
+                    }
+                    Value::Bytes(b) => go_lossy_utf8(b),
+                    _ => {
+                        return Err(Error::raw(
+                            "error marshaling into JSON: json: unsupported type: map[interface {}]interface {}",
+                        ));
+                    }
+                };
+                out.insert(Value::String(key), json_round_trip(v)?);
+            }
+            Value::Map(out)
+        }
+    })
+}
+
+/// Characters Go's JSON encoder writes raw that go-yaml's reader then refuses.
+fn check_json_text(s: &str) -> Result<(), Error> {
+    let bad = s.chars().any(|c| {
+        let v = u32::from(c);
+        v == 0x7F || (0x80..=0x9F).contains(&v) && v != 0x85 || v == 0xFFFE || v == 0xFFFF
+    });
+    if bad {
+        return Err(Error::yaml(None, "control characters are not allowed"));
+    }
+    Ok(())
+}
+
+/// `sigs.k8s.io/yaml.Marshal(v)`: the YAML Helm's `toYaml` prints (before Helm trims the
+/// final newline). `v` stands for the Go value handed to `json.Marshal`: maps must have
+/// string keys, NaN and infinities are refused.
+pub fn marshal(v: &Value) -> Result<String, Error> {
+    let j = json_round_trip(v)?;
+    crate::to_string(&j)
+}
+
+/// Helm's `toYaml`: [`marshal`] with one trailing newline removed. Helm turns an error into
+/// an empty string; callers decide.
+pub fn helm_to_yaml(v: &Value) -> Result<String, Error> {
+    let mut s = marshal(v)?;
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    Ok(s)
+}

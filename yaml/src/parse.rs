@@ -1,0 +1,678 @@
+//! Reading YAML the way go-yaml v2 does: saphyr-parser supplies the event stream, this module
+//! builds go-yaml's node tree (anchors registered before children, as go-yaml does) and
+//! decodes it into [`Value`]s with go-yaml v2's rules (`decode.go`): YAML 1.1 resolution of
+//! plain scalars, tags, merge keys, aliases with the "billion laughs" guard.
+
+use std::collections::HashMap;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, ScanError};
+
+use crate::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved};
+use crate::{Error, Mapping, Value};
+
+/// Deepest nesting of collections accepted in a document (go-yaml v2 has no limit; this one
+/// keeps the recursive decoder and emitter far from the end of the stack).
+pub const MAX_DEPTH: usize = 1000;
+
+#[derive(Debug)]
+enum Kind {
+    Scalar {
+        value: String,
+        /// Long-form tag, `!` for the non-specific tag, empty for none.
+        tag: String,
+        /// go-yaml's `implicit` (libyaml's `plain_implicit`): plain and untagged, or `!`.
+        implicit: bool,
+    },
+    Seq(Vec<usize>),
+    /// Keys and values alternate.
+    Map(Vec<usize>),
+    Alias {
+        target: usize,
+        name: String,
+    },
+}
+
+#[derive(Debug)]
+struct Node {
+    kind: Kind,
+}
+
+/// One document's node tree.
+struct Doc {
+    nodes: Vec<Node>,
+    root: Option<usize>,
+}
+
+/// Options for decoding.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DecodeOptions {
+    /// go-yaml `UnmarshalStrict`: a repeated key is an error.
+    pub(crate) strict: bool,
+}
+
+fn tag_string(tag: Option<&saphyr_parser::Tag>) -> String {
+    match tag {
+        None => String::new(),
+        Some(t) => format!("{}{}", t.handle, t.suffix),
+    }
+}
+
+/// Byte offset of a character index.
+fn byte_offset(src: &str, char_index: usize) -> usize {
+    src.char_indices()
+        .nth(char_index)
+        .map_or(src.len(), |(b, _)| b)
+}
+
+/// The anchor or alias name starting at `char_index` (pointing at `&` or `*`).
+fn name_at(src: &str, char_index: usize) -> String {
+    let start = byte_offset(src, char_index);
+    let rest = src.get(start..).unwrap_or("");
+    let rest = rest.strip_prefix(['*', '&']).unwrap_or(rest);
+    rest.chars()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
+        .collect()
+}
+
+/// go-yaml v2's message for a scanner or parser error, and whether it is a scanner error
+/// (go-yaml numbers scanner error lines from 1, parser error lines from 0).
+fn translate(info: &str) -> (String, bool) {
+    // Parser errors of libyaml, by the text saphyr gives them.
+    const PARSER: &[(&str, &str)] = &[
+        ("while parsing a block mapping, did not find expected key", "did not find expected key"),
+        (
+            "while parsing a block collection, did not find expected '-' indicator",
+            "did not find expected '-' indicator",
+        ),
+        ("while parsing a flow sequence, expected ',' or ']'", "did not find expected ',' or ']'"),
+        (
+            "while parsing a flow mapping, did not find expected ',' or '}'",
+            "did not find expected ',' or '}'",
+        ),
+        ("while parsing a node, did not find expected node content", "did not find expected node content"),
+        ("did not find expected <document start>", "did not find expected <document start>"),
+        ("did not find expected <document-start>", "did not find expected <document start>"),
+        ("found incompatible YAML document", "found incompatible YAML document"),
+        ("duplicate version directive", "found duplicate %YAML directive"),
+        ("the handle wasn't declared", "found undefined tag handle"),
+    ];
+    const SCANNER: &[(&str, &str)] = &[
+        ("simple key expect ':'", "could not find expected ':'"),
+        ("simple key expected", "could not find expected ':'"),
+        ("tabs disallowed within this context (block indentation)", "found character that cannot start any token"),
+        ("tabs disallowed in this context", "found character that cannot start any token"),
+        ("tab cannot be used as indentation", "found character that cannot start any token"),
+        ("invalid indentation", "did not find expected key"),
+    ];
+    for (from, to) in PARSER {
+        if info == *from {
+            return ((*to).to_owned(), false);
+        }
+    }
+    for (from, to) in SCANNER {
+        if info == *from {
+            return ((*to).to_owned(), true);
+        }
+    }
+    if info.starts_with("unexpected character") {
+        return ("found character that cannot start any token".to_owned(), true);
+    }
+    if info.starts_with("while parsing") {
+        let problem = info.split_once(", ").map_or(info, |(_, p)| p);
+        return (problem.to_owned(), false);
+    }
+    let problem = if info.starts_with("while scanning") {
+        info.split_once(", ").map_or(info, |(_, p)| p)
+    } else {
+        info
+    };
+    (problem.to_owned(), true)
+}
+
+fn scan_error(src: &str, e: &ScanError) -> Error {
+    let info = e.info();
+    let mark = e.marker();
+    if info == "while parsing node, found unknown anchor" {
+        return Error::yaml(
+            None,
+            format!("unknown anchor '{}' referenced", name_at(src, mark.index())),
+        );
+    }
+    let (problem, scanner) = translate(info);
+    // saphyr's lines are 1-based; go-yaml prints the 0-based problem line for parser errors,
+    // and omits it when it is 0.
+    let line = if scanner {
+        Some(mark.line().max(1))
+    } else {
+        Some(mark.line().saturating_sub(1)).filter(|l| *l != 0)
+    };
+    Error::yaml(line, problem)
+}
+
+/// go-yaml's reader checks: the characters libyaml refuses anywhere in the input.
+fn check_characters(src: &str) -> Result<(), Error> {
+    for c in src.chars() {
+        let v = u32::from(c);
+        let ok = matches!(v, 0x09 | 0x0A | 0x0D | 0x20..=0x7E | 0x85 | 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF);
+        if !ok {
+            return Err(Error::yaml(None, "control characters are not allowed"));
+        }
+    }
+    Ok(())
+}
+
+/// Input bytes to text as go-yaml's reader does (UTF-8 only; a UTF-8 BOM is skipped).
+pub(crate) fn bytes_to_str(input: &[u8]) -> Result<&str, Error> {
+    match std::str::from_utf8(input) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            let bad = input.get(e.valid_up_to()).copied().unwrap_or(0);
+            let leading_ok = bad & 0xE0 == 0xC0 || bad & 0xF0 == 0xE0 || bad & 0xF8 == 0xF0;
+            let problem = if leading_ok {
+                "invalid trailing UTF-8 octet"
+            } else {
+                "invalid leading UTF-8 octet"
+            };
+            Err(Error::yaml(None, problem))
+        }
+    }
+}
+
+/// Parses documents into node trees; `first_only` stops after the first one (yaml.Unmarshal).
+fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
+    check_characters(src)?;
+    let src_for_parser = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let mut parser = Parser::new_from_str(src_for_parser);
+    let mut docs = Vec::new();
+    let mut cur: Option<Doc> = None;
+    let mut stack: Vec<usize> = Vec::new();
+    // Keys of an open mapping are attached in order; this is just `children.push`.
+    let mut anchors: HashMap<usize, usize> = HashMap::new();
+    loop {
+        let Some(next) = parser.next_event() else {
+            break;
+        };
+        let (event, span) = next.map_err(|e| scan_error(src_for_parser, &e))?;
+        match event {
+            Event::StreamStart | Event::Nothing => {}
+            Event::StreamEnd => break,
+            Event::DocumentStart(_) => {
+                cur = Some(Doc {
+                    nodes: Vec::new(),
+                    root: None,
+                });
+                stack.clear();
+                anchors.clear();
+            }
+            Event::DocumentEnd => {
+                if let Some(d) = cur.take() {
+                    docs.push(d);
+                }
+                if first_only {
+                    break;
+                }
+            }
+            Event::Scalar(value, style, anchor, tag) => {
+                let tag = tag_string(tag.as_deref());
+                let implicit = (style == ScalarStyle::Plain && tag.is_empty()) || tag == "!";
+                let kind = Kind::Scalar {
+                    value: value.into_owned(),
+                    tag,
+                    implicit,
+                };
+                add_node(&mut cur, &mut stack, &mut anchors, kind, anchor, false)?;
+            }
+            Event::SequenceStart(anchor, _) => {
+                add_node(&mut cur, &mut stack, &mut anchors, Kind::Seq(Vec::new()), anchor, true)?;
+            }
+            Event::MappingStart(anchor, _) => {
+                add_node(&mut cur, &mut stack, &mut anchors, Kind::Map(Vec::new()), anchor, true)?;
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                stack.pop();
+            }
+            Event::Alias(id) => {
+                let name = name_at(src_for_parser, span.start.index());
+                let Some(&target) = anchors.get(&id) else {
+                    return Err(Error::yaml(
+                        None,
+                        format!("unknown anchor '{name}' referenced"),
+                    ));
+                };
+                add_node(
+                    &mut cur,
+                    &mut stack,
+                    &mut anchors,
+                    Kind::Alias { target, name },
+                    0,
+                    false,
+                )?;
+            }
+        }
+    }
+    Ok(docs)
+}
+
+fn add_node(
+    cur: &mut Option<Doc>,
+    stack: &mut Vec<usize>,
+    anchors: &mut HashMap<usize, usize>,
+    kind: Kind,
+    anchor: usize,
+    container: bool,
+) -> Result<(), Error> {
+    let Some(doc) = cur.as_mut() else {
+        return Err(Error::yaml(None, "did not find expected <document start>"));
+    };
+    let idx = doc.nodes.len();
+    doc.nodes.push(Node { kind });
+    if anchor > 0 {
+        anchors.insert(anchor, idx);
+    }
+    match stack.last() {
+        None => doc.root = Some(idx),
+        Some(&parent) => match &mut doc.nodes[parent].kind {
+            Kind::Seq(children) | Kind::Map(children) => children.push(idx),
+            _ => {}
+        },
+    }
+    if container {
+        stack.push(idx);
+        if stack.len() > MAX_DEPTH {
+            return Err(Error::yaml(
+                None,
+                format!("exceeded max depth of {MAX_DEPTH}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---- decoding ----------------------------------------------------------------------------
+
+/// A hashable stand-in for a Go map key (equal exactly when Go's `==` says so; NaN never).
+#[derive(Hash, PartialEq, Eq)]
+enum KeyRepr {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(u64),
+    Str(String),
+    Bytes(Vec<u8>),
+}
+
+fn key_repr(v: &Value) -> Option<KeyRepr> {
+    Some(match v {
+        Value::Null => KeyRepr::Null,
+        Value::Bool(b) => KeyRepr::Bool(*b),
+        Value::Int(i) => KeyRepr::Int(*i),
+        Value::Uint(u) => KeyRepr::Uint(*u),
+        Value::Float(f) if f.is_nan() => return None,
+        // +0 and -0 are the same Go key.
+        Value::Float(f) => KeyRepr::Float(if *f == 0.0 { 0 } else { f.to_bits() }),
+        Value::String(s) => KeyRepr::Str(s.clone()),
+        Value::Bytes(b) => KeyRepr::Bytes(b.clone()),
+        Value::Seq(_) | Value::Map(_) => return None,
+    })
+}
+
+/// A mapping under construction with a key index.
+struct MapBuilder {
+    map: Mapping,
+    index: HashMap<KeyRepr, usize>,
+}
+
+struct Decoder<'a> {
+    doc: &'a Doc,
+    opts: DecodeOptions,
+    decode_count: u64,
+    alias_count: u64,
+    alias_depth: u64,
+    in_alias: Vec<usize>,
+    depth: usize,
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn allowed_alias_ratio(decode_count: u64) -> f64 {
+    const LOW: u64 = 400_000;
+    const HIGH: u64 = 4_000_000;
+    if decode_count <= LOW {
+        0.99
+    } else if decode_count >= HIGH {
+        0.10
+    } else {
+        0.99 - 0.89 * ((decode_count - LOW) as f64 / (HIGH - LOW) as f64)
+    }
+}
+
+fn go_quote_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Int(i) => i.to_string(),
+        Value::Uint(u) => u.to_string(),
+        Value::Float(f) => crate::goformat::format_g(*f, false),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "interface {}(nil)".to_owned(),
+        _ => "...".to_owned(),
+    }
+}
+
+impl Decoder<'_> {
+    fn node(&self, idx: usize) -> Result<&Node, Error> {
+        self.doc
+            .nodes
+            .get(idx)
+            .ok_or_else(|| Error::raw("yaml: internal error: dangling node"))
+    }
+
+    fn count(&mut self) -> Result<(), Error> {
+        self.decode_count += 1;
+        if self.alias_depth > 0 {
+            self.alias_count += 1;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        if self.alias_count > 100
+            && self.decode_count > 1000
+            && (self.alias_count as f64 / self.decode_count as f64)
+                > allowed_alias_ratio(self.decode_count)
+        {
+            return Err(Error::yaml(None, "document contains excessive aliasing"));
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, idx: usize) -> Result<Value, Error> {
+        self.count()?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH * 4 {
+            return Err(Error::yaml(
+                None,
+                format!("exceeded max depth of {MAX_DEPTH}"),
+            ));
+        }
+        let out = self.decode_inner(idx);
+        self.depth -= 1;
+        out
+    }
+
+    fn decode_inner(&mut self, idx: usize) -> Result<Value, Error> {
+        let node = self.node(idx)?;
+        match &node.kind {
+            Kind::Alias { target, name } => {
+                let (target, name) = (*target, name.clone());
+                if self.in_alias.contains(&idx) {
+                    return Err(Error::yaml(
+                        None,
+                        format!("anchor '{name}' value contains itself"),
+                    ));
+                }
+                self.in_alias.push(idx);
+                self.alias_depth += 1;
+                let v = self.decode(target);
+                self.alias_depth -= 1;
+                self.in_alias.pop();
+                v
+            }
+            Kind::Scalar {
+                value,
+                tag,
+                implicit,
+            } => scalar(value, tag, *implicit),
+            Kind::Seq(children) => {
+                let children = children.clone();
+                let mut out = Vec::with_capacity(children.len());
+                for c in children {
+                    out.push(self.decode(c)?);
+                }
+                Ok(Value::Seq(out))
+            }
+            Kind::Map(children) => {
+                let children = children.clone();
+                let mut b = MapBuilder {
+                    map: Mapping::new(),
+                    index: HashMap::new(),
+                };
+                self.mapping_into(&children, &mut b)?;
+                Ok(Value::Map(b.map))
+            }
+        }
+    }
+
+    fn is_merge(&self, idx: usize) -> bool {
+        matches!(
+            self.doc.nodes.get(idx).map(|n| &n.kind),
+            Some(Kind::Scalar { value, tag, implicit }) if value == "<<" && (*implicit || tag == MERGE_TAG)
+        )
+    }
+
+    fn mapping_into(&mut self, children: &[usize], b: &mut MapBuilder) -> Result<(), Error> {
+        for pair in children.chunks(2) {
+            let (k, v) = (pair[0], pair.get(1).copied());
+            if self.is_merge(k) {
+                if let Some(v) = v {
+                    self.merge(v, b)?;
+                }
+                continue;
+            }
+            let key = self.decode(k)?;
+            if matches!(key, Value::Seq(_) | Value::Map(_)) {
+                return Err(Error::yaml(
+                    None,
+                    format!(
+                        "invalid map key: {}",
+                        if matches!(key, Value::Seq(_)) {
+                            "[]interface {}{...}"
+                        } else {
+                            "map[interface {}]interface {}{...}"
+                        }
+                    ),
+                ));
+            }
+            let value = match v {
+                Some(v) => self.decode(v)?,
+                None => Value::Null,
+            };
+            self.set(b, key, value)?;
+        }
+        Ok(())
+    }
+
+    fn set(&mut self, b: &mut MapBuilder, key: Value, value: Value) -> Result<(), Error> {
+        match key_repr(&key) {
+            Some(repr) => {
+                if let Some(&pos) = b.index.get(&repr) {
+                    if self.opts.strict {
+                        return Err(Error::raw(format!(
+                            "yaml: unmarshal errors:\n  key {} already set in map",
+                            go_quote_key(&key)
+                        )));
+                    }
+                    b.map.set_at(pos, value);
+                } else {
+                    b.index.insert(repr, b.map.len());
+                    b.map.push_unchecked(key, value);
+                }
+            }
+            None => b.map.push_unchecked(key, value),
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, idx: usize, b: &mut MapBuilder) -> Result<(), Error> {
+        let want_map = || {
+            Error::yaml(
+                None,
+                "map merge requires map or sequence of maps as the value",
+            )
+        };
+        let is_map_target = |d: &Self, i: usize| -> Result<bool, Error> {
+            Ok(match &d.node(i)?.kind {
+                Kind::Map(_) => true,
+                Kind::Alias { target, .. } => matches!(d.node(*target)?.kind, Kind::Map(_)),
+                _ => false,
+            })
+        };
+        match &self.node(idx)?.kind {
+            Kind::Map(_) | Kind::Alias { .. } => {
+                if !is_map_target(self, idx)? {
+                    return Err(want_map());
+                }
+                self.merge_one(idx, b)
+            }
+            Kind::Seq(children) => {
+                let children = children.clone();
+                for &c in children.iter().rev() {
+                    if !is_map_target(self, c)? {
+                        return Err(want_map());
+                    }
+                    self.merge_one(c, b)?;
+                }
+                Ok(())
+            }
+            Kind::Scalar { .. } => Err(want_map()),
+        }
+    }
+
+    /// `d.unmarshal(n, out)` with `out` the map being built: the mapping's pairs are set into
+    /// it (an alias is followed with the alias bookkeeping).
+    fn merge_one(&mut self, idx: usize, b: &mut MapBuilder) -> Result<(), Error> {
+        self.count()?;
+        match &self.node(idx)?.kind {
+            Kind::Alias { target, name } => {
+                let (target, name) = (*target, name.clone());
+                if self.in_alias.contains(&idx) {
+                    return Err(Error::yaml(
+                        None,
+                        format!("anchor '{name}' value contains itself"),
+                    ));
+                }
+                self.in_alias.push(idx);
+                self.alias_depth += 1;
+                let r = self.merge_one(target, b);
+                self.alias_depth -= 1;
+                self.in_alias.pop();
+                r
+            }
+            Kind::Map(children) => {
+                let children = children.clone();
+                self.depth += 1;
+                if self.depth > MAX_DEPTH * 4 {
+                    return Err(Error::yaml(
+                        None,
+                        format!("exceeded max depth of {MAX_DEPTH}"),
+                    ));
+                }
+                let r = self.mapping_into(&children, b);
+                self.depth -= 1;
+                r
+            }
+            _ => Err(Error::yaml(
+                None,
+                "map merge requires map or sequence of maps as the value",
+            )),
+        }
+    }
+}
+
+/// Go's base64.StdEncoding.DecodeString (padding required; `\r` and `\n` ignored).
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    let mut vals = Vec::with_capacity(s.len());
+    for c in s.bytes() {
+        match c {
+            b'\r' | b'\n' => {}
+            b'A'..=b'Z' => vals.push(Some(c - b'A')),
+            b'a'..=b'z' => vals.push(Some(c - b'a' + 26)),
+            b'0'..=b'9' => vals.push(Some(c - b'0' + 52)),
+            b'+' => vals.push(Some(62)),
+            b'/' => vals.push(Some(63)),
+            b'=' => vals.push(None),
+            _ => return None,
+        }
+    }
+    if !vals.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(vals.len() / 4 * 3);
+    let n = vals.len();
+    for (qi, q) in vals.chunks(4).enumerate() {
+        let last = (qi + 1) * 4 == n;
+        let pads = q.iter().rev().take_while(|v| v.is_none()).count();
+        if pads > 2 || (pads > 0 && !last) || q[..4 - pads].iter().any(Option::is_none) {
+            return None;
+        }
+        let d: Vec<u32> = q.iter().map(|v| u32::from(v.unwrap_or(0))).collect();
+        let word = (d[0] << 18) | (d[1] << 12) | (d[2] << 6) | d[3];
+        let bytes = [(word >> 16) as u8, (word >> 8) as u8, word as u8];
+        out.extend_from_slice(&bytes[..3 - pads]);
+    }
+    Some(out)
+}
+
+fn scalar(value: &str, tag: &str, implicit: bool) -> Result<Value, Error> {
+    if tag.is_empty() && !implicit {
+        return Ok(Value::String(value.to_owned()));
+    }
+    let (rtag, resolved) =
+        resolve::resolve_tagged(tag, value).map_err(|e| Error::yaml(None, e.message))?;
+    if rtag == BINARY_TAG {
+        let data = decode_base64(value)
+            .ok_or_else(|| Error::yaml(None, "!!binary value contains invalid base64 data"))?;
+        return Ok(match String::from_utf8(data) {
+            Ok(s) => Value::String(s),
+            Err(e) => Value::Bytes(e.into_bytes()),
+        });
+    }
+    Ok(match resolved {
+        Resolved::Null => Value::Null,
+        Resolved::Bool(b) => Value::Bool(b),
+        Resolved::Int(i) => Value::Int(i),
+        Resolved::Uint(u) => Value::Uint(u),
+        Resolved::Float(f) => Value::Float(f),
+        Resolved::Str | Resolved::Timestamp | Resolved::Merge => Value::String(value.to_owned()),
+    })
+}
+
+fn decode_doc(doc: &Doc, opts: DecodeOptions) -> Result<Value, Error> {
+    let Some(root) = doc.root else {
+        return Ok(Value::Null);
+    };
+    let mut d = Decoder {
+        doc,
+        opts,
+        decode_count: 1, // the document node itself
+        alias_count: 0,
+        alias_depth: 0,
+        in_alias: Vec::new(),
+        depth: 0,
+    };
+    d.decode(root)
+}
+
+/// `yaml.Unmarshal` into `interface{}`: the first document, `Null` when there is none.
+pub(crate) fn unmarshal(src: &str, opts: DecodeOptions) -> Result<Value, Error> {
+    let docs = parse_docs(src, true)?;
+    match docs.first() {
+        None => Ok(Value::Null),
+        Some(doc) => decode_doc(doc, opts),
+    }
+}
+
+/// Every document of a stream, as repeated `yaml.Decoder.Decode` calls return them.
+pub(crate) fn unmarshal_all(src: &str, opts: DecodeOptions) -> Result<Vec<Value>, Error> {
+    let docs = parse_docs(src, false)?;
+    docs.iter().map(|d| decode_doc(d, opts)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_like_go() {
+        assert_eq!(decode_base64("aGVsbG8=").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(decode_base64("aGVs\nbG8=").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(decode_base64("aGVsbG8"), None);
+        assert_eq!(decode_base64("aG=sbG8="), None);
+    }
+}
