@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     /// The string does not match `([0-9]+(\.[0-9]+)?(ms|s|m|h))+`.
-    #[error("invalid duration {0:?}: expected a Go duration such as \"5m\", \"1h30m\" or \"300ms\"")]
+    #[error(
+        "invalid duration {0:?}: expected a Go duration such as \"5m\", \"1h30m\" or \"300ms\""
+    )]
     Syntax(String),
     /// The duration does not fit Go's `time.Duration` (about 292 years).
     #[error("invalid duration {0:?}: out of range")]
@@ -24,7 +26,9 @@ pub enum DurationError {
 }
 
 /// A non-negative duration written the Go way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct GoDuration(Duration);
 
@@ -242,7 +246,13 @@ mod tests {
 
     #[test]
     fn sub_microsecond_durations_print_in_nanoseconds() {
-        assert_eq!(GoDuration::new(Duration::from_nanos(15)).to_string(), "15ns");
-        assert_eq!(GoDuration::new(Duration::from_nanos(1500)).to_string(), "1.5µs");
+        assert_eq!(
+            GoDuration::new(Duration::from_nanos(15)).to_string(),
+            "15ns"
+        );
+        assert_eq!(
+            GoDuration::new(Duration::from_nanos(1500)).to_string(),
+            "1.5µs"
+        );
     }
 }

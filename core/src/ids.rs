@@ -358,10 +358,12 @@ impl fmt::Display for PlanRevision {
 impl FromStr for PlanRevision {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.parse::<u64>().map(Self).map_err(|_| IdError::NotUnsigned {
-            kind: "plan revision",
-            value: s.to_owned(),
-        })
+        s.parse::<u64>()
+            .map(Self)
+            .map_err(|_| IdError::NotUnsigned {
+                kind: "plan revision",
+                value: s.to_owned(),
+            })
     }
 }
 
@@ -377,9 +379,12 @@ impl ChartDigest {
     /// Parses `sha256:<hex>`.
     pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
-        let ok = value
-            .strip_prefix("sha256:")
-            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        let ok = value.strip_prefix("sha256:").is_some_and(|hex| {
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
         if !ok {
             return Err(IdError::NotSha256Digest {
                 kind: Self::KIND,
@@ -472,7 +477,10 @@ mod tests {
             "x",
         )
         .unwrap();
-        assert_eq!(n.as_str(), "release-name-with-very-long-name-which-i-788ca0d0d7b0");
+        assert_eq!(
+            n.as_str(),
+            "release-name-with-very-long-name-which-i-788ca0d0d7b0"
+        );
         assert_eq!(n.as_str().len(), 53);
     }
 
@@ -484,7 +492,10 @@ mod tests {
             "nice-object-name",
         )
         .unwrap();
-        assert_eq!(n.as_str(), "a-very-lengthy-target-namespace-with-a-n-97af5d7f41f3");
+        assert_eq!(
+            n.as_str(),
+            "a-very-lengthy-target-namespace-with-a-n-97af5d7f41f3"
+        );
     }
 
     #[test]
@@ -502,17 +513,32 @@ mod tests {
     #[test]
     fn namespaces_are_dns1123_labels() {
         assert!(Namespace::new("kube-system").is_ok());
-        assert!(matches!(Namespace::new("a.b"), Err(IdError::NotDns1123Label { .. })));
-        assert!(matches!(Namespace::new("-a"), Err(IdError::NotDns1123Label { .. })));
+        assert!(matches!(
+            Namespace::new("a.b"),
+            Err(IdError::NotDns1123Label { .. })
+        ));
+        assert!(matches!(
+            Namespace::new("-a"),
+            Err(IdError::NotDns1123Label { .. })
+        ));
         assert!(matches!(Namespace::new(""), Err(IdError::Empty { .. })));
-        assert!(matches!(Namespace::new("a".repeat(64)), Err(IdError::TooLong { max: 63, .. })));
+        assert!(matches!(
+            Namespace::new("a".repeat(64)),
+            Err(IdError::TooLong { max: 63, .. })
+        ));
     }
 
     #[test]
     fn object_names_are_dns1123_subdomains() {
         assert!(ObjectName::new("podinfo.example-1").is_ok());
-        assert!(matches!(ObjectName::new("a..b"), Err(IdError::NotDns1123Subdomain { .. })));
-        assert!(matches!(ObjectName::new("A"), Err(IdError::NotDns1123Subdomain { .. })));
+        assert!(matches!(
+            ObjectName::new("a..b"),
+            Err(IdError::NotDns1123Subdomain { .. })
+        ));
+        assert!(matches!(
+            ObjectName::new("A"),
+            Err(IdError::NotDns1123Subdomain { .. })
+        ));
     }
 
     #[test]

@@ -37,7 +37,8 @@ impl Timestamp {
 
 fn is_rfc3339(s: &str) -> bool {
     let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
     if b.len() < 20
         || !digits(0..4)
         || b[4] != b'-'
@@ -182,7 +183,14 @@ pub mod condition {
     pub const DRIFTED: &str = "Drifted";
 
     /// The conditions the controller owns on a HelmRelease.
-    pub const OWNED: [&str; 6] = [RELEASED, REMEDIATED, TEST_SUCCESS, RECONCILING, READY, STALLED];
+    pub const OWNED: [&str; 6] = [
+        RELEASED,
+        REMEDIATED,
+        TEST_SUCCESS,
+        RECONCILING,
+        READY,
+        STALLED,
+    ];
 }
 
 /// Condition reasons (Flux names).
@@ -297,7 +305,13 @@ mod tests {
         ] {
             assert!(Timestamp::new(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "2023-12-04", "2023-12-04 14:17:47Z", "2023-12-04T14:17:47", "yesterday"] {
+        for bad in [
+            "",
+            "2023-12-04",
+            "2023-12-04 14:17:47Z",
+            "2023-12-04T14:17:47",
+            "yesterday",
+        ] {
             assert!(Timestamp::new(bad).is_err(), "{bad}");
         }
     }

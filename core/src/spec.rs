@@ -658,7 +658,11 @@ pub struct Install {
     #[serde(default, skip_serializing_if = "is_false")]
     pub disable_hooks: bool,
     /// Skip OpenAPI validation.
-    #[serde(default, rename = "disableOpenAPIValidation", skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        rename = "disableOpenAPIValidation",
+        skip_serializing_if = "is_false"
+    )]
     pub disable_openapi_validation: bool,
     /// Skip JSON schema validation of values.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -753,7 +757,11 @@ pub struct Upgrade {
     #[serde(default, skip_serializing_if = "is_false")]
     pub disable_hooks: bool,
     /// Skip OpenAPI validation.
-    #[serde(default, rename = "disableOpenAPIValidation", skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        rename = "disableOpenAPIValidation",
+        skip_serializing_if = "is_false"
+    )]
     pub disable_openapi_validation: bool,
     /// Skip JSON schema validation of values.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -1250,7 +1258,11 @@ impl HelmReleaseSpec {
     pub fn validate(&self) -> Result<(), Vec<FieldError>> {
         let mut errors = Vec::new();
         self.validate_into(&mut errors);
-        if errors.is_empty() { Ok(()) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
     }
 
     fn validate_into(&self, errors: &mut Vec<FieldError>) {
@@ -1322,7 +1334,10 @@ impl HelmReleaseSpec {
         }
         for (i, d) in self.depends_on.iter().enumerate() {
             if d.name.is_empty() {
-                errors.push(FieldError::new(format!("spec.dependsOn[{i}].name"), "required"));
+                errors.push(FieldError::new(
+                    format!("spec.dependsOn[{i}].name"),
+                    "required",
+                ));
             }
         }
         for (i, v) in self.values_from.iter().enumerate() {

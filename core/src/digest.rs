@@ -1,0 +1,389 @@
+//! Digests as Flux computes them (OCI `go-digest` form, `<algorithm>:<lower-case hex>`).
+//!
+//! - [`config_digest`]: the digest of release values. Flux (`chartutil.DigestValues`) hashes
+//!   the go-yaml v2 encoding of the values with keys sorted recursively; empty values hash
+//!   the empty input. This module reproduces that encoding (see the `goyaml` module for
+//!   what is covered), so digests match the ones the Go controller writes to
+//!   `status.history[].configDigest` and `status.lastAttemptedConfigDigest`.
+//! - [`post_renderers_digest`] and [`common_metadata_digest`]: the digest of Go's
+//!   `encoding/json` output (HTML-escaped, trailing newline) of those spec fields, or `""`
+//!   when the field is unset.
+//! - [`go_json_digest`]: the same encoding for any serializable value whose fields are
+//!   declared in Go's field order; the snapshot digest of a release observation is this
+//!   function applied to the observation, which the chart/agent side builds from the full
+//!   Helm release record (it is not modelled in this crate).
+
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256, Sha384, Sha512};
+
+use crate::goyaml;
+use crate::ids::hex_lower;
+use crate::spec::{CommonMetadata, PostRenderer};
+
+/// The digest of empty input with SHA-256, Flux's config digest of empty values.
+pub const EMPTY_SHA256: &str =
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// A supported digest algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// SHA-256 (Flux's default, `--snapshot-digest-algo=sha256`).
+    Sha256,
+    /// SHA-384.
+    Sha384,
+    /// SHA-512.
+    Sha512,
+}
+
+impl Algorithm {
+    /// The algorithm's name in a digest string.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sha256 => "sha256",
+            Self::Sha384 => "sha384",
+            Self::Sha512 => "sha512",
+        }
+    }
+
+    fn hex_len(self) -> usize {
+        match self {
+            Self::Sha256 => 64,
+            Self::Sha384 => 96,
+            Self::Sha512 => 128,
+        }
+    }
+
+    /// Hashes `bytes`.
+    pub fn digest(self, bytes: &[u8]) -> Digest {
+        let hex = match self {
+            Self::Sha256 => hex_lower(&Sha256::digest(bytes)),
+            Self::Sha384 => hex_lower(&Sha384::digest(bytes)),
+            Self::Sha512 => hex_lower(&Sha512::digest(bytes)),
+        };
+        Digest {
+            algorithm: self,
+            hex,
+        }
+    }
+}
+
+/// Why a digest string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DigestError {
+    /// No `algorithm:` prefix.
+    #[error("invalid digest {0:?}: expected <algorithm>:<hex>")]
+    Format(String),
+    /// An algorithm this crate cannot compute (e.g. `blake3`, or the legacy `sha1`).
+    #[error("invalid digest {0:?}: unsupported algorithm")]
+    UnsupportedAlgorithm(String),
+    /// The hex part has the wrong length or characters.
+    #[error("invalid digest {0:?}: malformed hex")]
+    Hex(String),
+}
+
+/// A content digest: `<algorithm>:<lower-case hex>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Digest {
+    algorithm: Algorithm,
+    hex: String,
+}
+
+impl Digest {
+    /// Parses `<algorithm>:<hex>`.
+    pub fn parse(s: &str) -> Result<Self, DigestError> {
+        let (algo, hex) = s
+            .split_once(':')
+            .ok_or_else(|| DigestError::Format(s.to_owned()))?;
+        let algorithm = match algo {
+            "sha256" => Algorithm::Sha256,
+            "sha384" => Algorithm::Sha384,
+            "sha512" => Algorithm::Sha512,
+            _ => return Err(DigestError::UnsupportedAlgorithm(s.to_owned())),
+        };
+        if hex.len() != algorithm.hex_len()
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(DigestError::Hex(s.to_owned()));
+        }
+        Ok(Self {
+            algorithm,
+            hex: hex.to_owned(),
+        })
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The hex part.
+    pub fn hex(&self) -> &str {
+        &self.hex
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.algorithm.name(), self.hex)
+    }
+}
+
+impl FromStr for Digest {
+    type Err = DigestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for Digest {
+    type Error = DigestError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Digest> for String {
+    fn from(d: Digest) -> String {
+        d.to_string()
+    }
+}
+
+/// The text Flux hashes for a config digest: go-yaml v2 of the sorted values, or the
+/// empty string for empty values.
+pub fn canonical_values_yaml(values: &Value) -> String {
+    match values {
+        Value::Object(m) if !m.is_empty() => goyaml::to_yaml(m),
+        Value::Object(_) | Value::Null => String::new(),
+        // Values are always a map in Helm; anything else is hashed under a placeholder
+        // key-less document so the function stays total.
+        other => {
+            let mut m = Map::new();
+            m.insert(String::new(), other.clone());
+            goyaml::to_yaml(&m)
+        }
+    }
+}
+
+/// Flux's config digest of release values with SHA-256.
+pub fn config_digest(values: &Value) -> Digest {
+    config_digest_with(Algorithm::Sha256, values)
+}
+
+/// Flux's config digest of release values with the given algorithm.
+pub fn config_digest_with(algorithm: Algorithm, values: &Value) -> Digest {
+    algorithm.digest(canonical_values_yaml(values).as_bytes())
+}
+
+/// Flux's `VerifyValues`: re-hashes `values` with the algorithm named in `digest`.
+/// An unparseable or unsupported digest never verifies.
+pub fn verify_values(digest: &str, values: &Value) -> bool {
+    match Digest::parse(digest) {
+        Ok(d) => config_digest_with(d.algorithm(), values) == d,
+        Err(_) => false,
+    }
+}
+
+/// Go's `encoding/json.Encoder.Encode` output for `value`: HTML characters escaped,
+/// U+2028/U+2029 escaped, Go float formatting, and a trailing newline. Struct fields come
+/// out in declaration order; maps must be ordered (e.g. `BTreeMap`) to match Go's sorted
+/// keys. `serde_json::Value` maps are written with sorted keys regardless of features.
+pub fn go_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, GoFormatter);
+    value.serialize(&mut ser)?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// SHA-256 of [`go_json`]: the digest Flux computes for observations and spec fields.
+pub fn go_json_digest<T: Serialize + ?Sized>(value: &T) -> Result<Digest, serde_json::Error> {
+    Ok(Algorithm::Sha256.digest(&go_json(value)?))
+}
+
+/// `status.observedPostRenderersDigest` for `spec.postRenderers`: `""` when unset.
+pub fn post_renderers_digest(post_renderers: Option<&Vec<PostRenderer>>) -> String {
+    match post_renderers {
+        None => String::new(),
+        Some(p) => go_json_digest(p).map(|d| d.to_string()).unwrap_or_default(),
+    }
+}
+
+/// `status.observedCommonMetadataDigest` for `spec.commonMetadata`: `""` when unset.
+pub fn common_metadata_digest(common_metadata: Option<&CommonMetadata>) -> String {
+    match common_metadata {
+        None => String::new(),
+        Some(c) => go_json_digest(c).map(|d| d.to_string()).unwrap_or_default(),
+    }
+}
+
+/// A serde_json formatter producing Go's `encoding/json` escaping and float format.
+struct GoFormatter;
+
+impl serde_json::ser::Formatter for GoFormatter {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            let esc = match c {
+                '<' => "\\u003c",
+                '>' => "\\u003e",
+                '&' => "\\u0026",
+                '\u{2028}' => "\\u2028",
+                '\u{2029}' => "\\u2029",
+                _ => continue,
+            };
+            writer.write_all(&fragment.as_bytes()[start..i])?;
+            writer.write_all(esc.as_bytes())?;
+            start = i + c.len_utf8();
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+
+    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
+        writer.write_all(go_json_float(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f32) -> io::Result<()> {
+        writer.write_all(go_json_float(f64::from(value)).as_bytes())
+    }
+}
+
+/// Go's `encoding/json` float64 format: `'f'` unless the exponent is below -6 or at least
+/// 21, then `'e'` with a two-digit minimum exponent cleaned of a leading zero when
+/// negative.
+fn go_json_float(f: f64) -> String {
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let sci = format!("{f:e}");
+        let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        if exp < 0 {
+            format!("{mantissa}e-{}", exp.unsigned_abs())
+        } else {
+            format!("{mantissa}e+{exp:02}")
+        }
+    } else {
+        format!("{f}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn config_digest_matches_the_flux_chartutil_vector() {
+        let v = json!({"replicas": 3, "image": {"tag": "latest", "repository": "nginx"},
+            "ports": [{"protocol": "TCP", "port": 8080}, {"port": 9090, "protocol": "UDP"}]});
+        assert_eq!(
+            config_digest(&v).to_string(),
+            "sha256:fcdc2b0de1581a3633ada4afee3f918f6eaa5b5ab38c3fef03d5b48d3f85d9f6"
+        );
+        assert!(verify_values(
+            "sha256:fcdc2b0de1581a3633ada4afee3f918f6eaa5b5ab38c3fef03d5b48d3f85d9f6",
+            &v
+        ));
+    }
+
+    #[test]
+    fn empty_values_digest_the_empty_input() {
+        assert_eq!(config_digest(&json!({})).to_string(), EMPTY_SHA256);
+        assert_eq!(config_digest(&Value::Null).to_string(), EMPTY_SHA256);
+    }
+
+    #[test]
+    fn values_verify_with_the_algorithm_named_in_the_digest() {
+        let v = json!({"a": 1});
+        let d = config_digest_with(Algorithm::Sha512, &v);
+        assert!(d.to_string().starts_with("sha512:"));
+        assert!(verify_values(&d.to_string(), &v));
+        assert!(!verify_values(&d.to_string(), &json!({"a": 2})));
+        assert!(!verify_values("sha1:abc", &v));
+        assert!(!verify_values("garbage", &v));
+    }
+
+    #[test]
+    fn digests_parse_and_refuse_malformed_text() {
+        assert!(Digest::parse(EMPTY_SHA256).is_ok());
+        assert!(matches!(
+            Digest::parse("sha256"),
+            Err(DigestError::Format(_))
+        ));
+        assert!(matches!(
+            Digest::parse("blake3:00"),
+            Err(DigestError::UnsupportedAlgorithm(_))
+        ));
+        assert!(matches!(
+            Digest::parse("sha256:ABCD"),
+            Err(DigestError::Hex(_))
+        ));
+    }
+
+    #[test]
+    fn go_json_escapes_html_and_ends_with_a_newline() {
+        let mut m = BTreeMap::new();
+        m.insert("b", "<a&b>");
+        m.insert("a", "x\u{2028}");
+        assert_eq!(
+            String::from_utf8(go_json(&m).unwrap()).unwrap(),
+            "{\"a\":\"x\\u2028\",\"b\":\"\\u003ca\\u0026b\\u003e\"}\n"
+        );
+    }
+
+    #[test]
+    fn go_json_formats_floats_like_go() {
+        assert_eq!(go_json_float(1e21), "1e+21");
+        assert_eq!(go_json_float(1e20), "100000000000000000000");
+        assert_eq!(go_json_float(0.0000001), "1e-7");
+        assert_eq!(go_json_float(0.5), "0.5");
+        assert_eq!(go_json_float(0.0), "0");
+    }
+
+    #[test]
+    fn unset_post_renderers_and_common_metadata_digest_to_empty() {
+        assert_eq!(post_renderers_digest(None), "");
+        assert_eq!(common_metadata_digest(None), "");
+    }
+
+    #[test]
+    fn post_renderers_digest_hashes_the_go_json_of_the_list() {
+        let prs: Vec<PostRenderer> = serde_json::from_value(json!([{"kustomize": {
+            "patches": [{"patch": "- op: add", "target": {"kind": "Deployment", "name": "x"}}],
+            "images": [{"name": "nginx", "newTag": "1.25"}]}}]))
+        .unwrap();
+        let text = String::from_utf8(go_json(&prs).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "[{\"kustomize\":{\"patches\":[{\"patch\":\"- op: add\",\"target\":{\"kind\":\"Deployment\",\"name\":\"x\"}}],\"images\":[{\"name\":\"nginx\",\"newTag\":\"1.25\"}]}}]\n"
+        );
+        assert_eq!(
+            post_renderers_digest(Some(&prs)),
+            Algorithm::Sha256.digest(text.as_bytes()).to_string()
+        );
+    }
+
+    #[test]
+    fn common_metadata_digest_hashes_annotations_then_labels() {
+        let cm: CommonMetadata = serde_json::from_value(
+            json!({"labels": {"b": "2", "a": "1"}, "annotations": {"x": "y"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(go_json(&cm).unwrap()).unwrap(),
+            "{\"annotations\":{\"x\":\"y\"},\"labels\":{\"a\":\"1\",\"b\":\"2\"}}\n"
+        );
+    }
+}
