@@ -104,7 +104,10 @@ impl Cluster {
     pub async fn start(options: ClusterOptions) -> anyhow::Result<Cluster> {
         let started = Instant::now();
         let bin = upstream_bin_dir()?;
-        let parent = options.parent_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let parent = options
+            .parent_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&parent)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("flotilla-{}-", options.name))
@@ -136,8 +139,12 @@ impl Cluster {
 
     /// Starts `count` clusters side by side, named `{prefix}-0`, `{prefix}-1`, ...
     pub async fn start_many(prefix: &str, count: usize) -> anyhow::Result<Vec<Cluster>> {
-        let starts = (0..count).map(|i| Cluster::start(ClusterOptions::named(&format!("{prefix}-{i}"))));
-        futures::future::join_all(starts).await.into_iter().collect()
+        let starts =
+            (0..count).map(|i| Cluster::start(ClusterOptions::named(&format!("{prefix}-{i}"))));
+        futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect()
     }
 
     async fn boot(
@@ -199,7 +206,10 @@ impl Cluster {
                 format!("--client-ca-file={}", pki.ca_cert.display()),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!("--service-account-key-file={}", pki.sa_pub.display()),
-                format!("--service-account-signing-key-file={}", pki.sa_key.display()),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.sa_key.display()
+                ),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--authorization-mode=RBAC".into(),
                 "--allow-privileged=true".into(),
@@ -215,7 +225,10 @@ impl Cluster {
             let client = client.clone();
             async move {
                 let request = http::Request::get("/readyz").body(Vec::new())?;
-                Ok(client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"))
+                Ok(client
+                    .request_text(request)
+                    .await
+                    .is_ok_and(|body| body.trim() == "ok"))
             }
         })
         .await?;
@@ -234,7 +247,10 @@ impl Cluster {
                 format!("--cert-dir={}", dir.join("controller-manager").display()),
                 "--leader-elect=false".into(),
                 format!("--root-ca-file={ca_cert}"),
-                format!("--service-account-private-key-file={}", pki.sa_key.display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.sa_key.display()
+                ),
                 format!("--cluster-signing-cert-file={ca_cert}"),
                 format!("--cluster-signing-key-file={ca_key}"),
                 "--use-service-account-credentials=false".into(),
@@ -333,7 +349,12 @@ impl Cluster {
     }
 
     /// Polls `check` until it returns true, failing fast when a process of the cluster died.
-    async fn wait_for<F, Fut>(&mut self, what: &str, deadline: Instant, check: F) -> anyhow::Result<()>
+    async fn wait_for<F, Fut>(
+        &mut self,
+        what: &str,
+        deadline: Instant,
+        check: F,
+    ) -> anyhow::Result<()>
     where
         F: Fn(()) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<bool>>,

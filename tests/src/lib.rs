@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod pki;
 pub mod process;
 pub mod tools;
+pub mod wait;
 
 pub use cluster::{Cluster, ClusterOptions};
 pub use futures::future::join_all;

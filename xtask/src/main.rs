@@ -59,7 +59,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Crates that must stay free of IO.
-const PURE_CRATES: &[&str] = &["flotilla-gotmpl", "flotilla-yaml", "flotilla-chart", "flotilla-core"];
+const PURE_CRATES: &[&str] = &[
+    "flotilla-gotmpl",
+    "flotilla-yaml",
+    "flotilla-chart",
+    "flotilla-core",
+];
 /// Crates a pure crate must not pull in, directly or not.
 const IO_CRATES: &[&str] = &["tokio", "tonic", "hyper", "kube-client", "reqwest", "mio"];
 
@@ -87,7 +92,9 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
 fn deps(root: &Path) -> anyhow::Result<()> {
     step("deps", || {
         let upstream = capture(&mut Command::new(root.join("tools/build-upstream")))?;
-        let tools = capture(&mut Command::new(root.join("tools/install-reference-tools")))?;
+        let tools = capture(&mut Command::new(
+            root.join("tools/install-reference-tools"),
+        ))?;
         eprintln!("xtask: upstream binaries in {upstream}");
         eprintln!("xtask: reference helm and kubectl in {tools}");
         Ok(())
@@ -114,16 +121,7 @@ fn check_deps() -> anyhow::Result<()> {
     let mut failures = Vec::new();
     for krate in PURE_CRATES {
         let tree = capture(Command::new("cargo").args([
-            "tree",
-            "--locked",
-            "-p",
-            krate,
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
+            "tree", "--locked", "-p", krate, "-e", "normal", "--prefix", "none", "--format", "{p}",
         ]))?;
         for line in tree.lines() {
             let name = line.split_whitespace().next().unwrap_or_default();
@@ -135,9 +133,16 @@ fn check_deps() -> anyhow::Result<()> {
     if !failures.is_empty() {
         failures.sort();
         failures.dedup();
-        bail!("pure crates must not depend on IO crates:\n  {}", failures.join("\n  "));
+        bail!(
+            "pure crates must not depend on IO crates:\n  {}",
+            failures.join("\n  ")
+        );
     }
-    eprintln!("xtask: {} pure crates are free of {:?}", PURE_CRATES.len(), IO_CRATES);
+    eprintln!(
+        "xtask: {} pure crates are free of {:?}",
+        PURE_CRATES.len(),
+        IO_CRATES
+    );
     Ok(())
 }
 
@@ -150,7 +155,9 @@ fn up(root: &Path, count: usize) -> anyhow::Result<()> {
     down(root)?;
     let dir = env_dir(root);
     std::fs::create_dir_all(&dir)?;
-    let tools = capture(&mut Command::new(root.join("tools/install-reference-tools")))?;
+    let tools = capture(&mut Command::new(
+        root.join("tools/install-reference-tools"),
+    ))?;
     let runtime = tokio::runtime::Runtime::new()?;
     let started = Instant::now();
     let clusters = runtime.block_on(async {
@@ -172,7 +179,12 @@ fn up(root: &Path, count: usize) -> anyhow::Result<()> {
         let name = cluster.name().to_owned();
         let cluster_dir = cluster.detach()?;
         println!("  {name}: {tools}/kubectl --kubeconfig {kubeconfig} get nodes");
-        println!("  {:width$}  logs: {}/logs", "", cluster_dir.display(), width = name.len());
+        println!(
+            "  {:width$}  logs: {}/logs",
+            "",
+            cluster_dir.display(),
+            width = name.len()
+        );
     }
     println!("Stop them with: cargo xtask down");
     Ok(())
