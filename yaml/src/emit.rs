@@ -166,11 +166,9 @@ fn analyze_scalar(value: &[u8]) -> Analysis {
                         block_indicators = true;
                     }
                 }
-                b'-' => {
-                    if followed_by_whitespace {
-                        flow_indicators = true;
-                        block_indicators = true;
-                    }
+                b'-' if followed_by_whitespace => {
+                    flow_indicators = true;
+                    block_indicators = true;
                 }
                 _ => {}
             }
@@ -183,11 +181,9 @@ fn analyze_scalar(value: &[u8]) -> Analysis {
                         block_indicators = true;
                     }
                 }
-                b'#' => {
-                    if preceded_by_whitespace {
-                        flow_indicators = true;
-                        block_indicators = true;
-                    }
+                b'#' if preceded_by_whitespace => {
+                    flow_indicators = true;
+                    block_indicators = true;
                 }
                 _ => {}
             }
@@ -683,8 +679,7 @@ impl Emitter {
         let mut i = 0;
         while i < value.len() {
             if is_space(value, i) {
-                if allow_breaks && !spaces && self.column > BEST_WIDTH && !is_space(value, i + 1)
-                {
+                if allow_breaks && !spaces && self.column > BEST_WIDTH && !is_space(value, i + 1) {
                     self.write_indent();
                     i += 1;
                 } else {
@@ -997,8 +992,7 @@ fn encode_scalar(v: &Value) -> Result<Scalar, Error> {
 
 /// `encoder.stringv` for a valid UTF-8 string without an explicit tag.
 fn string_scalar(s: &str) -> Scalar {
-    let can_use_plain =
-        resolve::resolve_plain(s) == Resolved::Str && !resolve::is_base60_float(s);
+    let can_use_plain = resolve::resolve_plain(s) == Resolved::Str && !resolve::is_base60_float(s);
     let style = if s.contains('\n') {
         Style::Literal
     } else if can_use_plain {

@@ -86,7 +86,7 @@ pub fn format_g(f: f64, bits32: bool) -> String {
     }
     let is_zero = digits == [b'0'];
     let exp = if is_zero { 0 } else { dp - 1 };
-    if exp < -4 || exp >= 6 {
+    if !(-4..6).contains(&exp) {
         push_e(&mut out, &digits, dp);
     } else if is_zero {
         out.push('0');
@@ -122,6 +122,74 @@ pub fn format_json_float(f: f64) -> Option<String> {
         push_f(&mut out, &digits, dp);
     }
     Some(out)
+}
+
+/// Go's `strconv.Quote`: printable runes as they are, escapes for the rest.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
+                if (c as u32) < 0x10000 {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                } else {
+                    out.push_str(&format!("\\U{:08x}", c as u32));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `%#v` of a decoded value (inside an `interface{}` container when `nested`).
+pub(crate) fn go_sharp_v(v: &crate::Value, nested: bool) -> String {
+    use crate::Value;
+    match v {
+        Value::Null => {
+            if nested {
+                "interface {}(nil)".to_owned()
+            } else {
+                "<nil>".to_owned()
+            }
+        }
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Uint(u) => format!("0x{u:x}"),
+        Value::Float(f) => format_g(*f, false),
+        Value::String(s) => go_quote(s),
+        Value::Bytes(b) => go_quote(&crate::json::go_lossy_utf8(b)),
+        Value::Seq(items) => {
+            let inner: Vec<String> = items.iter().map(|i| go_sharp_v(i, true)).collect();
+            format!("[]interface {{}}{{{}}}", inner.join(", "))
+        }
+        Value::Map(m) => {
+            let mut entries: Vec<(String, String)> = m
+                .iter()
+                .map(|(k, v)| (go_sharp_v(k, true), go_sharp_v(v, true)))
+                .collect();
+            entries.sort();
+            let inner: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect();
+            format!("map[interface {{}}]interface {{}}{{{}}}", inner.join(", "))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! Nothing here writes JSON text: the JSON round trip is applied to [`Value`]s directly, with
 //! Go's rules for what survives it.
 
-use crate::goformat::{format_g, format_json_float};
+use crate::goformat::{format_g, format_json_float, go_sharp_v};
 use crate::resolve::{self, Resolved};
 use crate::{Error, Mapping, Value};
 
@@ -38,11 +38,13 @@ fn unsupported_float(f: f64) -> Error {
 /// `interface{}`: keys become strings, every number a float64.
 fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
     Ok(match v {
-        Value::Int(i) => {
+        Value::Int(i) =>
+        {
             #[allow(clippy::cast_precision_loss)]
             Value::Float(i as f64)
         }
-        Value::Uint(u) => {
+        Value::Uint(u) =>
+        {
             #[allow(clippy::cast_precision_loss)]
             Value::Float(u as f64)
         }
@@ -78,15 +80,13 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
                     Value::Bool(b) => b.to_string(),
                     other => {
                         return Err(Error::raw(format!(
-                            "unsupported map key of type: {}, key: {}, value: ...",
+                            "unsupported map key of type: {}, key: {}, value: {}",
                             match other {
                                 Value::Null => "%!s(<nil>)",
                                 o => o.go_type_name(),
                             },
-                            match other {
-                                Value::Uint(u) => format!("0x{u:x}"),
-                                _ => "<nil>".to_owned(),
-                            }
+                            go_sharp_v(other, false),
+                            go_sharp_v(&v, false),
                         )));
                     }
                 };
@@ -109,8 +109,7 @@ pub fn unmarshal(src: &str) -> Result<Value, Error> {
 
 /// [`unmarshal`] for raw bytes (go-yaml's reader errors on invalid UTF-8).
 pub fn unmarshal_bytes(src: &[u8]) -> Result<Value, Error> {
-    let s =
-        crate::parse::bytes_to_str(src).map_err(|e| e.wrap("error converting YAML to JSON"))?;
+    let s = crate::parse::bytes_to_str(src).map_err(|e| e.wrap("error converting YAML to JSON"))?;
     unmarshal(s)
 }
 
@@ -181,19 +180,24 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
         }
         Value::String(s) => {
             check_json_text(s)?;
-            Value::String(s.clone())
+            Value::String(fold_nel(s))
         }
-        Value::Bytes(b) => Value::String(go_lossy_utf8(b)),
-        Value::Seq(items) => Value::Seq(items.iter().map(json_round_trip).collect::<Result<_, _>>()?),
+        Value::Bytes(b) => Value::String(fold_nel(&go_lossy_utf8(b))),
+        Value::Seq(items) => Value::Seq(
+            items
+                .iter()
+                .map(json_round_trip)
+                .collect::<Result<_, _>>()?,
+        ),
         Value::Map(m) => {
             let mut out = Mapping::new();
             for (k, v) in m.iter() {
                 let key = match k {
                     Value::String(s) => {
                         check_json_text(s)?;
-                        s.clone()
+                        fold_nel(s)
                     }
-                    Value::Bytes(b) => go_lossy_utf8(b),
+                    Value::Bytes(b) => fold_nel(&go_lossy_utf8(b)),
                     _ => {
                         return Err(Error::raw(
                             "error marshaling into JSON: json: unsupported type: map[interface {}]interface {}",
@@ -205,6 +209,53 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
             Value::Map(out)
         }
     })
+}
+
+/// Go's JSON encoder writes U+0085 (NEL) raw; go-yaml then reads it inside a double-quoted
+/// scalar as a line break and folds it: spaces around the break vanish, one break becomes a
+/// space, `n` consecutive breaks become `n - 1` newlines.
+fn fold_nel(s: &str) -> String {
+    if !s.contains('\u{85}') {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    let mut pending_spaces = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' => pending_spaces.push(' '),
+            '\u{85}' => {
+                pending_spaces.clear();
+                let mut breaks = 1;
+                while let Some(&n) = chars.peek() {
+                    match n {
+                        ' ' => {
+                            chars.next();
+                        }
+                        '\u{85}' => {
+                            breaks += 1;
+                            chars.next();
+                        }
+                        _ => break,
+                    }
+                }
+                if breaks == 1 {
+                    out.push(' ');
+                } else {
+                    for _ in 1..breaks {
+                        out.push('\n');
+                    }
+                }
+            }
+            c => {
+                out.push_str(&pending_spaces);
+                pending_spaces.clear();
+                out.push(c);
+            }
+        }
+    }
+    out.push_str(&pending_spaces);
+    out
 }
 
 /// Characters Go's JSON encoder writes raw that go-yaml's reader then refuses.

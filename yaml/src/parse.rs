@@ -79,29 +79,59 @@ fn name_at(src: &str, char_index: usize) -> String {
 fn translate(info: &str) -> (String, bool) {
     // Parser errors of libyaml, by the text saphyr gives them.
     const PARSER: &[(&str, &str)] = &[
-        ("while parsing a block mapping, did not find expected key", "did not find expected key"),
+        (
+            "while parsing a block mapping, did not find expected key",
+            "did not find expected key",
+        ),
         (
             "while parsing a block collection, did not find expected '-' indicator",
             "did not find expected '-' indicator",
         ),
-        ("while parsing a flow sequence, expected ',' or ']'", "did not find expected ',' or ']'"),
+        (
+            "while parsing a flow sequence, expected ',' or ']'",
+            "did not find expected ',' or ']'",
+        ),
         (
             "while parsing a flow mapping, did not find expected ',' or '}'",
             "did not find expected ',' or '}'",
         ),
-        ("while parsing a node, did not find expected node content", "did not find expected node content"),
-        ("did not find expected <document start>", "did not find expected <document start>"),
-        ("did not find expected <document-start>", "did not find expected <document start>"),
-        ("found incompatible YAML document", "found incompatible YAML document"),
-        ("duplicate version directive", "found duplicate %YAML directive"),
+        (
+            "while parsing a node, did not find expected node content",
+            "did not find expected node content",
+        ),
+        (
+            "did not find expected <document start>",
+            "did not find expected <document start>",
+        ),
+        (
+            "did not find expected <document-start>",
+            "did not find expected <document start>",
+        ),
+        (
+            "found incompatible YAML document",
+            "found incompatible YAML document",
+        ),
+        (
+            "duplicate version directive",
+            "found duplicate %YAML directive",
+        ),
         ("the handle wasn't declared", "found undefined tag handle"),
     ];
     const SCANNER: &[(&str, &str)] = &[
         ("simple key expect ':'", "could not find expected ':'"),
         ("simple key expected", "could not find expected ':'"),
-        ("tabs disallowed within this context (block indentation)", "found character that cannot start any token"),
-        ("tabs disallowed in this context", "found character that cannot start any token"),
-        ("tab cannot be used as indentation", "found character that cannot start any token"),
+        (
+            "tabs disallowed within this context (block indentation)",
+            "found character that cannot start any token",
+        ),
+        (
+            "tabs disallowed in this context",
+            "found character that cannot start any token",
+        ),
+        (
+            "tab cannot be used as indentation",
+            "found character that cannot start any token",
+        ),
         ("invalid indentation", "did not find expected key"),
     ];
     for (from, to) in PARSER {
@@ -115,7 +145,10 @@ fn translate(info: &str) -> (String, bool) {
         }
     }
     if info.starts_with("unexpected character") {
-        return ("found character that cannot start any token".to_owned(), true);
+        return (
+            "found character that cannot start any token".to_owned(),
+            true,
+        );
     }
     if info.starts_with("while parsing") {
         let problem = info.split_once(", ").map_or(info, |(_, p)| p);
@@ -138,15 +171,53 @@ fn scan_error(src: &str, e: &ScanError) -> Error {
             format!("unknown anchor '{}' referenced", name_at(src, mark.index())),
         );
     }
-    let (problem, scanner) = translate(info);
-    // saphyr's lines are 1-based; go-yaml prints the 0-based problem line for parser errors,
-    // and omits it when it is 0.
-    let line = if scanner {
-        Some(mark.line().max(1))
-    } else {
-        Some(mark.line().saturating_sub(1)).filter(|l| *l != 0)
+    let (problem, scanner) = match info {
+        // saphyr stops on the text after a closing quote; libyaml's parser then misses a key.
+        "invalid trailing content after double-quoted scalar" => {
+            ("did not find expected key".to_owned(), false)
+        }
+        // libyaml reads `x: y` inside a flow sequence as a key the sequence cannot hold.
+        "illegal placement of ':' indicator" => {
+            ("did not find expected ',' or ']'".to_owned(), false)
+        }
+        _ => translate(info),
+    };
+    // go-yaml's `fail()`: the 0-based line of the problem, printed only when it is not 0,
+    // plus one for scanner errors.
+    let mut line0 = mark.line().saturating_sub(1);
+    if problem == "found unexpected end of stream" {
+        // libyaml reports it where the stream ends.
+        line0 = src.matches('\n').count();
+    }
+    let line = match (line0, scanner) {
+        (0, _) => None,
+        (l, true) => Some(l + 1),
+        (l, false) => Some(l),
     };
     Error::yaml(line, problem)
+}
+
+/// libyaml only knows the `%YAML` and `%TAG` directives; saphyr accepts any. Checks the
+/// directives before the first document.
+fn check_directives(src: &str) -> Result<(), Error> {
+    for (n, line) in src.lines().enumerate() {
+        let t = line.trim_end();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let Some(rest) = t.strip_prefix('%') else {
+            return Ok(());
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        if name != "YAML" && name != "TAG" {
+            let line = if n == 0 { None } else { Some(n + 1) };
+            return Err(Error::yaml(line, "found unknown directive name"));
+        }
+    }
+    Ok(())
 }
 
 /// go-yaml's reader checks: the characters libyaml refuses anywhere in the input.
@@ -181,6 +252,7 @@ pub(crate) fn bytes_to_str(input: &[u8]) -> Result<&str, Error> {
 /// Parses documents into node trees; `first_only` stops after the first one (yaml.Unmarshal).
 fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     check_characters(src)?;
+    check_directives(src)?;
     let src_for_parser = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut parser = Parser::new_from_str(src_for_parser);
     let mut docs = Vec::new();
@@ -188,10 +260,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     let mut stack: Vec<usize> = Vec::new();
     // Keys of an open mapping are attached in order; this is just `children.push`.
     let mut anchors: HashMap<usize, usize> = HashMap::new();
-    loop {
-        let Some(next) = parser.next_event() else {
-            break;
-        };
+    while let Some(next) = parser.next_event() {
         let (event, span) = next.map_err(|e| scan_error(src_for_parser, &e))?;
         match event {
             Event::StreamStart | Event::Nothing => {}
@@ -223,10 +292,24 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 add_node(&mut cur, &mut stack, &mut anchors, kind, anchor, false)?;
             }
             Event::SequenceStart(anchor, _) => {
-                add_node(&mut cur, &mut stack, &mut anchors, Kind::Seq(Vec::new()), anchor, true)?;
+                add_node(
+                    &mut cur,
+                    &mut stack,
+                    &mut anchors,
+                    Kind::Seq(Vec::new()),
+                    anchor,
+                    true,
+                )?;
             }
             Event::MappingStart(anchor, _) => {
-                add_node(&mut cur, &mut stack, &mut anchors, Kind::Map(Vec::new()), anchor, true)?;
+                add_node(
+                    &mut cur,
+                    &mut stack,
+                    &mut anchors,
+                    Kind::Map(Vec::new()),
+                    anchor,
+                    true,
+                )?;
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 stack.pop();
@@ -461,11 +544,7 @@ impl Decoder<'_> {
                     None,
                     format!(
                         "invalid map key: {}",
-                        if matches!(key, Value::Seq(_)) {
-                            "[]interface {}{...}"
-                        } else {
-                            "map[interface {}]interface {}{...}"
-                        }
+                        crate::goformat::go_sharp_v(&key, false)
                     ),
                 ));
             }

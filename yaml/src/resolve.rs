@@ -164,11 +164,11 @@ pub(crate) fn resolve_tagged(tag: &str, s: &str) -> Result<(String, Resolved), T
     if tag.is_empty() || tag == rtag || tag == STR_TAG {
         return Ok((rtag.to_owned(), r));
     }
-    if tag == FLOAT_TAG {
-        if let Resolved::Int(i) = r {
-            #[allow(clippy::cast_precision_loss)]
-            return Ok((FLOAT_TAG.to_owned(), Resolved::Float(i as f64)));
-        }
+    if tag == FLOAT_TAG
+        && let Resolved::Int(i) = r
+    {
+        #[allow(clippy::cast_precision_loss)]
+        return Ok((FLOAT_TAG.to_owned(), Resolved::Float(i as f64)));
     }
     Err(TagMismatch {
         message: format!(
@@ -382,10 +382,9 @@ fn getnum(b: &[u8]) -> Option<(u32, &[u8])> {
         return None;
     }
     match b.get(1) {
-        Some(d1) if d1.is_ascii_digit() => Some((
-            u32::from(d0 - b'0') * 10 + u32::from(d1 - b'0'),
-            &b[2..],
-        )),
+        Some(d1) if d1.is_ascii_digit() => {
+            Some((u32::from(d0 - b'0') * 10 + u32::from(d1 - b'0'), &b[2..]))
+        }
         _ => Some((u32::from(d0 - b'0'), &b[1..])),
     }
 }

@@ -133,47 +133,309 @@ pub(crate) fn key_less(a: &Value, b: &Value) -> bool {
     ar.len() < br.len()
 }
 
-/// Sorts map entries by key the way Go's `sort.Sort(keyList)` does: insertion sort for up to
-/// 12 elements (what pdqsort does for short slices), a merge sort above that. Never panics,
-/// whatever the comparator does.
-pub(crate) fn sort_entries(entries: &mut Vec<(Value, Value)>) {
-    if entries.len() <= 12 {
-        for i in 1..entries.len() {
+/// Sorts map entries by key exactly as Go's `sort.Sort(keyList)` does. go-yaml's `Less` is
+/// not transitive for some strings (`"10" < "1b" < "9" < "10"`), so the algorithm itself
+/// decides the output: this is Go's pattern-defeating quicksort, step for step. Never panics,
+/// whatever the comparator says.
+pub(crate) fn sort_entries(entries: &mut [(Value, Value)]) {
+    let n = entries.len();
+    if n <= 1 {
+        return;
+    }
+    let limit = bit_len(n);
+    let mut s = GoSort {
+        data: entries,
+        less: |a: &(Value, Value), b: &(Value, Value)| key_less(&a.0, &b.0),
+    };
+    s.pdqsort(0, n, limit);
+}
+
+fn bit_len(n: usize) -> usize {
+    (usize::BITS - n.leading_zeros()) as usize
+}
+
+struct GoSort<'a, T, F: Fn(&T, &T) -> bool> {
+    data: &'a mut [T],
+    less: F,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Hint {
+    Unknown,
+    Increasing,
+    Decreasing,
+}
+
+impl<T, F: Fn(&T, &T) -> bool> GoSort<'_, T, F> {
+    fn less(&self, i: usize, j: usize) -> bool {
+        match (self.data.get(i), self.data.get(j)) {
+            (Some(a), Some(b)) => (self.less)(a, b),
+            _ => false,
+        }
+    }
+
+    fn swap(&mut self, i: usize, j: usize) {
+        if i < self.data.len() && j < self.data.len() {
+            self.data.swap(i, j);
+        }
+    }
+
+    fn insertion_sort(&mut self, a: usize, b: usize) {
+        for i in a + 1..b {
             let mut j = i;
-            while j > 0 && key_less(&entries[j].0, &entries[j - 1].0) {
-                entries.swap(j, j - 1);
+            while j > a && self.less(j, j - 1) {
+                self.swap(j, j - 1);
                 j -= 1;
             }
         }
-        return;
     }
-    let items = std::mem::take(entries);
-    *entries = merge_sort(items);
-}
 
-fn merge_sort(mut v: Vec<(Value, Value)>) -> Vec<(Value, Value)> {
-    if v.len() <= 1 {
-        return v;
-    }
-    let right = v.split_off(v.len() / 2);
-    let left = merge_sort(v);
-    let right = merge_sort(right);
-    let mut out = Vec::with_capacity(left.len() + right.len());
-    let mut l = left.into_iter().peekable();
-    let mut r = right.into_iter().peekable();
-    loop {
-        let take_right = match (l.peek(), r.peek()) {
-            (Some(a), Some(b)) => key_less(&b.0, &a.0),
-            (Some(_), None) => false,
-            (None, Some(_)) => true,
-            (None, None) => break,
-        };
-        let next = if take_right { r.next() } else { l.next() };
-        if let Some(e) = next {
-            out.push(e);
+    fn sift_down(&mut self, lo: usize, hi: usize, first: usize) {
+        let mut root = lo;
+        loop {
+            let mut child = 2 * root + 1;
+            if child >= hi {
+                break;
+            }
+            if child + 1 < hi && self.less(first + child, first + child + 1) {
+                child += 1;
+            }
+            if !self.less(first + root, first + child) {
+                return;
+            }
+            self.swap(first + root, first + child);
+            root = child;
         }
     }
-    out
+
+    fn heap_sort(&mut self, a: usize, b: usize) {
+        let first = a;
+        let hi = b - a;
+        let mut i = (hi as isize - 1) / 2;
+        while i >= 0 {
+            self.sift_down(i as usize, hi, first);
+            i -= 1;
+        }
+        let mut i = hi as isize - 1;
+        while i >= 0 {
+            self.swap(first, first + i as usize);
+            self.sift_down(0, i as usize, first);
+            i -= 1;
+        }
+    }
+
+    fn pdqsort(&mut self, mut a: usize, mut b: usize, mut limit: usize) {
+        const MAX_INSERTION: usize = 12;
+        let mut was_balanced = true;
+        let mut was_partitioned = true;
+        loop {
+            let length = b - a;
+            if length <= MAX_INSERTION {
+                self.insertion_sort(a, b);
+                return;
+            }
+            if limit == 0 {
+                self.heap_sort(a, b);
+                return;
+            }
+            if !was_balanced {
+                self.break_patterns(a, b);
+                limit -= 1;
+            }
+            let (mut pivot, mut hint) = self.choose_pivot(a, b);
+            if hint == Hint::Decreasing {
+                self.reverse_range(a, b);
+                pivot = (b - 1) - (pivot - a);
+                hint = Hint::Increasing;
+            }
+            if was_balanced
+                && was_partitioned
+                && hint == Hint::Increasing
+                && self.partial_insertion_sort(a, b)
+            {
+                return;
+            }
+            if a > 0 && !self.less(a - 1, pivot) {
+                a = self.partition_equal(a, b, pivot);
+                continue;
+            }
+            let (mid, already) = self.partition(a, b, pivot);
+            was_partitioned = already;
+            let (left_len, right_len) = (mid - a, b - mid);
+            let balance_threshold = length / 8;
+            if left_len < right_len {
+                was_balanced = left_len >= balance_threshold;
+                self.pdqsort(a, mid, limit);
+                a = mid + 1;
+            } else {
+                was_balanced = right_len >= balance_threshold;
+                self.pdqsort(mid + 1, b, limit);
+                b = mid;
+            }
+        }
+    }
+
+    fn partition(&mut self, a: usize, b: usize, pivot: usize) -> (usize, bool) {
+        self.swap(a, pivot);
+        let (mut i, mut j) = (a as isize + 1, b as isize - 1);
+        let l = |s: &Self, x: isize, y: usize| s.less(x as usize, y);
+        while i <= j && l(self, i, a) {
+            i += 1;
+        }
+        while i <= j && !l(self, j, a) {
+            j -= 1;
+        }
+        if i > j {
+            self.swap(j as usize, a);
+            return (j as usize, true);
+        }
+        self.swap(i as usize, j as usize);
+        i += 1;
+        j -= 1;
+        loop {
+            while i <= j && l(self, i, a) {
+                i += 1;
+            }
+            while i <= j && !l(self, j, a) {
+                j -= 1;
+            }
+            if i > j {
+                break;
+            }
+            self.swap(i as usize, j as usize);
+            i += 1;
+            j -= 1;
+        }
+        self.swap(j as usize, a);
+        (j as usize, false)
+    }
+
+    fn partition_equal(&mut self, a: usize, b: usize, pivot: usize) -> usize {
+        self.swap(a, pivot);
+        let (mut i, mut j) = (a as isize + 1, b as isize - 1);
+        loop {
+            while i <= j && !self.less(a, i as usize) {
+                i += 1;
+            }
+            while i <= j && self.less(a, j as usize) {
+                j -= 1;
+            }
+            if i > j {
+                break;
+            }
+            self.swap(i as usize, j as usize);
+            i += 1;
+            j -= 1;
+        }
+        i as usize
+    }
+
+    fn partial_insertion_sort(&mut self, a: usize, b: usize) -> bool {
+        const MAX_STEPS: usize = 5;
+        const SHORTEST_SHIFTING: usize = 50;
+        let mut i = a + 1;
+        for _ in 0..MAX_STEPS {
+            while i < b && !self.less(i, i - 1) {
+                i += 1;
+            }
+            if i == b {
+                return true;
+            }
+            if b - a < SHORTEST_SHIFTING {
+                return false;
+            }
+            self.swap(i, i - 1);
+            if i - a >= 2 {
+                let mut j = i - 1;
+                while j >= 1 {
+                    if !self.less(j, j - 1) {
+                        break;
+                    }
+                    self.swap(j, j - 1);
+                    j -= 1;
+                }
+            }
+            if b - i >= 2 {
+                let mut j = i + 1;
+                while j < b {
+                    if !self.less(j, j - 1) {
+                        break;
+                    }
+                    self.swap(j, j - 1);
+                    j += 1;
+                }
+            }
+        }
+        false
+    }
+
+    fn break_patterns(&mut self, a: usize, b: usize) {
+        let length = b - a;
+        if length >= 8 {
+            let mut random = length as u64;
+            let modulus = 1usize << bit_len(length);
+            let start = a + (length / 4) * 2 - 1;
+            for idx in start..=a + (length / 4) * 2 + 1 {
+                random ^= random << 13;
+                random ^= random >> 7;
+                random ^= random << 17;
+                let mut other = (random as usize) & (modulus - 1);
+                if other >= length {
+                    other -= length;
+                }
+                self.swap(idx, a + other);
+            }
+        }
+    }
+
+    fn choose_pivot(&mut self, a: usize, b: usize) -> (usize, Hint) {
+        const SHORTEST_NINTHER: usize = 50;
+        const MAX_SWAPS: usize = 4 * 3;
+        let l = b - a;
+        let mut swaps = 0;
+        let mut i = a + l / 4;
+        let mut j = a + l / 4 * 2;
+        let mut k = a + l / 4 * 3;
+        if l >= 8 {
+            if l >= SHORTEST_NINTHER {
+                i = self.median(i - 1, i, i + 1, &mut swaps);
+                j = self.median(j - 1, j, j + 1, &mut swaps);
+                k = self.median(k - 1, k, k + 1, &mut swaps);
+            }
+            j = self.median(i, j, k, &mut swaps);
+        }
+        match swaps {
+            0 => (j, Hint::Increasing),
+            MAX_SWAPS => (j, Hint::Decreasing),
+            _ => (j, Hint::Unknown),
+        }
+    }
+
+    fn order2(&self, a: usize, b: usize, swaps: &mut usize) -> (usize, usize) {
+        if self.less(b, a) {
+            *swaps += 1;
+            (b, a)
+        } else {
+            (a, b)
+        }
+    }
+
+    fn median(&self, a: usize, b: usize, c: usize, swaps: &mut usize) -> usize {
+        let (a, b) = self.order2(a, b, swaps);
+        let (b, c) = self.order2(b, c, swaps);
+        let _ = c;
+        let (_a, b) = self.order2(a, b, swaps);
+        b
+    }
+
+    fn reverse_range(&mut self, a: usize, b: usize) {
+        let (mut i, mut j) = (a, b - 1);
+        while i < j {
+            self.swap(i, j);
+            i += 1;
+            j -= 1;
+        }
+    }
 }
 
 /// A total order for callers that want go-yaml's order as an `Ordering`.
