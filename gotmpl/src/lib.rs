@@ -1,4 +1,116 @@
-//! Go's `text/template` and the Sprig function library, as Helm uses them, in pure Rust.
+//! Go's `text/template`, exactly as Helm uses it, in pure Rust (no IO, no async, no unsafe).
 //!
-//! Start at the lexer and parser (template text to a tree), then the executor (tree plus data
-//! to text) with Go's value model and printing rules. No IO, no async.
+//! Start with [`TemplateSet`]: parse sources by name into one set (every `define` is global,
+//! the last non-empty definition of a name wins), then execute a named template with a root
+//! [`Value`] and a [`FuncMap`]:
+//!
+//! ```
+//! use flotilla_gotmpl::{ExecOptions, FuncMap, TemplateSet, Value};
+//!
+//! let funcs = FuncMap::new();
+//! let mut set = TemplateSet::new("gotpl");
+//! set.parse("chart/templates/cm.yaml", r#"{{ define "x" }}[{{ . }}]{{ end }}name: {{ template "x" .name }}"#, &funcs)?;
+//! let data = Value::from_json(&serde_json::json!({"name": "demo"}));
+//! let out = set.execute("chart/templates/cm.yaml", &data, &funcs, &ExecOptions::helm())?;
+//! assert_eq!(out, "name: [demo]");
+//! # Ok::<(), flotilla_gotmpl::Error>(())
+//! ```
+//!
+//! Module map:
+//! * [`value`]: the Go value model ([`Value`], shared mutable [`Map`]s, typed [`List`]s,
+//!   opaque [`Object`]s with fields and methods, Go type names for `typeOf`/`kindOf`).
+//! * [`gofmt`]: Go's `fmt`/`strconv` printing (`%v` of maps and slices, shortest floats,
+//!   `Sprintf` verbs and error forms).
+//! * `lex`, `parse`, `ast`: template text to trees, with Go's exact parse errors
+//!   (`template: NAME:LINE: MESSAGE`).
+//! * `exec`: Go's execution semantics (truth, `missingkey`, field chains, `range` over
+//!   lists, maps in key order and integers, `break`/`continue`, `template`) and the builtins
+//!   (`and or not len index slice print printf println html js urlquery call eq ne lt le gt
+//!   ge`), with Go's exact execution errors
+//!   (`template: NAME:LINE:COL: executing "NAME" at <NODE>: MESSAGE`).
+//! * [`signature`]: the function registry. A [`Function`] declares a Go-like [`Signature`]
+//!   so calls get Go's arity and type errors; it receives a [`CallCtx`] through which it can
+//!   execute named templates (Helm's `include`) or parse text into a clone of the set and
+//!   run it (`tpl`). Registered functions shadow builtins of the same name (Sprig's `slice`).
+//!
+//! Not modelled: complex numbers (a complex literal is a parse error), function values (so
+//! `call` can only fail, as it does in Go for every non-function), channels, custom
+//! delimiters.
+
+mod ast;
+mod exec;
+pub mod gofmt;
+mod lex;
+mod parse;
+pub mod signature;
+mod template;
+pub mod value;
+
+pub use exec::{CallCtx, html_escape, js_escape, query_escape};
+pub use parse::MAX_PARSE_DEPTH;
+pub use signature::{ArgType, FuncError, FuncMap, Function, Signature};
+pub use template::{Template, TemplateSet};
+pub use value::{ElemType, GoKind, List, Map, MapType, Object, Value};
+
+/// A parse or execution error, with Go's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// `template: NAME:LINE: MESSAGE`
+    #[error("{0}")]
+    Parse(String),
+    /// `template: NAME:LINE:COL: executing "NAME" at <NODE>: MESSAGE`, or
+    /// `template: no template "x" associated with template "y"`.
+    #[error("{0}")]
+    Exec(String),
+}
+
+/// What a missing map key evaluates to (Go's `missingkey` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKey {
+    /// `missingkey=default`: no value (prints `<no value>`; field access on it gives no
+    /// value).
+    Default,
+    /// `missingkey=zero` (Helm): the zero value of the element type, for
+    /// `map[string]interface {}` the nil interface (prints `<no value>`; field access on it
+    /// fails with `nil pointer evaluating interface {}.x`).
+    Zero,
+    /// `missingkey=error` (Helm's strict mode): `map has no entry for key "x"`.
+    Error,
+}
+
+/// Execution options and resource limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// The `missingkey` behaviour.
+    pub missing_key: MissingKey,
+    /// Maximum nesting of template invocations plus control structures and parenthesised
+    /// pipelines being executed. Go allows 100000 nested templates, which a Rust stack
+    /// cannot hold; exceeding this gives `exceeded maximum template depth (N)`.
+    pub max_depth: usize,
+    /// Maximum bytes written by one execution, nested `include`s included.
+    pub max_output_bytes: usize,
+    /// Maximum execution steps (nodes walked plus loop iterations), or unlimited.
+    pub max_steps: Option<u64>,
+}
+
+/// Default for [`ExecOptions::max_depth`]: safe on a 2 MiB thread stack in debug builds.
+pub const DEFAULT_MAX_DEPTH: usize = 500;
+
+impl ExecOptions {
+    /// Helm's options: `missingkey=zero`, default limits.
+    pub fn helm() -> Self {
+        ExecOptions { missing_key: MissingKey::Zero, ..ExecOptions::default() }
+    }
+}
+
+impl Default for ExecOptions {
+    /// Go's defaults (`missingkey=default`) with this crate's limits.
+    fn default() -> Self {
+        ExecOptions {
+            missing_key: MissingKey::Default,
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_output_bytes: 256 << 20,
+            max_steps: None,
+        }
+    }
+}

@@ -135,7 +135,7 @@ impl From<crate::Error> for FuncError {
 
 /// The Rust side of a template function: receives the context and the already type-checked
 /// arguments.
-pub type NativeFn = dyn Fn(&mut CallCtx<'_>, &[Value]) -> Result<Value, FuncError> + Send + Sync;
+pub type NativeFn = dyn Fn(&mut CallCtx<'_, '_>, &[Value]) -> Result<Value, FuncError> + Send + Sync;
 
 /// A template function: a signature plus an implementation.
 #[derive(Clone)]
@@ -154,7 +154,7 @@ impl Function {
     /// A function that needs the execution context (to run templates, like `include`).
     pub fn with_ctx<F>(sig: Signature, f: F) -> Self
     where
-        F: Fn(&mut CallCtx<'_>, &[Value]) -> Result<Value, FuncError> + Send + Sync + 'static,
+        F: Fn(&mut CallCtx<'_, '_>, &[Value]) -> Result<Value, FuncError> + Send + Sync + 'static,
     {
         Function { sig, imp: Arc::new(f) }
     }
@@ -164,7 +164,7 @@ impl Function {
     where
         F: Fn(&[Value]) -> Result<Value, FuncError> + Send + Sync + 'static,
     {
-        Function { sig, imp: Arc::new(move |_: &mut CallCtx<'_>, args: &[Value]| f(args)) }
+        Function { sig, imp: Arc::new(move |_: &mut CallCtx<'_, '_>, args: &[Value]| f(args)) }
     }
 
     /// The signature.
@@ -172,7 +172,7 @@ impl Function {
         &self.sig
     }
 
-    pub(crate) fn call(&self, ctx: &mut CallCtx<'_>, args: &[Value]) -> Result<Value, FuncError> {
+    pub(crate) fn call(&self, ctx: &mut CallCtx<'_, '_>, args: &[Value]) -> Result<Value, FuncError> {
         (self.imp)(ctx, args)
     }
 }

@@ -1,0 +1,931 @@
+//! The parser: tokens to trees, following Go's `text/template/parse/parse.go`, with Go's
+//! error messages (`template: NAME:LINE: MESSAGE`).
+
+use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe};
+use crate::lex::{Item, ItemType, lex};
+
+/// Maximum nesting of control structures, blocks and parenthesised pipelines. Go limits only
+/// parentheses (at 10000); a Rust stack needs a lower bound on every kind of nesting.
+pub const MAX_PARSE_DEPTH: usize = 100;
+
+/// Maximum commands in one pipeline (Go's limit).
+const MAX_PIPELINE_CMDS: usize = 100_000;
+
+/// One tree produced by a parse: a name and a body.
+#[derive(Debug)]
+pub(crate) struct ParsedTree {
+    pub name: String,
+    pub root: ListNode,
+}
+
+/// Parses `text` as template `name`; returns the top-level tree and every `define`/`block`
+/// in the order met. `has_func` tells whether a function name exists (builtins included).
+pub(crate) fn parse(
+    name: &str,
+    text: &str,
+    has_func: &dyn Fn(&str) -> bool,
+) -> Result<Vec<ParsedTree>, String> {
+    let items = lex(text, !has_func("break"), !has_func("continue"));
+    let eof = Item { typ: ItemType::Eof, pos: text.len(), val: String::new(), line: 0 };
+    let mut p = Parser {
+        items,
+        idx: 0,
+        token: [eof.clone(), eof.clone(), eof],
+        peek_count: 0,
+        vars: vec!["$".to_string()],
+        has_func,
+        parse_name: name.to_string(),
+        action_line: 0,
+        range_depth: 0,
+        depth: 0,
+        trees: Vec::new(),
+    };
+    let root = p.parse_top()?;
+    p.add(name.to_string(), root)?;
+    Ok(p.trees)
+}
+
+struct Parser<'a> {
+    items: Vec<Item>,
+    idx: usize,
+    token: [Item; 3],
+    peek_count: usize,
+    vars: Vec<String>,
+    has_func: &'a dyn Fn(&str) -> bool,
+    parse_name: String,
+    action_line: usize,
+    range_depth: usize,
+    depth: usize,
+    trees: Vec<ParsedTree>,
+}
+
+type PResult<T> = Result<T, String>;
+
+enum Parsed {
+    Node(Node),
+    End,
+    Else,
+}
+
+impl Parser<'_> {
+    fn lex_next(&mut self) -> Item {
+        match self.items.get(self.idx) {
+            Some(it) => {
+                self.idx += 1;
+                it.clone()
+            }
+            None => {
+                let line = self.items.last().map(|i| i.line).unwrap_or(1);
+                Item { typ: ItemType::Eof, pos: 0, val: String::new(), line }
+            }
+        }
+    }
+
+    fn next(&mut self) -> Item {
+        if self.peek_count > 0 {
+            self.peek_count -= 1;
+        } else {
+            self.token[0] = self.lex_next();
+        }
+        self.token[self.peek_count].clone()
+    }
+
+    fn backup(&mut self) {
+        self.peek_count += 1;
+    }
+
+    fn backup2(&mut self, t1: Item) {
+        self.token[1] = t1;
+        self.peek_count = 2;
+    }
+
+    fn backup3(&mut self, t2: Item, t1: Item) {
+        self.token[1] = t1;
+        self.token[2] = t2;
+        self.peek_count = 3;
+    }
+
+    fn peek(&mut self) -> Item {
+        if self.peek_count > 0 {
+            return self.token[self.peek_count - 1].clone();
+        }
+        self.peek_count = 1;
+        self.token[0] = self.lex_next();
+        self.token[0].clone()
+    }
+
+    fn next_non_space(&mut self) -> Item {
+        loop {
+            let t = self.next();
+            if t.typ != ItemType::Space {
+                return t;
+            }
+        }
+    }
+
+    fn peek_non_space(&mut self) -> Item {
+        let t = self.next_non_space();
+        self.backup();
+        t
+    }
+
+    fn errorf<T>(&self, msg: impl AsRef<str>) -> PResult<T> {
+        Err(format!("template: {}:{}: {}", self.parse_name, self.token[0].line, msg.as_ref()))
+    }
+
+    fn unexpected<T>(&self, token: &Item, context: &str) -> PResult<T> {
+        if token.typ == ItemType::Error {
+            let mut extra = String::new();
+            if self.action_line != 0 && self.action_line != token.line {
+                extra = format!(" in action started at {}:{}", self.parse_name, self.action_line);
+                if token.val.ends_with(" action") {
+                    extra = extra[" in action".len()..].to_string();
+                }
+            }
+            return self.errorf(format!("{token}{extra}"));
+        }
+        self.errorf(format!("unexpected {token} in {context}"))
+    }
+
+    fn expect(&mut self, typ: ItemType, context: &str) -> PResult<Item> {
+        let t = self.next_non_space();
+        if t.typ != typ {
+            return self.unexpected(&t, context);
+        }
+        Ok(t)
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        if self.depth >= MAX_PARSE_DEPTH {
+            return self.errorf("max expression depth exceeded");
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    /// Adds a tree to this parse's set: a second non-empty definition is an error.
+    fn add(&mut self, name: String, root: ListNode) -> PResult<()> {
+        if let Some(i) = self.trees.iter().position(|t| t.name == name) {
+            if crate::ast::is_empty_tree(&self.trees[i].root) {
+                self.trees[i].root = root;
+                return Ok(());
+            }
+            if !crate::ast::is_empty_tree(&root) {
+                return self.errorf(format!(
+                    "template: multiple definition of template {}",
+                    crate::gofmt::quote(&name)
+                ));
+            }
+            return Ok(());
+        }
+        self.trees.push(ParsedTree { name, root });
+        Ok(())
+    }
+
+    fn parse_top(&mut self) -> PResult<ListNode> {
+        let mut root = ListNode::default();
+        while self.peek().typ != ItemType::Eof {
+            if self.peek().typ == ItemType::LeftDelim {
+                let delim = self.next();
+                if self.next_non_space().typ == ItemType::Define {
+                    self.parse_definition()?;
+                    continue;
+                }
+                self.backup2(delim);
+            }
+            match self.text_or_action()? {
+                Parsed::Node(n) => root.nodes.push(n),
+                Parsed::End => return self.errorf("unexpected {{end}}"),
+                Parsed::Else => return self.errorf("unexpected {{else}}"),
+            }
+        }
+        Ok(root)
+    }
+
+    fn parse_definition(&mut self) -> PResult<()> {
+        const CONTEXT: &str = "define clause";
+        let token = self.next_non_space();
+        if token.typ != ItemType::String && token.typ != ItemType::RawString {
+            return self.unexpected(&token, CONTEXT);
+        }
+        let name = match unquote(&token.val) {
+            Ok(s) => s,
+            Err(e) => return self.errorf(e),
+        };
+        self.expect(ItemType::RightDelim, CONTEXT)?;
+        // A definition is a fresh tree: no outer variables, not inside a range.
+        let saved_vars = std::mem::replace(&mut self.vars, vec!["$".to_string()]);
+        let saved_range = std::mem::replace(&mut self.range_depth, 0);
+        self.enter()?;
+        let (list, end) = self.item_list()?;
+        self.leave();
+        self.vars = saved_vars;
+        self.range_depth = saved_range;
+        if let Parsed::Else = end {
+            return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
+        }
+        self.add(name, list)
+    }
+
+    fn item_list(&mut self) -> PResult<(ListNode, Parsed)> {
+        let mut list = ListNode::default();
+        while self.peek_non_space().typ != ItemType::Eof {
+            match self.text_or_action()? {
+                Parsed::Node(n) => list.nodes.push(n),
+                other => return Ok((list, other)),
+            }
+        }
+        self.errorf("unexpected EOF")
+    }
+
+    fn text_or_action(&mut self) -> PResult<Parsed> {
+        let token = self.next_non_space();
+        match token.typ {
+            ItemType::Text => Ok(Parsed::Node(Node::Text(token.val))),
+            ItemType::LeftDelim => {
+                self.action_line = token.line;
+                let r = self.action();
+                self.action_line = 0;
+                r
+            }
+            _ => self.unexpected(&token, "input"),
+        }
+    }
+
+    fn action(&mut self) -> PResult<Parsed> {
+        let token = self.next_non_space();
+        match token.typ {
+            ItemType::Block => return self.block_control().map(Parsed::Node),
+            ItemType::Break => {
+                self.break_or_continue("{{break}}")?;
+                return Ok(Parsed::Node(Node::Break));
+            }
+            ItemType::Continue => {
+                self.break_or_continue("{{continue}}")?;
+                return Ok(Parsed::Node(Node::Continue));
+            }
+            ItemType::Else => return self.else_control(),
+            ItemType::End => {
+                self.expect(ItemType::RightDelim, "end")?;
+                return Ok(Parsed::End);
+            }
+            ItemType::If => return self.control("if").map(|b| Parsed::Node(Node::If(b))),
+            ItemType::Range => return self.control("range").map(|b| Parsed::Node(Node::Range(b))),
+            ItemType::Template => return self.template_control().map(Parsed::Node),
+            ItemType::With => return self.control("with").map(|b| Parsed::Node(Node::With(b))),
+            _ => {}
+        }
+        self.backup();
+        let pipe = self.pipeline("command", ItemType::RightDelim)?;
+        Ok(Parsed::Node(Node::Action(pipe)))
+    }
+
+    fn break_or_continue(&mut self, what: &str) -> PResult<()> {
+        let token = self.next_non_space();
+        if token.typ != ItemType::RightDelim {
+            return self.unexpected(&token, what);
+        }
+        if self.range_depth == 0 {
+            return self.errorf(format!("{what} outside {{{{range}}}}"));
+        }
+        Ok(())
+    }
+
+    fn else_control(&mut self) -> PResult<Parsed> {
+        let peek = self.peek_non_space();
+        if peek.typ == ItemType::If || peek.typ == ItemType::With {
+            return Ok(Parsed::Else);
+        }
+        self.expect(ItemType::RightDelim, "else")?;
+        Ok(Parsed::Else)
+    }
+
+    fn pipeline(&mut self, context: &str, end: ItemType) -> PResult<Pipe> {
+        let token = self.peek_non_space();
+        let mut pipe = Pipe { pos: token.pos, is_assign: false, decl: Vec::new(), cmds: Vec::new() };
+        // Declarations or assignments.
+        loop {
+            let v = self.peek_non_space();
+            if v.typ != ItemType::Variable {
+                break;
+            }
+            self.next();
+            let token_after = self.peek();
+            let next = self.peek_non_space();
+            if next.typ == ItemType::Assign || next.typ == ItemType::Declare {
+                pipe.is_assign = next.typ == ItemType::Assign;
+                self.next_non_space();
+                pipe.decl.push(v.val.clone());
+                self.vars.push(v.val);
+                break;
+            } else if next.typ == ItemType::Char && next.val == "," {
+                self.next_non_space();
+                pipe.decl.push(v.val.clone());
+                self.vars.push(v.val);
+                if context == "range" && pipe.decl.len() < 2 {
+                    match self.peek_non_space().typ {
+                        ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => continue,
+                        _ => return self.errorf("range can only initialize variables"),
+                    }
+                }
+                return self.errorf(format!("too many declarations in {context}"));
+            } else if token_after.typ == ItemType::Space {
+                self.backup3(v, token_after);
+                break;
+            } else {
+                self.backup2(v);
+                break;
+            }
+        }
+        loop {
+            let token = self.next_non_space();
+            match token.typ {
+                t if t == end => {
+                    self.check_pipeline(&pipe, context)?;
+                    return Ok(pipe);
+                }
+                ItemType::Bool
+                | ItemType::CharConstant
+                | ItemType::Complex
+                | ItemType::Dot
+                | ItemType::Field
+                | ItemType::Identifier
+                | ItemType::Number
+                | ItemType::Nil
+                | ItemType::RawString
+                | ItemType::String
+                | ItemType::Variable
+                | ItemType::LeftParen => {
+                    self.backup();
+                    let cmd = self.command()?;
+                    pipe.cmds.push(cmd);
+                    if pipe.cmds.len() > MAX_PIPELINE_CMDS {
+                        return self.errorf("pipeline too long");
+                    }
+                }
+                _ => return self.unexpected(&token, context),
+            }
+        }
+    }
+
+    fn check_pipeline(&self, pipe: &Pipe, context: &str) -> PResult<()> {
+        if pipe.cmds.is_empty() {
+            return self.errorf(format!("missing value for {context}"));
+        }
+        for (i, c) in pipe.cmds.iter().enumerate().skip(1) {
+            if c.args.first().is_some_and(Arg::is_non_executable) {
+                return self.errorf(format!("non executable command in pipeline stage {}", i + 1));
+            }
+        }
+        Ok(())
+    }
+
+    fn control(&mut self, context: &str) -> PResult<Branch> {
+        self.enter()?;
+        let mark = self.vars.len();
+        let r = self.control_inner(context);
+        self.vars.truncate(mark);
+        self.leave();
+        r
+    }
+
+    fn control_inner(&mut self, context: &str) -> PResult<Branch> {
+        let pipe = self.pipeline(context, ItemType::RightDelim)?;
+        if context == "range" {
+            self.range_depth += 1;
+        }
+        let (list, next) = self.item_list()?;
+        if context == "range" {
+            self.range_depth -= 1;
+        }
+        let mut else_list = None;
+        if let Parsed::Else = next {
+            // "{{else if …}}" and "{{else with …}}" nest a new control whose {{end}} also
+            // ends this one.
+            if context == "if" && self.peek().typ == ItemType::If {
+                self.next();
+                let inner = self.control("if")?;
+                else_list = Some(ListNode { nodes: vec![Node::If(inner)] });
+            } else if context == "with" && self.peek().typ == ItemType::With {
+                self.next();
+                let inner = self.control("with")?;
+                else_list = Some(ListNode { nodes: vec![Node::With(inner)] });
+            } else {
+                let (list, next) = self.item_list()?;
+                if let Parsed::Else = next {
+                    return self.errorf("expected end; found {{else}}");
+                }
+                else_list = Some(list);
+            }
+        }
+        Ok(Branch { pos: pipe.pos, pipe, list, else_list })
+    }
+
+    fn template_name(&mut self, token: &Item, context: &str) -> PResult<String> {
+        match token.typ {
+            ItemType::String | ItemType::RawString => match unquote(&token.val) {
+                Ok(s) => Ok(s),
+                Err(e) => self.errorf(e),
+            },
+            _ => self.unexpected(token, context),
+        }
+    }
+
+    fn block_control(&mut self) -> PResult<Node> {
+        const CONTEXT: &str = "block clause";
+        let token = self.next_non_space();
+        let name = self.template_name(&token, CONTEXT)?;
+        let pipe = self.pipeline(CONTEXT, ItemType::RightDelim)?;
+        let saved_vars = std::mem::replace(&mut self.vars, vec!["$".to_string()]);
+        let saved_range = std::mem::replace(&mut self.range_depth, 0);
+        self.enter()?;
+        let (list, end) = self.item_list()?;
+        self.leave();
+        self.vars = saved_vars;
+        self.range_depth = saved_range;
+        if let Parsed::Else = end {
+            return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
+        }
+        self.add(name.clone(), list)?;
+        Ok(Node::Template { pos: token.pos, name, pipe: Some(pipe) })
+    }
+
+    fn template_control(&mut self) -> PResult<Node> {
+        const CONTEXT: &str = "template clause";
+        let token = self.next_non_space();
+        let name = self.template_name(&token, CONTEXT)?;
+        let mut pipe = None;
+        if self.next_non_space().typ != ItemType::RightDelim {
+            self.backup();
+            pipe = Some(self.pipeline(CONTEXT, ItemType::RightDelim)?);
+        }
+        Ok(Node::Template { pos: token.pos, name, pipe })
+    }
+
+    fn command(&mut self) -> PResult<Command> {
+        let pos = self.peek_non_space().pos;
+        let mut cmd = Command { pos, args: Vec::new() };
+        loop {
+            self.peek_non_space();
+            if let Some(op) = self.operand()? {
+                cmd.args.push(op);
+            }
+            let token = self.next();
+            match token.typ {
+                ItemType::Space => continue,
+                ItemType::RightDelim | ItemType::RightParen => self.backup(),
+                ItemType::Pipe => {}
+                _ => return self.unexpected(&token, "operand"),
+            }
+            break;
+        }
+        if cmd.args.is_empty() {
+            return self.errorf("empty command");
+        }
+        Ok(cmd)
+    }
+
+    fn operand(&mut self) -> PResult<Option<Arg>> {
+        let Some(node) = self.term()? else {
+            return Ok(None);
+        };
+        if self.peek().typ != ItemType::Field {
+            return Ok(Some(node));
+        }
+        let chain_pos = self.peek().pos;
+        let mut fields = Vec::new();
+        while self.peek().typ == ItemType::Field {
+            let f = self.next().val;
+            fields.push(f[1..].to_string());
+        }
+        Ok(Some(match node {
+            Arg::Field { mut idents, .. } => {
+                idents.extend(fields);
+                Arg::Field { pos: chain_pos, idents }
+            }
+            Arg::Variable { mut idents, .. } => {
+                idents.extend(fields);
+                Arg::Variable { pos: chain_pos, idents }
+            }
+            Arg::Bool { .. } | Arg::String { .. } | Arg::Number(_) | Arg::Nil { .. } | Arg::Dot { .. } => {
+                return self.errorf(format!("unexpected . after term {}", crate::gofmt::quote(&node.to_string())));
+            }
+            other => Arg::Chain { pos: chain_pos, node: Box::new(other), fields },
+        }))
+    }
+
+    fn term(&mut self) -> PResult<Option<Arg>> {
+        let token = self.next_non_space();
+        Ok(Some(match token.typ {
+            ItemType::Identifier => {
+                if !(self.has_func)(&token.val) {
+                    return self.errorf(format!("function {} not defined", crate::gofmt::quote(&token.val)));
+                }
+                Arg::Identifier { pos: token.pos, name: token.val }
+            }
+            ItemType::Dot => Arg::Dot { pos: token.pos },
+            ItemType::Nil => Arg::Nil { pos: token.pos },
+            ItemType::Variable => {
+                if !self.vars.iter().any(|v| *v == token.val) {
+                    return self.errorf(format!("undefined variable {}", crate::gofmt::quote(&token.val)));
+                }
+                Arg::Variable { pos: token.pos, idents: vec![token.val] }
+            }
+            ItemType::Field => Arg::Field { pos: token.pos, idents: vec![token.val[1..].to_string()] },
+            ItemType::Bool => Arg::Bool { pos: token.pos, val: token.val == "true" },
+            ItemType::CharConstant | ItemType::Complex | ItemType::Number => {
+                match parse_number(token.pos, &token.val, token.typ) {
+                    Ok(n) => Arg::Number(Box::new(n)),
+                    Err(e) => return self.errorf(e),
+                }
+            }
+            ItemType::LeftParen => {
+                self.enter()?;
+                let r = self.pipeline("parenthesized pipeline", ItemType::RightParen);
+                self.leave();
+                Arg::Pipe(Box::new(r?))
+            }
+            ItemType::String | ItemType::RawString => match unquote(&token.val) {
+                Ok(s) => Arg::String { pos: token.pos, quoted: token.val, text: s },
+                Err(e) => return self.errorf(e),
+            },
+            _ => {
+                self.backup();
+                return Ok(None);
+            }
+        }))
+    }
+}
+
+/// Go's `strconv.Unquote` for double-quoted and raw strings.
+pub(crate) fn unquote(s: &str) -> Result<String, String> {
+    let err = || "invalid syntax".to_string();
+    if s.len() >= 2 && s.starts_with('`') && s.ends_with('`') {
+        return Ok(s[1..s.len() - 1].replace('\r', ""));
+    }
+    if s.len() < 2 || !s.starts_with('"') || !s.ends_with('"') {
+        return Err(err());
+    }
+    let body = &s[1..s.len() - 1];
+    let mut out = String::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (c, tail) = unquote_char(rest, '"').ok_or_else(err)?;
+        match c {
+            Unquoted::Char(c) => out.push(c),
+            Unquoted::Byte(_) => return Err("invalid UTF-8 in string literal".to_string()),
+        }
+        rest = tail;
+    }
+    Ok(out)
+}
+
+pub(crate) enum Unquoted {
+    Char(char),
+    Byte(u8),
+}
+
+/// Go's `strconv.UnquoteChar`: decodes one (possibly escaped) character.
+pub(crate) fn unquote_char(s: &str, quote: char) -> Option<(Unquoted, &str)> {
+    let mut chars = s.chars();
+    let c = chars.next()?;
+    if c == quote && (quote == '\'' || quote == '"') {
+        return None;
+    }
+    if c != '\\' {
+        return Some((Unquoted::Char(c), chars.as_str()));
+    }
+    let e = chars.next()?;
+    let rest = chars.as_str();
+    let simple = match e {
+        'a' => Some('\u{7}'),
+        'b' => Some('\u{8}'),
+        'f' => Some('\u{c}'),
+        'n' => Some('\n'),
+        'r' => Some('\r'),
+        't' => Some('\t'),
+        'v' => Some('\u{b}'),
+        '\\' => Some('\\'),
+        '\'' | '"' if e == quote => Some(e),
+        _ => None,
+    };
+    if let Some(c) = simple {
+        return Some((Unquoted::Char(c), rest));
+    }
+    match e {
+        'x' | 'u' | 'U' => {
+            let n = match e {
+                'x' => 2,
+                'u' => 4,
+                _ => 8,
+            };
+            let hex = rest.get(..n)?;
+            let v = u32::from_str_radix(hex, 16).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            let rest = &rest[n..];
+            if e == 'x' {
+                if v < 0x80 {
+                    return Some((Unquoted::Char(char::from_u32(v)?), rest));
+                }
+                return Some((Unquoted::Byte(v as u8), rest));
+            }
+            Some((Unquoted::Char(char::from_u32(v)?), rest))
+        }
+        '0'..='7' => {
+            let oct = s.get(1..4)?;
+            if !oct.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+                return None;
+            }
+            let v = u32::from_str_radix(oct, 8).ok()?;
+            if v > 255 {
+                return None;
+            }
+            let rest = &s[4..];
+            if v < 0x80 {
+                Some((Unquoted::Char(char::from_u32(v)?), rest))
+            } else {
+                Some((Unquoted::Byte(v as u8), rest))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether underscores in a Go number literal are well placed (`strconv`'s `underscoreOK`).
+fn underscore_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut saw = b'^';
+    let mut i = 0;
+    if !b.is_empty() && (b[0] == b'-' || b[0] == b'+') {
+        i = 1;
+    }
+    let mut hex = false;
+    if b.len() - i >= 2 && b[i] == b'0' && matches!(b[i + 1] | 0x20, b'b' | b'o' | b'x') {
+        hex = (b[i + 1] | 0x20) == b'x';
+        i += 2;
+        saw = b'0';
+    }
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else {
+            if saw == b'_' {
+                return false;
+            }
+            saw = b'!';
+        }
+        i += 1;
+    }
+    saw != b'_'
+}
+
+/// `strconv.ParseUint(s, 0, 64)`.
+fn parse_uint_base0(s: &str) -> Option<u64> {
+    if s.is_empty() || s.starts_with(['+', '-']) {
+        return None;
+    }
+    let (digits, radix, prefixed) = if let Some(r) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (r, 16, true)
+    } else if let Some(r) = s.strip_prefix("0o").or_else(|| s.strip_prefix("0O")) {
+        (r, 8, true)
+    } else if let Some(r) = s.strip_prefix("0b").or_else(|| s.strip_prefix("0B")) {
+        (r, 2, true)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8, true)
+    } else {
+        (s, 10, false)
+    };
+    if s.contains('_') && !(prefixed && underscore_ok(s)) && !underscore_ok(s) {
+        return None;
+    }
+    if s.contains('_') && !prefixed {
+        // Underscores need a base prefix in base-0 parsing... except Go allows them for
+        // decimal too when base is 0 ("1_000"); underscore_ok has checked placement.
+    }
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    if clean.is_empty() {
+        return None;
+    }
+    u64::from_str_radix(&clean, radix).ok()
+}
+
+/// `strconv.ParseInt(s, 0, 64)`.
+fn parse_int_base0(s: &str) -> Option<i64> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let u = parse_uint_base0(body)?;
+    if neg {
+        if u <= (i64::MAX as u64) + 1 { Some((u as i128).wrapping_neg() as i64) } else { None }
+    } else if u <= i64::MAX as u64 {
+        Some(u as i64)
+    } else {
+        None
+    }
+}
+
+/// `strconv.ParseFloat(s, 64)` for Go literal syntax (decimal and hexadecimal).
+fn parse_float(s: &str) -> Option<f64> {
+    if s.contains('_') && !underscore_ok(s) {
+        return None;
+    }
+    let clean: String = s.chars().filter(|&c| c != '_').collect();
+    let (neg, body) = match clean.as_bytes().first() {
+        Some(b'-') => (true, &clean[1..]),
+        Some(b'+') => (false, &clean[1..]),
+        _ => (false, clean.as_str()),
+    };
+    let v = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        parse_hex_float(hex)?
+    } else {
+        if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
+            return None;
+        }
+        body.parse::<f64>().ok()?
+    };
+    Some(if neg { -v } else { v })
+}
+
+fn parse_hex_float(s: &str) -> Option<f64> {
+    let (mant, exp) = match s.find(['p', 'P']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
+        None => (s, 0),
+    };
+    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let mut v = 0f64;
+    for c in int.chars() {
+        v = v * 16.0 + f64::from(c.to_digit(16)?);
+    }
+    let mut scale = 1.0 / 16.0;
+    for c in frac.chars() {
+        v += f64::from(c.to_digit(16)?) * scale;
+        scale /= 16.0;
+    }
+    Some(v * 2f64.powi(exp))
+}
+
+/// Go's `newNumber`: all the representations a numeric constant admits.
+fn parse_number(pos: usize, text: &str, typ: ItemType) -> Result<Number, String> {
+    let mut n = Number {
+        pos,
+        text: text.to_string(),
+        is_int: false,
+        is_uint: false,
+        is_float: false,
+        int: 0,
+        uint: 0,
+        float: 0.0,
+    };
+    if typ == ItemType::CharConstant {
+        let inner = &text[1..];
+        let (c, tail) = unquote_char(inner, '\'').ok_or_else(|| "invalid syntax".to_string())?;
+        if tail != "'" {
+            return Err(format!("malformed character constant: {text}"));
+        }
+        let v = match c {
+            Unquoted::Char(c) => c as u32,
+            Unquoted::Byte(b) => u32::from(b),
+        };
+        n.int = i64::from(v);
+        n.uint = u64::from(v);
+        n.float = f64::from(v);
+        n.is_int = true;
+        n.is_uint = true;
+        n.is_float = true;
+        return Ok(n);
+    }
+    if typ == ItemType::Complex || text.ends_with('i') {
+        return Err(format!("complex constants are not supported: {text}"));
+    }
+    if let Some(u) = parse_uint_base0(text) {
+        n.is_uint = true;
+        n.uint = u;
+    }
+    if let Some(i) = parse_int_base0(text) {
+        n.is_int = true;
+        n.int = i;
+        if i == 0 {
+            n.is_uint = true;
+            n.uint = 0;
+        }
+    }
+    if n.is_int {
+        n.is_float = true;
+        n.float = n.int as f64;
+    } else if n.is_uint {
+        n.is_float = true;
+        n.float = n.uint as f64;
+    } else if let Some(f) = parse_float(text) {
+        if !text.contains(['.', 'e', 'E', 'p', 'P']) {
+            return Err(format!("integer overflow: {}", crate::gofmt::quote(text)));
+        }
+        n.is_float = true;
+        n.float = f;
+        if f.is_finite() && f == f.trunc() {
+            if f >= -9.223_372_036_854_776e18 && f < 9.223_372_036_854_776e18 {
+                n.is_int = true;
+                n.int = f as i64;
+            }
+            if (0.0..1.844_674_407_370_955_2e19).contains(&f) {
+                n.is_uint = true;
+                n.uint = f as u64;
+            }
+        }
+    }
+    if !n.is_int && !n.is_uint && !n.is_float {
+        return Err(format!("illegal number syntax: {}", crate::gofmt::quote(text)));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has(name: &str) -> bool {
+        matches!(name, "printf" | "len" | "index" | "eq" | "not")
+    }
+
+    fn err(src: &str) -> String {
+        parse("t", src, &has).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn parse_errors_use_go_messages() {
+        let cases = [
+            ("{{ foo }}", "template: t:1: function \"foo\" not defined"),
+            ("{{ .a }", "template: t:1: unexpected \"}\" in operand"),
+            ("{{ if true }}", "template: t:1: unexpected EOF"),
+            ("\n\n{{ end }}", "template: t:3: unexpected {{end}}"),
+            ("{{ else }}", "template: t:1: unexpected {{else}}"),
+            ("{{ $x }}", "template: t:1: undefined variable \"$x\""),
+            ("{{ break }}", "template: t:1: {{break}} outside {{range}}"),
+            ("{{ continue }}", "template: t:1: {{continue}} outside {{range}}"),
+            ("{{ }}", "template: t:1: missing value for command"),
+            ("{{ 1 | 2 }}", "template: t:1: non executable command in pipeline stage 2"),
+            ("{{ \"a\".b }}", "template: t:1: unexpected . after term \"\\\"a\\\"\""),
+            ("{{ $a, $b := 1 }}", "template: t:1: too many declarations in command"),
+            ("{{ range $a, 1 }}{{end}}", "template: t:1: range can only initialize variables"),
+            ("{{ template foo }}", "template: t:1: unexpected \"foo\" in template clause"),
+            ("{{ if 1 }}{{ else }}{{ else }}{{ end }}", "template: t:1: expected end; found {{else}}"),
+            ("{{define \"a\"}}x{{end}}{{define \"a\"}}y{{end}}", "template: t:1: template: multiple definition of template \"a\""),
+            ("{{ 1i }}", "template: t:1: complex constants are not supported: 1i"),
+        ];
+        for (src, want) in cases {
+            assert_eq!(err(src), want, "source {src:?}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let src = format!("{}1{}", "{{(".repeat(1) + &"(".repeat(10_000), ")".repeat(10_001) + "}}");
+        assert!(err(&src).ends_with("max expression depth exceeded"));
+        let src = "{{if 1}}".repeat(5000);
+        assert!(err(&src).ends_with("max expression depth exceeded"));
+    }
+
+    #[test]
+    fn numbers_admit_every_go_representation() {
+        let n = parse_number(0, "0x1F", ItemType::Number).expect("hex");
+        assert!(n.is_int && n.int == 31);
+        let n = parse_number(0, "0777", ItemType::Number).expect("octal");
+        assert_eq!(n.int, 511);
+        let n = parse_number(0, "1_000", ItemType::Number).expect("underscore");
+        assert_eq!(n.int, 1000);
+        let n = parse_number(0, "2.0", ItemType::Number).expect("float");
+        assert!(n.is_float && n.is_int && n.int == 2);
+        let n = parse_number(0, "1e3", ItemType::Number).expect("exp");
+        assert!(n.is_float && n.float == 1000.0);
+        let n = parse_number(0, "'a'", ItemType::CharConstant).expect("char");
+        assert_eq!(n.int, 97);
+        let n = parse_number(0, "'\\n'", ItemType::CharConstant).expect("escaped char");
+        assert_eq!(n.int, 10);
+        let n = parse_number(0, "0x1p-2", ItemType::Number).expect("hex float");
+        assert_eq!(n.float, 0.25);
+        assert!(parse_number(0, "99999999999999999999", ItemType::Number).is_err());
+    }
+
+    #[test]
+    fn strings_unquote_with_go_escapes() {
+        assert_eq!(unquote("\"a\\tb\\x41\\u00e9\\101\"").as_deref(), Ok("a\tbAé A".replace(' ', "").as_str()));
+        assert_eq!(unquote("`a\\n\r`").as_deref(), Ok("a\\n"));
+        assert!(unquote("\"\\'\"").is_err());
+    }
+}

@@ -1,0 +1,109 @@
+//! The template set: named templates parsed from many sources, sharing one namespace
+//! (Helm parses every chart file into one set, so every `define` is global).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::ast::{ListNode, is_empty_tree};
+use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
+use crate::signature::FuncMap;
+use crate::value::Value;
+use crate::{Error, ExecOptions};
+
+/// One named template: its body, and the source it was parsed from (for error positions).
+#[derive(Debug)]
+pub struct Template {
+    pub(crate) name: String,
+    pub(crate) parse_name: String,
+    pub(crate) text: Arc<str>,
+    pub(crate) root: ListNode,
+}
+
+impl Template {
+    /// The template's name (a file name, or the name given to `define`/`block`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name of the source the template was parsed from.
+    pub fn parse_name(&self) -> &str {
+        &self.parse_name
+    }
+}
+
+/// A set of named templates. Cloning is cheap (templates are shared) and gives an
+/// independent namespace, as Go's `Template.Clone` does for Helm's `tpl`.
+#[derive(Clone, Debug)]
+pub struct TemplateSet {
+    name: String,
+    templates: HashMap<String, Arc<Template>>,
+}
+
+impl TemplateSet {
+    /// An empty set. `name` is the set's own name, quoted by
+    /// `template: no template "x" associated with template "NAME"` (Helm uses `gotpl`).
+    pub fn new(name: impl Into<String>) -> Self {
+        TemplateSet { name: name.into(), templates: HashMap::new() }
+    }
+
+    /// The set's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Parses `text` as the template `name`, adding it and every template it defines to the
+    /// set. A later definition replaces an earlier one of the same name unless its body is
+    /// empty (whitespace and comments only); two non-empty definitions in the same text are
+    /// an error. Every function a template names must exist in `funcs` or the builtins.
+    /// On error the set is unchanged.
+    pub fn parse(&mut self, name: &str, text: &str, funcs: &FuncMap) -> Result<(), Error> {
+        let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
+        let trees = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
+        let source: Arc<str> = Arc::from(text);
+        for tree in trees {
+            if is_empty_tree(&tree.root) && self.templates.contains_key(&tree.name) {
+                continue;
+            }
+            let t = Template {
+                name: tree.name.clone(),
+                parse_name: name.to_string(),
+                text: Arc::clone(&source),
+                root: tree.root,
+            };
+            self.templates.insert(tree.name, Arc::new(t));
+        }
+        Ok(())
+    }
+
+    /// The template named `name`.
+    pub fn get(&self, name: &str) -> Option<&Template> {
+        self.templates.get(name).map(Arc::as_ref)
+    }
+
+    /// Whether a template named `name` exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.templates.contains_key(name)
+    }
+
+    /// The template names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.templates.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Executes the template `name` with `data` as dot and `$` (Go's `ExecuteTemplate`).
+    /// A [`Value::Nil`] data is Go's nil: dot has no value.
+    pub fn execute(&self, name: &str, data: &Value, funcs: &FuncMap, opts: &ExecOptions) -> Result<String, Error> {
+        let Some(tmpl) = self.get(name) else {
+            return Err(Error::Exec(format!(
+                "template: no template {} associated with template {}",
+                crate::gofmt::quote(name),
+                crate::gofmt::quote(&self.name)
+            )));
+        };
+        let mut shared = Shared { funcs, opts, depth: 0, out_bytes: 0, steps: 0 };
+        let dot = if data.is_nil() { Ev::Invalid } else { Ev::Val(data.clone()) };
+        run_template(&mut shared, self, tmpl, dot)
+    }
+}
