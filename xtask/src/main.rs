@@ -41,6 +41,11 @@ enum Task {
     },
     /// Stop everything `up` started.
     Down,
+    /// Measure cluster start time and memory: one cluster alone, then N side by side.
+    MeasureClusters {
+        #[arg(long, default_value_t = 3)]
+        count: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Task::CheckDeps => check_deps(),
         Task::Up { count } => up(&root, count),
         Task::Down => down(&root),
+        Task::MeasureClusters { count } => measure_clusters(count),
     }
 }
 
@@ -211,6 +217,61 @@ fn down(root: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn measure_clusters(count: usize) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        for round in 0..3 {
+            let cluster =
+                Cluster::start(ClusterOptions::named(&format!("measure-{round}"))).await?;
+            println!(
+                "one cluster, run {}: ready in {:.2?}",
+                round + 1,
+                cluster.started_in()
+            );
+        }
+        let started = Instant::now();
+        let clusters = Cluster::start_many("measure-many", count).await?;
+        println!(
+            "{count} clusters side by side: all ready in {:.2?}",
+            started.elapsed()
+        );
+        // Let the controllers settle before reading memory.
+        tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+        let mut total_kib = 0;
+        for cluster in &clusters {
+            let mut cluster_kib = 0;
+            let mut parts = Vec::new();
+            for (name, pid) in cluster.pids() {
+                let kib = rss_kib(pid);
+                cluster_kib += kib;
+                parts.push(format!("{name} {} MiB", kib / 1024));
+            }
+            total_kib += cluster_kib;
+            println!(
+                "  {}: {} MiB ({})",
+                cluster.name(),
+                cluster_kib / 1024,
+                parts.join(", ")
+            );
+        }
+        println!(
+            "{count} clusters: {} MiB resident in total",
+            total_kib / 1024
+        );
+        anyhow::Ok(())
+    })
+}
+
+/// Resident set size of a process, from /proc (0 when it cannot be read).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn run(command: &mut Command) -> anyhow::Result<()> {
