@@ -19,5 +19,7 @@ pub mod duration;
 mod goyaml;
 pub mod ids;
 pub mod meta;
+pub mod plan;
+pub mod release;
 pub mod spec;
 pub mod status;

@@ -226,12 +226,54 @@ pub mod reason {
     pub const HEALTH_CHECK_CANCELED: &str = "HealthCheckCanceled";
 }
 
-/// Operations on a list of conditions, with Kubernetes transition-time semantics.
+/// Longest condition message kept; longer ones are cut and end in `...` (Flux's limit).
+pub const MAX_CONDITION_MESSAGE_LEN: usize = 32768;
+
+fn trim_message(mut msg: String) -> String {
+    if msg.len() <= MAX_CONDITION_MESSAGE_LEN {
+        return msg;
+    }
+    let mut cut = MAX_CONDITION_MESSAGE_LEN - 3;
+    while !msg.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    msg.truncate(cut);
+    msg.push_str("...");
+    msg
+}
+
+fn weight(type_: &str) -> Option<u8> {
+    match type_ {
+        condition::STALLED => Some(0),
+        condition::RECONCILING => Some(1),
+        condition::READY => Some(2),
+        _ => None,
+    }
+}
+
+/// Flux's condition order: Stalled, Reconciling, Ready, then the others by highest
+/// observed generation, then by type.
+fn order(a: &Condition, b: &Condition) -> std::cmp::Ordering {
+    match (weight(&a.type_), weight(&b.type_)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => b
+            .observed_generation
+            .cmp(&a.observed_generation)
+            .then_with(|| a.type_.cmp(&b.type_)),
+    }
+}
+
+/// Operations on a list of conditions, with the semantics of Flux's condition setter.
 pub trait Conditions {
     /// The condition of `type_`, if present.
     fn get_condition(&self, type_: &str) -> Option<&Condition>;
-    /// Sets a condition; the transition time only changes when the status changes.
-    fn set_condition(
+    /// Sets a condition for `generation`. The transition time changes when the status,
+    /// reason or message changes (Flux's "same state"); a new condition keeps
+    /// `transition_time` if given, else gets `now`. The list stays sorted in Flux's order.
+    #[allow(clippy::too_many_arguments)]
+    fn set_condition_at(
         &mut self,
         type_: &str,
         status: ConditionStatus,
@@ -239,21 +281,9 @@ pub trait Conditions {
         message: String,
         generation: i64,
         now: &Timestamp,
+        transition_time: Option<Timestamp>,
     );
-    /// Removes the condition of `type_`.
-    fn delete_condition(&mut self, type_: &str);
-    /// True when the condition of `type_` is present with status `True`.
-    fn is_true(&self, type_: &str) -> bool {
-        self.get_condition(type_)
-            .is_some_and(|c| c.status == ConditionStatus::True)
-    }
-}
-
-impl Conditions for Vec<Condition> {
-    fn get_condition(&self, type_: &str) -> Option<&Condition> {
-        self.iter().find(|c| c.type_ == type_)
-    }
-
+    /// [`Conditions::set_condition_at`] without a preset transition time.
     fn set_condition(
         &mut self,
         type_: &str,
@@ -263,8 +293,45 @@ impl Conditions for Vec<Condition> {
         generation: i64,
         now: &Timestamp,
     ) {
+        self.set_condition_at(type_, status, reason, message, generation, now, None);
+    }
+    /// Removes the condition of `type_`.
+    fn delete_condition(&mut self, type_: &str);
+    /// True when the condition of `type_` is present with status `True`.
+    fn is_true(&self, type_: &str) -> bool {
+        self.get_condition(type_)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    }
+    /// The reason of the condition of `type_`, `""` when absent.
+    fn reason_of(&self, type_: &str) -> &str {
+        self.get_condition(type_).map_or("", |c| c.reason.as_str())
+    }
+    /// The message of the condition of `type_`, `""` when absent.
+    fn message_of(&self, type_: &str) -> &str {
+        self.get_condition(type_).map_or("", |c| c.message.as_str())
+    }
+}
+
+impl Conditions for Vec<Condition> {
+    fn get_condition(&self, type_: &str) -> Option<&Condition> {
+        self.iter().find(|c| c.type_ == type_)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_condition_at(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: String,
+        generation: i64,
+        now: &Timestamp,
+        transition_time: Option<Timestamp>,
+    ) {
+        let message = trim_message(message);
         if let Some(c) = self.iter_mut().find(|c| c.type_ == type_) {
-            if c.status != status {
+            let same = c.status == status && c.reason == reason && c.message == message;
+            if !same {
                 c.last_transition_time = now.clone();
             }
             c.status = status;
@@ -276,11 +343,12 @@ impl Conditions for Vec<Condition> {
                 type_: type_.to_owned(),
                 status,
                 observed_generation: generation,
-                last_transition_time: now.clone(),
+                last_transition_time: transition_time.unwrap_or_else(|| now.clone()),
                 reason: reason.to_owned(),
                 message,
             });
         }
+        self.sort_by(order);
     }
 
     fn delete_condition(&mut self, type_: &str) {
@@ -317,18 +385,53 @@ mod tests {
     }
 
     #[test]
-    fn transition_time_moves_only_when_the_status_changes() {
+    fn transition_time_moves_only_when_the_state_changes() {
         let mut c: Vec<Condition> = Vec::new();
         let t1 = ts("2024-01-01T00:00:00Z");
         let t2 = ts("2024-01-02T00:00:00Z");
         c.set_condition("Ready", ConditionStatus::True, "A", "a".into(), 1, &t1);
-        c.set_condition("Ready", ConditionStatus::True, "B", "b".into(), 2, &t2);
+        c.set_condition("Ready", ConditionStatus::True, "A", "a".into(), 2, &t2);
         assert_eq!(c[0].last_transition_time, t1);
-        assert_eq!(c[0].reason, "B");
+        assert_eq!(c[0].observed_generation, 2);
+        c.set_condition("Ready", ConditionStatus::True, "B", "b".into(), 2, &t2);
+        assert_eq!(
+            c[0].last_transition_time, t2,
+            "a new reason is a new state for Flux"
+        );
         c.set_condition("Ready", ConditionStatus::False, "C", "c".into(), 2, &t2);
         assert_eq!(c[0].last_transition_time, t2);
         assert!(!c.is_true("Ready"));
         c.delete_condition("Ready");
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn conditions_are_kept_in_flux_order() {
+        let mut c: Vec<Condition> = Vec::new();
+        let t = ts("2024-01-01T00:00:00Z");
+        for ty in ["Released", "Ready", "TestSuccess", "Stalled", "Reconciling"] {
+            c.set_condition(ty, ConditionStatus::True, "R", String::new(), 1, &t);
+        }
+        let types: Vec<&str> = c.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["Stalled", "Reconciling", "Ready", "Released", "TestSuccess"]
+        );
+    }
+
+    #[test]
+    fn overlong_condition_messages_are_trimmed() {
+        let mut c: Vec<Condition> = Vec::new();
+        let t = ts("2024-01-01T00:00:00Z");
+        c.set_condition(
+            "Ready",
+            ConditionStatus::False,
+            "R",
+            "x".repeat(40000),
+            1,
+            &t,
+        );
+        assert_eq!(c[0].message.len(), MAX_CONDITION_MESSAGE_LEN);
+        assert!(c[0].message.ends_with("..."));
     }
 }

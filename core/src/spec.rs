@@ -1182,8 +1182,11 @@ impl HelmRelease {
             errors.push(FieldError::new("metadata.namespace", e.to_string()));
         }
         self.spec.validate_into(&mut errors);
-        if errors.is_empty() && self.metadata.name.is_some() {
-            if let Err(e) = self.release_name() {
+        if errors.is_empty()
+            && self.metadata.name.is_some()
+            && let Err(e) = self.release_name()
+        {
+            {
                 errors.push(FieldError::new(
                     if self.spec.release_name.is_some() {
                         "spec.releaseName"

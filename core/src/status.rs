@@ -101,14 +101,14 @@ impl HelmReleaseStatus {
 
     /// Sorts the history newest first (by version).
     pub fn sort_history(&mut self) {
-        self.history.sort_by(|a, b| b.version.cmp(&a.version));
+        self.history.sort_by_key(|s| std::cmp::Reverse(s.version));
     }
 
     /// The rollback target: the newest older snapshot that is `deployed` or `superseded`
     /// and, unless `ignore_tests`, has no failed test.
     pub fn previous(&self, ignore_tests: bool) -> Option<&Snapshot> {
         let mut sorted: Vec<&Snapshot> = self.history.iter().collect();
-        sorted.sort_by(|a, b| b.version.cmp(&a.version));
+        sorted.sort_by_key(|s| std::cmp::Reverse(s.version));
         sorted
             .into_iter()
             .skip(1)

@@ -1,0 +1,1878 @@
+//! The release state machine: what to do next with one Helm release, decided purely.
+//!
+//! This is Flux helm-controller's `DetermineReleaseState`, `actionForState` and
+//! `AtomicRelease` loop, rewritten as functions of values. The agent observes, this module
+//! decides, the agent acts, and this module records the outcome in the status:
+//!
+//! ```text
+//! begin_reconcile(&plan, &mut status)              once per reconcile (target change, counter reset, last attempted)
+//! loop {
+//!     observed = observe(...)                      IO: Helm storage, drift
+//!     match atomic.step(&plan, &mut observed, now) pure: next_action + its status effects
+//!         Step::Run { action, .. } => {
+//!             outcome = execute(action)            IO: Helm action
+//!             if let Some(stop) = atomic.complete(&plan, &action, &outcome, &mut status, now) { break stop }
+//!         }
+//!         stop => break stop,                      Done | Requeue | RetryAfter | Stalled | Failed
+//!     }
+//! }
+//! finish_reconcile(&plan, &mut status, &stop)      observedGeneration, lastHandledReconcileAt
+//! ```
+//!
+//! [`next_action`] is the decision alone; [`apply_outcome`] is the status update alone.
+//! Both are total: every combination of plan and observation maps to one [`Action`], and
+//! every outcome to one status.
+//!
+//! # Guarantees
+//!
+//! - **At most one action of each kind per reconcile.** [`AtomicRelease`] never runs two
+//!   release actions (install, upgrade, uninstall), two tests or two drift corrections in
+//!   one reconcile, and it always stops after a remediation (rollback or uninstall). A
+//!   reconcile can still chain unlock → upgrade → test → drift correction.
+//! - **Bounded retries.** With `retries: N ≥ 0`, an install or upgrade is attempted at most
+//!   `N + 1` times between counter resets; then the release is [`Action::Stalled`] until
+//!   the spec, chart, values or a `resetAt`/`forceAt` token changes. Negative retries
+//!   remediate forever. The `RetryOnFailure` strategy never remediates and never stalls.
+//! - **Counters reset on change.** A new generation, chart version or config digest, or a
+//!   handled `resetAt` token, zeroes the failure counters before anything is decided.
+//! - **Tokens are consumed once.** A `forceAt` token is honoured in at most one decision:
+//!   its value is recorded in `lastHandledForceAt` the first time it is evaluated.
+//! - **Stale locks are broken.** A release left `pending-*` (e.g. by an agent killed
+//!   mid-action) is unlocked, marked `failed`, and then upgraded in the same reconcile.
+//! - **Only observed releases are trusted.** When the newest storage record does not match
+//!   the digest of the newest history snapshot, the release is treated as unmanaged: its
+//!   history is dropped and it is adopted with an upgrade. A rollback target that vanished
+//!   or changed in storage is never rolled back to; the upgrade is retried instead.
+//! - **Exact Flux messages and reasons** on the `Ready`, `Released`, `TestSuccess`,
+//!   `Remediated`, `Reconciling`, `Stalled` and `Drifted` conditions.
+//!
+//! # Assumptions
+//!
+//! - The agent holds the controller state ([`Observed::status`]) durably beside the plan,
+//!   and calls [`begin_reconcile`] once at the start of each reconcile, before deciding.
+//! - `Observed::current` is Helm's `Last` for the plan's release name in the plan's storage
+//!   namespace, and its `digest` was computed with the OCI digest given by
+//!   [`observation_oci_digest`]. `Observed::rollback_target` is the storage record of the
+//!   version [`rollback_candidate`] names (`None` when it is gone).
+//! - Drift detection is run only when asked for ([`Action::DetectDrift`]) and its result is
+//!   put in `Observed::drift` before deciding again; the agent resets it to
+//!   [`DriftObservation::NotChecked`] after any action.
+//! - The outcome of an action lists every release record the action wrote to storage
+//!   ([`Outcome::writes`]); an empty list means storage did not change.
+//! - Clocks are the caller's: timestamps come in as `now`.
+//! - Feature gates of the Go controller are fixed at their defaults (notably
+//!   `DefaultToRetryOnFailure=false` and `UseHelm3Defaults=false`).
+
+use std::fmt;
+
+use crate::digest::{self, Digest};
+use crate::duration::GoDuration;
+use crate::meta::{ConditionStatus, Conditions, Timestamp, condition, reason};
+use crate::plan::{DriftObservation, Observed, ReleasePlan, ReleaseRecord};
+use crate::spec::{DriftDetectionMode, RemediationStrategy};
+use crate::status::{
+    HelmReleaseStatus, ReleaseAction, SNAPSHOT_API_VERSION, Snapshot, StorageStatus,
+};
+
+// Error texts of Flux's sentinel errors, which surface in reasons and messages.
+const ERR_RELEASE_DISAPPEARED: &str = "release disappeared from storage";
+const ERR_RELEASE_NOT_OBSERVED: &str = "release not observed to be made for object";
+const ERR_RELEASE_DIGEST: &str = "release digest verification error";
+const ERR_RELEASE_MISMATCH: &str = "release mismatch";
+const ERR_NO_LATEST: &str = "no latest release";
+const ERR_NO_STORAGE_UPDATE: &str = "release not updated in Helm storage";
+
+/// The state of a release, as Flux's `DetermineReleaseState` classifies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseState {
+    /// No release in storage, or only an uninstalled one.
+    Absent {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A release exists that this controller did not observe making (or whose history
+    /// does not verify).
+    Unmanaged {
+        /// Why.
+        reason: String,
+    },
+    /// The newest release is `pending-*`.
+    Locked {
+        /// Its status.
+        status: StorageStatus,
+    },
+    /// The chart, values, post renderers or common metadata changed.
+    OutOfSync {
+        /// Why.
+        reason: &'static str,
+    },
+    /// The cluster state differs from the stored manifest.
+    Drifted {
+        /// Per-object summary.
+        summary: String,
+    },
+    /// Tests are enabled and have not run for the current release.
+    Untested,
+    /// Drift detection is enabled and has not run for this observation.
+    DriftUnchecked,
+    /// Nothing to do.
+    InSync,
+    /// The release failed (in storage, or its tests).
+    Failed {
+        /// Why (empty for a `failed` storage status).
+        reason: String,
+    },
+    /// The state cannot be determined.
+    Unknown {
+        /// The error.
+        error: String,
+    },
+}
+
+impl fmt::Display for ReleaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Absent { reason } => write!(f, "Absent: {reason}"),
+            Self::Unmanaged { reason } => write!(f, "Unmanaged: {reason}"),
+            Self::Locked { status } => write!(f, "Locked: release with status '{status}'"),
+            Self::OutOfSync { reason } => write!(f, "OutOfSync: {reason}"),
+            Self::Drifted { .. } => f.write_str("Drifted"),
+            Self::Untested => f.write_str("Untested"),
+            Self::DriftUnchecked => f.write_str("DriftUnchecked"),
+            Self::InSync => f.write_str("InSync"),
+            Self::Failed { reason } => write!(f, "Failed: {reason}"),
+            Self::Unknown { error } => write!(f, "Unknown: {error}"),
+        }
+    }
+}
+
+/// Why an upgrade was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeCause {
+    /// Adopting an unmanaged release (history dropped).
+    Adopt,
+    /// The desired state changed.
+    OutOfSync(&'static str),
+    /// A `forceAt` token was handled.
+    Forced,
+    /// `RetryOnFailure` retries a failed release with an upgrade.
+    RetryFailed,
+    /// A failed release with no active remediation (no install or upgrade attempted).
+    NoActiveRemediation,
+    /// A failed release whose counters were reset by a change.
+    FailuresReset,
+    /// The rollback target is gone or changed in storage.
+    RollbackTargetUnverified(&'static str),
+}
+
+/// Why an uninstall (not a remediation) was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UninstallCause {
+    /// The HelmRelease is being deleted.
+    Deletion,
+    /// The storage namespace, release namespace, release name or chart name changed.
+    ReleaseTargetChanged,
+}
+
+/// Why nothing needs doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The release matches the desired state.
+    InSync,
+    /// Drift was found and `driftDetection.mode` is `warn`.
+    DriftWarned,
+    /// `spec.suspend` is set.
+    Suspended,
+}
+
+/// Why the release stalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stall {
+    /// The active remediation's retries are exhausted.
+    RetriesExceeded {
+        /// `cannot install release`, `cannot upgrade release`, `cannot remediate failed
+        /// release`, or `after remediation`.
+        context: &'static str,
+    },
+    /// The rollback target is missing from history.
+    MissingRollbackTarget,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Helm install.
+    Install,
+    /// Helm upgrade.
+    Upgrade {
+        /// Why.
+        cause: UpgradeCause,
+    },
+    /// Helm test of the current release.
+    Test,
+    /// Remediation: Helm rollback to `target`.
+    Rollback {
+        /// The snapshot of the release version to roll back to.
+        target: Box<Snapshot>,
+    },
+    /// Remediation: Helm uninstall of the current release.
+    UninstallRemediation,
+    /// Mark the `pending-*` release `failed`.
+    Unlock {
+        /// The pending status found.
+        status: StorageStatus,
+    },
+    /// Helm uninstall of a release this object no longer wants.
+    Uninstall {
+        /// Why.
+        cause: UninstallCause,
+        /// Release name (shortened) to uninstall.
+        name: String,
+        /// Storage namespace it lives in.
+        storage_namespace: String,
+    },
+    /// Run drift detection and decide again with its result in `Observed::drift`.
+    DetectDrift,
+    /// Correct drift by applying the stored manifest's objects.
+    CorrectDrift {
+        /// The drift summary.
+        summary: String,
+    },
+    /// Nothing to do.
+    None(Settled),
+    /// Retries exhausted or no way to remediate: wait for a change.
+    Stalled(Stall),
+    /// The state could not be determined (`Ready=False StateError`, retried with backoff).
+    Error(String),
+}
+
+/// The kind of action, as the loop's "one per kind" rule counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionKind {
+    /// Install, upgrade, uninstall.
+    Release,
+    /// Rollback or uninstall remediation.
+    Remediate,
+    /// Test.
+    Test,
+    /// Unlock.
+    Unlock,
+    /// Drift correction.
+    DriftCorrection,
+}
+
+impl Action {
+    /// The kind of an executable action; `None` for decisions that run nothing.
+    pub fn kind(&self) -> Option<ActionKind> {
+        Some(match self {
+            Self::Install | Self::Upgrade { .. } | Self::Uninstall { .. } => ActionKind::Release,
+            Self::Rollback { .. } | Self::UninstallRemediation => ActionKind::Remediate,
+            Self::Test => ActionKind::Test,
+            Self::Unlock { .. } => ActionKind::Unlock,
+            Self::CorrectDrift { .. } => ActionKind::DriftCorrection,
+            Self::DetectDrift | Self::None(_) | Self::Stalled(_) | Self::Error(_) => return None,
+        })
+    }
+
+    /// The name Flux uses in messages (`install`, `upgrade`, `test`, `rollback`,
+    /// `uninstall`, `unlock`, `correct cluster drift`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Install => "install",
+            Self::Upgrade { .. } => "upgrade",
+            Self::Test => "test",
+            Self::Rollback { .. } => "rollback",
+            Self::UninstallRemediation | Self::Uninstall { .. } => "uninstall",
+            Self::Unlock { .. } => "unlock",
+            Self::CorrectDrift { .. } => "correct cluster drift",
+            Self::DetectDrift => "detect cluster drift",
+            Self::None(_) => "none",
+            Self::Stalled(_) => "stalled",
+            Self::Error(_) => "error",
+        }
+    }
+
+    /// The timeout the action runs with.
+    pub fn timeout(&self, plan: &ReleasePlan) -> GoDuration {
+        let o = &plan.options;
+        let d = o.timeout();
+        match self {
+            Self::Install => o.install.timeout.unwrap_or(d),
+            Self::Upgrade { .. } => o.upgrade.timeout.unwrap_or(d),
+            Self::Test => o.test.timeout.unwrap_or(d),
+            Self::Rollback { .. } => o.rollback.timeout.unwrap_or(d),
+            Self::UninstallRemediation => o.uninstall.timeout.unwrap_or(d),
+            _ => d,
+        }
+    }
+}
+
+/// A remediation configuration, resolved with its defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remediation {
+    /// Which counter it uses.
+    pub action: ReleaseAction,
+    /// Retries (negative: unlimited).
+    pub retries: i64,
+    /// `ignoreTestFailures` as configured.
+    pub ignore_test_failures: Option<bool>,
+    /// `remediateLastFailure` with its default.
+    pub remediate_last_failure: bool,
+    /// Strategy (`uninstall` for installs).
+    pub strategy: RemediationStrategy,
+}
+
+impl Remediation {
+    /// The install remediation of a plan.
+    pub fn install(plan: &ReleasePlan) -> Self {
+        let r = plan.options.install.remediation();
+        Self {
+            action: ReleaseAction::Install,
+            retries: r.retries,
+            ignore_test_failures: r.ignore_test_failures,
+            remediate_last_failure: r.remediate_last_failure(),
+            strategy: RemediationStrategy::Uninstall,
+        }
+    }
+
+    /// The upgrade remediation of a plan.
+    pub fn upgrade(plan: &ReleasePlan) -> Self {
+        let r = plan.options.upgrade.remediation();
+        Self {
+            action: ReleaseAction::Upgrade,
+            retries: r.retries,
+            ignore_test_failures: r.ignore_test_failures,
+            remediate_last_failure: r.remediate_last_failure(),
+            strategy: r.strategy(),
+        }
+    }
+
+    /// The remediation selected by `status.lastAttemptedReleaseAction`.
+    pub fn active(plan: &ReleasePlan, status: &HelmReleaseStatus) -> Option<Self> {
+        match status.last_attempted_release_action {
+            Some(ReleaseAction::Install) => Some(Self::install(plan)),
+            Some(ReleaseAction::Upgrade) => Some(Self::upgrade(plan)),
+            _ => None,
+        }
+    }
+
+    /// The counter this remediation reads.
+    pub fn failure_count(&self, status: &HelmReleaseStatus) -> i64 {
+        match self.action {
+            ReleaseAction::Install => status.install_failures,
+            _ => status.upgrade_failures,
+        }
+    }
+
+    fn increment(&self, status: &mut HelmReleaseStatus) {
+        match self.action {
+            ReleaseAction::Install => status.install_failures += 1,
+            _ => status.upgrade_failures += 1,
+        }
+    }
+
+    /// `retries >= 0 && failures > retries`: negative retries never exhaust.
+    pub fn retries_exhausted(&self, status: &HelmReleaseStatus) -> bool {
+        self.retries >= 0 && self.failure_count(status) > self.retries
+    }
+
+    /// Whether test failures are ignored, defaulting to `spec.test.ignoreFailures`.
+    pub fn ignore_test_failures(&self, default: bool) -> bool {
+        self.ignore_test_failures.unwrap_or(default)
+    }
+
+    fn is_uninstall_after_upgrade(&self) -> bool {
+        self.action == ReleaseAction::Upgrade && self.strategy == RemediationStrategy::Uninstall
+    }
+}
+
+/// The retry interval of the active `RetryOnFailure` strategy, if any.
+pub fn active_retry(plan: &ReleasePlan, status: &HelmReleaseStatus) -> Option<GoDuration> {
+    match status.last_attempted_release_action {
+        Some(ReleaseAction::Install) => plan.options.install.retry(),
+        Some(ReleaseAction::Upgrade) => plan.options.upgrade.retry(),
+        _ => None,
+    }
+}
+
+fn ignore_failures_for(plan: &ReleasePlan, status: &HelmReleaseStatus) -> bool {
+    let default = plan.options.test.ignore_failures;
+    Remediation::active(plan, status).map_or(default, |r| r.ignore_test_failures(default))
+}
+
+/// Flux's `HandleAnnotationRequest` check: the request token equals `requestedAt`, the
+/// reconcile request was not handled yet, and the token was not handled before.
+fn request_pending(
+    token: Option<&str>,
+    requested_at: Option<&str>,
+    last_handled_reconcile: &str,
+    last_handled: &str,
+) -> bool {
+    match (token, requested_at) {
+        (Some(t), Some(r)) => t == r && last_handled_reconcile != r && last_handled != t,
+        _ => false,
+    }
+}
+
+/// True when a `forceAt` request is pending for this decision.
+pub fn force_requested(plan: &ReleasePlan, status: &HelmReleaseStatus) -> bool {
+    request_pending(
+        plan.requests.force_at.as_deref(),
+        plan.requests.requested_at.as_deref(),
+        &status.last_handled_reconcile_at,
+        &status.last_handled_force_at,
+    )
+}
+
+/// The snapshot a rollback remediation would target; the agent reads its storage record
+/// into [`Observed::rollback_target`].
+pub fn rollback_candidate<'a>(
+    plan: &ReleasePlan,
+    status: &'a HelmReleaseStatus,
+) -> Option<&'a Snapshot> {
+    let ignore = Remediation::upgrade(plan).ignore_test_failures(plan.options.test.ignore_failures);
+    status.previous(ignore)
+}
+
+/// The OCI digest Flux puts in the observation whose digest verifies or records a
+/// release version: the snapshot's own for versions already in history, else the
+/// attempted one (`status.lastAttemptedRevisionDigest`).
+pub fn observation_oci_digest(status: &HelmReleaseStatus, version: u32) -> &str {
+    status
+        .history
+        .iter()
+        .find(|s| s.version == version)
+        .map_or(status.last_attempted_revision_digest.as_str(), |s| {
+            s.oci_digest.as_str()
+        })
+}
+
+/// Verifies a storage record against the snapshot that claims it (`VerifyReleaseObject`).
+fn verify_record(snapshot: &Snapshot, record: &ReleaseRecord) -> Result<(), &'static str> {
+    if snapshot.api_version != SNAPSHOT_API_VERSION {
+        return Ok(());
+    }
+    let expected = Digest::parse(&snapshot.digest).map_err(|_| ERR_RELEASE_DIGEST)?;
+    if record.digest != expected {
+        return Err(ERR_RELEASE_NOT_OBSERVED);
+    }
+    Ok(())
+}
+
+/// Flux's `DetermineReleaseState`.
+pub fn determine_state(plan: &ReleasePlan, observed: &Observed) -> ReleaseState {
+    let status = &observed.status;
+    let Some(rls) = &observed.current else {
+        return ReleaseState::Absent {
+            reason: "no release in storage for object",
+        };
+    };
+    if rls.status.is_pending() {
+        return ReleaseState::Locked { status: rls.status };
+    }
+    let Some(cur) = status.latest() else {
+        return if rls.status == StorageStatus::Uninstalled {
+            ReleaseState::Absent {
+                reason: "found uninstalled release in storage",
+            }
+        } else {
+            ReleaseState::Unmanaged {
+                reason: "found existing release in storage".into(),
+            }
+        };
+    };
+    if let Err(e) = verify_record(cur, rls) {
+        return ReleaseState::Unmanaged { reason: e.into() };
+    }
+    match rls.status {
+        StorageStatus::Failed => {
+            return ReleaseState::Failed {
+                reason: String::new(),
+            };
+        }
+        StorageStatus::Uninstalled => {
+            return ReleaseState::Absent {
+                reason: "found uninstalled release in storage",
+            };
+        }
+        StorageStatus::Deployed => {}
+        other => {
+            return ReleaseState::Unknown {
+                error: format!("unable to determine state for release with status '{other}'"),
+            };
+        }
+    }
+    if rls.chart_name != plan.chart.name || rls.chart_version != plan.chart.version {
+        return ReleaseState::OutOfSync {
+            reason: "release chart changed",
+        };
+    }
+    if !digest::verify_values(&cur.config_digest, &plan.values) {
+        return ReleaseState::OutOfSync {
+            reason: "release config values changed",
+        };
+    }
+    if status.observed_generation != plan.generation {
+        if plan.post_renderers_digest != status.observed_post_renderers_digest {
+            return ReleaseState::OutOfSync {
+                reason: "postrenderers digest has changed",
+            };
+        }
+        if plan.common_metadata_digest != status.observed_common_metadata_digest {
+            return ReleaseState::OutOfSync {
+                reason: "common metadata digest has changed",
+            };
+        }
+    }
+    let test = &plan.options.test;
+    if test.enable {
+        if !cur.has_been_tested() {
+            return ReleaseState::Untested;
+        }
+        if let Some(rem) = Remediation::active(plan, status)
+            && !rem.ignore_test_failures(test.ignore_failures)
+            && cur.has_test_in_phase(crate::status::HookPhase::Failed)
+        {
+            return ReleaseState::Failed {
+                reason: "release has test in failed phase".into(),
+            };
+        }
+    }
+    if plan.options.drift_detection.mode().detects() {
+        return match &observed.drift {
+            DriftObservation::NotChecked => ReleaseState::DriftUnchecked,
+            DriftObservation::NoDrift => ReleaseState::InSync,
+            DriftObservation::Drifted { summary } => ReleaseState::Drifted {
+                summary: summary.clone(),
+            },
+            DriftObservation::Error { message } => ReleaseState::Unknown {
+                error: format!("unable to determine cluster state: {message}"),
+            },
+        };
+    }
+    ReleaseState::InSync
+}
+
+/// A decision: the state seen and the action chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The release state.
+    pub state: ReleaseState,
+    /// The action.
+    pub action: Action,
+}
+
+/// Flux's `actionForState` on top of [`determine_state`].
+pub fn decide(plan: &ReleasePlan, observed: &Observed) -> Decision {
+    if plan.options.suspend {
+        return Decision {
+            state: ReleaseState::InSync,
+            action: Action::None(Settled::Suspended),
+        };
+    }
+    let state = determine_state(plan, observed);
+    let action = action_for_state(plan, observed, &state);
+    Decision { state, action }
+}
+
+/// The next action for a plan and an observation. Pure and total.
+pub fn next_action(plan: &ReleasePlan, observed: &Observed) -> Action {
+    decide(plan, observed).action
+}
+
+fn action_for_state(plan: &ReleasePlan, observed: &Observed, state: &ReleaseState) -> Action {
+    let status = &observed.status;
+    let force = force_requested(plan, status);
+    match state {
+        ReleaseState::Unknown { error } => Action::Error(error.clone()),
+        ReleaseState::DriftUnchecked => Action::DetectDrift,
+        ReleaseState::InSync => {
+            if force {
+                Action::Upgrade {
+                    cause: UpgradeCause::Forced,
+                }
+            } else {
+                Action::None(Settled::InSync)
+            }
+        }
+        ReleaseState::Locked { status } => Action::Unlock { status: *status },
+        ReleaseState::Absent { .. } => {
+            if Remediation::install(plan).retries_exhausted(status) && !force {
+                Action::Stalled(Stall::RetriesExceeded {
+                    context: "cannot install release",
+                })
+            } else {
+                Action::Install
+            }
+        }
+        ReleaseState::Unmanaged { .. } => Action::Upgrade {
+            cause: UpgradeCause::Adopt,
+        },
+        ReleaseState::OutOfSync { reason } => {
+            if Remediation::upgrade(plan).retries_exhausted(status) {
+                if force {
+                    Action::Upgrade {
+                        cause: UpgradeCause::Forced,
+                    }
+                } else {
+                    Action::Stalled(Stall::RetriesExceeded {
+                        context: "cannot upgrade release",
+                    })
+                }
+            } else {
+                Action::Upgrade {
+                    cause: UpgradeCause::OutOfSync(reason),
+                }
+            }
+        }
+        ReleaseState::Drifted { summary } => {
+            if plan.options.drift_detection.mode() == DriftDetectionMode::Enabled {
+                Action::CorrectDrift {
+                    summary: summary.clone(),
+                }
+            } else {
+                Action::None(Settled::DriftWarned)
+            }
+        }
+        ReleaseState::Untested => Action::Test,
+        ReleaseState::Failed { .. } => failed_action(plan, observed, force),
+    }
+}
+
+fn failed_action(plan: &ReleasePlan, observed: &Observed, force: bool) -> Action {
+    let status = &observed.status;
+    if active_retry(plan, status).is_some() {
+        return Action::Upgrade {
+            cause: UpgradeCause::RetryFailed,
+        };
+    }
+    let Some(rem) = Remediation::active(plan, status) else {
+        return Action::Upgrade {
+            cause: UpgradeCause::NoActiveRemediation,
+        };
+    };
+    if rem.failure_count(status) <= 0 {
+        return Action::Upgrade {
+            cause: UpgradeCause::FailuresReset,
+        };
+    }
+    if force {
+        return Action::Upgrade {
+            cause: UpgradeCause::Forced,
+        };
+    }
+    if rem.retries_exhausted(status) && !rem.remediate_last_failure {
+        return Action::Stalled(Stall::RetriesExceeded {
+            context: "cannot remediate failed release",
+        });
+    }
+    match rem.strategy {
+        RemediationStrategy::Uninstall => Action::UninstallRemediation,
+        RemediationStrategy::Rollback => {
+            let ignore = rem.ignore_test_failures(plan.options.test.ignore_failures);
+            let Some(prev) = status.previous(ignore) else {
+                return Action::Stalled(Stall::MissingRollbackTarget);
+            };
+            let verified = match &observed.rollback_target {
+                Some(rec) if rec.is(prev) => verify_record(prev, rec),
+                _ => Err(ERR_RELEASE_DISAPPEARED),
+            };
+            match verified {
+                Ok(()) => Action::Rollback {
+                    target: Box::new(prev.clone()),
+                },
+                Err(e) => Action::Upgrade {
+                    cause: UpgradeCause::RollbackTargetUnverified(e),
+                },
+            }
+        }
+    }
+}
+
+fn fmt_install_success(cur: &Snapshot) -> String {
+    format!(
+        "Helm install succeeded for release {} with chart {}",
+        cur.full_release_name(),
+        cur.versioned_chart_name()
+    )
+}
+
+fn fmt_upgrade_success(cur: &Snapshot) -> String {
+    format!(
+        "Helm upgrade succeeded for release {} with chart {}",
+        cur.full_release_name(),
+        cur.versioned_chart_name()
+    )
+}
+
+fn fmt_test_pending(cur: &Snapshot) -> String {
+    format!(
+        "Helm release {} with chart {} is awaiting tests",
+        cur.full_release_name(),
+        cur.versioned_chart_name()
+    )
+}
+
+/// Flux's `replaceCondition`: turn `Remediated` into `Released=True UpgradeSucceeded`,
+/// keeping its transition time.
+fn replace_remediated_with_released(
+    plan: &ReleasePlan,
+    status: &mut HelmReleaseStatus,
+    now: &Timestamp,
+) {
+    let Some(rem) = status
+        .conditions
+        .get_condition(condition::REMEDIATED)
+        .cloned()
+    else {
+        return;
+    };
+    if rem.status != ConditionStatus::True {
+        return;
+    }
+    let Some(cur) = status.latest().cloned() else {
+        return;
+    };
+    status.conditions.delete_condition(condition::RELEASED);
+    status.conditions.set_condition_at(
+        condition::RELEASED,
+        ConditionStatus::True,
+        reason::UPGRADE_SUCCEEDED,
+        fmt_upgrade_success(&cur),
+        plan.generation,
+        now,
+        Some(rem.last_transition_time),
+    );
+    status.conditions.delete_condition(condition::REMEDIATED);
+}
+
+/// Applies the status effects of a decision, as `actionForState` and the loop do before
+/// running the action: the `forceAt` token is consumed, history is truncated or dropped,
+/// and the `Released`, `Remediated`, `Drifted`, `Stalled` and `Ready` conditions follow the
+/// state.
+pub fn apply_decision(
+    plan: &ReleasePlan,
+    decision: &Decision,
+    status: &mut HelmReleaseStatus,
+    now: &Timestamp,
+) {
+    let g = plan.generation;
+    match (&decision.state, &decision.action) {
+        (_, Action::None(Settled::Suspended)) | (_, Action::DetectDrift) => return,
+        (ReleaseState::Unknown { error }, _) => {
+            status.conditions.set_condition(
+                condition::READY,
+                ConditionStatus::False,
+                reason::STATE_ERROR,
+                format!("Could not determine release state: {error}"),
+                g,
+                now,
+            );
+            return;
+        }
+        _ => {}
+    }
+    // The force token is consumed whenever the annotation is evaluated.
+    if let Some(force_at) = &plan.requests.force_at {
+        status.last_handled_force_at = force_at.clone();
+    }
+    match &decision.state {
+        ReleaseState::InSync => {
+            if active_retry(plan, status).is_some() {
+                status.truncate_history_ignoring_previous();
+            } else {
+                let ignore = ignore_failures_for(plan, status);
+                status.truncate_history(ignore);
+            }
+            if matches!(decision.action, Action::None(_)) {
+                replace_remediated_with_released(plan, status, now);
+                let ready_true = status.conditions.is_true(condition::READY);
+                let released_true = status.conditions.is_true(condition::RELEASED);
+                if !ready_true || !released_true {
+                    let cur = status.latest().cloned();
+                    let fix = match status.conditions.reason_of(condition::RELEASED) {
+                        reason::INSTALL_FAILED => Some((reason::INSTALL_SUCCEEDED, true)),
+                        reason::UPGRADE_FAILED => Some((reason::UPGRADE_SUCCEEDED, false)),
+                        _ => None,
+                    };
+                    if let (Some((r, install)), Some(cur)) = (fix, cur) {
+                        let msg = if install {
+                            fmt_install_success(&cur)
+                        } else {
+                            fmt_upgrade_success(&cur)
+                        };
+                        status.conditions.set_condition(
+                            condition::RELEASED,
+                            ConditionStatus::True,
+                            r,
+                            msg,
+                            g,
+                            now,
+                        );
+                        summarize(plan, status, now);
+                    }
+                }
+                if plan.options.drift_detection.mode().detects() {
+                    status.conditions.set_condition(
+                        condition::DRIFTED,
+                        ConditionStatus::False,
+                        reason::NO_DRIFT_DETECTED,
+                        "No drift detected against the cluster state".into(),
+                        g,
+                        now,
+                    );
+                }
+            }
+        }
+        ReleaseState::Unmanaged { .. } => status.history.clear(),
+        ReleaseState::Drifted { summary } => {
+            let name = status
+                .latest()
+                .map(Snapshot::full_release_name)
+                .unwrap_or_default();
+            status.conditions.set_condition(
+                condition::DRIFTED,
+                ConditionStatus::True,
+                reason::DRIFT_DETECTED,
+                format!(
+                    "Cluster state of release {name} has drifted from the desired state:\n{summary}"
+                ),
+                g,
+                now,
+            );
+        }
+        ReleaseState::Untested => replace_remediated_with_released(plan, status, now),
+        ReleaseState::Failed { .. } => {
+            if active_retry(plan, status).is_some() {
+                status.truncate_history_ignoring_previous();
+            } else if matches!(
+                decision.action,
+                Action::Rollback { .. }
+                    | Action::UninstallRemediation
+                    | Action::Stalled(Stall::MissingRollbackTarget)
+                    | Action::Upgrade {
+                        cause: UpgradeCause::RollbackTargetUnverified(_)
+                    }
+            ) {
+                let ignore = ignore_failures_for(plan, status);
+                status.truncate_history(ignore);
+            }
+        }
+        _ => {}
+    }
+    if let Action::Stalled(stall) = &decision.action {
+        let (r, msg) = stall_condition(plan, status, stall);
+        mark_stalled(status, r, msg, g, now);
+    }
+}
+
+fn stall_condition(
+    plan: &ReleasePlan,
+    status: &HelmReleaseStatus,
+    stall: &Stall,
+) -> (&'static str, String) {
+    match stall {
+        Stall::RetriesExceeded { .. } => (reason::RETRIES_EXCEEDED, retries_exceeded_message(plan, status)),
+        Stall::MissingRollbackTarget => (
+            reason::MISSING_ROLLBACK_TARGET,
+            "Failed to perform remediation: missing target release for rollback: cannot remediate failed release".into(),
+        ),
+    }
+}
+
+fn retries_exceeded_message(plan: &ReleasePlan, status: &HelmReleaseStatus) -> String {
+    let action = status
+        .last_attempted_release_action
+        .map(ReleaseAction::as_str)
+        .unwrap_or_default();
+    let count = Remediation::active(plan, status).map_or(0, |r| r.failure_count(status));
+    format!("Failed to {action} after {count} attempt(s)")
+}
+
+fn mark_stalled(status: &mut HelmReleaseStatus, r: &str, msg: String, g: i64, now: &Timestamp) {
+    status.conditions.delete_condition(condition::RECONCILING);
+    status
+        .conditions
+        .set_condition(condition::STALLED, ConditionStatus::True, r, msg, g, now);
+}
+
+fn mark_reconciling(status: &mut HelmReleaseStatus, r: &str, msg: String, g: i64, now: &Timestamp) {
+    status.conditions.delete_condition(condition::STALLED);
+    status.conditions.set_condition(
+        condition::RECONCILING,
+        ConditionStatus::True,
+        r,
+        msg,
+        g,
+        now,
+    );
+}
+
+/// Flux's `summarize`: derives `Ready` from `Remediated`, `TestSuccess` and `Released`,
+/// removes `Stalled` when ready, and records the observed post-renderer and
+/// common-metadata digests.
+pub fn summarize(plan: &ReleasePlan, status: &mut HelmReleaseStatus, now: &Timestamp) {
+    let test = &plan.options.test;
+    let candidates: &[&str] = if test.enable && !test.ignore_failures {
+        &[
+            condition::REMEDIATED,
+            condition::TEST_SUCCESS,
+            condition::RELEASED,
+        ]
+    } else {
+        &[condition::REMEDIATED, condition::RELEASED]
+    };
+    if !test.enable {
+        status.conditions.delete_condition(condition::TEST_SUCCESS);
+    }
+    // Flux stable-sorts the conditions with a comparator that is not a strict order
+    // (`i < j` iff `i` is a candidate and `j` is not, or both are and `i` has an observed
+    // generation at least `j`'s and comes first in the candidate list), then takes the
+    // first. Go's `sort.SliceStable` is an insertion sort at this size; replay it.
+    let pos = |t: &str| candidates.iter().position(|c| *c == t);
+    let less = |a: &crate::meta::Condition, b: &crate::meta::Condition| match (
+        pos(&a.type_),
+        pos(&b.type_),
+    ) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(pa), Some(pb)) => a.observed_generation >= b.observed_generation && pa < pb,
+    };
+    let mut sorted: Vec<&crate::meta::Condition> = status.conditions.iter().collect();
+    for i in 1..sorted.len() {
+        let mut j = i;
+        while j > 0 && less(sorted[j], sorted[j - 1]) {
+            sorted.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+    if let Some(first) = sorted.first().copied() {
+        let mut st = first.status;
+        if first.type_ == condition::REMEDIATED {
+            st = ConditionStatus::False;
+        }
+        let (r, msg) = (first.reason.clone(), first.message.clone());
+        if st == ConditionStatus::True {
+            status.conditions.delete_condition(condition::STALLED);
+        }
+        status
+            .conditions
+            .set_condition(condition::READY, st, &r, msg, plan.generation, now);
+    }
+    status.observed_post_renderers_digest = plan.post_renderers_digest.clone();
+    status.observed_common_metadata_digest = plan.common_metadata_digest.clone();
+}
+
+/// What happened when an action ran.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// The action's error, `None` on success.
+    pub error: Option<String>,
+    /// Every release record the action wrote to storage (any order).
+    pub writes: Vec<ReleaseRecord>,
+    /// How long the action took.
+    pub duration: Option<GoDuration>,
+    /// Uninstall or unlock found no release in storage.
+    pub release_not_found: bool,
+}
+
+impl Outcome {
+    /// A successful action that wrote `writes`.
+    pub fn succeeded(writes: Vec<ReleaseRecord>) -> Self {
+        Self {
+            writes,
+            ..Self::default()
+        }
+    }
+
+    /// A failed action that still wrote `writes`.
+    pub fn failed(error: impl Into<String>, writes: Vec<ReleaseRecord>) -> Self {
+        Self {
+            error: Some(error.into()),
+            writes,
+            ..Self::default()
+        }
+    }
+
+    /// An uninstall or unlock that found no release.
+    pub fn not_found() -> Self {
+        Self {
+            release_not_found: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// The effect of an outcome on the loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The error the action reconciler returns (Flux returns it only when storage did not
+    /// change); `None` lets the loop go on.
+    pub returned_error: Option<String>,
+}
+
+/// Records the newest write as a new snapshot and refreshes the first older one found in
+/// history, as Flux's `observedReleases.recordOnObject` does for install and upgrade.
+fn record_release_writes(
+    status: &mut HelmReleaseStatus,
+    writes: &[ReleaseRecord],
+    action: ReleaseAction,
+) {
+    let mut sorted: Vec<&ReleaseRecord> = writes.iter().collect();
+    sorted.sort_by_key(|r| std::cmp::Reverse(r.version));
+    sorted.dedup_by_key(|r| r.version);
+    let Some((newest, older)) = sorted.split_first() else {
+        return;
+    };
+    let oci = status.last_attempted_revision_digest.clone();
+    status
+        .history
+        .insert(0, newest.to_snapshot(Some(action), &oci));
+    for rec in older {
+        if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
+            let snap = &status.history[i];
+            let mut new = rec.to_snapshot(None, &snap.oci_digest.clone());
+            new.test_hooks = snap.test_hooks.clone();
+            status.history[i] = new;
+            return;
+        }
+    }
+}
+
+/// Replaces the snapshot each write targets (keeping test hooks); unmatched writes are
+/// prepended when `prepend_unmatched`.
+fn record_writes_in_place(
+    status: &mut HelmReleaseStatus,
+    writes: &[ReleaseRecord],
+    action: Option<ReleaseAction>,
+    keep_action: bool,
+    keep_test_hooks: bool,
+    prepend_unmatched: bool,
+) {
+    for rec in writes {
+        if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
+            let snap = &status.history[i];
+            let act = if keep_action { snap.action } else { action };
+            let mut new = rec.to_snapshot(act, &snap.oci_digest.clone());
+            if keep_test_hooks {
+                new.test_hooks = snap.test_hooks.clone();
+            }
+            status.history[i] = new;
+        } else if prepend_unmatched {
+            status.history.insert(0, rec.to_snapshot(None, ""));
+        }
+    }
+}
+
+fn go_on() -> Applied {
+    Applied {
+        returned_error: None,
+    }
+}
+
+fn latest_digest(status: &HelmReleaseStatus) -> Option<String> {
+    status.latest().map(|s| s.digest.clone())
+}
+
+/// Applies the outcome of `action` to the status: snapshots, counters and conditions,
+/// with Flux's messages. Returns whether the action reconciler returns an error.
+pub fn apply_outcome(
+    plan: &ReleasePlan,
+    action: &Action,
+    outcome: &Outcome,
+    status: &mut HelmReleaseStatus,
+    now: &Timestamp,
+) -> Applied {
+    let g = plan.generation;
+    let err = outcome.error.as_deref().map(str::trim);
+    match action {
+        Action::Install | Action::Upgrade { .. } => {
+            let install = matches!(action, Action::Install);
+            let act = if install {
+                ReleaseAction::Install
+            } else {
+                ReleaseAction::Upgrade
+            };
+            status.last_attempted_release_action = Some(act);
+            if install {
+                status.history.clear();
+            }
+            status.conditions.delete_condition(condition::TEST_SUCCESS);
+            status.conditions.delete_condition(condition::REMEDIATED);
+            if outcome.duration.is_some() {
+                status.last_attempted_release_action_duration = outcome.duration;
+            }
+            record_release_writes(status, &outcome.writes, act);
+            let result = if let Some(e) = err {
+                let verb = if install { "install" } else { "upgrade" };
+                status.failures += 1;
+                status.conditions.set_condition(
+                    condition::RELEASED,
+                    ConditionStatus::False,
+                    if install {
+                        reason::INSTALL_FAILED
+                    } else {
+                        reason::UPGRADE_FAILED
+                    },
+                    format!(
+                        "Helm {verb} failed for release {} with chart {}@{}: {e}",
+                        plan.release.qualified(),
+                        plan.chart.name,
+                        plan.chart.version
+                    ),
+                    g,
+                    now,
+                );
+                if outcome.writes.is_empty() {
+                    Applied {
+                        returned_error: Some(e.to_owned()),
+                    }
+                } else {
+                    let rem = if install {
+                        Remediation::install(plan)
+                    } else {
+                        Remediation::upgrade(plan)
+                    };
+                    rem.increment(status);
+                    go_on()
+                }
+            } else {
+                if let Some(cur) = status.latest().cloned() {
+                    let (r, msg) = if install {
+                        (reason::INSTALL_SUCCEEDED, fmt_install_success(&cur))
+                    } else {
+                        (reason::UPGRADE_SUCCEEDED, fmt_upgrade_success(&cur))
+                    };
+                    status.conditions.set_condition(
+                        condition::RELEASED,
+                        ConditionStatus::True,
+                        r,
+                        msg,
+                        g,
+                        now,
+                    );
+                    if plan.options.test.enable && !cur.has_been_tested() {
+                        status.conditions.set_condition(
+                            condition::TEST_SUCCESS,
+                            ConditionStatus::Unknown,
+                            reason::AWAITING_TESTS,
+                            fmt_test_pending(&cur),
+                            g,
+                            now,
+                        );
+                    }
+                }
+                let retry = if install {
+                    plan.options.install.retry()
+                } else {
+                    plan.options.upgrade.retry()
+                };
+                if retry.is_some() {
+                    status.clear_failures();
+                }
+                go_on()
+            };
+            summarize(plan, status, now);
+            result
+        }
+        Action::Test => {
+            let Some(cur) = status.latest().cloned() else {
+                summarize(plan, status, now);
+                return Applied {
+                    returned_error: Some(format!("{ERR_NO_LATEST}: required for test")),
+                };
+            };
+            let mut error = err.map(str::to_owned);
+            for rec in &outcome.writes {
+                if rec.is(&cur) {
+                    if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
+                        let mut snap = rec.to_snapshot(cur.action, &cur.oci_digest);
+                        let hooks = rec
+                            .test_hooks
+                            .iter()
+                            .filter(|(k, _)| plan.options.test.selects(k))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect();
+                        snap.test_hooks = Some(hooks);
+                        status.history[i] = snap;
+                    }
+                } else {
+                    error = Some(format!(
+                        "{ERR_RELEASE_MISMATCH}: tested release {} != current release {}",
+                        rec.full_name(),
+                        cur.full_release_name()
+                    ));
+                }
+            }
+            let latest = status.latest().cloned().unwrap_or(cur);
+            let result = if let Some(e) = error {
+                status.failures += 1;
+                status.conditions.set_condition(
+                    condition::TEST_SUCCESS,
+                    ConditionStatus::False,
+                    reason::TEST_FAILED,
+                    format!(
+                        "Helm test failed for release {} with chart {}: {}",
+                        latest.full_release_name(),
+                        latest.versioned_chart_name(),
+                        e.trim()
+                    ),
+                    g,
+                    now,
+                );
+                if latest.has_been_tested() {
+                    if let Some(rem) = Remediation::active(plan, status)
+                        && !rem.ignore_test_failures(plan.options.test.ignore_failures)
+                    {
+                        rem.increment(status);
+                    }
+                    go_on()
+                } else {
+                    Applied {
+                        returned_error: Some(e),
+                    }
+                }
+            } else {
+                let n = latest.test_hooks.as_ref().map_or(0, |h| h.len());
+                let hooks = match n {
+                    0 => "no test hooks".to_owned(),
+                    1 => "1 test hook completed successfully".to_owned(),
+                    n => format!("{n} test hooks completed successfully"),
+                };
+                status.conditions.set_condition(
+                    condition::TEST_SUCCESS,
+                    ConditionStatus::True,
+                    reason::TEST_SUCCEEDED,
+                    format!(
+                        "Helm test succeeded for release {} with chart {}: {hooks}",
+                        latest.full_release_name(),
+                        latest.versioned_chart_name()
+                    ),
+                    g,
+                    now,
+                );
+                go_on()
+            };
+            summarize(plan, status, now);
+            result
+        }
+        Action::Rollback { target } => {
+            let before = latest_digest(status);
+            let cur = status.latest().cloned();
+            let result = if let Some(cur) = cur
+                .as_ref()
+                .filter(|c| c.name != target.name || c.namespace != target.namespace)
+            {
+                Applied {
+                    returned_error: Some(format!(
+                        "{ERR_RELEASE_MISMATCH}: previous release name or namespace {} does not match current {}",
+                        target.full_release_name(),
+                        cur.full_release_name()
+                    )),
+                }
+            } else {
+                // Matching snapshots are refreshed with action `rollback`; the new version
+                // is prepended.
+                for rec in &outcome.writes {
+                    if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
+                        let snap = &status.history[i];
+                        let mut new = rec
+                            .to_snapshot(Some(ReleaseAction::Rollback), &snap.oci_digest.clone());
+                        new.test_hooks = snap.test_hooks.clone();
+                        status.history[i] = new;
+                    } else {
+                        // Flux leaves this snapshot's OCI digest empty; Flotilla records the
+                        // one its observation digest was computed with, so it verifies.
+                        let oci = observation_oci_digest(status, rec.version).to_owned();
+                        status.history.insert(0, rec.to_snapshot(None, &oci));
+                    }
+                }
+                status.sort_history();
+                if let Some(e) = err {
+                    status.failures += 1;
+                    status.conditions.set_condition(
+                        condition::REMEDIATED,
+                        ConditionStatus::False,
+                        reason::ROLLBACK_FAILED,
+                        format!(
+                            "Helm rollback to previous release {} with chart {} failed: {e}",
+                            target.full_release_name(),
+                            target.versioned_chart_name()
+                        ),
+                        g,
+                        now,
+                    );
+                    let after = latest_digest(status);
+                    if after.is_none() || after == before {
+                        Applied {
+                            returned_error: Some(e.to_owned()),
+                        }
+                    } else {
+                        go_on()
+                    }
+                } else {
+                    status.conditions.set_condition(
+                        condition::REMEDIATED,
+                        ConditionStatus::True,
+                        reason::ROLLBACK_SUCCEEDED,
+                        format!(
+                            "Helm rollback to previous release {} with chart {} succeeded",
+                            target.full_release_name(),
+                            target.versioned_chart_name()
+                        ),
+                        g,
+                        now,
+                    );
+                    go_on()
+                }
+            };
+            summarize(plan, status, now);
+            result
+        }
+        Action::UninstallRemediation => {
+            let Some(cur) = status.latest().cloned() else {
+                return Applied {
+                    returned_error: Some(format!("{ERR_NO_LATEST}: required to uninstall")),
+                };
+            };
+            let mut error = err.map(str::to_owned);
+            record_writes_in_place(
+                status,
+                &outcome.writes,
+                Some(ReleaseAction::UninstallRemediation),
+                false,
+                true,
+                false,
+            );
+            if let Some(rec) = outcome.writes.iter().find(|r| !r.is(&cur)) {
+                error = Some(format!(
+                    "{ERR_RELEASE_MISMATCH}: uninstalled release {} != current release {}",
+                    rec.full_name(),
+                    cur.full_release_name()
+                ));
+            }
+            let unchanged = latest_digest(status).as_deref() == Some(cur.digest.as_str());
+            if error.is_none() && unchanged {
+                error = Some(format!(
+                    "uninstall completed with error: {ERR_NO_STORAGE_UPDATE}"
+                ));
+            }
+            let latest = status.latest().cloned().unwrap_or(cur);
+            if let Some(e) = error {
+                status.failures += 1;
+                status.conditions.set_condition(
+                    condition::REMEDIATED,
+                    ConditionStatus::False,
+                    reason::UNINSTALL_FAILED,
+                    format!(
+                        "Helm uninstall remediation for release {} with chart {} failed: {}",
+                        latest.full_release_name(),
+                        latest.versioned_chart_name(),
+                        e.trim()
+                    ),
+                    g,
+                    now,
+                );
+                if unchanged {
+                    return Applied {
+                        returned_error: Some(e),
+                    };
+                }
+                return go_on();
+            }
+            status.conditions.set_condition(
+                condition::REMEDIATED,
+                ConditionStatus::True,
+                reason::UNINSTALL_SUCCEEDED,
+                format!(
+                    "Helm uninstall remediation for release {} with chart {} succeeded",
+                    latest.full_release_name(),
+                    latest.versioned_chart_name()
+                ),
+                g,
+                now,
+            );
+            go_on()
+        }
+        Action::Unlock { status: pending } => {
+            let result = if outcome.release_not_found {
+                go_on()
+            } else {
+                // The current release as stored (before unlocking), with its snapshot's
+                // OCI digest when it has one.
+                let cur = outcome
+                    .writes
+                    .first()
+                    .map(|r| {
+                        let oci = observation_oci_digest(status, r.version).to_owned();
+                        r.to_snapshot(None, &oci)
+                    })
+                    .or_else(|| status.latest().cloned());
+                let (name, chart) = cur
+                    .as_ref()
+                    .map(|c| (c.full_release_name(), c.versioned_chart_name()))
+                    .unwrap_or_default();
+                if let Some(e) = err {
+                    status.failures += 1;
+                    status.conditions.set_condition(
+                        condition::RELEASED,
+                        ConditionStatus::False,
+                        reason::PENDING_RELEASE,
+                        format!("Unlock of Helm release {name} with chart {chart} in {pending} state failed: {e}"),
+                        g,
+                        now,
+                    );
+                    Applied {
+                        returned_error: Some(e.to_owned()),
+                    }
+                } else {
+                    record_writes_in_place(status, &outcome.writes, None, true, false, false);
+                    status.conditions.set_condition(
+                        condition::RELEASED,
+                        ConditionStatus::False,
+                        reason::PENDING_RELEASE,
+                        format!(
+                            "Unlocked Helm release {name} with chart {chart} in {pending} state"
+                        ),
+                        g,
+                        now,
+                    );
+                    go_on()
+                }
+            };
+            summarize(plan, status, now);
+            result
+        }
+        Action::Uninstall { cause, .. } => {
+            let Some(cur) = status.latest().cloned() else {
+                summarize(plan, status, now);
+                return Applied {
+                    returned_error: Some(format!("{ERR_NO_LATEST}: required to uninstall")),
+                };
+            };
+            let mut result = go_on();
+            if outcome.release_not_found {
+                status.conditions.set_condition(
+                    condition::RELEASED,
+                    ConditionStatus::False,
+                    reason::UNINSTALL_SUCCEEDED,
+                    format!(
+                        "Release {} was not found, assuming it is uninstalled",
+                        cur.full_release_name()
+                    ),
+                    g,
+                    now,
+                );
+            } else if let Some(e) = err
+                .filter(|e| plan.options.uninstall.keep_history && e.contains("is already deleted"))
+            {
+                let _ = e;
+                status.conditions.set_condition(
+                    condition::RELEASED,
+                    ConditionStatus::False,
+                    reason::UNINSTALL_SUCCEEDED,
+                    format!(
+                        "Release {} was already uninstalled",
+                        cur.full_release_name()
+                    ),
+                    g,
+                    now,
+                );
+            } else {
+                let mut error = err.map(str::to_owned);
+                record_writes_in_place(
+                    status,
+                    &outcome.writes,
+                    Some(ReleaseAction::Uninstall),
+                    false,
+                    true,
+                    false,
+                );
+                if let Some(rec) = outcome.writes.iter().find(|r| !r.is(&cur)) {
+                    error = Some(format!(
+                        "{ERR_RELEASE_MISMATCH}: uninstalled release {} != current release {}",
+                        rec.full_name(),
+                        cur.full_release_name()
+                    ));
+                }
+                if error.is_none()
+                    && latest_digest(status).as_deref() == Some(cur.digest.as_str())
+                    && cur.status != StorageStatus::Uninstalled.as_str()
+                {
+                    error = Some(format!(
+                        "uninstall completed with error: {ERR_NO_STORAGE_UPDATE}"
+                    ));
+                }
+                let latest = status.latest().cloned().unwrap_or(cur);
+                if let Some(e) = error {
+                    status.failures += 1;
+                    status.conditions.set_condition(
+                        condition::RELEASED,
+                        ConditionStatus::False,
+                        reason::UNINSTALL_FAILED,
+                        format!(
+                            "Helm uninstall failed for release {} with chart {}: {}",
+                            latest.full_release_name(),
+                            latest.versioned_chart_name(),
+                            e.trim()
+                        ),
+                        g,
+                        now,
+                    );
+                    result = Applied {
+                        returned_error: Some(e),
+                    };
+                } else {
+                    status.inventory = None;
+                    status.conditions.set_condition(
+                        condition::RELEASED,
+                        ConditionStatus::False,
+                        reason::UNINSTALL_SUCCEEDED,
+                        format!(
+                            "Helm uninstall succeeded for release {} with chart {}",
+                            latest.full_release_name(),
+                            latest.versioned_chart_name()
+                        ),
+                        g,
+                        now,
+                    );
+                }
+            }
+            summarize(plan, status, now);
+            if result.returned_error.is_none() {
+                // The old release is gone: forget it, so the next reconcile installs fresh.
+                status.history.clear();
+                status.clear_failures();
+                status.storage_namespace.clear();
+                if *cause == UninstallCause::Deletion {
+                    status.inventory = None;
+                }
+            }
+            result
+        }
+        Action::CorrectDrift { .. } => {
+            // Drift correction reports through events only and never fails the loop.
+            go_on()
+        }
+        Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => go_on(),
+    }
+}
+
+/// Why counters were reset at the start of a reconcile (`MustResetFailures`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    /// `generation differs from last attempt`.
+    Generation,
+    /// `chart version differs from last attempt`.
+    ChartVersion,
+    /// `values differ from last attempt`.
+    Values,
+    /// `reset requested through annotation`.
+    Requested,
+}
+
+impl fmt::Display for ResetReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Generation => "generation differs from last attempt",
+            Self::ChartVersion => "chart version differs from last attempt",
+            Self::Values => "values differ from last attempt",
+            Self::Requested => "reset requested through annotation",
+        })
+    }
+}
+
+/// What [`begin_reconcile`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// The release target changed: run this uninstall of the old release, apply its
+    /// outcome, and requeue; nothing else happens in this reconcile.
+    UninstallPrevious(Action),
+    /// Go on deciding. `reset` says whether (and why) the counters were zeroed.
+    Proceed {
+        /// Why the failure counters were reset, if they were.
+        reset: Option<ResetReason>,
+    },
+}
+
+/// The start of a reconcile, before any decision: detects a release target change, sets
+/// `storageNamespace`, resets counters when the generation, chart version or values
+/// changed or a `resetAt` token is pending (consuming it), and records the attempt
+/// (`lastAttemptedGeneration`, `Revision`, `RevisionDigest`, `ConfigDigest`).
+pub fn begin_reconcile(plan: &ReleasePlan, status: &mut HelmReleaseStatus) -> Begin {
+    if let Some(action) = release_target_change(plan, status) {
+        return Begin::UninstallPrevious(action);
+    }
+    status.storage_namespace = plan.release.storage_namespace.to_string();
+
+    let reset_requested = request_pending(
+        plan.requests.reset_at.as_deref(),
+        plan.requests.requested_at.as_deref(),
+        &status.last_handled_reconcile_at,
+        &status.last_handled_reset_at,
+    );
+    if let Some(reset_at) = &plan.requests.reset_at {
+        status.last_handled_reset_at = reset_at.clone();
+    }
+    let reset = if status.last_attempted_generation != plan.generation {
+        Some(ResetReason::Generation)
+    } else if status.last_attempted_revision != plan.chart.version {
+        Some(ResetReason::ChartVersion)
+    } else if !status.last_attempted_config_digest.is_empty()
+        && !digest::verify_values(&status.last_attempted_config_digest, &plan.values)
+    {
+        Some(ResetReason::Values)
+    } else if !status.last_attempted_config_digest.is_empty()
+        || status.last_attempted_values_checksum.is_empty()
+    {
+        reset_requested.then_some(ResetReason::Requested)
+    } else {
+        // Only the legacy SHA-1 checksum is known; it cannot be verified here.
+        Some(ResetReason::Values)
+    };
+    if reset.is_some() {
+        status.clear_failures();
+    }
+    status.last_attempted_generation = plan.generation;
+    status.last_attempted_revision = plan.chart.version.clone();
+    status.last_attempted_revision_digest = plan.chart.oci_digest.clone().unwrap_or_default();
+    status.last_attempted_config_digest = plan.config_digest.to_string();
+    status.last_attempted_values_checksum.clear();
+    status.last_release_revision = 0;
+    Begin::Proceed { reset }
+}
+
+fn release_target_change(plan: &ReleasePlan, status: &HelmReleaseStatus) -> Option<Action> {
+    let cur = status.latest()?;
+    if status.storage_namespace.is_empty() {
+        return None;
+    }
+    let changed = status.storage_namespace != plan.release.storage_namespace.as_str()
+        || cur.namespace != plan.release.namespace.as_str()
+        || cur.name != plan.release.name.as_str()
+        || (plan.options.upgrade.chart_name_change_strategy()
+            == crate::spec::ChartNameChangeStrategy::Reinstall
+            && cur.chart_name != plan.chart.name);
+    changed.then(|| Action::Uninstall {
+        cause: UninstallCause::ReleaseTargetChanged,
+        name: cur.name.clone(),
+        storage_namespace: status.storage_namespace.clone(),
+    })
+}
+
+/// The uninstall to run when the HelmRelease is deleted; `None` when it was never
+/// installed (no storage namespace recorded) or is suspended.
+pub fn uninstall_for_deletion(plan: &ReleasePlan, status: &HelmReleaseStatus) -> Option<Action> {
+    if plan.options.suspend || status.storage_namespace.is_empty() {
+        return None;
+    }
+    Some(Action::Uninstall {
+        cause: UninstallCause::Deletion,
+        name: status
+            .latest()
+            .map_or_else(|| plan.release.name.to_string(), |s| s.name.clone()),
+        storage_namespace: status.storage_namespace.clone(),
+    })
+}
+
+/// What the agent does next in a reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Run the action, then call [`AtomicRelease::complete`]. For
+    /// [`Action::DetectDrift`], run detection, put the result in `Observed::drift` and
+    /// call [`AtomicRelease::step`] again.
+    Run {
+        /// The action.
+        action: Action,
+        /// Its timeout.
+        timeout: GoDuration,
+    },
+    /// Done: requeue after `spec.interval`.
+    Done,
+    /// Requeue with backoff (Flux's `ErrMustRequeue`).
+    Requeue,
+    /// Requeue after the retry interval (`RetryOnFailure`).
+    RetryAfter(GoDuration),
+    /// Terminal until something changes; no requeue.
+    Stalled,
+    /// An error: requeue with backoff.
+    Failed(String),
+}
+
+/// One reconcile's pass through the state machine (Flux's `AtomicRelease` loop).
+#[derive(Debug, Clone, Default)]
+pub struct AtomicRelease {
+    performed: Vec<ActionKind>,
+}
+
+impl AtomicRelease {
+    /// A fresh loop for one reconcile.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The kinds of action run so far.
+    pub fn performed(&self) -> &[ActionKind] {
+        &self.performed
+    }
+
+    /// Decides, records the decision's effects in `observed.status`, and says what to do.
+    pub fn step(&mut self, plan: &ReleasePlan, observed: &mut Observed, now: &Timestamp) -> Step {
+        let decision = decide(plan, observed);
+        apply_decision(plan, &decision, &mut observed.status, now);
+        let status = &mut observed.status;
+        let g = plan.generation;
+        let action = decision.action;
+        match &action {
+            Action::Error(e) => {
+                return Step::Failed(format!("cannot determine release state: {e}"));
+            }
+            Action::Stalled(_) => return Step::Stalled,
+            Action::None(Settled::Suspended) => return Step::Done,
+            Action::None(_) => {
+                status.conditions.delete_condition(condition::RECONCILING);
+                summarize(plan, status, now);
+                return Step::Done;
+            }
+            Action::DetectDrift => {
+                let timeout = action.timeout(plan);
+                return Step::Run { action, timeout };
+            }
+            _ => {}
+        }
+        let Some(kind) = action.kind() else {
+            return Step::Done;
+        };
+        if self.performed.contains(&kind) {
+            if let Some(interval) = active_retry(plan, status) {
+                mark_reconciling(
+                    status,
+                    reason::PROGRESSING_WITH_RETRY,
+                    format!("retrying after {interval}"),
+                    g,
+                    now,
+                );
+                return Step::RetryAfter(interval);
+            }
+            let exhausted =
+                Remediation::active(plan, status).is_some_and(|r| r.retries_exhausted(status));
+            if !exhausted {
+                let msg = status.conditions.message_of(condition::READY).to_owned();
+                mark_reconciling(status, reason::PROGRESSING_WITH_RETRY, msg, g, now);
+                return Step::Requeue;
+            }
+            status.conditions.delete_condition(condition::RECONCILING);
+            return Step::Done;
+        }
+        let timeout = action.timeout(plan);
+        let msg = format!(
+            "Running '{}' action with timeout of {timeout}",
+            action.name()
+        );
+        mark_reconciling(status, reason::PROGRESSING, msg.clone(), g, now);
+        if kind == ActionKind::Release {
+            status.conditions.set_condition(
+                condition::READY,
+                ConditionStatus::Unknown,
+                reason::PROGRESSING,
+                msg,
+                g,
+                now,
+            );
+        }
+        if let Action::CorrectDrift { .. } = action {
+            status.conditions.set_condition(
+                condition::READY,
+                ConditionStatus::Unknown,
+                reason::PROGRESSING,
+                "correcting cluster drift".into(),
+                g,
+                now,
+            );
+        }
+        Step::Run { action, timeout }
+    }
+
+    /// Records an action's outcome. `None` means go on: observe again and call
+    /// [`AtomicRelease::step`]; `Some` ends the reconcile.
+    pub fn complete(
+        &mut self,
+        plan: &ReleasePlan,
+        action: &Action,
+        outcome: &Outcome,
+        status: &mut HelmReleaseStatus,
+        now: &Timestamp,
+    ) -> Option<Step> {
+        let g = plan.generation;
+        let applied = apply_outcome(plan, action, outcome, status, now);
+        if let Some(e) = applied.returned_error {
+            if let Some(interval) = active_retry(plan, status) {
+                mark_reconciling(
+                    status,
+                    reason::PROGRESSING_WITH_RETRY,
+                    format!("retrying after {interval}"),
+                    g,
+                    now,
+                );
+                return Some(Step::RetryAfter(interval));
+            }
+            if status.conditions.is_true(condition::READY) {
+                status.conditions.set_condition(
+                    condition::READY,
+                    ConditionStatus::False,
+                    reason::RECONCILE_ERROR,
+                    e.clone(),
+                    g,
+                    now,
+                );
+            }
+            return Some(Step::Failed(e));
+        }
+        if let Action::Uninstall { .. } = action {
+            // A release-target change or a deletion ends the reconcile here.
+            return Some(Step::Requeue);
+        }
+        let kind = action.kind()?;
+        if kind == ActionKind::Remediate {
+            if let Some(interval) = active_retry(plan, status) {
+                mark_reconciling(
+                    status,
+                    reason::PROGRESSING_WITH_RETRY,
+                    format!("retrying after {interval}"),
+                    g,
+                    now,
+                );
+                return Some(Step::RetryAfter(interval));
+            }
+            let rem = Remediation::active(plan, status);
+            let must_requeue = match rem {
+                None => true,
+                Some(r) => !r.retries_exhausted(status) || r.is_uninstall_after_upgrade(),
+            };
+            if must_requeue {
+                let msg = status.conditions.message_of(condition::READY).to_owned();
+                mark_reconciling(status, reason::PROGRESSING_WITH_RETRY, msg, g, now);
+                return Some(Step::Requeue);
+            }
+            let msg = retries_exceeded_message(plan, status);
+            mark_stalled(status, reason::RETRIES_EXCEEDED, msg, g, now);
+            return Some(Step::Stalled);
+        }
+        self.performed.push(kind);
+        None
+    }
+}
+
+/// The end of a reconcile: records the handled `requestedAt` token and, when the
+/// reconcile ended ready or stalled, the observed generation.
+pub fn finish_reconcile(plan: &ReleasePlan, status: &mut HelmReleaseStatus, step: &Step) {
+    if let Some(r) = &plan.requests.requested_at {
+        status.last_handled_reconcile_at = r.clone();
+    }
+    if matches!(step, Step::Done | Step::Stalled) {
+        status.observed_generation = plan.generation;
+    }
+}
+
+#[cfg(test)]
+mod tests;
