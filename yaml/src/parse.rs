@@ -260,6 +260,14 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     let mut stack: Vec<usize> = Vec::new();
     // Keys of an open mapping are attached in order; this is just `children.push`.
     let mut anchors: HashMap<usize, usize> = HashMap::new();
+    // saphyr reads a missing final line break as present; libyaml does not, so a block
+    // scalar whose last content line ends the input has no final newline.
+    let total_chars = src_for_parser.chars().count();
+    let last_line = src_for_parser
+        .rsplit(['\n', '\r'])
+        .next()
+        .unwrap_or_default();
+    let ends_inside_content = !last_line.trim_matches([' ', '\t']).is_empty();
     while let Some(next) = parser.next_event() {
         let (event, span) = next.map_err(|e| scan_error(src_for_parser, &e))?;
         match event {
@@ -282,10 +290,18 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
+                let mut value = value.into_owned();
+                if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
+                    && ends_inside_content
+                    && span.end.index() >= total_chars
+                    && value.ends_with('\n')
+                {
+                    value.pop();
+                }
                 let tag = tag_string(tag.as_deref());
                 let implicit = (style == ScalarStyle::Plain && tag.is_empty()) || tag == "!";
                 let kind = Kind::Scalar {
-                    value: value.into_owned(),
+                    value,
                     tag,
                     implicit,
                 };
