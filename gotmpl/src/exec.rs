@@ -1326,7 +1326,7 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
                     if reflect_kind(x) != reflect_kind(y) {
                         return Err(format!(
                             "non-comparable types {}: {}, {}: {}",
-                            gofmt::sprint_value(x),
+                            gofmt::sprint_verb(x, 's'),
                             x.type_name(),
                             y.type_name(),
                             gofmt::sprint_value(y)
@@ -1337,7 +1337,7 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
                         _ => {
                             return Err(format!(
                                 "non-comparable type {}: {}",
-                                gofmt::sprint_value(y),
+                                gofmt::sprint_verb(y, 's'),
                                 y.type_name()
                             ));
                         }

@@ -3,8 +3,8 @@
 //! `Sprint`'s spacing rule, `Sprintln`, and `Sprintf` with flags, width, precision, argument
 //! indexes and Go's error forms (`%!d(string=x)`, `%!d(MISSING)`, `%!(EXTRA int=1)`).
 //!
-//! Not implemented: `%x`/`%X`/`%b` of floats (hexadecimal / binary floating point), `%p`,
-//! complex numbers. Those verbs print Go's bad-verb form `%!x(float64=…)` instead.
+//! Not implemented: `%b` of floats (binary exponent form), `%p`, complex numbers. `%b` of a
+//! float prints Go's bad-verb form `%!b(float64=…)` instead.
 
 use crate::value::{ElemType, GoKind, MAX_VALUE_DEPTH, MapType, Value};
 
@@ -274,6 +274,89 @@ pub fn is_print(c: char) -> bool {
         | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F | 0xF0000..=0x10FFFF)
 }
 
+/// One value formatted with a single verb and no flags (`fmt.Sprintf("%s", v)` …).
+pub fn sprint_verb(v: &Value, verb: char) -> String {
+    let mut p = Printer::default();
+    p.print_value(v, verb, 0);
+    p.buf
+}
+
+/// `strconv.FormatFloat(f, 'x', prec, 64)`: hexadecimal mantissa and binary exponent
+/// (`0x1.8p+00`); `prec` `None` gives the shortest mantissa.
+pub fn format_float_hex(f: f64, prec: Option<usize>, upper: bool) -> String {
+    if !f.is_finite() {
+        return format_float(f, 'g', None);
+    }
+    let neg = f.is_sign_negative();
+    let a = f.abs();
+    let (mut full, mut exp): (u64, i32) = if a == 0.0 {
+        (0, 0)
+    } else {
+        let bits = a.to_bits();
+        let e = ((bits >> 52) & 0x7ff) as i32;
+        let m = bits & ((1u64 << 52) - 1);
+        if e == 0 {
+            // Subnormal: shift until the implicit bit is set.
+            let mut m = m;
+            let mut e = -1022;
+            while m & (1u64 << 52) == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            (m, e)
+        } else {
+            ((1u64 << 52) | m, e - 1023)
+        }
+    };
+    let digits = match prec {
+        Some(p) if p < 13 => {
+            let shift = (13 - p) * 4;
+            let rem = full & ((1u64 << shift) - 1);
+            let half = 1u64 << (shift - 1);
+            full >>= shift;
+            if rem > half || (rem == half && full & 1 == 1) {
+                full += 1;
+            }
+            if full >> (p * 4) >= 2 {
+                full >>= 1;
+                exp += 1;
+            }
+            if p == 0 { String::new() } else { format!("{:0w$x}", full & ((1u64 << (p * 4)) - 1), w = p) }
+        }
+        _ => {
+            let mut d = format!("{:013x}", full & ((1u64 << 52) - 1));
+            match prec {
+                Some(p) => d.extend(std::iter::repeat_n('0', p - 13)),
+                None => {
+                    while d.ends_with('0') {
+                        d.pop();
+                    }
+                }
+            }
+            d
+        }
+    };
+    let lead = if a == 0.0 { '0' } else { '1' };
+    let mut s = String::new();
+    if neg {
+        s.push('-');
+    }
+    s.push_str("0x");
+    s.push(lead);
+    if !digits.is_empty() {
+        s.push('.');
+        s.push_str(&digits);
+    }
+    s.push('p');
+    s.push(if exp < 0 { '-' } else { '+' });
+    let e = exp.unsigned_abs();
+    if e < 10 {
+        s.push('0');
+    }
+    s.push_str(&e.to_string());
+    if upper { s.to_uppercase() } else { s }
+}
+
 /// `%v` of a value, as `fmt.Sprint(v)` prints it.
 pub fn sprint_value(v: &Value) -> String {
     let mut p = Printer::default();
@@ -475,6 +558,18 @@ impl Printer {
             'v' => ('g', self.f.prec),
             'g' | 'G' => (verb, self.f.prec),
             'e' | 'E' | 'f' | 'F' => (verb, Some(self.f.prec.unwrap_or(6))),
+            'x' | 'X' => {
+                let mut s = format_float_hex(f, self.f.prec, verb == 'X');
+                if !s.starts_with('-') {
+                    if self.f.plus {
+                        s.insert(0, '+');
+                    } else if self.f.space {
+                        s.insert(0, ' ');
+                    }
+                }
+                self.pad(&s);
+                return;
+            }
             _ => {
                 self.bad_verb(verb, v);
                 return;
@@ -560,10 +655,9 @@ impl Printer {
             return;
         }
         match v {
-            Value::Nil => match verb {
-                'v' => self.pad_spaces("<nil>"),
-                _ => self.bad_verb(verb, v),
-            },
+            // A nil inside a collection is an interface element: printed as <nil> for any verb.
+            Value::Nil if verb == 'v' || depth > 0 => self.pad_spaces("<nil>"),
+            Value::Nil => self.bad_verb(verb, v),
             Value::Bool(b) => match verb {
                 't' | 'v' => self.pad_spaces(if *b { "true" } else { "false" }),
                 _ => self.bad_verb(verb, v),
@@ -724,8 +818,7 @@ fn go_syntax(v: &Value, depth: usize) -> String {
         Value::Int(i) | Value::Int64(i) => i.to_string(),
         Value::Uint64(u) => format!("0x{u:x}"),
         Value::Float(f) => {
-            let s = format_float(*f, 'g', None);
-            if s.contains(['.', 'e', 'I', 'N']) { s } else { format!("{s}") }
+            format_float(*f, 'g', None)
         }
         Value::String(s) => quote(s),
         Value::Bytes(b) => {
@@ -853,6 +946,10 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             Some(c) => c,
             None => break,
         };
+        if verb == 'v' {
+            // %+v asks for struct field names, not signs.
+            p.f.plus = false;
+        }
         i += verb.len_utf8();
         if verb == '%' {
             p.buf.push('%');

@@ -1,0 +1,210 @@
+//! Differential tests against goldens produced by the real helm binary
+//! (`tests/fixtures/regenerate.sh`). Every `fixtures/ok/<case>.tpl` must render exactly like
+//! helm rendered it, and every `fixtures/errors/<case>.tpl` must fail with the error helm
+//! printed (converted back from Helm's presentation to Go's error string).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flotilla_gotmpl::{Error, ExecOptions, FuncMap, MapType, TemplateSet, Value};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The root Helm passes to a chart template: `.Values` is a `common.Values`.
+fn root() -> Value {
+    let json: serde_json::Value =
+        serde_json::from_str(&read(&fixtures().join("values.json"))).expect("values.json is JSON");
+    let values = Value::from_json(&json);
+    let values = match values {
+        Value::Map(m) => Value::Map(m.with_type(MapType::Named(Arc::from("common.Values")))),
+        other => other,
+    };
+    let root = flotilla_gotmpl::Map::new();
+    root.insert("Values", values);
+    Value::Map(root)
+}
+
+fn render(name: &str, text: &str) -> Result<String, Error> {
+    let funcs = FuncMap::new();
+    let mut set = TemplateSet::new("gotpl");
+    set.parse(name, text, &funcs)?;
+    set.execute(name, &root(), &funcs, &ExecOptions::helm())
+}
+
+fn check_ok(case: &str) {
+    let text = read(&fixtures().join(format!("ok/{case}.tpl")));
+    let want = read(&fixtures().join(format!("golden/ok/{case}.out")));
+    match render("fx/templates/_case.tpl", &text) {
+        Ok(got) => assert_eq!(got, want, "case {case}"),
+        Err(e) => panic!("case {case}: unexpected error: {e}"),
+    }
+}
+
+/// Turns Helm's presentation of a template error back into what must hold for Go's error.
+fn check_error(case: &str) {
+    let text = read(&fixtures().join(format!("errors/{case}.tpl")));
+    let stderr = read(&fixtures().join(format!("golden/errors/{case}.err")));
+    let helm = stderr.strip_prefix("Error: ").unwrap_or(&stderr);
+    let helm = helm.split("\n\nUse --debug").next().unwrap_or(helm).trim_end();
+    let got = match render("fx/templates/case.yaml", &text) {
+        Ok(out) => panic!("case {case}: expected an error, rendered {out:?}"),
+        Err(e) => e,
+    };
+    if let Some(rest) = helm.strip_prefix("parse error at (") {
+        // Helm's cleanupParseError keeps the location and the last ": "-separated part.
+        let Error::Parse(msg) = &got else { panic!("case {case}: expected a parse error, got {got}") };
+        let tokens: Vec<&str> = msg.split(": ").collect();
+        let ours = format!("{}): {}", tokens.get(1).copied().unwrap_or(""), tokens.last().copied().unwrap_or(""));
+        assert_eq!(ours, rest, "case {case}: our error was {msg}");
+    } else if helm.starts_with("template: ") {
+        assert_eq!(got.to_string(), helm, "case {case}");
+    } else {
+        // LOC\n  executing "NAME" at <CTX>:\n    MSG
+        let mut lines = helm.lines();
+        let loc = lines.next().unwrap_or("");
+        let exec = lines.next().unwrap_or("").trim().trim_end_matches(':');
+        let msg: Vec<&str> = lines.map(str::trim).collect();
+        let want = format!("template: {loc}: {exec}: {}", msg.join(" "));
+        assert_eq!(got.to_string(), want, "case {case}");
+    }
+}
+
+macro_rules! ok_cases {
+    ($($name:ident),* $(,)?) => {
+        mod renders_like_helm { $( #[test] fn $name() { super::check_ok(stringify!($name)); } )* }
+        const OK_CASES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+macro_rules! error_cases {
+    ($($name:ident),* $(,)?) => {
+        mod fails_like_helm { $( #[test] fn $name() { super::check_error(stringify!($name)); } )* }
+        const ERROR_CASES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+ok_cases!(
+    actions_may_span_lines,
+    and_or_short_circuit_and_return_the_deciding_value,
+    break_and_continue,
+    comments_produce_nothing,
+    comparisons,
+    define_template_and_block,
+    dollar_is_the_root_inside_range,
+    eq_with_many_arguments,
+    float_printing_uses_shortest_g_form,
+    html_js_urlquery_escape,
+    if_else_chains,
+    len_and_index,
+    literals,
+    missing_values_print_no_value,
+    nil_list_elements_print_no_value,
+    parenthesized_pipelines_and_chains,
+    pipelines_pass_the_previous_value_last,
+    print_and_println,
+    printf_argument_indexes_and_star_width,
+    printf_error_forms,
+    printf_float_verbs,
+    printf_integer_and_string_verbs,
+    printf_type_and_bool_verbs,
+    printf_v_variants,
+    range_assign_updates_outer_variables,
+    range_else_runs_for_empty_and_missing,
+    range_over_int,
+    range_over_lists,
+    range_over_map_iterates_in_sorted_key_order,
+    range_over_nested_maps,
+    string_escapes_in_literals,
+    template_invocations_see_only_their_data,
+    template_pipeline_declarations_persist,
+    text_and_trim_markers,
+    unicode_text,
+    values_print_in_go_notation,
+    variables_are_scoped_to_their_block,
+    whitespace_trim_around_control,
+    with_and_else_with,
+    with_and_if_declarations,
+);
+
+error_cases!(
+    and_without_arguments,
+    argument_to_non_function,
+    bad_number_syntax,
+    break_outside_range,
+    call_of_non_function,
+    cant_evaluate_field_of_float,
+    comment_ends_before_delimiter,
+    else_outside_control,
+    eq_float_with_int_is_incompatible,
+    eq_map_and_list_are_non_comparable,
+    eq_on_maps_is_non_comparable,
+    eq_with_one_argument,
+    exec_error_line_and_column_in_multiline_template,
+    expected_end_found_else,
+    field_of_int_variable,
+    field_of_list,
+    field_of_parenthesized_int,
+    field_of_string_value,
+    function_not_defined,
+    index_float,
+    index_into_float_element,
+    index_list_with_string,
+    index_map_with_int,
+    index_of_nil_pointer,
+    index_of_untyped_nil,
+    index_out_of_range,
+    integer_overflow_literal,
+    integer_overflows_int,
+    len_of_missing_value,
+    len_with_no_arguments,
+    lt_int_with_string_is_incompatible,
+    lt_on_map,
+    map_key_with_arguments,
+    missing_value_for_if,
+    multiple_definition_in_one_file,
+    nil_data_chain_through_variable_in_range,
+    nil_is_not_a_command,
+    nil_pointer_evaluating_missing_map,
+    non_executable_pipeline_stage,
+    not_with_two_arguments,
+    parse_error_line_in_multiline_template,
+    printf_format_must_be_a_string,
+    printf_literal_format_must_be_a_string,
+    range_cant_iterate_over_float,
+    range_int_with_two_variables,
+    template_not_defined,
+    too_many_range_declarations,
+    unclosed_action,
+    unclosed_action_in_multiline,
+    unclosed_left_paren,
+    undefined_variable,
+    undefined_variable_after_scope_end,
+    unexpected_brace_in_operand,
+    unexpected_dot_after_literal,
+    unexpected_end,
+    unexpected_right_paren,
+    unterminated_quoted_string,
+    with_on_nil_pointer,
+    wrong_type_for_typed_parameter_missing_value,
+);
+
+#[test]
+fn every_fixture_is_listed_in_a_test() {
+    for (dir, listed) in [("ok", OK_CASES), ("errors", ERROR_CASES)] {
+        let mut found: Vec<String> = std::fs::read_dir(fixtures().join(dir))
+            .expect("fixture directory")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".tpl")).map(String::from))
+            .collect();
+        found.sort();
+        let mut listed: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+        listed.sort();
+        assert_eq!(found, listed, "fixtures/{dir} and the case list differ");
+    }
+}
