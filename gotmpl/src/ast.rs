@@ -17,7 +17,11 @@ pub(crate) enum Node {
     If(Branch),
     With(Branch),
     Range(Branch),
-    Template { pos: usize, name: String, pipe: Option<Pipe> },
+    Template {
+        pos: usize,
+        name: String,
+        pipe: Option<Pipe>,
+    },
     Break,
     Continue,
 }
@@ -51,21 +55,45 @@ pub(crate) struct Command {
 #[derive(Clone, Debug)]
 pub(crate) enum Arg {
     /// `.a.b`
-    Field { pos: usize, idents: Vec<String> },
+    Field {
+        pos: usize,
+        idents: Vec<String>,
+    },
     /// `$x.a.b` (`idents[0]` is the variable name).
-    Variable { pos: usize, idents: Vec<String> },
+    Variable {
+        pos: usize,
+        idents: Vec<String>,
+    },
     /// `(pipe).a.b`, `fn.a` (the term is a pipeline or an identifier).
-    Chain { pos: usize, node: Box<Arg>, fields: Vec<String> },
+    Chain {
+        pos: usize,
+        node: Box<Arg>,
+        fields: Vec<String>,
+    },
     /// A function name.
-    Identifier { pos: usize, name: String },
+    Identifier {
+        pos: usize,
+        name: String,
+    },
     /// `( pipeline )`
     Pipe(Box<Pipe>),
-    Dot { pos: usize },
-    Nil { pos: usize },
-    Bool { pos: usize, val: bool },
+    Dot {
+        pos: usize,
+    },
+    Nil {
+        pos: usize,
+    },
+    Bool {
+        pos: usize,
+        val: bool,
+    },
     Number(Box<Number>),
     /// A string literal: its source text (with quotes) and its value.
-    String { pos: usize, quoted: String, text: String },
+    String {
+        pos: usize,
+        quoted: String,
+        text: String,
+    },
 }
 
 /// A numeric constant, with every Go representation it admits.
@@ -99,7 +127,14 @@ impl Arg {
 
     /// Whether the node is a constant or dot (not executable after a `|`).
     pub fn is_non_executable(&self) -> bool {
-        matches!(self, Arg::Bool { .. } | Arg::Dot { .. } | Arg::Nil { .. } | Arg::Number(_) | Arg::String { .. })
+        matches!(
+            self,
+            Arg::Bool { .. }
+                | Arg::Dot { .. }
+                | Arg::Nil { .. }
+                | Arg::Number(_)
+                | Arg::String { .. }
+        )
     }
 }
 

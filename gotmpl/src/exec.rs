@@ -68,15 +68,27 @@ impl Ev {
 }
 
 fn elem_ev(list_elem: ElemType, v: Value) -> Ev {
-    if list_elem == ElemType::Interface { Ev::Iface(v) } else { Ev::Val(v) }
+    if list_elem == ElemType::Interface {
+        Ev::Iface(v)
+    } else {
+        Ev::Val(v)
+    }
 }
 
 fn map_elem_ev(m: &MapType, v: Value) -> Ev {
-    if *m == MapType::StringValues { Ev::Val(v) } else { Ev::Iface(v) }
+    if *m == MapType::StringValues {
+        Ev::Val(v)
+    } else {
+        Ev::Iface(v)
+    }
 }
 
 fn map_zero(m: &MapType) -> Ev {
-    if *m == MapType::StringValues { Ev::Val(Value::string("")) } else { Ev::Iface(Value::Nil) }
+    if *m == MapType::StringValues {
+        Ev::Val(Value::string(""))
+    } else {
+        Ev::Iface(Value::Nil)
+    }
 }
 
 /// Control flow out of a walk.
@@ -138,7 +150,9 @@ pub struct CallCtx<'a, 'f> {
 
 impl std::fmt::Debug for CallCtx<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallCtx").field("depth", &self.shared.depth).finish_non_exhaustive()
+        f.debug_struct("CallCtx")
+            .field("depth", &self.shared.depth)
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,7 +194,11 @@ impl<'f> CallCtx<'_, 'f> {
                 gofmt::quote(set.name())
             )));
         };
-        let dot = if data.is_nil() { Ev::Invalid } else { Ev::Val(data) };
+        let dot = if data.is_nil() {
+            Ev::Invalid
+        } else {
+            Ev::Val(data)
+        };
         run_template(self.shared, set, tmpl, dot)
     }
 }
@@ -192,7 +210,14 @@ pub(crate) fn run_template(
     tmpl: &Template,
     dot: Ev,
 ) -> Result<String, Error> {
-    let mut frame = Frame { shared, set, tmpl, cur: Cur::None, vars: Vec::new(), out: String::new() };
+    let mut frame = Frame {
+        shared,
+        set,
+        tmpl,
+        cur: Cur::None,
+        vars: Vec::new(),
+        out: String::new(),
+    };
     frame.enter_template()?;
     frame.vars.push(("$", dot.clone()));
     let r = frame.walk_list(&dot, &tmpl.root);
@@ -245,8 +270,8 @@ enum Builtin {
 
 /// The names of Go's builtin template functions.
 pub const BUILTIN_NAMES: &[&str] = &[
-    "and", "call", "html", "index", "slice", "js", "len", "not", "or", "print", "printf", "println", "urlquery",
-    "eq", "ge", "gt", "le", "lt", "ne",
+    "and", "call", "html", "index", "slice", "js", "len", "not", "or", "print", "printf",
+    "println", "urlquery", "eq", "ge", "gt", "le", "lt", "ne",
 ];
 
 fn builtin(name: &str) -> Option<Builtin> {
@@ -287,13 +312,20 @@ impl Builtin {
     fn signature(self) -> (&'static [BParam], Option<BParam>) {
         use BParam::*;
         match self {
-            Builtin::And | Builtin::Or | Builtin::Index | Builtin::Slice | Builtin::Call | Builtin::Eq => {
-                (&[Raw], Some(Raw))
-            }
+            Builtin::And
+            | Builtin::Or
+            | Builtin::Index
+            | Builtin::Slice
+            | Builtin::Call
+            | Builtin::Eq => (&[Raw], Some(Raw)),
             Builtin::Not | Builtin::Len => (&[Raw], None),
-            Builtin::Print | Builtin::Println | Builtin::Html | Builtin::Js | Builtin::Urlquery => (&[], Some(Any)),
+            Builtin::Print | Builtin::Println | Builtin::Html | Builtin::Js | Builtin::Urlquery => {
+                (&[], Some(Any))
+            }
             Builtin::Printf => (&[Str], Some(Any)),
-            Builtin::Ne | Builtin::Lt | Builtin::Le | Builtin::Gt | Builtin::Ge => (&[Raw, Raw], None),
+            Builtin::Ne | Builtin::Lt | Builtin::Le | Builtin::Gt | Builtin::Ge => {
+                (&[Raw, Raw], None)
+            }
         }
     }
 }
@@ -339,7 +371,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     fn enter_template(&mut self) -> R<()> {
         if self.shared.depth >= self.shared.opts.max_depth {
-            return self.errorf(format!("exceeded maximum template depth ({})", self.shared.opts.max_depth));
+            return self.errorf(format!(
+                "exceeded maximum template depth ({})",
+                self.shared.opts.max_depth
+            ));
         }
         self.shared.depth += 1;
         Ok(())
@@ -347,10 +382,12 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     fn step(&mut self) -> R<()> {
         self.shared.steps += 1;
-        if let Some(max) = self.shared.opts.max_steps {
-            if self.shared.steps > max {
-                return self.errorf(format!("exceeded maximum number of execution steps ({max})"));
-            }
+        if let Some(max) = self.shared.opts.max_steps
+            && self.shared.steps > max
+        {
+            return self.errorf(format!(
+                "exceeded maximum number of execution steps ({max})"
+            ));
         }
         Ok(())
     }
@@ -439,7 +476,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     /// Runs `f` one nesting level deeper (bounded to keep the Rust stack safe).
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
         if self.shared.depth >= self.shared.opts.max_depth {
-            return self.errorf(format!("exceeded maximum template depth ({})", self.shared.opts.max_depth));
+            return self.errorf(format!(
+                "exceeded maximum template depth ({})",
+                self.shared.opts.max_depth
+            ));
         }
         self.shared.depth += 1;
         let r = f(self);
@@ -453,7 +493,11 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let r = (|| {
             let val = self.eval_pipeline(dot, &b.pipe)?;
             if val.truth() {
-                if with { self.walk_list(&val, &b.list) } else { self.walk_list(dot, &b.list) }
+                if with {
+                    self.walk_list(&val, &b.list)
+                } else {
+                    self.walk_list(dot, &b.list)
+                }
             } else if let Some(e) = &b.else_list {
                 self.walk_list(dot, e)
             } else {
@@ -507,7 +551,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 for (i, item) in l.items().iter().enumerate() {
                     ran = true;
                     let elem = elem_ev(l.elem(), item.clone());
-                    if self.range_iteration(r, mark, Ev::Val(Value::Int(i as i64)), elem)? == Flow::Break {
+                    if self.range_iteration(r, mark, Ev::Val(Value::Int(i as i64)), elem)?
+                        == Flow::Break
+                    {
                         break;
                     }
                 }
@@ -516,7 +562,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 for (i, x) in b.iter().enumerate() {
                     ran = true;
                     let elem = Ev::Val(Value::Int(i64::from(*x)));
-                    if self.range_iteration(r, mark, Ev::Val(Value::Int(i as i64)), elem)? == Flow::Break {
+                    if self.range_iteration(r, mark, Ev::Val(Value::Int(i as i64)), elem)?
+                        == Flow::Break
+                    {
                         break;
                     }
                 }
@@ -525,7 +573,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 let ty = m.map_type().clone();
                 for (k, v) in m.entries() {
                     ran = true;
-                    if self.range_iteration(r, mark, Ev::Val(Value::string(&k)), map_elem_ev(&ty, v))? == Flow::Break {
+                    if self.range_iteration(
+                        r,
+                        mark,
+                        Ev::Val(Value::string(&k)),
+                        map_elem_ev(&ty, v),
+                    )? == Flow::Break
+                    {
                         break;
                     }
                 }
@@ -558,7 +612,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 Some(entries) => {
                     for (k, v) in entries {
                         ran = true;
-                        if self.range_iteration(r, mark, Ev::Val(Value::string(&k)), Ev::Val(v))? == Flow::Break {
+                        if self.range_iteration(r, mark, Ev::Val(Value::string(&k)), Ev::Val(v))?
+                            == Flow::Break
+                        {
                             break;
                         }
                     }
@@ -569,23 +625,34 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             },
             None => {}
             Some(other) => {
-                return self.errorf(format!("range can't iterate over {}", gofmt::sprint_value(&other)));
+                return self.errorf(format!(
+                    "range can't iterate over {}",
+                    gofmt::sprint_value(&other)
+                ));
             }
         }
-        if !ran {
-            if let Some(e) = &r.else_list {
-                self.walk_list(dot, e)?;
-            }
+        if !ran && let Some(e) = &r.else_list {
+            self.walk_list(dot, e)?;
         }
         Ok(())
     }
 
-    fn walk_template(&mut self, dot: &Ev, node: &'t Node, pos: usize, name: &str, pipe: Option<&'t Pipe>) -> R<()> {
+    fn walk_template(
+        &mut self,
+        dot: &Ev,
+        node: &'t Node,
+        pos: usize,
+        name: &str,
+        pipe: Option<&'t Pipe>,
+    ) -> R<()> {
         let Some(tmpl) = self.set.get(name) else {
             return self.errorf(format!("template {} not defined", gofmt::quote(name)));
         };
         if self.shared.depth >= self.shared.opts.max_depth {
-            return self.errorf(format!("exceeded maximum template depth ({})", self.shared.opts.max_depth));
+            return self.errorf(format!(
+                "exceeded maximum template depth ({})",
+                self.shared.opts.max_depth
+            ));
         }
         let new_dot = match pipe {
             Some(p) => self.eval_pipeline(dot, p)?,
@@ -632,7 +699,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         match first {
             Arg::Field { .. } => return self.eval_field_node(dot, first, &cmd.args, fin),
             Arg::Chain { .. } => return self.eval_chain_node(dot, first, &cmd.args, fin),
-            Arg::Identifier { name, .. } => return self.eval_function(dot, first, name, Cur::Cmd(cmd), &cmd.args, fin),
+            Arg::Identifier { name, .. } => {
+                return self.eval_function(dot, first, name, Cur::Cmd(cmd), &cmd.args, fin);
+            }
             Arg::Pipe(p) => {
                 self.not_a_function(&cmd.args, &fin)?;
                 return self.nested(|f| f.eval_pipeline(dot, p));
@@ -648,14 +717,20 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Arg::Nil { .. } => self.errorf("nil is not a command"),
             Arg::Number(n) => self.ideal_constant(first, n),
             Arg::String { text, .. } => Ok(Ev::Val(Value::string(text))),
-            _ => self.errorf(format!("can't evaluate command {}", gofmt::quote(&first.to_string()))),
+            _ => self.errorf(format!(
+                "can't evaluate command {}",
+                gofmt::quote(&first.to_string())
+            )),
         }
     }
 
     fn ideal_constant(&mut self, node: &'t Arg, n: &Number) -> R<Ev> {
         self.cur = Cur::Arg(node);
         let t = &n.text;
-        let is_hex_int = t.len() > 2 && t.starts_with('0') && matches!(t.as_bytes()[1], b'x' | b'X') && !t.contains(['p', 'P']);
+        let is_hex_int = t.len() > 2
+            && t.starts_with('0')
+            && matches!(t.as_bytes()[1], b'x' | b'X')
+            && !t.contains(['p', 'P']);
         let is_rune = t.starts_with('\'');
         if n.is_float && !is_hex_int && !is_rune && t.contains(['.', 'e', 'E', 'p', 'P']) {
             return Ok(Ev::Val(Value::Float(n.float)));
@@ -669,7 +744,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         Ok(Ev::Invalid)
     }
 
-    fn eval_field_node(&mut self, dot: &Ev, field: &'t Arg, args: &'t [Arg], fin: Option<Ev>) -> R<Ev> {
+    fn eval_field_node(
+        &mut self,
+        dot: &Ev,
+        field: &'t Arg,
+        args: &'t [Arg],
+        fin: Option<Ev>,
+    ) -> R<Ev> {
         self.cur = Cur::Arg(field);
         let Arg::Field { idents, .. } = field else {
             return self.errorf("internal error: not a field");
@@ -677,7 +758,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         self.eval_field_chain(dot, dot.clone(), field, idents, args, fin)
     }
 
-    fn eval_chain_node(&mut self, dot: &Ev, chain: &'t Arg, args: &'t [Arg], fin: Option<Ev>) -> R<Ev> {
+    fn eval_chain_node(
+        &mut self,
+        dot: &Ev,
+        chain: &'t Arg,
+        args: &'t [Arg],
+        fin: Option<Ev>,
+    ) -> R<Ev> {
         self.cur = Cur::Arg(chain);
         let Arg::Chain { node, fields, .. } = chain else {
             return self.errorf("internal error: not a chain");
@@ -692,7 +779,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         self.eval_field_chain(dot, pipe, chain, fields, args, fin)
     }
 
-    fn eval_variable_node(&mut self, dot: &Ev, var: &'t Arg, args: &'t [Arg], fin: Option<Ev>) -> R<Ev> {
+    fn eval_variable_node(
+        &mut self,
+        dot: &Ev,
+        var: &'t Arg,
+        args: &'t [Arg],
+        fin: Option<Ev>,
+    ) -> R<Ev> {
         self.cur = Cur::Arg(var);
         let Arg::Variable { idents, .. } = var else {
             return self.errorf("internal error: not a variable");
@@ -768,10 +861,17 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let Some(value) = receiver.concrete().cloned() else {
             return self.errorf(format!("nil pointer evaluating {typ}.{name}"));
         };
-        if let Value::Object(o) = &value {
-            if let Some(sig) = o.method(name) {
-                return self.eval_call(dot, Callable::Method(Arc::clone(o), sig), Cur::Arg(node), name, args, fin);
-            }
+        if let Value::Object(o) = &value
+            && let Some(sig) = o.method(name)
+        {
+            return self.eval_call(
+                dot,
+                Callable::Method(Arc::clone(o), sig),
+                Cur::Arg(node),
+                name,
+                args,
+                fin,
+            );
         }
         let has_args = args.len() > 1 || fin.is_some();
         match &value {
@@ -787,9 +887,15 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Value::Object(o) => {
                 if let Some(v) = o.field(name) {
                     if has_args {
-                        return self.errorf(format!("{name} has arguments but cannot be invoked as function"));
+                        return self.errorf(format!(
+                            "{name} has arguments but cannot be invoked as function"
+                        ));
                     }
-                    return Ok(if v.is_nil() { Ev::Iface(Value::Nil) } else { Ev::Val(v) });
+                    return Ok(if v.is_nil() {
+                        Ev::Iface(Value::Nil)
+                    } else {
+                        Ev::Val(v)
+                    });
                 }
                 if let Some(entries) = o.map_entries() {
                     if has_args {
@@ -810,7 +916,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         match self.shared.opts.missing_key {
             MissingKey::Default => Ok(Ev::Invalid),
             MissingKey::Zero => Ok(zero),
-            MissingKey::Error => self.errorf(format!("map has no entry for key {}", gofmt::quote(name))),
+            MissingKey::Error => {
+                self.errorf(format!("map has no entry for key {}", gofmt::quote(name)))
+            }
         }
     }
 
@@ -829,15 +937,25 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let (fixed, variadic): (Vec<PType<'_>>, Option<PType<'_>>) = match &fun {
             Callable::Func(f) => {
                 let s = f.signature();
-                (s.params.iter().map(PType::T).collect(), s.variadic.as_ref().map(PType::T))
+                (
+                    s.params.iter().map(PType::T).collect(),
+                    s.variadic.as_ref().map(PType::T),
+                )
             }
-            Callable::Method(_, s) => (s.params.iter().map(PType::T).collect(), s.variadic.as_ref().map(PType::T)),
+            Callable::Method(_, s) => (
+                s.params.iter().map(PType::T).collect(),
+                s.variadic.as_ref().map(PType::T),
+            ),
             Callable::Builtin(b) => {
                 let (f, v) = b.signature();
                 (f.iter().map(|p| PType::B(*p)).collect(), v.map(PType::B))
             }
         };
-        let num_fixed = if variadic.is_some() { fixed.len() } else { args.len() };
+        let num_fixed = if variadic.is_some() {
+            fixed.len()
+        } else {
+            args.len()
+        };
         if variadic.is_some() {
             if num_in < fixed.len() {
                 return self.errorf(format!(
@@ -847,7 +965,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 ));
             }
         } else if num_in != fixed.len() {
-            return self.errorf(format!("wrong number of args for {name}: want {} got {num_in}", fixed.len()));
+            return self.errorf(format!(
+                "wrong number of args for {name}: want {} got {num_in}",
+                fixed.len()
+            ));
         }
 
         // and/or short-circuit and return the deciding value.
@@ -881,8 +1002,11 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         }
         if let Some(f) = fin {
             let t = match variadic {
-                Some(vt) if num_in - 1 >= fixed.len() => vt,
-                _ => fixed.get(num_in - 1).copied().unwrap_or(PType::B(BParam::Raw)),
+                Some(vt) if num_in > fixed.len() => vt,
+                _ => fixed
+                    .get(num_in - 1)
+                    .copied()
+                    .unwrap_or(PType::B(BParam::Raw)),
             };
             argv.push(self.validate_type(f, t)?);
         }
@@ -895,12 +1019,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Callable::Func(f) => {
                 let values: Vec<Value> = argv.into_iter().map(Ev::into_value).collect();
                 let set = self.set;
-                let mut ctx = CallCtx { shared: &mut *self.shared, set };
-                f.call(&mut ctx, &values).map(Ev::Iface).map_err(|e| e.message().to_string())
+                let mut ctx = CallCtx {
+                    shared: &mut *self.shared,
+                    set,
+                };
+                f.call(&mut ctx, &values)
+                    .map(Ev::Iface)
+                    .map_err(|e| e.message().to_string())
             }
             Callable::Method(o, _) => {
                 let values: Vec<Value> = argv.into_iter().map(Ev::into_value).collect();
-                o.call_method(name, &values).map(Ev::Iface).map_err(|e| e.message().to_string())
+                o.call_method(name, &values)
+                    .map(Ev::Iface)
+                    .map_err(|e| e.message().to_string())
             }
         };
         match result {
@@ -934,14 +1065,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     self.errorf(format!("invalid value; expected {}", at.go_name()))
                 }
             }
-            Ev::Iface(Value::Nil) | Ev::Val(Value::Nil) => {
-                self.errorf(format!("wrong type for value; expected {}; got interface {{}}", at.go_name()))
-            }
+            Ev::Iface(Value::Nil) | Ev::Val(Value::Nil) => self.errorf(format!(
+                "wrong type for value; expected {}; got interface {{}}",
+                at.go_name()
+            )),
             Ev::Val(v) | Ev::Iface(v) => {
                 if at.accepts(&v) {
                     Ok(Ev::Val(v))
                 } else {
-                    self.errorf(format!("wrong type for value; expected {}; got {}", at.go_name(), v.type_name()))
+                    self.errorf(format!(
+                        "wrong type for value; expected {}; got {}",
+                        at.go_name(),
+                        v.type_name()
+                    ))
                 }
             }
         }
@@ -1004,12 +1140,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             (ArgType::Float64, _) => self.errorf(format!("expected float; found {arg}")),
             (ArgType::Int, Arg::Number(n)) if n.is_int => Ok(Ev::Val(Value::Int(n.int))),
             (ArgType::Int64, Arg::Number(n)) if n.is_int => Ok(Ev::Val(Value::Int64(n.int))),
-            (ArgType::Int | ArgType::Int64, _) => self.errorf(format!("expected integer; found {arg}")),
-            (ArgType::Uint32, Arg::Number(n)) if n.is_uint => Ok(Ev::Val(Value::Uint64(n.uint & 0xFFFF_FFFF))),
+            (ArgType::Int | ArgType::Int64, _) => {
+                self.errorf(format!("expected integer; found {arg}"))
+            }
+            (ArgType::Uint32, Arg::Number(n)) if n.is_uint => {
+                Ok(Ev::Val(Value::Uint64(n.uint & 0xFFFF_FFFF)))
+            }
             (ArgType::Uint32, _) => self.errorf(format!("expected unsigned integer; found {arg}")),
             (ArgType::String, Arg::String { text, .. }) => Ok(Ev::Val(Value::string(text))),
             (ArgType::String, _) => self.errorf(format!("expected string; found {arg}")),
-            _ => self.errorf(format!("can't handle {arg} for arg of type {}", at.go_name())),
+            _ => self.errorf(format!(
+                "can't handle {arg} for arg of type {}",
+                at.go_name()
+            )),
         }
     }
 
@@ -1018,7 +1161,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Arg::Bool { val, .. } => Ok(Ev::Val(Value::Bool(*val))),
             Arg::Number(n) => self.ideal_constant(arg, n),
             Arg::String { text, .. } => Ok(Ev::Val(Value::string(text))),
-            _ => self.errorf(format!("can't handle assignment of {arg} to empty interface argument")),
+            _ => self.errorf(format!(
+                "can't handle assignment of {arg} to empty interface argument"
+            )),
         }
     }
 }
@@ -1051,8 +1196,15 @@ fn call_builtin(b: Builtin, argv: Vec<Ev>, callee: &str) -> Result<Ev, String> {
         Builtin::Println => Ok(Ev::Val(Value::string(gofmt::sprintln(&values(argv))))),
         Builtin::Printf => {
             let mut vals = values(argv);
-            let format = if vals.is_empty() { Value::string("") } else { vals.remove(0) };
-            Ok(Ev::Val(Value::string(gofmt::sprintf(format.as_str().unwrap_or(""), &vals))))
+            let format = if vals.is_empty() {
+                Value::string("")
+            } else {
+                vals.remove(0)
+            };
+            Ok(Ev::Val(Value::string(gofmt::sprintf(
+                format.as_str().unwrap_or(""),
+                &vals,
+            ))))
         }
         Builtin::Html => Ok(Ev::Val(Value::string(html_escape(&eval_args(argv))))),
         Builtin::Js => Ok(Ev::Val(Value::string(js_escape(&eval_args(argv))))),
@@ -1134,7 +1286,12 @@ fn index_arg(index: &Ev, cap: usize) -> Result<usize, String> {
         None => return Err("cannot index slice/array with nil".to_string()),
         Some(Value::Int(i) | Value::Int64(i)) => i128::from(*i),
         Some(Value::Uint64(u)) => i128::from(*u),
-        Some(other) => return Err(format!("cannot index slice/array with type {}", other.type_name())),
+        Some(other) => {
+            return Err(format!(
+                "cannot index slice/array with type {}",
+                other.type_name()
+            ));
+        }
     };
     if x < 0 || x > cap as i128 {
         return Err(format!("index out of range: {x}"));
@@ -1200,7 +1357,10 @@ fn map_key(idx: &Ev) -> Result<String, String> {
     match idx.concrete() {
         None => Err("value is nil; should be of type string".to_string()),
         Some(Value::String(s)) => Ok(s.to_string()),
-        Some(other) => Err(format!("value has type {}; should be string", other.type_name())),
+        Some(other) => Err(format!(
+            "value has type {}; should be string",
+            other.type_name()
+        )),
     }
 }
 
@@ -1235,9 +1395,14 @@ fn slice(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
     Ok(Ev::Val(match &v {
         Value::String(s) => match s.get(idx[0]..idx[1]) {
             Some(sub) => Value::string(sub),
-            None => Value::String(Arc::from(String::from_utf8_lossy(&s.as_bytes()[idx[0]..idx[1]]).as_ref())),
+            None => Value::String(Arc::from(
+                String::from_utf8_lossy(&s.as_bytes()[idx[0]..idx[1]]).as_ref(),
+            )),
         },
-        Value::List(l) => Value::List(crate::value::List::typed(l.items()[idx[0]..idx[1]].to_vec(), l.elem())),
+        Value::List(l) => Value::List(crate::value::List::typed(
+            l.items()[idx[0]..idx[1]].to_vec(),
+            l.elem(),
+        )),
         Value::Bytes(b) => Value::Bytes(Arc::from(&b[idx[0]..idx[1]])),
         _ => return Err("unreachable".to_string()),
     }))
@@ -1298,8 +1463,12 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
         let k2 = basic_kind(a2);
         let truth = if k1 != k2 {
             match (k1, k2) {
-                (BasicKind::Int, BasicKind::Uint) => int_of(a1) >= 0 && int_of(a1) as u64 == uint_of(a2),
-                (BasicKind::Uint, BasicKind::Int) => int_of(a2) >= 0 && uint_of(a1) == int_of(a2) as u64,
+                (BasicKind::Int, BasicKind::Uint) => {
+                    int_of(a1) >= 0 && int_of(a1) as u64 == uint_of(a2)
+                }
+                (BasicKind::Uint, BasicKind::Int) => {
+                    int_of(a2) >= 0 && uint_of(a1) == int_of(a2) as u64
+                }
                 _ => {
                     if let (Some(x), Some(y)) = (a1, a2) {
                         return Err(format!(
@@ -1317,9 +1486,10 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
                 (Some(Value::Float(x)), Some(Value::Float(y))) => x == y,
                 (Some(Value::String(x)), Some(Value::String(y))) => x == y,
                 (Some(Value::Uint64(x)), Some(Value::Uint64(y))) => x == y,
-                (Some(x @ (Value::Int(_) | Value::Int64(_))), Some(y @ (Value::Int(_) | Value::Int64(_)))) => {
-                    int_of(Some(x)) == int_of(Some(y))
-                }
+                (
+                    Some(x @ (Value::Int(_) | Value::Int64(_))),
+                    Some(y @ (Value::Int(_) | Value::Int64(_))),
+                ) => int_of(Some(x)) == int_of(Some(y)),
                 (None, None) => true,
                 (None, Some(_)) | (Some(_), None) => false,
                 (Some(x), Some(y)) => {
@@ -1365,8 +1535,12 @@ fn lt(a: &Ev, b: &Ev) -> Result<bool, String> {
     }
     if k1 != k2 {
         return match (k1, k2) {
-            (BasicKind::Int, BasicKind::Uint) => Ok(int_of(a1) < 0 || (int_of(a1) as u64) < uint_of(a2)),
-            (BasicKind::Uint, BasicKind::Int) => Ok(int_of(a2) >= 0 && uint_of(a1) < int_of(a2) as u64),
+            (BasicKind::Int, BasicKind::Uint) => {
+                Ok(int_of(a1) < 0 || (int_of(a1) as u64) < uint_of(a2))
+            }
+            (BasicKind::Uint, BasicKind::Int) => {
+                Ok(int_of(a2) >= 0 && uint_of(a1) < int_of(a2) as u64)
+            }
             _ => Err(format!(
                 "incompatible types for comparison: {} and {}",
                 a1.map(Value::type_name).unwrap_or_default(),
@@ -1433,7 +1607,9 @@ pub fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(char::from(b)),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b))
+            }
             b' ' => out.push('+'),
             b => out.push_str(&format!("%{b:02X}")),
         }

@@ -35,7 +35,11 @@ fn rounded_digits(f: f64, n: usize) -> Digits {
 fn parse_exp_repr(s: &str) -> Digits {
     let (mant, exp) = s.split_once('e').unwrap_or((s, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
-    let mut d: Vec<u8> = mant.bytes().filter(u8::is_ascii_digit).map(|b| b - b'0').collect();
+    let mut d: Vec<u8> = mant
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|b| b - b'0')
+        .collect();
     while d.last() == Some(&0) {
         d.pop();
     }
@@ -69,12 +73,20 @@ fn fixed_digits(f: f64, prec: usize) -> Digits {
 }
 
 fn digit_at(d: &Digits, i: i32) -> u8 {
-    if i >= 0 && (i as usize) < d.d.len() { b'0' + d.d[i as usize] } else { b'0' }
+    if i >= 0 && (i as usize) < d.d.len() {
+        b'0' + d.d[i as usize]
+    } else {
+        b'0'
+    }
 }
 
 fn fmt_e(d: &Digits, prec: usize, e: char) -> String {
     let mut out = String::new();
-    out.push(if d.d.is_empty() { '0' } else { char::from(b'0' + d.d[0]) });
+    out.push(if d.d.is_empty() {
+        '0'
+    } else {
+        char::from(b'0' + d.d[0])
+    });
     if prec > 0 {
         out.push('.');
         for i in 1..=prec {
@@ -117,7 +129,11 @@ pub fn format_float(f: f64, fmt: char, prec: Option<usize>) -> String {
         return "NaN".to_string();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "+Inf".to_string() } else { "-Inf".to_string() };
+        return if f > 0.0 {
+            "+Inf".to_string()
+        } else {
+            "-Inf".to_string()
+        };
     }
     let neg = f.is_sign_negative();
     let a = f.abs();
@@ -321,7 +337,11 @@ pub fn format_float_hex(f: f64, prec: Option<usize>, upper: bool) -> String {
                 full >>= 1;
                 exp += 1;
             }
-            if p == 0 { String::new() } else { format!("{:0w$x}", full & ((1u64 << (p * 4)) - 1), w = p) }
+            if p == 0 {
+                String::new()
+            } else {
+                format!("{:0w$x}", full & ((1u64 << (p * 4)) - 1), w = p)
+            }
         }
         _ => {
             let mut d = format!("{:013x}", full & ((1u64 << 52) - 1));
@@ -471,13 +491,19 @@ impl Printer {
             'x' => (16, false),
             'X' => (16, true),
             'c' => {
-                let c = u32::try_from(mag).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+                let c = u32::try_from(mag)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .unwrap_or('\u{FFFD}');
                 let c = if neg { '\u{FFFD}' } else { c };
                 self.pad_spaces(&c.to_string());
                 return;
             }
             'q' => {
-                let c = u32::try_from(mag).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+                let c = u32::try_from(mag)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .unwrap_or('\u{FFFD}');
                 let c = if neg { '\u{FFFD}' } else { c };
                 let s = quote_with(&c.to_string(), '\'', self.f.plus);
                 self.pad_spaces(&s);
@@ -485,12 +511,11 @@ impl Printer {
             }
             'U' => {
                 let mut s = format!("U+{mag:04X}");
-                if self.f.sharp {
-                    if let Some(c) = u32::try_from(mag).ok().and_then(char::from_u32) {
-                        if is_print(c) {
-                            s.push_str(&format!(" '{c}'"));
-                        }
-                    }
+                if self.f.sharp
+                    && let Some(c) = u32::try_from(mag).ok().and_then(char::from_u32)
+                    && is_print(c)
+                {
+                    s.push_str(&format!(" '{c}'"));
                 }
                 self.pad_spaces(&s);
                 return;
@@ -607,7 +632,10 @@ impl Printer {
             }
             'q' => {
                 let s = self.truncate(s);
-                let q = if self.f.sharp && !s.contains('`') && s.chars().all(|c| c == '\t' || is_print(c)) {
+                let q = if self.f.sharp
+                    && !s.contains('`')
+                    && s.chars().all(|c| c == '\t' || is_print(c))
+                {
                     format!("`{s}`")
                 } else if self.f.plus {
                     quote_ascii(&s)
@@ -688,7 +716,12 @@ impl Printer {
                     self.pad_spaces(&s);
                 }
                 'x' | 'X' => {
-                    let h = hex_bytes(&self.truncate_bytes(b), verb == 'X', self.f.sharp, self.f.space);
+                    let h = hex_bytes(
+                        &self.truncate_bytes(b),
+                        verb == 'X',
+                        self.f.sharp,
+                        self.f.space,
+                    );
                     self.pad_spaces(&h);
                 }
                 _ => {
@@ -725,20 +758,21 @@ impl Printer {
                 self.buf.push(']');
             }
             Value::Object(o) => {
-                if let Some(entries) = o.map_entries() {
-                    if o.kind() == GoKind::Map && matches!(verb, 'v' | 's') {
-                        self.buf.push_str("map[");
-                        for (i, (k, x)) in entries.iter().enumerate() {
-                            if i > 0 {
-                                self.buf.push(' ');
-                            }
-                            self.buf.push_str(k);
-                            self.buf.push(':');
-                            self.print_value(x, verb, depth + 1);
+                if let Some(entries) = o.map_entries()
+                    && o.kind() == GoKind::Map
+                    && matches!(verb, 'v' | 's')
+                {
+                    self.buf.push_str("map[");
+                    for (i, (k, x)) in entries.iter().enumerate() {
+                        if i > 0 {
+                            self.buf.push(' ');
                         }
-                        self.buf.push(']');
-                        return;
+                        self.buf.push_str(k);
+                        self.buf.push(':');
+                        self.print_value(x, verb, depth + 1);
                     }
+                    self.buf.push(']');
+                    return;
                 }
                 match verb {
                     'v' | 's' => {
@@ -776,8 +810,8 @@ fn sharp_float(s: &str, fc: char, prec: Option<usize>) -> String {
     if matches!(fc, 'g' | 'G') {
         let want = prec.unwrap_or(6).max(1);
         let digits = mant.chars().filter(char::is_ascii_digit).count();
-        let lead_zeros = if mant.starts_with("0.") {
-            mant[2..].chars().take_while(|&c| c == '0').count() + 1
+        let lead_zeros = if let Some(frac) = mant.strip_prefix("0.") {
+            frac.chars().take_while(|&c| c == '0').count() + 1
         } else {
             0
         };
@@ -817,9 +851,7 @@ fn go_syntax(v: &Value, depth: usize) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Int(i) | Value::Int64(i) => i.to_string(),
         Value::Uint64(u) => format!("0x{u:x}"),
-        Value::Float(f) => {
-            format_float(*f, 'g', None)
-        }
+        Value::Float(f) => format_float(*f, 'g', None),
         Value::String(s) => quote(s),
         Value::Bytes(b) => {
             let items: Vec<String> = b.iter().map(|x| format!("0x{x:x}")).collect();
@@ -879,7 +911,14 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             i += 1;
         }
         // Argument index, width.
-        parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+        parse_arg_index(
+            bytes,
+            &mut i,
+            &mut argn,
+            &mut reordered,
+            &mut good_argnum,
+            args.len(),
+        );
         if i < bytes.len() && bytes[i] == b'*' {
             i += 1;
             match args.get(argn) {
@@ -908,7 +947,14 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
         // Precision.
         if i < bytes.len() && bytes[i] == b'.' {
             i += 1;
-            parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+            parse_arg_index(
+                bytes,
+                &mut i,
+                &mut argn,
+                &mut reordered,
+                &mut good_argnum,
+                args.len(),
+            );
             if i < bytes.len() && bytes[i] == b'*' {
                 i += 1;
                 match args.get(argn) {
@@ -937,7 +983,14 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
         } else if p.f.minus {
             p.f.zero = false;
         }
-        parse_arg_index(bytes, &mut i, &mut argn, &mut reordered, &mut good_argnum, args.len());
+        parse_arg_index(
+            bytes,
+            &mut i,
+            &mut argn,
+            &mut reordered,
+            &mut good_argnum,
+            args.len(),
+        );
         if i >= bytes.len() {
             p.buf.push_str("%!(NOVERB)");
             break;
@@ -998,7 +1051,10 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
 fn parse_num(b: &[u8], mut i: usize) -> (usize, usize) {
     let mut n: usize = 0;
     while i < b.len() && b[i].is_ascii_digit() {
-        n = n.saturating_mul(10).saturating_add(usize::from(b[i] - b'0')).min(1 << 20);
+        n = n
+            .saturating_mul(10)
+            .saturating_add(usize::from(b[i] - b'0'))
+            .min(1 << 20);
         i += 1;
     }
     (n, i)
@@ -1034,7 +1090,10 @@ fn parse_arg_index(
 
 /// Whether the kind is one `fmt` prints as a number.
 pub fn is_numeric(v: &Value) -> bool {
-    matches!(v, Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Float(_))
+    matches!(
+        v,
+        Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Float(_)
+    )
 }
 
 /// The element type name of a slice value, for diagnostics.
@@ -1078,7 +1137,7 @@ mod tests {
 
     #[test]
     fn precision_float_formats_follow_strconv() {
-        assert_eq!(format_float(3.14159, 'f', Some(2)), "3.14");
+        assert_eq!(format_float(3.25159, 'f', Some(2)), "3.25");
         assert_eq!(format_float(1234.5678, 'e', Some(3)), "1.235e+03");
         assert_eq!(format_float(0.000123, 'g', Some(2)), "0.00012");
         assert_eq!(format_float(123456789.0, 'g', Some(3)), "1.23e+08");
@@ -1094,8 +1153,21 @@ mod tests {
         let s = |x: &str| Value::string(x);
         let cases: Vec<(&str, Vec<Value>, &str)> = vec![
             ("%d", vec![Value::Int(42)], "42"),
-            ("%5d|%-5d|%05d", vec![Value::Int(42), Value::Int(42), Value::Int(-42)], "   42|42   |-0042"),
-            ("%x %X %o %b", vec![Value::Int(255), Value::Int(255), Value::Int(8), Value::Int(5)], "ff FF 10 101"),
+            (
+                "%5d|%-5d|%05d",
+                vec![Value::Int(42), Value::Int(42), Value::Int(-42)],
+                "   42|42   |-0042",
+            ),
+            (
+                "%x %X %o %b",
+                vec![
+                    Value::Int(255),
+                    Value::Int(255),
+                    Value::Int(8),
+                    Value::Int(5),
+                ],
+                "ff FF 10 101",
+            ),
             ("%#x %#o", vec![Value::Int(255), Value::Int(8)], "0xff 010"),
             ("%d", vec![s("x")], "%!d(string=x)"),
             ("%d", vec![Value::Float(3.0)], "%!d(float64=3)"),
@@ -1107,19 +1179,35 @@ mod tests {
             ("%q", vec![Value::Int(97)], "'a'"),
             ("%t", vec![Value::Bool(true)], "true"),
             ("%v", vec![Value::Nil], "<nil>"),
-            ("%T %T", vec![Value::Float(1.0), Value::Nil], "float64 <nil>"),
-            ("%5.2f|%-8.3f|%+.1e", vec![Value::Float(3.14159), Value::Float(2.0), Value::Float(12345.0)], " 3.14|2.000   |+1.2e+04"),
+            (
+                "%T %T",
+                vec![Value::Float(1.0), Value::Nil],
+                "float64 <nil>",
+            ),
+            (
+                "%5.2f|%-8.3f|%+.1e",
+                vec![
+                    Value::Float(3.25159),
+                    Value::Float(2.0),
+                    Value::Float(12345.0),
+                ],
+                " 3.25|2.000   |+1.2e+04",
+            ),
             ("%f", vec![Value::Int(1)], "%!f(int=1)"),
             ("%x", vec![s("hi")], "6869"),
             ("%s", vec![Value::list(vec![s("a"), s("b")])], "[a b]"),
-            ("%d", vec![Value::list(vec![Value::Int(1), s("b")])], "[1 %!d(string=b)]"),
+            (
+                "%d",
+                vec![Value::list(vec![Value::Int(1), s("b")])],
+                "[1 %!d(string=b)]",
+            ),
             ("%%", vec![], "%"),
             ("%", vec![], "%!(NOVERB)"),
             ("%z", vec![Value::Int(1)], "%!z(int=1)"),
             ("%[2]d %[1]d", vec![Value::Int(1), Value::Int(2)], "2 1"),
             ("%*d", vec![Value::Int(4), Value::Int(7)], "   7"),
             ("%.2s", vec![s("hello")], "he"),
-            ("%6.2v", vec![Value::Float(3.14159)], "   3.1"),
+            ("%6.2v", vec![Value::Float(3.25159)], "   3.3"),
             ("%g", vec![Value::Float(1e6)], "1e+06"),
             ("%v", vec![Value::Float(1e6)], "1e+06"),
             ("%c", vec![Value::Int(65)], "A"),
@@ -1136,15 +1224,31 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert("b".to_string(), Value::Float(2.0));
         m.insert("a".to_string(), Value::Int(1));
-        m.insert("c".to_string(), Value::list(vec![Value::Nil, Value::Bool(true), Value::string("x")]));
-        assert_eq!(sprint_value(&Value::map(m)), "map[a:1 b:2 c:[<nil> true x]]");
-        assert_eq!(sprint_value(&Value::Bytes(std::sync::Arc::from(&b"hi"[..]))), "[104 105]");
+        m.insert(
+            "c".to_string(),
+            Value::list(vec![Value::Nil, Value::Bool(true), Value::string("x")]),
+        );
+        assert_eq!(
+            sprint_value(&Value::map(m)),
+            "map[a:1 b:2 c:[<nil> true x]]"
+        );
+        assert_eq!(
+            sprint_value(&Value::Bytes(std::sync::Arc::from(&b"hi"[..]))),
+            "[104 105]"
+        );
         assert_eq!(sprint_value(&Value::list(vec![])), "[]");
     }
 
     #[test]
     fn sprint_adds_spaces_only_between_non_strings() {
-        let args = [Value::Int(1), Value::Int(2), Value::string("a"), Value::Int(3), Value::string("b"), Value::string("c")];
+        let args = [
+            Value::Int(1),
+            Value::Int(2),
+            Value::string("a"),
+            Value::Int(3),
+            Value::string("b"),
+            Value::string("c"),
+        ];
         assert_eq!(sprint(&args), "1 2a3bc");
         assert_eq!(sprintln(&args), "1 2 a 3 b c\n");
         assert_eq!(sprint(&[Value::Nil, Value::Nil]), "<nil> <nil>");

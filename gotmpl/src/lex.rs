@@ -198,12 +198,13 @@ impl Lexer<'_> {
     }
 
     fn backup(&mut self) {
-        if !self.at_eof && self.pos > 0 {
-            if let Some(c) = self.input[..self.pos].chars().next_back() {
-                self.pos -= c.len_utf8();
-                if c == '\n' {
-                    self.line -= 1;
-                }
+        if !self.at_eof
+            && self.pos > 0
+            && let Some(c) = self.input[..self.pos].chars().next_back()
+        {
+            self.pos -= c.len_utf8();
+            if c == '\n' {
+                self.line -= 1;
             }
         }
         self.at_eof = false;
@@ -255,7 +256,12 @@ impl Lexer<'_> {
     }
 
     fn errorf(&mut self, msg: String) -> Option<State> {
-        self.items.push(Item { typ: ItemType::Error, pos: self.start, val: msg, line: self.start_line });
+        self.items.push(Item {
+            typ: ItemType::Error,
+            pos: self.start,
+            val: msg,
+            line: self.start_line,
+        });
         None
     }
 
@@ -427,10 +433,10 @@ impl Lexer<'_> {
             Some('$') => Some(State::Variable),
             Some('\'') => Some(State::Char),
             Some('.') => {
-                if let Some(&b) = self.input.as_bytes().get(self.pos) {
-                    if !b.is_ascii_digit() {
-                        return Some(State::Field);
-                    }
+                if let Some(&b) = self.input.as_bytes().get(self.pos)
+                    && !b.is_ascii_digit()
+                {
+                    return Some(State::Field);
                 }
                 self.backup();
                 Some(State::Number)
@@ -460,7 +466,10 @@ impl Lexer<'_> {
                 self.emit(ItemType::Char);
                 Some(State::InsideAction)
             }
-            Some(c) => self.errorf(format!("unrecognized character in action: {}", unicode_hash(c))),
+            Some(c) => self.errorf(format!(
+                "unrecognized character in action: {}",
+                unicode_hash(c)
+            )),
         }
     }
 
@@ -515,7 +524,11 @@ impl Lexer<'_> {
 
     fn lex_field_or_variable(&mut self, typ: ItemType) -> Option<State> {
         if self.at_terminator() {
-            self.emit(if typ == ItemType::Variable { ItemType::Variable } else { ItemType::Dot });
+            self.emit(if typ == ItemType::Variable {
+                ItemType::Variable
+            } else {
+                ItemType::Dot
+            });
             return Some(State::InsideAction);
         }
         let mut r;
@@ -543,7 +556,9 @@ impl Lexer<'_> {
                     }
                     return self.errorf("unterminated character constant".to_string());
                 }
-                None | Some('\n') => return self.errorf("unterminated character constant".to_string()),
+                None | Some('\n') => {
+                    return self.errorf("unterminated character constant".to_string());
+                }
                 Some('\'') => break,
                 _ => {}
             }
@@ -660,7 +675,11 @@ mod tests {
     #[test]
     fn trim_markers_remove_surrounding_whitespace() {
         let items = lex("a  \n{{- 3 -}}\n\t b", true, true);
-        let texts: Vec<&str> = items.iter().filter(|i| i.typ == ItemType::Text).map(|i| i.val.as_str()).collect();
+        let texts: Vec<&str> = items
+            .iter()
+            .filter(|i| i.typ == ItemType::Text)
+            .map(|i| i.val.as_str())
+            .collect();
         assert_eq!(texts, ["a", "b"]);
     }
 
@@ -673,8 +692,14 @@ mod tests {
     #[test]
     fn fields_are_separate_tokens() {
         use ItemType::*;
-        assert_eq!(types("{{.a.b}}"), [LeftDelim, Field, Field, RightDelim, Eof]);
-        assert_eq!(types("{{$x.a}}"), [LeftDelim, Variable, Field, RightDelim, Eof]);
+        assert_eq!(
+            types("{{.a.b}}"),
+            [LeftDelim, Field, Field, RightDelim, Eof]
+        );
+        assert_eq!(
+            types("{{$x.a}}"),
+            [LeftDelim, Variable, Field, RightDelim, Eof]
+        );
     }
 
     #[test]
@@ -691,11 +716,17 @@ mod tests {
         assert_eq!(last("{{\"abc"), "unterminated quoted string");
         assert_eq!(last("{{`abc"), "unterminated raw quoted string");
         assert_eq!(last("{{/* x"), "unclosed comment");
-        assert_eq!(last("{{/* x */ }}"), "comment ends before closing delimiter");
+        assert_eq!(
+            last("{{/* x */ }}"),
+            "comment ends before closing delimiter"
+        );
         assert_eq!(last("{{3x}}"), "bad number syntax: \"3x\"");
         assert_eq!(last("{{ ) }}"), "unexpected right paren");
         assert_eq!(last("{{ ( }}"), "unclosed left paren");
-        assert_eq!(last("{{ \u{1} }}"), "unrecognized character in action: U+0001");
+        assert_eq!(
+            last("{{ \u{1} }}"),
+            "unrecognized character in action: U+0001"
+        );
         assert_eq!(last("{{ .a# }}"), "bad character U+0023 '#'");
     }
 }

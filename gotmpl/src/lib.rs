@@ -99,7 +99,10 @@ pub const DEFAULT_MAX_DEPTH: usize = 500;
 impl ExecOptions {
     /// Helm's options: `missingkey=zero`, default limits.
     pub fn helm() -> Self {
-        ExecOptions { missing_key: MissingKey::Zero, ..ExecOptions::default() }
+        ExecOptions {
+            missing_key: MissingKey::Zero,
+            ..ExecOptions::default()
+        }
     }
 }
 

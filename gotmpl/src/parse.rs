@@ -26,7 +26,12 @@ pub(crate) fn parse(
     has_func: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<ParsedTree>, String> {
     let items = lex(text, !has_func("break"), !has_func("continue"));
-    let eof = Item { typ: ItemType::Eof, pos: text.len(), val: String::new(), line: 0 };
+    let eof = Item {
+        typ: ItemType::Eof,
+        pos: text.len(),
+        val: String::new(),
+        line: 0,
+    };
     let mut p = Parser {
         items,
         idx: 0,
@@ -76,7 +81,12 @@ impl Parser<'_> {
             }
             None => {
                 let line = self.items.last().map(|i| i.line).unwrap_or(1);
-                Item { typ: ItemType::Eof, pos: 0, val: String::new(), line }
+                Item {
+                    typ: ItemType::Eof,
+                    pos: 0,
+                    val: String::new(),
+                    line,
+                }
             }
         }
     }
@@ -130,14 +140,22 @@ impl Parser<'_> {
     }
 
     fn errorf<T>(&self, msg: impl AsRef<str>) -> PResult<T> {
-        Err(format!("template: {}:{}: {}", self.parse_name, self.token[0].line, msg.as_ref()))
+        Err(format!(
+            "template: {}:{}: {}",
+            self.parse_name,
+            self.token[0].line,
+            msg.as_ref()
+        ))
     }
 
     fn unexpected<T>(&self, token: &Item, context: &str) -> PResult<T> {
         if token.typ == ItemType::Error {
             let mut extra = String::new();
             if self.action_line != 0 && self.action_line != token.line {
-                extra = format!(" in action started at {}:{}", self.parse_name, self.action_line);
+                extra = format!(
+                    " in action started at {}:{}",
+                    self.parse_name, self.action_line
+                );
                 if token.val.ends_with(" action") {
                     extra = extra[" in action".len()..].to_string();
                 }
@@ -306,7 +324,12 @@ impl Parser<'_> {
 
     fn pipeline(&mut self, context: &str, end: ItemType) -> PResult<Pipe> {
         let token = self.peek_non_space();
-        let mut pipe = Pipe { pos: token.pos, is_assign: false, decl: Vec::new(), cmds: Vec::new() };
+        let mut pipe = Pipe {
+            pos: token.pos,
+            is_assign: false,
+            decl: Vec::new(),
+            cmds: Vec::new(),
+        };
         // Declarations or assignments.
         loop {
             let v = self.peek_non_space();
@@ -328,7 +351,9 @@ impl Parser<'_> {
                 self.vars.push(v.val);
                 if context == "range" && pipe.decl.len() < 2 {
                     match self.peek_non_space().typ {
-                        ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => continue,
+                        ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => {
+                            continue;
+                        }
                         _ => return self.errorf("range can only initialize variables"),
                     }
                 }
@@ -378,7 +403,10 @@ impl Parser<'_> {
         }
         for (i, c) in pipe.cmds.iter().enumerate().skip(1) {
             if c.args.first().is_some_and(Arg::is_non_executable) {
-                return self.errorf(format!("non executable command in pipeline stage {}", i + 1));
+                return self.errorf(format!(
+                    "non executable command in pipeline stage {}",
+                    i + 1
+                ));
             }
         }
         Ok(())
@@ -409,11 +437,15 @@ impl Parser<'_> {
             if context == "if" && self.peek().typ == ItemType::If {
                 self.next();
                 let inner = self.control("if")?;
-                else_list = Some(ListNode { nodes: vec![Node::If(inner)] });
+                else_list = Some(ListNode {
+                    nodes: vec![Node::If(inner)],
+                });
             } else if context == "with" && self.peek().typ == ItemType::With {
                 self.next();
                 let inner = self.control("with")?;
-                else_list = Some(ListNode { nodes: vec![Node::With(inner)] });
+                else_list = Some(ListNode {
+                    nodes: vec![Node::With(inner)],
+                });
             } else {
                 let (list, next) = self.item_list()?;
                 if let Parsed::Else = next {
@@ -422,7 +454,12 @@ impl Parser<'_> {
                 else_list = Some(list);
             }
         }
-        Ok(Branch { pos: pipe.pos, pipe, list, else_list })
+        Ok(Branch {
+            pos: pipe.pos,
+            pipe,
+            list,
+            else_list,
+        })
     }
 
     fn template_name(&mut self, token: &Item, context: &str) -> PResult<String> {
@@ -451,7 +488,11 @@ impl Parser<'_> {
             return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
         }
         self.add(name.clone(), list)?;
-        Ok(Node::Template { pos: token.pos, name, pipe: Some(pipe) })
+        Ok(Node::Template {
+            pos: token.pos,
+            name,
+            pipe: Some(pipe),
+        })
     }
 
     fn template_control(&mut self) -> PResult<Node> {
@@ -463,12 +504,19 @@ impl Parser<'_> {
             self.backup();
             pipe = Some(self.pipeline(CONTEXT, ItemType::RightDelim)?);
         }
-        Ok(Node::Template { pos: token.pos, name, pipe })
+        Ok(Node::Template {
+            pos: token.pos,
+            name,
+            pipe,
+        })
     }
 
     fn command(&mut self) -> PResult<Command> {
         let pos = self.peek_non_space().pos;
-        let mut cmd = Command { pos, args: Vec::new() };
+        let mut cmd = Command {
+            pos,
+            args: Vec::new(),
+        };
         loop {
             self.peek_non_space();
             if let Some(op) = self.operand()? {
@@ -505,16 +553,33 @@ impl Parser<'_> {
         Ok(Some(match node {
             Arg::Field { mut idents, .. } => {
                 idents.extend(fields);
-                Arg::Field { pos: chain_pos, idents }
+                Arg::Field {
+                    pos: chain_pos,
+                    idents,
+                }
             }
             Arg::Variable { mut idents, .. } => {
                 idents.extend(fields);
-                Arg::Variable { pos: chain_pos, idents }
+                Arg::Variable {
+                    pos: chain_pos,
+                    idents,
+                }
             }
-            Arg::Bool { .. } | Arg::String { .. } | Arg::Number(_) | Arg::Nil { .. } | Arg::Dot { .. } => {
-                return self.errorf(format!("unexpected . after term {}", crate::gofmt::quote(&node.to_string())));
+            Arg::Bool { .. }
+            | Arg::String { .. }
+            | Arg::Number(_)
+            | Arg::Nil { .. }
+            | Arg::Dot { .. } => {
+                return self.errorf(format!(
+                    "unexpected . after term {}",
+                    crate::gofmt::quote(&node.to_string())
+                ));
             }
-            other => Arg::Chain { pos: chain_pos, node: Box::new(other), fields },
+            other => Arg::Chain {
+                pos: chain_pos,
+                node: Box::new(other),
+                fields,
+            },
         }))
     }
 
@@ -523,20 +588,38 @@ impl Parser<'_> {
         Ok(Some(match token.typ {
             ItemType::Identifier => {
                 if !(self.has_func)(&token.val) {
-                    return self.errorf(format!("function {} not defined", crate::gofmt::quote(&token.val)));
+                    return self.errorf(format!(
+                        "function {} not defined",
+                        crate::gofmt::quote(&token.val)
+                    ));
                 }
-                Arg::Identifier { pos: token.pos, name: token.val }
+                Arg::Identifier {
+                    pos: token.pos,
+                    name: token.val,
+                }
             }
             ItemType::Dot => Arg::Dot { pos: token.pos },
             ItemType::Nil => Arg::Nil { pos: token.pos },
             ItemType::Variable => {
-                if !self.vars.iter().any(|v| *v == token.val) {
-                    return self.errorf(format!("undefined variable {}", crate::gofmt::quote(&token.val)));
+                if !self.vars.contains(&token.val) {
+                    return self.errorf(format!(
+                        "undefined variable {}",
+                        crate::gofmt::quote(&token.val)
+                    ));
                 }
-                Arg::Variable { pos: token.pos, idents: vec![token.val] }
+                Arg::Variable {
+                    pos: token.pos,
+                    idents: vec![token.val],
+                }
             }
-            ItemType::Field => Arg::Field { pos: token.pos, idents: vec![token.val[1..].to_string()] },
-            ItemType::Bool => Arg::Bool { pos: token.pos, val: token.val == "true" },
+            ItemType::Field => Arg::Field {
+                pos: token.pos,
+                idents: vec![token.val[1..].to_string()],
+            },
+            ItemType::Bool => Arg::Bool {
+                pos: token.pos,
+                val: token.val == "true",
+            },
             ItemType::CharConstant | ItemType::Complex | ItemType::Number => {
                 match parse_number(token.pos, &token.val, token.typ) {
                     Ok(n) => Arg::Number(Box::new(n)),
@@ -550,7 +633,11 @@ impl Parser<'_> {
                 Arg::Pipe(Box::new(r?))
             }
             ItemType::String | ItemType::RawString => match unquote(&token.val) {
-                Ok(s) => Arg::String { pos: token.pos, quoted: token.val, text: s },
+                Ok(s) => Arg::String {
+                    pos: token.pos,
+                    quoted: token.val,
+                    text: s,
+                },
                 Err(e) => return self.errorf(e),
             },
             _ => {
@@ -696,17 +783,18 @@ fn parse_uint_base0(s: &str) -> Option<u64> {
     if s.is_empty() || s.starts_with(['+', '-']) {
         return None;
     }
-    let (digits, radix, prefixed) = if let Some(r) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        (r, 16, true)
-    } else if let Some(r) = s.strip_prefix("0o").or_else(|| s.strip_prefix("0O")) {
-        (r, 8, true)
-    } else if let Some(r) = s.strip_prefix("0b").or_else(|| s.strip_prefix("0B")) {
-        (r, 2, true)
-    } else if s.len() > 1 && s.starts_with('0') {
-        (&s[1..], 8, true)
-    } else {
-        (s, 10, false)
-    };
+    let (digits, radix, prefixed) =
+        if let Some(r) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            (r, 16, true)
+        } else if let Some(r) = s.strip_prefix("0o").or_else(|| s.strip_prefix("0O")) {
+            (r, 8, true)
+        } else if let Some(r) = s.strip_prefix("0b").or_else(|| s.strip_prefix("0B")) {
+            (r, 2, true)
+        } else if s.len() > 1 && s.starts_with('0') {
+            (&s[1..], 8, true)
+        } else {
+            (s, 10, false)
+        };
     if s.contains('_') && !(prefixed && underscore_ok(s)) && !underscore_ok(s) {
         return None;
     }
@@ -730,7 +818,11 @@ fn parse_int_base0(s: &str) -> Option<i64> {
     };
     let u = parse_uint_base0(body)?;
     if neg {
-        if u <= (i64::MAX as u64) + 1 { Some((u as i128).wrapping_neg() as i64) } else { None }
+        if u <= (i64::MAX as u64) + 1 {
+            Some((u as i128).wrapping_neg() as i64)
+        } else {
+            None
+        }
     } else if u <= i64::MAX as u64 {
         Some(u as i64)
     } else {
@@ -752,7 +844,11 @@ fn parse_float(s: &str) -> Option<f64> {
     let v = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
         parse_hex_float(hex)?
     } else {
-        if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
+        if body.is_empty()
+            || !body
+                .bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+        {
             return None;
         }
         body.parse::<f64>().ok()?
@@ -839,7 +935,7 @@ fn parse_number(pos: usize, text: &str, typ: ItemType) -> Result<Number, String>
         n.is_float = true;
         n.float = f;
         if f.is_finite() && f == f.trunc() {
-            if f >= -9.223_372_036_854_776e18 && f < 9.223_372_036_854_776e18 {
+            if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f) {
                 n.is_int = true;
                 n.int = f as i64;
             }
@@ -850,7 +946,10 @@ fn parse_number(pos: usize, text: &str, typ: ItemType) -> Result<Number, String>
         }
     }
     if !n.is_int && !n.is_uint && !n.is_float {
-        return Err(format!("illegal number syntax: {}", crate::gofmt::quote(text)));
+        return Err(format!(
+            "illegal number syntax: {}",
+            crate::gofmt::quote(text)
+        ));
     }
     Ok(n)
 }
@@ -877,16 +976,43 @@ mod tests {
             ("{{ else }}", "template: t:1: unexpected {{else}}"),
             ("{{ $x }}", "template: t:1: undefined variable \"$x\""),
             ("{{ break }}", "template: t:1: {{break}} outside {{range}}"),
-            ("{{ continue }}", "template: t:1: {{continue}} outside {{range}}"),
+            (
+                "{{ continue }}",
+                "template: t:1: {{continue}} outside {{range}}",
+            ),
             ("{{ }}", "template: t:1: missing value for command"),
-            ("{{ 1 | 2 }}", "template: t:1: non executable command in pipeline stage 2"),
-            ("{{ \"a\".b }}", "template: t:1: unexpected . after term \"\\\"a\\\"\""),
-            ("{{ $a, $b := 1 }}", "template: t:1: too many declarations in command"),
-            ("{{ range $a, 1 }}{{end}}", "template: t:1: range can only initialize variables"),
-            ("{{ template foo }}", "template: t:1: unexpected \"foo\" in template clause"),
-            ("{{ if 1 }}{{ else }}{{ else }}{{ end }}", "template: t:1: expected end; found {{else}}"),
-            ("{{define \"a\"}}x{{end}}{{define \"a\"}}y{{end}}", "template: t:1: template: multiple definition of template \"a\""),
-            ("{{ 1i }}", "template: t:1: complex constants are not supported: 1i"),
+            (
+                "{{ 1 | 2 }}",
+                "template: t:1: non executable command in pipeline stage 2",
+            ),
+            (
+                "{{ \"a\".b }}",
+                "template: t:1: unexpected . after term \"\\\"a\\\"\"",
+            ),
+            (
+                "{{ $a, $b := 1 }}",
+                "template: t:1: too many declarations in command",
+            ),
+            (
+                "{{ range $a, 1 }}{{end}}",
+                "template: t:1: range can only initialize variables",
+            ),
+            (
+                "{{ template foo }}",
+                "template: t:1: unexpected \"foo\" in template clause",
+            ),
+            (
+                "{{ if 1 }}{{ else }}{{ else }}{{ end }}",
+                "template: t:1: expected end; found {{else}}",
+            ),
+            (
+                "{{define \"a\"}}x{{end}}{{define \"a\"}}y{{end}}",
+                "template: t:1: template: multiple definition of template \"a\"",
+            ),
+            (
+                "{{ 1i }}",
+                "template: t:1: complex constants are not supported: 1i",
+            ),
         ];
         for (src, want) in cases {
             assert_eq!(err(src), want, "source {src:?}");
@@ -895,7 +1021,11 @@ mod tests {
 
     #[test]
     fn deep_nesting_is_an_error_not_a_stack_overflow() {
-        let src = format!("{}1{}", "{{(".repeat(1) + &"(".repeat(10_000), ")".repeat(10_001) + "}}");
+        let src = format!(
+            "{}1{}",
+            "{{(".to_string() + &"(".repeat(10_000),
+            ")".repeat(10_001) + "}}"
+        );
         assert!(err(&src).ends_with("max expression depth exceeded"));
         let src = "{{if 1}}".repeat(5000);
         assert!(err(&src).ends_with("max expression depth exceeded"));
@@ -924,7 +1054,10 @@ mod tests {
 
     #[test]
     fn strings_unquote_with_go_escapes() {
-        assert_eq!(unquote("\"a\\tb\\x41\\u00e9\\101\"").as_deref(), Ok("a\tbAé A".replace(' ', "").as_str()));
+        assert_eq!(
+            unquote("\"a\\tb\\x41\\u00e9\\101\"").as_deref(),
+            Ok("a\tbAé A".replace(' ', "").as_str())
+        );
         assert_eq!(unquote("`a\\n\r`").as_deref(), Ok("a\\n"));
         assert!(unquote("\"\\'\"").is_err());
     }

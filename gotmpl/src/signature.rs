@@ -59,7 +59,10 @@ impl ArgType {
 
     /// Whether Go's untyped nil can be assigned to the type.
     pub fn can_be_nil(&self) -> bool {
-        matches!(self, ArgType::Any | ArgType::List | ArgType::StringList | ArgType::Map)
+        matches!(
+            self,
+            ArgType::Any | ArgType::List | ArgType::StringList | ArgType::Map
+        )
     }
 
     /// Whether a (non-nil) value of this dynamic type is assignable to the parameter.
@@ -93,12 +96,18 @@ pub struct Signature {
 impl Signature {
     /// A function with exactly these parameters.
     pub fn fixed(params: impl Into<Vec<ArgType>>) -> Self {
-        Signature { params: params.into(), variadic: None }
+        Signature {
+            params: params.into(),
+            variadic: None,
+        }
     }
 
     /// A function with these fixed parameters followed by `...rest`.
     pub fn variadic(params: impl Into<Vec<ArgType>>, rest: ArgType) -> Self {
-        Signature { params: params.into(), variadic: Some(rest) }
+        Signature {
+            params: params.into(),
+            variadic: Some(rest),
+        }
     }
 
     /// The declared type of argument `i` (0-based), if the function takes that many.
@@ -118,7 +127,9 @@ pub struct FuncError {
 impl FuncError {
     /// An error with this message.
     pub fn new(message: impl Into<String>) -> Self {
-        FuncError { message: message.into() }
+        FuncError {
+            message: message.into(),
+        }
     }
 
     /// The message.
@@ -135,7 +146,8 @@ impl From<crate::Error> for FuncError {
 
 /// The Rust side of a template function: receives the context and the already type-checked
 /// arguments.
-pub type NativeFn = dyn Fn(&mut CallCtx<'_, '_>, &[Value]) -> Result<Value, FuncError> + Send + Sync;
+pub type NativeFn =
+    dyn Fn(&mut CallCtx<'_, '_>, &[Value]) -> Result<Value, FuncError> + Send + Sync;
 
 /// A template function: a signature plus an implementation.
 #[derive(Clone)]
@@ -146,7 +158,9 @@ pub struct Function {
 
 impl fmt::Debug for Function {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Function").field("sig", &self.sig).finish_non_exhaustive()
+        f.debug_struct("Function")
+            .field("sig", &self.sig)
+            .finish_non_exhaustive()
     }
 }
 
@@ -156,7 +170,10 @@ impl Function {
     where
         F: Fn(&mut CallCtx<'_, '_>, &[Value]) -> Result<Value, FuncError> + Send + Sync + 'static,
     {
-        Function { sig, imp: Arc::new(f) }
+        Function {
+            sig,
+            imp: Arc::new(f),
+        }
     }
 
     /// A plain function of its arguments.
@@ -164,7 +181,10 @@ impl Function {
     where
         F: Fn(&[Value]) -> Result<Value, FuncError> + Send + Sync + 'static,
     {
-        Function { sig, imp: Arc::new(move |_: &mut CallCtx<'_, '_>, args: &[Value]| f(args)) }
+        Function {
+            sig,
+            imp: Arc::new(move |_: &mut CallCtx<'_, '_>, args: &[Value]| f(args)),
+        }
     }
 
     /// The signature.
@@ -172,7 +192,11 @@ impl Function {
         &self.sig
     }
 
-    pub(crate) fn call(&self, ctx: &mut CallCtx<'_, '_>, args: &[Value]) -> Result<Value, FuncError> {
+    pub(crate) fn call(
+        &self,
+        ctx: &mut CallCtx<'_, '_>,
+        args: &[Value],
+    ) -> Result<Value, FuncError> {
         (self.imp)(ctx, args)
     }
 }

@@ -43,7 +43,10 @@ impl TemplateSet {
     /// An empty set. `name` is the set's own name, quoted by
     /// `template: no template "x" associated with template "NAME"` (Helm uses `gotpl`).
     pub fn new(name: impl Into<String>) -> Self {
-        TemplateSet { name: name.into(), templates: HashMap::new() }
+        TemplateSet {
+            name: name.into(),
+            templates: HashMap::new(),
+        }
     }
 
     /// The set's name.
@@ -94,7 +97,13 @@ impl TemplateSet {
 
     /// Executes the template `name` with `data` as dot and `$` (Go's `ExecuteTemplate`).
     /// A [`Value::Nil`] data is Go's nil: dot has no value.
-    pub fn execute(&self, name: &str, data: &Value, funcs: &FuncMap, opts: &ExecOptions) -> Result<String, Error> {
+    pub fn execute(
+        &self,
+        name: &str,
+        data: &Value,
+        funcs: &FuncMap,
+        opts: &ExecOptions,
+    ) -> Result<String, Error> {
         let Some(tmpl) = self.get(name) else {
             return Err(Error::Exec(format!(
                 "template: no template {} associated with template {}",
@@ -102,8 +111,18 @@ impl TemplateSet {
                 crate::gofmt::quote(&self.name)
             )));
         };
-        let mut shared = Shared { funcs, opts, depth: 0, out_bytes: 0, steps: 0 };
-        let dot = if data.is_nil() { Ev::Invalid } else { Ev::Val(data.clone()) };
+        let mut shared = Shared {
+            funcs,
+            opts,
+            depth: 0,
+            out_bytes: 0,
+            steps: 0,
+        };
+        let dot = if data.is_nil() {
+            Ev::Invalid
+        } else {
+            Ev::Val(data.clone())
+        };
         run_template(&mut shared, self, tmpl, dot)
     }
 }

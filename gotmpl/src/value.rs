@@ -92,12 +92,18 @@ pub struct List {
 impl List {
     /// A `[]interface {}`.
     pub fn new(items: Vec<Value>) -> Self {
-        List { items: Arc::new(items), elem: ElemType::Interface }
+        List {
+            items: Arc::new(items),
+            elem: ElemType::Interface,
+        }
     }
 
     /// A slice with the given element type. The caller keeps the items consistent with it.
     pub fn typed(items: Vec<Value>, elem: ElemType) -> Self {
-        List { items: Arc::new(items), elem }
+        List {
+            items: Arc::new(items),
+            elem,
+        }
     }
 
     /// The element type.
@@ -171,17 +177,26 @@ impl Map {
 
     /// A `map[string]interface {}` holding these entries.
     pub fn from_entries(entries: BTreeMap<String, Value>) -> Self {
-        Map { inner: Arc::new(RwLock::new(entries)), ty: MapType::Interface }
+        Map {
+            inner: Arc::new(RwLock::new(entries)),
+            ty: MapType::Interface,
+        }
     }
 
     /// A map of the given Go type holding these entries.
     pub fn typed(entries: BTreeMap<String, Value>, ty: MapType) -> Self {
-        Map { inner: Arc::new(RwLock::new(entries)), ty }
+        Map {
+            inner: Arc::new(RwLock::new(entries)),
+            ty,
+        }
     }
 
     /// The same entries seen through another Go type (the handle stays shared).
     pub fn with_type(&self, ty: MapType) -> Self {
-        Map { inner: Arc::clone(&self.inner), ty }
+        Map {
+            inner: Arc::clone(&self.inner),
+            ty,
+        }
     }
 
     /// The Go type of the map.
@@ -191,12 +206,16 @@ impl Map {
 
     /// Read access to the entries. Do not call back into templates while holding it.
     pub fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Value>> {
-        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Write access to the entries. Do not call back into templates while holding it.
     pub fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Value>> {
-        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The value under `key`, if present.
@@ -236,7 +255,10 @@ impl Map {
 
     /// A snapshot of the entries in sorted key order (the lock is released on return).
     pub fn entries(&self) -> Vec<(String, Value)> {
-        self.read().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// A new map with a shallow copy of the entries (same Go type).
@@ -466,7 +488,10 @@ impl Value {
                 Value::list(items.iter().map(Value::from_json).collect())
             }
             serde_json::Value::Object(entries) => Value::map(
-                entries.iter().map(|(k, v)| (k.clone(), Value::from_json(v))).collect(),
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                    .collect(),
             ),
         }
     }
@@ -496,7 +521,10 @@ impl Value {
                 serde_json::Value::Array(b.iter().map(|x| serde_json::Value::from(*x)).collect())
             }
             Value::List(l) => serde_json::Value::Array(
-                l.items().iter().map(|v| v.to_json_at(depth + 1)).collect::<Result<_, _>>()?,
+                l.items()
+                    .iter()
+                    .map(|v| v.to_json_at(depth + 1))
+                    .collect::<Result<_, _>>()?,
             ),
             Value::Map(m) => {
                 let mut out = serde_json::Map::new();
@@ -586,7 +614,10 @@ mod tests {
         let m = v.as_map().expect("map");
         assert!(matches!(m.get("a"), Some(Value::Float(f)) if f == 1.0));
         assert_eq!(v.type_name(), "map[string]interface {}");
-        assert_eq!(m.get("b").map(|b| b.type_name()).as_deref(), Some("[]interface {}"));
+        assert_eq!(
+            m.get("b").map(|b| b.type_name()).as_deref(),
+            Some("[]interface {}")
+        );
     }
 
     #[test]
@@ -609,7 +640,10 @@ mod tests {
         assert_eq!(Value::Float(1.0).kind().name(), "float64");
         let named = Map::new().with_type(MapType::Named(Arc::from("common.Values")));
         assert_eq!(Value::Map(named).type_name(), "common.Values");
-        assert_eq!(Value::List(List::typed(vec![], ElemType::String)).type_name(), "[]string");
+        assert_eq!(
+            Value::List(List::typed(vec![], ElemType::String)).type_name(),
+            "[]string"
+        );
     }
 
     #[test]

@@ -51,16 +51,26 @@ fn check_error(case: &str) {
     let text = read(&fixtures().join(format!("errors/{case}.tpl")));
     let stderr = read(&fixtures().join(format!("golden/errors/{case}.err")));
     let helm = stderr.strip_prefix("Error: ").unwrap_or(&stderr);
-    let helm = helm.split("\n\nUse --debug").next().unwrap_or(helm).trim_end();
+    let helm = helm
+        .split("\n\nUse --debug")
+        .next()
+        .unwrap_or(helm)
+        .trim_end();
     let got = match render("fx/templates/case.yaml", &text) {
         Ok(out) => panic!("case {case}: expected an error, rendered {out:?}"),
         Err(e) => e,
     };
     if let Some(rest) = helm.strip_prefix("parse error at (") {
         // Helm's cleanupParseError keeps the location and the last ": "-separated part.
-        let Error::Parse(msg) = &got else { panic!("case {case}: expected a parse error, got {got}") };
+        let Error::Parse(msg) = &got else {
+            panic!("case {case}: expected a parse error, got {got}")
+        };
         let tokens: Vec<&str> = msg.split(": ").collect();
-        let ours = format!("{}): {}", tokens.get(1).copied().unwrap_or(""), tokens.last().copied().unwrap_or(""));
+        let ours = format!(
+            "{}): {}",
+            tokens.get(1).copied().unwrap_or(""),
+            tokens.last().copied().unwrap_or("")
+        );
         assert_eq!(ours, rest, "case {case}: our error was {msg}");
     } else if helm.starts_with("template: ") {
         assert_eq!(got.to_string(), helm, "case {case}");
@@ -200,7 +210,12 @@ fn every_fixture_is_listed_in_a_test() {
         let mut found: Vec<String> = std::fs::read_dir(fixtures().join(dir))
             .expect("fixture directory")
             .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".tpl")).map(String::from))
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".tpl"))
+                    .map(String::from)
+            })
             .collect();
         found.sort();
         let mut listed: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
