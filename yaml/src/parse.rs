@@ -144,6 +144,16 @@ fn translate(info: &str) -> (String, bool) {
             return ((*to).to_owned(), true);
         }
     }
+    if info == "while scanning a plain scalar, found a tab" {
+        return (
+            "found a tab character that violates indentation".to_owned(),
+            true,
+        );
+    }
+    if info.ends_with("did not find expected hexadecimal number") {
+        // go-yaml's spelling.
+        return ("did not find expected hexdecimal number".to_owned(), true);
+    }
     if info.starts_with("unexpected character") {
         return (
             "found character that cannot start any token".to_owned(),
@@ -189,6 +199,18 @@ fn scan_error(src: &str, e: &ScanError) -> Error {
         // libyaml reports it where the stream ends.
         line0 = src.matches('\n').count();
     }
+    if problem == "found a tab character that violates indentation" {
+        // libyaml points at the tab, saphyr at the scalar.
+        if let Some(n) = src
+            .lines()
+            .enumerate()
+            .skip(line0)
+            .find(|(_, l)| l.trim_start_matches(' ').starts_with('\t'))
+            .map(|(n, _)| n)
+        {
+            line0 = n;
+        }
+    }
     let line = match (line0, scanner) {
         (0, _) => None,
         (l, true) => Some(l + 1),
@@ -204,6 +226,11 @@ fn check_directives(src: &str) -> Result<(), Error> {
         let t = line.trim_end();
         if t.is_empty() || t.starts_with('#') {
             continue;
+        }
+        if t == "..." || t.starts_with("... ") {
+            // A document end before any document: libyaml looks for node content.
+            let line = if n == 0 { None } else { Some(n) };
+            return Err(Error::yaml(line, "did not find expected node content"));
         }
         let Some(rest) = t.strip_prefix('%') else {
             return Ok(());
@@ -253,7 +280,149 @@ pub(crate) fn bytes_to_str(input: &[u8]) -> Result<&str, Error> {
 fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     check_characters(src)?;
     check_directives(src)?;
-    let src_for_parser = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let mut text = src.strip_prefix('\u{feff}').unwrap_or(src).to_owned();
+    let mut repairs = 0;
+    loop {
+        match parse_docs_once(&text, first_only) {
+            Ok(docs) => return Ok(docs),
+            Err(Failure::Other(e)) => return Err(e),
+            Err(Failure::Scan(e)) => {
+                if repairs < MAX_REPAIRS
+                    && let Some(fixed) = repair(&text, &e)
+                {
+                    repairs += 1;
+                    text = fixed;
+                    continue;
+                }
+                return Err(scan_error(&text, &e));
+            }
+        }
+    }
+}
+
+/// How many saphyr-vs-libyaml differences one input may need smoothing over.
+const MAX_REPAIRS: usize = 64;
+
+enum Failure {
+    Scan(ScanError),
+    Other(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Other(e)
+    }
+}
+
+fn char_to_byte(src: &str, char_index: usize) -> usize {
+    byte_offset(src, char_index)
+}
+
+/// Rewrites `src` where saphyr (YAML 1.2) refuses what libyaml (YAML 1.1, go-yaml v2)
+/// accepts, without changing what the document means; `None` when the error is real.
+fn repair(src: &str, e: &ScanError) -> Option<String> {
+    let at = char_to_byte(src, e.marker().index());
+    match e.info() {
+        // libyaml takes a tab as the separator after `:` and `-`.
+        "':' must be followed by a valid YAML whitespace"
+        | "'-' must be followed by a valid YAML whitespace" => {
+            let indicator = if e.info().starts_with("':'") {
+                ':'
+            } else {
+                '-'
+            };
+            let head = src.get(..at)?;
+            let pos = head.rfind(indicator)?;
+            let tail = src.get(pos + 1..)?;
+            let tabs = tail.chars().take_while(|c| *c == '\t' || *c == ' ').count();
+            if tabs == 0 {
+                return None;
+            }
+            let mut out = String::with_capacity(src.len());
+            out.push_str(&src[..=pos]);
+            out.push_str(&" ".repeat(tabs));
+            out.push_str(&tail[tabs..]);
+            Some(out)
+        }
+        // libyaml starts a comment at `#` right after a quoted scalar.
+        "comments must be separated from other tokens by whitespace" => {
+            let rest = src.get(at..)?;
+            let hash = at + rest.find('#')?;
+            let line_end = src[hash..]
+                .find(['\n', '\r'])
+                .map_or(src.len(), |n| hash + n);
+            let mut out = String::with_capacity(src.len() + 1);
+            out.push_str(&src[..hash]);
+            out.push(' ');
+            out.push_str(&src[hash..line_end]);
+            out.push_str(&src[line_end..]);
+            Some(out)
+        }
+        // libyaml knows `\'` and a backslash before a tab in double-quoted scalars.
+        "while parsing a quoted scalar, found unknown escape character" => {
+            let rest = src.get(at..)?;
+            let mut chars = rest.char_indices();
+            let (_, quote) = chars.next()?;
+            if quote != '"' {
+                return None;
+            }
+            let mut escaped = false;
+            for (i, c) in chars {
+                if escaped {
+                    let replacement = match c {
+                        '\'' => "x27",
+                        '\t' => "t",
+                        _ => {
+                            escaped = false;
+                            continue;
+                        }
+                    };
+                    let p = at + i;
+                    let mut out = String::with_capacity(src.len() + 3);
+                    out.push_str(&src[..p]);
+                    out.push_str(replacement);
+                    out.push_str(&src[p + c.len_utf8()..]);
+                    return Some(out);
+                }
+                match c {
+                    '\\' => escaped = true,
+                    '"' => return None,
+                    _ => {}
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// libyaml has no `\/` escape; saphyr has. `raw` is a double-quoted scalar's source text.
+fn check_double_quoted_escapes(raw: &str, line0: usize) -> Result<(), Error> {
+    let mut escaped = false;
+    let mut line = line0;
+    for c in raw.chars().skip(1) {
+        if c == '\n' {
+            line += 1;
+        }
+        if escaped {
+            if c == '/' {
+                let l = if line == 0 { None } else { Some(line + 1) };
+                return Err(Error::yaml(l, "found unknown escape character"));
+            }
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '"' => break,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, Failure> {
+    let check_slash = src_for_parser.contains("\\/");
     let mut parser = Parser::new_from_str(src_for_parser);
     let mut docs = Vec::new();
     let mut cur: Option<Doc> = None;
@@ -269,7 +438,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
         .unwrap_or_default();
     let ends_inside_content = !last_line.trim_matches([' ', '\t']).is_empty();
     while let Some(next) = parser.next_event() {
-        let (event, span) = next.map_err(|e| scan_error(src_for_parser, &e))?;
+        let (event, span) = next.map_err(Failure::Scan)?;
         match event {
             Event::StreamStart | Event::Nothing => {}
             Event::StreamEnd => break,
@@ -290,6 +459,13 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
+                if check_slash && style == ScalarStyle::DoubleQuoted {
+                    let from = byte_offset(src_for_parser, span.start.index());
+                    check_double_quoted_escapes(
+                        src_for_parser.get(from..).unwrap_or_default(),
+                        span.start.line().saturating_sub(1),
+                    )?;
+                }
                 let mut value = value.into_owned();
                 if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
                     && ends_inside_content
@@ -333,10 +509,9 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
             Event::Alias(id) => {
                 let name = name_at(src_for_parser, span.start.index());
                 let Some(&target) = anchors.get(&id) else {
-                    return Err(Error::yaml(
-                        None,
-                        format!("unknown anchor '{name}' referenced"),
-                    ));
+                    return Err(
+                        Error::yaml(None, format!("unknown anchor '{name}' referenced")).into(),
+                    );
                 };
                 add_node(
                     &mut cur,

@@ -131,7 +131,11 @@ fn corpus_documents_survive_emit_and_reparse() {
                 KeyOrder::Insertion => back == v,
                 KeyOrder::GoYaml => sorted(&back) == sorted(&v),
             };
-            assert!(same, "{}#{}: data changed through {order:?}", row.file, row.index);
+            assert!(
+                same,
+                "{}#{}: data changed through {order:?}",
+                row.file, row.index
+            );
         }
         checked += 1;
     }
