@@ -135,9 +135,32 @@ impl Cur<'_> {
 pub(crate) struct Shared<'f> {
     pub funcs: &'f FuncMap,
     pub opts: &'f ExecOptions,
+    /// Nested template invocations (Go's `state.depth`).
     pub depth: usize,
     pub out_bytes: usize,
     pub steps: u64,
+    /// Stack position when the execution started.
+    pub stack_base: usize,
+}
+
+impl<'f> Shared<'f> {
+    pub(crate) fn new(funcs: &'f FuncMap, opts: &'f ExecOptions) -> Self {
+        Shared {
+            funcs,
+            opts,
+            depth: 0,
+            out_bytes: 0,
+            steps: 0,
+            stack_base: stack_position(),
+        }
+    }
+}
+
+/// The address of a local: how deep the stack currently is (compared, never dereferenced).
+#[inline(never)]
+fn stack_position() -> usize {
+    let probe = 0u8;
+    std::hint::black_box(std::ptr::addr_of!(probe)) as usize
 }
 
 /// What a function implementation can reach of the running execution: the template set (to
@@ -370,13 +393,30 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn enter_template(&mut self) -> R<()> {
+        self.check_depth()?;
+        self.shared.depth += 1;
+        Ok(())
+    }
+
+    /// Go's template nesting limit, plus the stack budget that keeps deep (recursive)
+    /// templates from overflowing the Rust stack.
+    fn check_depth(&self) -> R<()> {
         if self.shared.depth >= self.shared.opts.max_depth {
             return self.errorf(format!(
                 "exceeded maximum template depth ({})",
                 self.shared.opts.max_depth
             ));
         }
-        self.shared.depth += 1;
+        self.check_stack()
+    }
+
+    fn check_stack(&self) -> R<()> {
+        if stack_position().abs_diff(self.shared.stack_base) > self.shared.opts.max_stack_bytes {
+            return self.errorf(format!(
+                "exceeded maximum template depth (stack budget of {} bytes)",
+                self.shared.opts.max_stack_bytes
+            ));
+        }
         Ok(())
     }
 
@@ -475,16 +515,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     /// Runs `f` one nesting level deeper (bounded to keep the Rust stack safe).
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
-        if self.shared.depth >= self.shared.opts.max_depth {
-            return self.errorf(format!(
-                "exceeded maximum template depth ({})",
-                self.shared.opts.max_depth
-            ));
-        }
-        self.shared.depth += 1;
-        let r = f(self);
-        self.shared.depth -= 1;
-        r
+        self.check_stack()?;
+        f(self)
     }
 
     fn walk_if_or_with(&mut self, with: bool, dot: &Ev, node: &'t Node, b: &'t Branch) -> R<Flow> {
@@ -648,12 +680,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let Some(tmpl) = self.set.get(name) else {
             return self.errorf(format!("template {} not defined", gofmt::quote(name)));
         };
-        if self.shared.depth >= self.shared.opts.max_depth {
-            return self.errorf(format!(
-                "exceeded maximum template depth ({})",
-                self.shared.opts.max_depth
-            ));
-        }
+        self.check_depth()?;
         let new_dot = match pipe {
             Some(p) => self.eval_pipeline(dot, p)?,
             None => Ev::Invalid,

@@ -83,18 +83,27 @@ pub enum MissingKey {
 pub struct ExecOptions {
     /// The `missingkey` behaviour.
     pub missing_key: MissingKey,
-    /// Maximum nesting of template invocations plus control structures and parenthesised
-    /// pipelines being executed. Go allows 100000 nested templates, which a Rust stack
-    /// cannot hold; exceeding this gives `exceeded maximum template depth (N)`.
+    /// Maximum nesting of template invocations (`template`, and `include`-like functions
+    /// through [`CallCtx`]); exceeding it gives Go's `exceeded maximum template depth (N)`.
     pub max_depth: usize,
+    /// Stack the executor may use below its entry point. Go allows 100000 nested templates,
+    /// which a Rust stack cannot hold: deeper nesting (recursive templates, nested control
+    /// structures and parentheses) fails with
+    /// `exceeded maximum template depth (stack budget of N bytes)` instead of overflowing.
+    /// Run executions on threads with at least twice this much stack.
+    pub max_stack_bytes: usize,
     /// Maximum bytes written by one execution, nested `include`s included.
     pub max_output_bytes: usize,
     /// Maximum execution steps (nodes walked plus loop iterations), or unlimited.
     pub max_steps: Option<u64>,
 }
 
-/// Default for [`ExecOptions::max_depth`]: safe on a 2 MiB thread stack in debug builds.
-pub const DEFAULT_MAX_DEPTH: usize = 500;
+/// Default for [`ExecOptions::max_depth`]: Go's `maxExecDepth`.
+pub const DEFAULT_MAX_DEPTH: usize = 100_000;
+
+/// Default for [`ExecOptions::max_stack_bytes`]: half of the 2 MiB stack Rust gives spawned
+/// threads (and tokio its workers).
+pub const DEFAULT_MAX_STACK_BYTES: usize = 1 << 20;
 
 impl ExecOptions {
     /// Helm's options: `missingkey=zero`, default limits.
@@ -112,6 +121,7 @@ impl Default for ExecOptions {
         ExecOptions {
             missing_key: MissingKey::Default,
             max_depth: DEFAULT_MAX_DEPTH,
+            max_stack_bytes: DEFAULT_MAX_STACK_BYTES,
             max_output_bytes: 256 << 20,
             max_steps: None,
         }

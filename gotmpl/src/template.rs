@@ -111,13 +111,7 @@ impl TemplateSet {
                 crate::gofmt::quote(&self.name)
             )));
         };
-        let mut shared = Shared {
-            funcs,
-            opts,
-            depth: 0,
-            out_bytes: 0,
-            steps: 0,
-        };
+        let mut shared = Shared::new(funcs, opts);
         let dot = if data.is_nil() {
             Ev::Invalid
         } else {
