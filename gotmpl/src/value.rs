@@ -85,7 +85,7 @@ impl ElemType {
 /// copy), so the items are shared without a lock.
 #[derive(Clone, Debug)]
 pub struct List {
-    items: Arc<Vec<Value>>,
+    items: Arc<ListCell>,
     elem: ElemType,
 }
 
@@ -93,7 +93,7 @@ impl List {
     /// A `[]interface {}`.
     pub fn new(items: Vec<Value>) -> Self {
         List {
-            items: Arc::new(items),
+            items: Arc::new(ListCell(items)),
             elem: ElemType::Interface,
         }
     }
@@ -101,7 +101,7 @@ impl List {
     /// A slice with the given element type. The caller keeps the items consistent with it.
     pub fn typed(items: Vec<Value>, elem: ElemType) -> Self {
         List {
-            items: Arc::new(items),
+            items: Arc::new(ListCell(items)),
             elem,
         }
     }
@@ -113,27 +113,69 @@ impl List {
 
     /// The items.
     pub fn items(&self) -> &[Value] {
-        &self.items
+        &self.items.0
     }
 
     /// The number of items.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.items.0.len()
     }
 
     /// Whether the slice is empty.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.0.is_empty()
     }
 
     /// A copy of the items.
     pub fn to_vec(&self) -> Vec<Value> {
-        self.items.as_ref().clone()
+        self.items.0.clone()
     }
 
     /// Whether two handles share the same backing array.
     pub fn ptr_eq(&self, other: &List) -> bool {
         Arc::ptr_eq(&self.items, &other.items)
+    }
+}
+
+/// The items of a [`List`]. Dropping it releases nested values iteratively.
+#[derive(Debug)]
+struct ListCell(Vec<Value>);
+
+/// The entries of a [`Map`]. Dropping it releases nested values iteratively.
+struct MapCell(RwLock<BTreeMap<String, Value>>);
+
+impl Drop for ListCell {
+    fn drop(&mut self) {
+        release_iteratively(std::mem::take(&mut self.0));
+    }
+}
+
+impl Drop for MapCell {
+    fn drop(&mut self) {
+        let entries = std::mem::take(self.0.get_mut().unwrap_or_else(|p| p.into_inner()));
+        release_iteratively(entries.into_values().collect());
+    }
+}
+
+/// Drops values without recursion: templates can build maps nested far deeper than the
+/// stack allows (`$m = dict "a" $m` in a loop), and a recursive drop would overflow.
+fn release_iteratively(mut pending: Vec<Value>) {
+    while let Some(v) = pending.pop() {
+        match v {
+            Value::Map(m) => {
+                if let Ok(mut cell) = Arc::try_unwrap(m.inner) {
+                    let entries =
+                        std::mem::take(cell.0.get_mut().unwrap_or_else(|p| p.into_inner()));
+                    pending.extend(entries.into_values());
+                }
+            }
+            Value::List(l) => {
+                if let Ok(mut cell) = Arc::try_unwrap(l.items) {
+                    pending.append(&mut cell.0);
+                }
+            }
+            other => drop(other),
+        }
     }
 }
 
@@ -152,7 +194,7 @@ pub enum MapType {
 /// A Go map with string keys: a shared, mutable handle. Cloning shares the entries.
 #[derive(Clone)]
 pub struct Map {
-    inner: Arc<RwLock<BTreeMap<String, Value>>>,
+    inner: Arc<MapCell>,
     ty: MapType,
 }
 
@@ -178,7 +220,7 @@ impl Map {
     /// A `map[string]interface {}` holding these entries.
     pub fn from_entries(entries: BTreeMap<String, Value>) -> Self {
         Map {
-            inner: Arc::new(RwLock::new(entries)),
+            inner: Arc::new(MapCell(RwLock::new(entries))),
             ty: MapType::Interface,
         }
     }
@@ -186,7 +228,7 @@ impl Map {
     /// A map of the given Go type holding these entries.
     pub fn typed(entries: BTreeMap<String, Value>, ty: MapType) -> Self {
         Map {
-            inner: Arc::new(RwLock::new(entries)),
+            inner: Arc::new(MapCell(RwLock::new(entries))),
             ty,
         }
     }
@@ -207,6 +249,7 @@ impl Map {
     /// Read access to the entries. Do not call back into templates while holding it.
     pub fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Value>> {
         self.inner
+            .0
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -214,6 +257,7 @@ impl Map {
     /// Write access to the entries. Do not call back into templates while holding it.
     pub fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Value>> {
         self.inner
+            .0
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -496,10 +540,11 @@ impl Value {
         }
     }
 
-    /// Converts to JSON. Integers stay integers, `[]byte` becomes base64-free byte arrays are
-    /// not needed by Helm and are rendered as arrays of numbers; objects use
-    /// [`Object::marshal`]. Fails on non-finite floats, unencodable objects and nesting deeper
-    /// than [`MAX_VALUE_DEPTH`] (cyclic maps).
+    /// Converts to JSON: integers stay integers, floats become JSON numbers, `[]byte` an
+    /// array of numbers, objects their [`Object::marshal`] form. This is a data conversion,
+    /// not Go's `encoding/json` output (that is the serialisation functions' job). Fails on
+    /// non-finite floats, unencodable objects and nesting deeper than [`MAX_VALUE_DEPTH`]
+    /// (cyclic maps).
     pub fn to_json(&self) -> Result<serde_json::Value, ValueError> {
         self.to_json_at(0)
     }
@@ -653,6 +698,25 @@ mod tests {
         assert_eq!(Value::Map(m.clone()).to_json(), Err(ValueError::TooDeep));
         // Break the cycle so the test does not leak.
         m.remove("self");
+    }
+
+    #[test]
+    fn dropping_deeply_nested_values_does_not_overflow_the_stack() {
+        let mut v = Value::Nil;
+        for i in 0..200_000 {
+            v = if i % 2 == 0 {
+                let m = Map::new();
+                m.insert("a", v);
+                Value::Map(m)
+            } else {
+                Value::list(vec![v])
+            };
+        }
+        let handle = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || drop(v))
+            .expect("spawn");
+        handle.join().expect("no stack overflow");
     }
 
     #[test]
