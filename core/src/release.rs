@@ -755,10 +755,11 @@ pub fn apply_decision(
     decision: &Decision,
     status: &mut HelmReleaseStatus,
     now: &Timestamp,
-) {
+) -> Vec<Event> {
     let g = plan.generation;
+    let mut events = Vec::new();
     match (&decision.state, &decision.action) {
-        (_, Action::None(Settled::Suspended)) | (_, Action::DetectDrift) => return,
+        (_, Action::None(Settled::Suspended)) | (_, Action::DetectDrift) => return events,
         (ReleaseState::Unknown { error }, _) => {
             status.conditions.set_condition(
                 condition::READY,
@@ -768,7 +769,7 @@ pub fn apply_decision(
                 g,
                 now,
             );
-            return;
+            return events;
         }
         _ => {}
     }
@@ -826,20 +827,31 @@ pub fn apply_decision(
         }
         ReleaseState::Unmanaged { .. } => status.history.clear(),
         ReleaseState::Drifted { summary } => {
-            let name = status
-                .latest()
+            let latest = status.latest().cloned();
+            let name = latest
+                .as_ref()
                 .map(Snapshot::full_release_name)
                 .unwrap_or_default();
+            let msg = format!(
+                "Cluster state of release {name} has drifted from the desired state:\n{summary}"
+            );
             status.conditions.set_condition(
                 condition::DRIFTED,
                 ConditionStatus::True,
                 reason::DRIFT_DETECTED,
-                format!(
-                    "Cluster state of release {name} has drifted from the desired state:\n{summary}"
-                ),
+                msg.clone(),
                 g,
                 now,
             );
+            events.push(Event {
+                type_: EventType::Warning,
+                reason: reason::DRIFT_DETECTED.to_owned(),
+                message: msg,
+                annotations: latest
+                    .as_ref()
+                    .map(outcome::snapshot_meta)
+                    .unwrap_or_default(),
+            });
         }
         ReleaseState::Untested => replace_remediated_with_released(plan, status, now),
         ReleaseState::Failed { .. } => {
@@ -864,6 +876,7 @@ pub fn apply_decision(
         let (r, msg) = stall_condition(plan, status, stall);
         mark_stalled(status, r, msg, g, now);
     }
+    events
 }
 
 fn stall_condition(
@@ -963,601 +976,6 @@ pub fn summarize(plan: &ReleasePlan, status: &mut HelmReleaseStatus, now: &Times
     status.observed_common_metadata_digest = plan.common_metadata_digest.clone();
 }
 
-/// What happened when an action ran.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Outcome {
-    /// The action's error, `None` on success.
-    pub error: Option<String>,
-    /// Every release record the action wrote to storage (any order).
-    pub writes: Vec<ReleaseRecord>,
-    /// How long the action took.
-    pub duration: Option<GoDuration>,
-    /// Uninstall or unlock found no release in storage.
-    pub release_not_found: bool,
-}
-
-impl Outcome {
-    /// A successful action that wrote `writes`.
-    pub fn succeeded(writes: Vec<ReleaseRecord>) -> Self {
-        Self {
-            writes,
-            ..Self::default()
-        }
-    }
-
-    /// A failed action that still wrote `writes`.
-    pub fn failed(error: impl Into<String>, writes: Vec<ReleaseRecord>) -> Self {
-        Self {
-            error: Some(error.into()),
-            writes,
-            ..Self::default()
-        }
-    }
-
-    /// An uninstall or unlock that found no release.
-    pub fn not_found() -> Self {
-        Self {
-            release_not_found: true,
-            ..Self::default()
-        }
-    }
-}
-
-/// The effect of an outcome on the loop.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
-    /// The error the action reconciler returns (Flux returns it only when storage did not
-    /// change); `None` lets the loop go on.
-    pub returned_error: Option<String>,
-}
-
-/// Records the newest write as a new snapshot and refreshes the first older one found in
-/// history, as Flux's `observedReleases.recordOnObject` does for install and upgrade.
-fn record_release_writes(
-    status: &mut HelmReleaseStatus,
-    writes: &[ReleaseRecord],
-    action: ReleaseAction,
-) {
-    let mut sorted: Vec<&ReleaseRecord> = writes.iter().collect();
-    sorted.sort_by_key(|r| std::cmp::Reverse(r.version));
-    sorted.dedup_by_key(|r| r.version);
-    let Some((newest, older)) = sorted.split_first() else {
-        return;
-    };
-    let oci = status.last_attempted_revision_digest.clone();
-    status
-        .history
-        .insert(0, newest.to_snapshot(Some(action), &oci));
-    for rec in older {
-        if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
-            let snap = &status.history[i];
-            let mut new = rec.to_snapshot(None, &snap.oci_digest.clone());
-            new.test_hooks = snap.test_hooks.clone();
-            status.history[i] = new;
-            return;
-        }
-    }
-}
-
-/// Replaces the snapshot each write targets (keeping test hooks); unmatched writes are
-/// prepended when `prepend_unmatched`.
-fn record_writes_in_place(
-    status: &mut HelmReleaseStatus,
-    writes: &[ReleaseRecord],
-    action: Option<ReleaseAction>,
-    keep_action: bool,
-    keep_test_hooks: bool,
-    prepend_unmatched: bool,
-) {
-    for rec in writes {
-        if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
-            let snap = &status.history[i];
-            let act = if keep_action { snap.action } else { action };
-            let mut new = rec.to_snapshot(act, &snap.oci_digest.clone());
-            if keep_test_hooks {
-                new.test_hooks = snap.test_hooks.clone();
-            }
-            status.history[i] = new;
-        } else if prepend_unmatched {
-            status.history.insert(0, rec.to_snapshot(None, ""));
-        }
-    }
-}
-
-fn go_on() -> Applied {
-    Applied {
-        returned_error: None,
-    }
-}
-
-fn latest_digest(status: &HelmReleaseStatus) -> Option<String> {
-    status.latest().map(|s| s.digest.clone())
-}
-
-/// Applies the outcome of `action` to the status: snapshots, counters and conditions,
-/// with Flux's messages. Returns whether the action reconciler returns an error.
-pub fn apply_outcome(
-    plan: &ReleasePlan,
-    action: &Action,
-    outcome: &Outcome,
-    status: &mut HelmReleaseStatus,
-    now: &Timestamp,
-) -> Applied {
-    let g = plan.generation;
-    let err = outcome.error.as_deref().map(str::trim);
-    match action {
-        Action::Install | Action::Upgrade { .. } => {
-            let install = matches!(action, Action::Install);
-            let act = if install {
-                ReleaseAction::Install
-            } else {
-                ReleaseAction::Upgrade
-            };
-            status.last_attempted_release_action = Some(act);
-            if install {
-                status.history.clear();
-            }
-            status.conditions.delete_condition(condition::TEST_SUCCESS);
-            status.conditions.delete_condition(condition::REMEDIATED);
-            if outcome.duration.is_some() {
-                status.last_attempted_release_action_duration = outcome.duration;
-            }
-            record_release_writes(status, &outcome.writes, act);
-            let result = if let Some(e) = err {
-                let verb = if install { "install" } else { "upgrade" };
-                status.failures += 1;
-                status.conditions.set_condition(
-                    condition::RELEASED,
-                    ConditionStatus::False,
-                    if install {
-                        reason::INSTALL_FAILED
-                    } else {
-                        reason::UPGRADE_FAILED
-                    },
-                    format!(
-                        "Helm {verb} failed for release {} with chart {}@{}: {e}",
-                        plan.release.qualified(),
-                        plan.chart.name,
-                        plan.chart.version
-                    ),
-                    g,
-                    now,
-                );
-                if outcome.writes.is_empty() {
-                    Applied {
-                        returned_error: Some(e.to_owned()),
-                    }
-                } else {
-                    let rem = if install {
-                        Remediation::install(plan)
-                    } else {
-                        Remediation::upgrade(plan)
-                    };
-                    rem.increment(status);
-                    go_on()
-                }
-            } else {
-                if let Some(cur) = status.latest().cloned() {
-                    let (r, msg) = if install {
-                        (reason::INSTALL_SUCCEEDED, fmt_install_success(&cur))
-                    } else {
-                        (reason::UPGRADE_SUCCEEDED, fmt_upgrade_success(&cur))
-                    };
-                    status.conditions.set_condition(
-                        condition::RELEASED,
-                        ConditionStatus::True,
-                        r,
-                        msg,
-                        g,
-                        now,
-                    );
-                    if plan.options.test.enable && !cur.has_been_tested() {
-                        status.conditions.set_condition(
-                            condition::TEST_SUCCESS,
-                            ConditionStatus::Unknown,
-                            reason::AWAITING_TESTS,
-                            fmt_test_pending(&cur),
-                            g,
-                            now,
-                        );
-                    }
-                }
-                let retry = if install {
-                    plan.options.install.retry()
-                } else {
-                    plan.options.upgrade.retry()
-                };
-                if retry.is_some() {
-                    status.clear_failures();
-                }
-                go_on()
-            };
-            summarize(plan, status, now);
-            result
-        }
-        Action::Test => {
-            let Some(cur) = status.latest().cloned() else {
-                summarize(plan, status, now);
-                return Applied {
-                    returned_error: Some(format!("{ERR_NO_LATEST}: required for test")),
-                };
-            };
-            let mut error = err.map(str::to_owned);
-            for rec in &outcome.writes {
-                if rec.is(&cur) {
-                    if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
-                        let mut snap = rec.to_snapshot(cur.action, &cur.oci_digest);
-                        let hooks = rec
-                            .test_hooks
-                            .iter()
-                            .filter(|(k, _)| plan.options.test.selects(k))
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect();
-                        snap.test_hooks = Some(hooks);
-                        status.history[i] = snap;
-                    }
-                } else {
-                    error = Some(format!(
-                        "{ERR_RELEASE_MISMATCH}: tested release {} != current release {}",
-                        rec.full_name(),
-                        cur.full_release_name()
-                    ));
-                }
-            }
-            let latest = status.latest().cloned().unwrap_or(cur);
-            let result = if let Some(e) = error {
-                status.failures += 1;
-                status.conditions.set_condition(
-                    condition::TEST_SUCCESS,
-                    ConditionStatus::False,
-                    reason::TEST_FAILED,
-                    format!(
-                        "Helm test failed for release {} with chart {}: {}",
-                        latest.full_release_name(),
-                        latest.versioned_chart_name(),
-                        e.trim()
-                    ),
-                    g,
-                    now,
-                );
-                if latest.has_been_tested() {
-                    if let Some(rem) = Remediation::active(plan, status)
-                        && !rem.ignore_test_failures(plan.options.test.ignore_failures)
-                    {
-                        rem.increment(status);
-                    }
-                    go_on()
-                } else {
-                    Applied {
-                        returned_error: Some(e),
-                    }
-                }
-            } else {
-                let n = latest.test_hooks.as_ref().map_or(0, |h| h.len());
-                let hooks = match n {
-                    0 => "no test hooks".to_owned(),
-                    1 => "1 test hook completed successfully".to_owned(),
-                    n => format!("{n} test hooks completed successfully"),
-                };
-                status.conditions.set_condition(
-                    condition::TEST_SUCCESS,
-                    ConditionStatus::True,
-                    reason::TEST_SUCCEEDED,
-                    format!(
-                        "Helm test succeeded for release {} with chart {}: {hooks}",
-                        latest.full_release_name(),
-                        latest.versioned_chart_name()
-                    ),
-                    g,
-                    now,
-                );
-                go_on()
-            };
-            summarize(plan, status, now);
-            result
-        }
-        Action::Rollback { target } => {
-            let before = latest_digest(status);
-            let cur = status.latest().cloned();
-            let result = if let Some(cur) = cur
-                .as_ref()
-                .filter(|c| c.name != target.name || c.namespace != target.namespace)
-            {
-                Applied {
-                    returned_error: Some(format!(
-                        "{ERR_RELEASE_MISMATCH}: previous release name or namespace {} does not match current {}",
-                        target.full_release_name(),
-                        cur.full_release_name()
-                    )),
-                }
-            } else {
-                // Matching snapshots are refreshed with action `rollback`; the new version
-                // is prepended.
-                for rec in &outcome.writes {
-                    if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
-                        let snap = &status.history[i];
-                        let mut new = rec
-                            .to_snapshot(Some(ReleaseAction::Rollback), &snap.oci_digest.clone());
-                        new.test_hooks = snap.test_hooks.clone();
-                        status.history[i] = new;
-                    } else {
-                        // Flux leaves this snapshot's OCI digest empty; Flotilla records the
-                        // one its observation digest was computed with, so it verifies.
-                        let oci = observation_oci_digest(status, rec.version).to_owned();
-                        status.history.insert(0, rec.to_snapshot(None, &oci));
-                    }
-                }
-                status.sort_history();
-                if let Some(e) = err {
-                    status.failures += 1;
-                    status.conditions.set_condition(
-                        condition::REMEDIATED,
-                        ConditionStatus::False,
-                        reason::ROLLBACK_FAILED,
-                        format!(
-                            "Helm rollback to previous release {} with chart {} failed: {e}",
-                            target.full_release_name(),
-                            target.versioned_chart_name()
-                        ),
-                        g,
-                        now,
-                    );
-                    let after = latest_digest(status);
-                    if after.is_none() || after == before {
-                        Applied {
-                            returned_error: Some(e.to_owned()),
-                        }
-                    } else {
-                        go_on()
-                    }
-                } else {
-                    status.conditions.set_condition(
-                        condition::REMEDIATED,
-                        ConditionStatus::True,
-                        reason::ROLLBACK_SUCCEEDED,
-                        format!(
-                            "Helm rollback to previous release {} with chart {} succeeded",
-                            target.full_release_name(),
-                            target.versioned_chart_name()
-                        ),
-                        g,
-                        now,
-                    );
-                    go_on()
-                }
-            };
-            summarize(plan, status, now);
-            result
-        }
-        Action::UninstallRemediation => {
-            let Some(cur) = status.latest().cloned() else {
-                return Applied {
-                    returned_error: Some(format!("{ERR_NO_LATEST}: required to uninstall")),
-                };
-            };
-            let mut error = err.map(str::to_owned);
-            record_writes_in_place(
-                status,
-                &outcome.writes,
-                Some(ReleaseAction::UninstallRemediation),
-                false,
-                true,
-                false,
-            );
-            if let Some(rec) = outcome.writes.iter().find(|r| !r.is(&cur)) {
-                error = Some(format!(
-                    "{ERR_RELEASE_MISMATCH}: uninstalled release {} != current release {}",
-                    rec.full_name(),
-                    cur.full_release_name()
-                ));
-            }
-            let unchanged = latest_digest(status).as_deref() == Some(cur.digest.as_str());
-            if error.is_none() && unchanged {
-                error = Some(format!(
-                    "uninstall completed with error: {ERR_NO_STORAGE_UPDATE}"
-                ));
-            }
-            let latest = status.latest().cloned().unwrap_or(cur);
-            if let Some(e) = error {
-                status.failures += 1;
-                status.conditions.set_condition(
-                    condition::REMEDIATED,
-                    ConditionStatus::False,
-                    reason::UNINSTALL_FAILED,
-                    format!(
-                        "Helm uninstall remediation for release {} with chart {} failed: {}",
-                        latest.full_release_name(),
-                        latest.versioned_chart_name(),
-                        e.trim()
-                    ),
-                    g,
-                    now,
-                );
-                if unchanged {
-                    return Applied {
-                        returned_error: Some(e),
-                    };
-                }
-                return go_on();
-            }
-            status.conditions.set_condition(
-                condition::REMEDIATED,
-                ConditionStatus::True,
-                reason::UNINSTALL_SUCCEEDED,
-                format!(
-                    "Helm uninstall remediation for release {} with chart {} succeeded",
-                    latest.full_release_name(),
-                    latest.versioned_chart_name()
-                ),
-                g,
-                now,
-            );
-            go_on()
-        }
-        Action::Unlock { status: pending } => {
-            let result = if outcome.release_not_found {
-                go_on()
-            } else {
-                // The current release as stored (before unlocking), with its snapshot's
-                // OCI digest when it has one.
-                let cur = outcome
-                    .writes
-                    .first()
-                    .map(|r| {
-                        let oci = observation_oci_digest(status, r.version).to_owned();
-                        r.to_snapshot(None, &oci)
-                    })
-                    .or_else(|| status.latest().cloned());
-                let (name, chart) = cur
-                    .as_ref()
-                    .map(|c| (c.full_release_name(), c.versioned_chart_name()))
-                    .unwrap_or_default();
-                if let Some(e) = err {
-                    status.failures += 1;
-                    status.conditions.set_condition(
-                        condition::RELEASED,
-                        ConditionStatus::False,
-                        reason::PENDING_RELEASE,
-                        format!("Unlock of Helm release {name} with chart {chart} in {pending} state failed: {e}"),
-                        g,
-                        now,
-                    );
-                    Applied {
-                        returned_error: Some(e.to_owned()),
-                    }
-                } else {
-                    record_writes_in_place(status, &outcome.writes, None, true, false, false);
-                    status.conditions.set_condition(
-                        condition::RELEASED,
-                        ConditionStatus::False,
-                        reason::PENDING_RELEASE,
-                        format!(
-                            "Unlocked Helm release {name} with chart {chart} in {pending} state"
-                        ),
-                        g,
-                        now,
-                    );
-                    go_on()
-                }
-            };
-            summarize(plan, status, now);
-            result
-        }
-        Action::Uninstall { cause, .. } => {
-            let Some(cur) = status.latest().cloned() else {
-                summarize(plan, status, now);
-                return Applied {
-                    returned_error: Some(format!("{ERR_NO_LATEST}: required to uninstall")),
-                };
-            };
-            let mut result = go_on();
-            if outcome.release_not_found {
-                status.conditions.set_condition(
-                    condition::RELEASED,
-                    ConditionStatus::False,
-                    reason::UNINSTALL_SUCCEEDED,
-                    format!(
-                        "Release {} was not found, assuming it is uninstalled",
-                        cur.full_release_name()
-                    ),
-                    g,
-                    now,
-                );
-            } else if let Some(e) = err
-                .filter(|e| plan.options.uninstall.keep_history && e.contains("is already deleted"))
-            {
-                let _ = e;
-                status.conditions.set_condition(
-                    condition::RELEASED,
-                    ConditionStatus::False,
-                    reason::UNINSTALL_SUCCEEDED,
-                    format!(
-                        "Release {} was already uninstalled",
-                        cur.full_release_name()
-                    ),
-                    g,
-                    now,
-                );
-            } else {
-                let mut error = err.map(str::to_owned);
-                record_writes_in_place(
-                    status,
-                    &outcome.writes,
-                    Some(ReleaseAction::Uninstall),
-                    false,
-                    true,
-                    false,
-                );
-                if let Some(rec) = outcome.writes.iter().find(|r| !r.is(&cur)) {
-                    error = Some(format!(
-                        "{ERR_RELEASE_MISMATCH}: uninstalled release {} != current release {}",
-                        rec.full_name(),
-                        cur.full_release_name()
-                    ));
-                }
-                if error.is_none()
-                    && latest_digest(status).as_deref() == Some(cur.digest.as_str())
-                    && cur.status != StorageStatus::Uninstalled.as_str()
-                {
-                    error = Some(format!(
-                        "uninstall completed with error: {ERR_NO_STORAGE_UPDATE}"
-                    ));
-                }
-                let latest = status.latest().cloned().unwrap_or(cur);
-                if let Some(e) = error {
-                    status.failures += 1;
-                    status.conditions.set_condition(
-                        condition::RELEASED,
-                        ConditionStatus::False,
-                        reason::UNINSTALL_FAILED,
-                        format!(
-                            "Helm uninstall failed for release {} with chart {}: {}",
-                            latest.full_release_name(),
-                            latest.versioned_chart_name(),
-                            e.trim()
-                        ),
-                        g,
-                        now,
-                    );
-                    result = Applied {
-                        returned_error: Some(e),
-                    };
-                } else {
-                    status.inventory = None;
-                    status.conditions.set_condition(
-                        condition::RELEASED,
-                        ConditionStatus::False,
-                        reason::UNINSTALL_SUCCEEDED,
-                        format!(
-                            "Helm uninstall succeeded for release {} with chart {}",
-                            latest.full_release_name(),
-                            latest.versioned_chart_name()
-                        ),
-                        g,
-                        now,
-                    );
-                }
-            }
-            summarize(plan, status, now);
-            if result.returned_error.is_none() {
-                // The old release is gone: forget it, so the next reconcile installs fresh.
-                status.history.clear();
-                status.clear_failures();
-                status.storage_namespace.clear();
-                if *cause == UninstallCause::Deletion {
-                    status.inventory = None;
-                }
-            }
-            result
-        }
-        Action::CorrectDrift { .. } => {
-            // Drift correction reports through events only and never fails the loop.
-            go_on()
-        }
-        Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => go_on(),
-    }
-}
-
 /// Why counters were reset at the start of a reconcile (`MustResetFailures`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResetReason {
@@ -1585,6 +1003,8 @@ impl fmt::Display for ResetReason {
 /// What [`begin_reconcile`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
+    /// `spec.suspend` is set: do nothing (Flux returns before any work).
+    Suspended,
     /// The release target changed: run this uninstall of the old release, apply its
     /// outcome, and requeue; nothing else happens in this reconcile.
     UninstallPrevious(Action),
@@ -1600,6 +1020,9 @@ pub enum Begin {
 /// changed or a `resetAt` token is pending (consuming it), and records the attempt
 /// (`lastAttemptedGeneration`, `Revision`, `RevisionDigest`, `ConfigDigest`).
 pub fn begin_reconcile(plan: &ReleasePlan, status: &mut HelmReleaseStatus) -> Begin {
+    if plan.options.suspend {
+        return Begin::Suspended;
+    }
     if let Some(action) = release_target_change(plan, status) {
         return Begin::UninstallPrevious(action);
     }
@@ -1703,6 +1126,7 @@ pub enum Step {
 #[derive(Debug, Clone, Default)]
 pub struct AtomicRelease {
     performed: Vec<ActionKind>,
+    events: Vec<Event>,
 }
 
 impl AtomicRelease {
@@ -1716,10 +1140,16 @@ impl AtomicRelease {
         &self.performed
     }
 
+    /// The events recorded since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
     /// Decides, records the decision's effects in `observed.status`, and says what to do.
     pub fn step(&mut self, plan: &ReleasePlan, observed: &mut Observed, now: &Timestamp) -> Step {
         let decision = decide(plan, observed);
-        apply_decision(plan, &decision, &mut observed.status, now);
+        let events = apply_decision(plan, &decision, &mut observed.status, now);
+        self.events.extend(events);
         let status = &mut observed.status;
         let g = plan.generation;
         let action = decision.action;
@@ -1805,6 +1235,7 @@ impl AtomicRelease {
     ) -> Option<Step> {
         let g = plan.generation;
         let applied = apply_outcome(plan, action, outcome, status, now);
+        self.events.extend(applied.events);
         if let Some(e) = applied.returned_error {
             if let Some(interval) = active_retry(plan, status) {
                 mark_reconciling(
@@ -1863,16 +1294,20 @@ impl AtomicRelease {
     }
 }
 
-/// The end of a reconcile: records the handled `requestedAt` token and, when the
-/// reconcile ended ready or stalled, the observed generation.
+/// The end of a reconcile: records the handled `requestedAt` token and, unless the
+/// reconcile ended with an error or an immediate requeue, the observed generation (Flux
+/// observes it on success, on a scheduled retry and on a terminal stall).
 pub fn finish_reconcile(plan: &ReleasePlan, status: &mut HelmReleaseStatus, step: &Step) {
     if let Some(r) = &plan.requests.requested_at {
         status.last_handled_reconcile_at = r.clone();
     }
-    if matches!(step, Step::Done | Step::Stalled) {
+    if matches!(step, Step::Done | Step::Stalled | Step::RetryAfter(_)) {
         status.observed_generation = plan.generation;
     }
 }
+
+mod outcome;
+pub use outcome::{Applied, Event, EventType, Outcome, apply_outcome};
 
 #[cfg(test)]
 mod tests;

@@ -1186,16 +1186,14 @@ impl HelmRelease {
             && self.metadata.name.is_some()
             && let Err(e) = self.release_name()
         {
-            {
-                errors.push(FieldError::new(
-                    if self.spec.release_name.is_some() {
-                        "spec.releaseName"
-                    } else {
-                        "metadata.name"
-                    },
-                    e.to_string(),
-                ));
-            }
+            errors.push(FieldError::new(
+                if self.spec.release_name.is_some() {
+                    "spec.releaseName"
+                } else {
+                    "metadata.name"
+                },
+                e.to_string(),
+            ));
         }
         if errors.is_empty() {
             Ok(())
