@@ -1175,14 +1175,18 @@ impl Sim {
     /// One reconcile, as the agent runs it.
     fn reconcile(&mut self) -> Step {
         let t = now();
-        if let Begin::UninstallPrevious(action) = begin_reconcile(&self.plan, &mut self.status) {
-            let outcome = self.execute(&action);
-            let mut atomic = AtomicRelease::new();
-            let stop = atomic
-                .complete(&self.plan, &action, &outcome, &mut self.status, &t)
-                .unwrap_or(Step::Requeue);
-            finish_reconcile(&self.plan, &mut self.status, &stop);
-            return stop;
+        match begin_reconcile(&self.plan, &mut self.status) {
+            Begin::Suspended => return Step::Done,
+            Begin::UninstallPrevious(action) => {
+                let outcome = self.execute(&action);
+                let mut atomic = AtomicRelease::new();
+                let stop = atomic
+                    .complete(&self.plan, &action, &outcome, &mut self.status, &t)
+                    .unwrap_or(Step::Requeue);
+                finish_reconcile(&self.plan, &mut self.status, &stop);
+                return stop;
+            }
+            Begin::Proceed { .. } => {}
         }
         let mut atomic = AtomicRelease::new();
         let mut drift = DriftObservation::NotChecked;
@@ -1871,4 +1875,258 @@ fn action_timeouts_fall_back_to_the_spec_timeout() {
     assert_eq!(upgrade(UpgradeCause::Adopt).timeout(&p).to_string(), "7m0s");
     assert_eq!(Action::Test.timeout(&p).to_string(), "30s");
     assert_eq!(plan().options.timeout().to_string(), "5m0s");
+}
+
+#[test]
+fn suspended_release_is_left_alone() {
+    let mut sim = Sim::new(plan_with(json!({"suspend": true})));
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert!(sim.take_log().is_empty());
+    assert!(sim.storage.is_empty());
+}
+
+#[test]
+fn retry_strategy_on_install_only_does_not_cover_the_upgrade_retry() {
+    // The failed install is retried with an upgrade; once that upgrade fails, the active
+    // strategy is the upgrade's, which remediates (and, with no retries, stalls).
+    let mut sim = Sim::new(plan_with(
+        json!({"install": {"strategy": {"name": "RetryOnFailure"}}}),
+    ));
+    sim.script(&[Behaviour::FailWritten, Behaviour::FailWritten]);
+    assert_eq!(sim.reconcile(), Step::RetryAfter(GoDuration::from_mins(5)));
+    assert_eq!(
+        sim.status.observed_generation, 1,
+        "a scheduled retry observes the generation"
+    );
+    assert_eq!(sim.reconcile(), Step::Stalled);
+    assert_eq!(sim.take_log(), ["install", "upgrade"]);
+    assert_eq!(
+        cond(&sim.status, condition::STALLED).message,
+        "Failed to upgrade after 1 attempt(s)"
+    );
+}
+
+#[test]
+fn install_events_carry_the_flux_annotations() {
+    let p = plan();
+    let mut st = HelmReleaseStatus::default();
+    begin_reconcile(&p, &mut st);
+    let w = record(1, StorageStatus::Deployed, "6.5.0", &desired_values());
+    let applied = apply_outcome(
+        &p,
+        &Action::Install,
+        &Outcome::succeeded(vec![w]),
+        &mut st,
+        &now(),
+    );
+    assert_eq!(applied.events.len(), 1);
+    let e = &applied.events[0];
+    assert_eq!(e.type_, EventType::Normal);
+    assert_eq!(e.reason, reason::INSTALL_SUCCEEDED);
+    assert_eq!(
+        e.message,
+        "Helm install succeeded for release default/podinfo.v1 with chart podinfo@6.5.0"
+    );
+    assert_eq!(e.annotations["helm.toolkit.fluxcd.io/revision"], "6.5.0");
+    assert_eq!(e.annotations["helm.toolkit.fluxcd.io/app-version"], "6.5.0");
+    assert_eq!(
+        e.annotations["helm.toolkit.fluxcd.io/token"],
+        digest::config_digest(&desired_values()).to_string()
+    );
+    assert!(
+        !e.annotations
+            .contains_key("helm.toolkit.fluxcd.io/oci-digest")
+    );
+}
+
+#[test]
+fn failure_events_append_the_helm_logs() {
+    let p = plan();
+    let mut st = HelmReleaseStatus::default();
+    let outcome = Outcome {
+        logs: Some("wait: deployment not ready".into()),
+        ..Outcome::failed("context deadline exceeded", vec![])
+    };
+    let applied = apply_outcome(&p, &upgrade(UpgradeCause::Adopt), &outcome, &mut st, &now());
+    assert_eq!(
+        applied.returned_error.as_deref(),
+        Some("context deadline exceeded")
+    );
+    let e = &applied.events[0];
+    assert_eq!(e.type_, EventType::Warning);
+    assert_eq!(e.reason, reason::UPGRADE_FAILED);
+    assert_eq!(
+        e.message,
+        "Helm upgrade failed for release default/podinfo with chart podinfo@6.5.0: context deadline exceeded\n\nLast Helm logs:\n\nwait: deployment not ready"
+    );
+    // The condition message has no logs.
+    assert_eq!(
+        cond(&st, condition::RELEASED).message,
+        "Helm upgrade failed for release default/podinfo with chart podinfo@6.5.0: context deadline exceeded"
+    );
+}
+
+#[test]
+fn drift_detection_and_correction_are_reported_as_events() {
+    let p = plan_with(json!({"driftDetection": {"mode": "enabled"}}));
+    let mut o = in_sync();
+    o.drift = DriftObservation::Drifted {
+        summary: "Deployment/default/podinfo removed".into(),
+    };
+    let mut atomic = AtomicRelease::new();
+    let action = match atomic.step(&p, &mut o, &now()) {
+        Step::Run { action, .. } => action,
+        other => panic!("{other:?}"),
+    };
+    let events = atomic.take_events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].type_, events[0].reason.as_str()),
+        (EventType::Warning, "DriftDetected")
+    );
+
+    let done = Outcome {
+        changes: Some("Deployment/default/podinfo created".into()),
+        ..Outcome::default()
+    };
+    atomic.complete(&p, &action, &done, &mut o.status, &now());
+    let events = atomic.take_events();
+    assert_eq!(events[0].reason, "DriftCorrected");
+    assert_eq!(
+        events[0].message,
+        "Cluster state of release default/podinfo.v1 has been corrected:\nDeployment/default/podinfo created"
+    );
+
+    let partial = Outcome {
+        error: Some("Secret/default/x: forbidden".into()),
+        changes: Some("Deployment/default/podinfo created".into()),
+        ..Outcome::default()
+    };
+    let applied = apply_outcome(&p, &action, &partial, &mut o.status, &now());
+    assert_eq!(
+        applied.returned_error, None,
+        "drift correction never fails the loop"
+    );
+    assert_eq!(applied.events[0].reason, "DriftCorrectionFailed");
+    assert_eq!(
+        applied.events[0].message,
+        "Failed to partially correct cluster state of release default/podinfo.v1:\nSecret/default/x: forbidden\n\nSuccessful corrections:\nDeployment/default/podinfo created"
+    );
+}
+
+/// Exhaustive check of invariants over a grid of observations and configurations.
+#[test]
+fn decision_invariants_hold_over_the_whole_grid() {
+    let statuses = [
+        None,
+        Some(StorageStatus::Deployed),
+        Some(StorageStatus::Failed),
+        Some(StorageStatus::Uninstalled),
+        Some(StorageStatus::Superseded),
+        Some(StorageStatus::PendingInstall),
+        Some(StorageStatus::PendingUpgrade),
+        Some(StorageStatus::PendingRollback),
+        Some(StorageStatus::Uninstalling),
+        Some(StorageStatus::Unknown),
+    ];
+    let actions = [
+        None,
+        Some(ReleaseAction::Install),
+        Some(ReleaseAction::Upgrade),
+    ];
+    let mut checked = 0;
+    for retries in [-1i64, 0, 2] {
+        for strategy in ["rollback", "uninstall"] {
+            for retry_on_failure in [false, true] {
+                let strategy_json = if retry_on_failure {
+                    json!({"name": "RetryOnFailure"})
+                } else {
+                    json!({"name": "RemediateOnFailure"})
+                };
+                let p = plan_with(json!({
+                    "install": {"remediation": {"retries": retries}, "strategy": strategy_json},
+                    "upgrade": {"remediation": {"retries": retries, "strategy": strategy}, "strategy": strategy_json},
+                    "test": {"enable": true}
+                }));
+                for st in statuses {
+                    for with_history in [false, true] {
+                        for last in actions {
+                            for failures in [0i64, 1, 5] {
+                                for force in [false, true] {
+                                    let cur = st.map(|s| record(2, s, "6.5.0", &desired_values()));
+                                    let prev = deployed(1);
+                                    let history = match (&cur, with_history) {
+                                        (Some(c), true) => vec![snap(c, last), snap(&prev, None)],
+                                        _ => vec![],
+                                    };
+                                    let mut o = observed(cur, history);
+                                    o.rollback_target = Some(prev);
+                                    o.status.last_attempted_release_action = last;
+                                    o.status.install_failures = failures;
+                                    o.status.upgrade_failures = failures;
+                                    let p = if force {
+                                        with_force(p.clone(), "f")
+                                    } else {
+                                        p.clone()
+                                    };
+                                    let d = decide(&p, &o);
+                                    checked += 1;
+                                    let ctx = format!(
+                                        "{st:?} history={with_history} last={last:?} failures={failures} retries={retries} strategy={strategy} retry={retry_on_failure} force={force} -> {:?}",
+                                        d.action
+                                    );
+                                    // Negative retries never exhaust.
+                                    if retries < 0 {
+                                        assert!(
+                                            !matches!(
+                                                d.action,
+                                                Action::Stalled(Stall::RetriesExceeded { .. })
+                                            ),
+                                            "{ctx}"
+                                        );
+                                    }
+                                    // A retry strategy never remediates.
+                                    if retry_on_failure && last.is_some() {
+                                        assert!(
+                                            !matches!(
+                                                d.action,
+                                                Action::Rollback { .. }
+                                                    | Action::UninstallRemediation
+                                            ),
+                                            "{ctx}"
+                                        );
+                                    }
+                                    // Pending releases are always unlocked first.
+                                    if st.is_some_and(StorageStatus::is_pending) {
+                                        assert!(matches!(d.action, Action::Unlock { .. }), "{ctx}");
+                                    }
+                                    // Nothing is installed over a live release.
+                                    if matches!(
+                                        st,
+                                        Some(StorageStatus::Deployed | StorageStatus::Failed)
+                                    ) {
+                                        assert!(d.action != Action::Install, "{ctx}");
+                                    }
+                                    // A force request never stalls on exhausted retries.
+                                    if force {
+                                        assert!(
+                                            !matches!(
+                                                d.action,
+                                                Action::Stalled(Stall::RetriesExceeded { .. })
+                                            ),
+                                            "{ctx}"
+                                        );
+                                    }
+                                    // The loop driver accepts every decision.
+                                    let mut o2 = o.clone();
+                                    let _ = AtomicRelease::new().step(&p, &mut o2, &now());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 2 * 2 * 10 * 2 * 3 * 3 * 2);
 }
