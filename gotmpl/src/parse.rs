@@ -853,14 +853,17 @@ fn parse_float(s: &str) -> Option<f64> {
         }
         body.parse::<f64>().ok()?
     };
+    // Out of range is a syntax error for the template parser (strconv's ErrRange).
+    if v.is_infinite() {
+        return None;
+    }
     Some(if neg { -v } else { v })
 }
 
 fn parse_hex_float(s: &str) -> Option<f64> {
-    let (mant, exp) = match s.find(['p', 'P']) {
-        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
-        None => (s, 0),
-    };
+    // Go requires the binary exponent on hexadecimal floats.
+    let i = s.find(['p', 'P'])?;
+    let (mant, exp) = (&s[..i], s[i + 1..].parse::<i32>().ok()?);
     let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
     if int.is_empty() && frac.is_empty() {
         return None;
