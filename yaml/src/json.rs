@@ -8,6 +8,35 @@ use crate::goformat::{format_g, format_json_float, go_sharp_v};
 use crate::resolve::{self, Resolved};
 use crate::{Error, Mapping, Value};
 
+/// A string-keyed mapping under construction: a repeated key replaces the value in place
+/// (Go map semantics) in constant time.
+#[derive(Default)]
+struct KeyedMap {
+    entries: Vec<(String, Value)>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl KeyedMap {
+    fn insert(&mut self, key: String, value: Value) {
+        if let Some(&i) = self.index.get(&key) {
+            if let Some(slot) = self.entries.get_mut(i) {
+                slot.1 = value;
+            }
+        } else {
+            self.index.insert(key.clone(), self.entries.len());
+            self.entries.push((key, value));
+        }
+    }
+
+    fn finish(self) -> Mapping {
+        let mut m = Mapping::new();
+        for (k, v) in self.entries {
+            m.push_unchecked(Value::String(k), v);
+        }
+        m
+    }
+}
+
 /// Go's handling of invalid UTF-8 when it converts bytes to runes or writes JSON: each invalid
 /// byte becomes U+FFFD.
 pub(crate) fn go_lossy_utf8(b: &[u8]) -> String {
@@ -62,7 +91,7 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
                 .collect::<Result<_, _>>()?,
         ),
         Value::Map(m) => {
-            let mut out = Mapping::new();
+            let mut out = KeyedMap::default();
             for (k, v) in m {
                 let key = match &k {
                     Value::String(s) => s.clone(),
@@ -90,9 +119,9 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
                         )));
                     }
                 };
-                out.insert(Value::String(key), yaml_to_json_value(v)?);
+                out.insert(key, yaml_to_json_value(v)?);
             }
-            Value::Map(out)
+            Value::Map(out.finish())
         }
         other => other,
     })
@@ -190,7 +219,7 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
                 .collect::<Result<_, _>>()?,
         ),
         Value::Map(m) => {
-            let mut out = Mapping::new();
+            let mut out = KeyedMap::default();
             for (k, v) in m.iter() {
                 let key = match k {
                     Value::String(s) => {
@@ -204,9 +233,9 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
                         ));
                     }
                 };
-                out.insert(Value::String(key), json_round_trip(v)?);
+                out.insert(key, json_round_trip(v)?);
             }
-            Value::Map(out)
+            Value::Map(out.finish())
         }
     })
 }

@@ -422,7 +422,10 @@ fn check_double_quoted_escapes(raw: &str, line0: usize) -> Result<(), Error> {
 }
 
 fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, Failure> {
-    let check_slash = src_for_parser.contains("\\/");
+    // Byte offset of every character, built only when a `\/` escape may need checking.
+    let char_offsets: Option<Vec<usize>> = src_for_parser
+        .contains("\\/")
+        .then(|| src_for_parser.char_indices().map(|(b, _)| b).collect());
     let mut parser = Parser::new_from_str(src_for_parser);
     let mut docs = Vec::new();
     let mut cur: Option<Doc> = None;
@@ -459,8 +462,13 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
-                if check_slash && style == ScalarStyle::DoubleQuoted {
-                    let from = byte_offset(src_for_parser, span.start.index());
+                if let Some(offsets) = &char_offsets
+                    && style == ScalarStyle::DoubleQuoted
+                {
+                    let from = offsets
+                        .get(span.start.index())
+                        .copied()
+                        .unwrap_or(src_for_parser.len());
                     check_double_quoted_escapes(
                         src_for_parser.get(from..).unwrap_or_default(),
                         span.start.line().saturating_sub(1),

@@ -101,7 +101,9 @@ fn corpus_documents_read_and_print_like_helm() {
         }
         let yaml = helm_to_yaml(&v);
         if let Ok(dir) = std::env::var("CORPUS_MINE") {
-            let index = row.index.map_or_else(|| "file".to_owned(), |i| i.to_string());
+            let index = row
+                .index
+                .map_or_else(|| "file".to_owned(), |i| i.to_string());
             let base = format!("{dir}/{}.{index}", row.file.replace('/', "_"));
             std::fs::create_dir_all(&dir).expect("dump dir");
             std::fs::write(format!("{base}.json"), &json).expect("dump");
@@ -132,7 +134,12 @@ fn corpus_documents_survive_emit_and_reparse() {
     let rows = rows();
     for (row, src) in rows.iter().zip(docs(&charts, &rows)) {
         let Ok(v) = flotilla_yaml::from_str(&src) else {
-            assert!(row.index.is_none(), "{}#{:?} does not parse", row.file, row.index);
+            assert!(
+                row.index.is_none(),
+                "{}#{:?} does not parse",
+                row.file,
+                row.index
+            );
             continue;
         };
         for order in [KeyOrder::GoYaml, KeyOrder::Insertion] {
