@@ -10,6 +10,18 @@ use crate::signature::FuncMap;
 use crate::value::Value;
 use crate::{Error, ExecOptions};
 
+/// Sorts template file names into the order Helm parses (and renders) them
+/// (`pkg/engine/engine.go` `sortTemplates`): more `/` first, so subcharts come before their
+/// parents, then reverse lexical order. Parsing in this order makes the root chart's
+/// definitions win, and `_a.tpl` win over `_b.tpl`.
+pub fn sort_in_helm_parse_order<S: AsRef<str>>(names: &mut [S]) {
+    names.sort_by(|a, b| {
+        let (a, b) = (a.as_ref(), b.as_ref());
+        let (sa, sb) = (a.matches('/').count(), b.matches('/').count());
+        sb.cmp(&sa).then_with(|| b.cmp(a))
+    });
+}
+
 /// One named template: its body, and the source it was parsed from (for error positions).
 #[derive(Debug)]
 pub struct Template {

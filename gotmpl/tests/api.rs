@@ -439,6 +439,64 @@ fn later_definitions_replace_earlier_ones_unless_empty() {
 }
 
 #[test]
+fn helm_parse_order_puts_subcharts_first_and_reverses_names() {
+    let mut names = vec![
+        "fx/templates/_a.tpl",
+        "fx/templates/out.yaml",
+        "fx/charts/sub/templates/_h.tpl",
+        "fx/templates/_b.tpl",
+        "fx/charts/sub/charts/deep/templates/x.yaml",
+    ];
+    flotilla_gotmpl::sort_in_helm_parse_order(&mut names);
+    assert_eq!(
+        names,
+        [
+            "fx/charts/sub/charts/deep/templates/x.yaml",
+            "fx/charts/sub/templates/_h.tpl",
+            "fx/templates/out.yaml",
+            "fx/templates/_b.tpl",
+            "fx/templates/_a.tpl",
+        ]
+    );
+}
+
+/// `fixtures/set-chart` redefines templates across files and a subchart; parsed in Helm's
+/// order, the winners must be the ones helm picked (`fixtures/golden/set-chart.yaml`).
+#[test]
+fn redefinitions_across_files_resolve_like_helm() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/set-chart");
+    let files = [
+        "templates/_a.tpl",
+        "templates/_b.tpl",
+        "templates/_empty.tpl",
+        "templates/out.yaml",
+        "charts/sub/templates/_h.tpl",
+    ];
+    let mut names: Vec<String> = files.iter().map(|f| format!("fx/{f}")).collect();
+    flotilla_gotmpl::sort_in_helm_parse_order(&mut names);
+    let f = funcs();
+    let mut set = TemplateSet::new("gotpl");
+    for name in &names {
+        let text = std::fs::read_to_string(root.join(&name["fx/".len()..])).expect("fixture");
+        set.parse(name, &text, &f).expect("parses");
+    }
+    let out = set
+        .execute(
+            "fx/templates/out.yaml",
+            &Value::Nil,
+            &f,
+            &ExecOptions::helm(),
+        )
+        .expect("renders");
+    let golden = std::fs::read_to_string(root.join("../golden/set-chart.yaml")).expect("golden");
+    let want = golden
+        .split_once("# Source: fx/templates/out.yaml\n")
+        .map(|(_, rest)| rest)
+        .expect("source line");
+    assert_eq!(out, want);
+}
+
+#[test]
 fn a_failed_parse_leaves_the_set_unchanged() {
     let f = funcs();
     let mut set = TemplateSet::new("gotpl");
