@@ -419,238 +419,54 @@ struct Flags {
     sharp: bool,
     space: bool,
     zero: bool,
+    /// `%+v` (struct field names; no effect on the values modelled here).
+    plus_v: bool,
+    /// `%#v`: Go syntax.
+    sharp_v: bool,
     width: Option<usize>,
     prec: Option<usize>,
 }
 
+/// Go's `pp`/`fmt` pair: flags plus an output buffer.
 #[derive(Default)]
 struct Printer {
     buf: String,
     f: Flags,
 }
 
+const LDIGITS: &[u8; 16] = b"0123456789abcdef";
+const UDIGITS: &[u8; 16] = b"0123456789ABCDEF";
+
 impl Printer {
+    fn write_padding(&mut self, n: usize) {
+        let c = if self.f.zero && !self.f.minus {
+            '0'
+        } else {
+            ' '
+        };
+        self.buf.extend(std::iter::repeat_n(c, n));
+    }
+
+    /// `fmt.pad`: pads to the width (in runes), zeros only on the left.
     fn pad(&mut self, s: &str) {
         let w = self.f.width.unwrap_or(0);
         let n = s.chars().count();
-        if n >= w {
+        if w <= n {
             self.buf.push_str(s);
-            return;
-        }
-        let fill = w - n;
-        if self.f.minus {
+        } else if self.f.minus {
             self.buf.push_str(s);
-            self.buf.extend(std::iter::repeat_n(' ', fill));
-        } else if self.f.zero {
-            // Zero padding goes after a sign.
-            let (sign, rest) = match s.chars().next() {
-                Some(c @ ('+' | '-' | ' ')) => (Some(c), &s[1..]),
-                _ => (None, s),
-            };
-            if let Some(c) = sign {
-                self.buf.push(c);
-            }
-            self.buf.extend(std::iter::repeat_n('0', fill));
-            self.buf.push_str(rest);
+            self.write_padding(w - n);
         } else {
-            self.buf.extend(std::iter::repeat_n(' ', fill));
+            self.write_padding(w - n);
             self.buf.push_str(s);
         }
     }
 
-    /// Pads with spaces only (zero flag ignored), as fmt does for strings and bools.
-    fn pad_spaces(&mut self, s: &str) {
+    fn pad_no_zero(&mut self, s: &str) {
         let zero = self.f.zero;
         self.f.zero = false;
         self.pad(s);
         self.f.zero = zero;
-    }
-
-    fn bad_verb(&mut self, verb: char, v: &Value) {
-        self.buf.push_str("%!");
-        self.buf.push(verb);
-        self.buf.push('(');
-        if v.is_nil() {
-            self.buf.push_str("<nil>");
-        } else {
-            self.buf.push_str(&v.type_name());
-            self.buf.push('=');
-            let saved = self.f;
-            self.f = Flags::default();
-            self.print_value(v, 'v', 0);
-            self.f = saved;
-        }
-        self.buf.push(')');
-    }
-
-    fn fmt_integer(&mut self, neg: bool, mag: u128, verb: char, v: &Value) {
-        let (base, upper) = match verb {
-            'd' | 'v' => (10, false),
-            'b' => (2, false),
-            'o' | 'O' => (8, false),
-            'x' => (16, false),
-            'X' => (16, true),
-            'c' => {
-                let c = u32::try_from(mag)
-                    .ok()
-                    .and_then(char::from_u32)
-                    .unwrap_or('\u{FFFD}');
-                let c = if neg { '\u{FFFD}' } else { c };
-                self.pad_spaces(&c.to_string());
-                return;
-            }
-            'q' => {
-                let c = u32::try_from(mag)
-                    .ok()
-                    .and_then(char::from_u32)
-                    .unwrap_or('\u{FFFD}');
-                let c = if neg { '\u{FFFD}' } else { c };
-                let s = quote_with(&c.to_string(), '\'', self.f.plus);
-                self.pad_spaces(&s);
-                return;
-            }
-            'U' => {
-                let mut s = format!("U+{mag:04X}");
-                if self.f.sharp
-                    && let Some(c) = u32::try_from(mag).ok().and_then(char::from_u32)
-                    && is_print(c)
-                {
-                    s.push_str(&format!(" '{c}'"));
-                }
-                self.pad_spaces(&s);
-                return;
-            }
-            _ => {
-                self.bad_verb(verb, v);
-                return;
-            }
-        };
-        let mut digits = match base {
-            2 => format!("{mag:b}"),
-            8 => format!("{mag:o}"),
-            16 if upper => format!("{mag:X}"),
-            16 => format!("{mag:x}"),
-            _ => mag.to_string(),
-        };
-        if let Some(p) = self.f.prec {
-            if p == 0 && mag == 0 {
-                digits.clear();
-            }
-            while digits.len() < p {
-                digits.insert(0, '0');
-            }
-        }
-        let mut prefix = String::new();
-        if neg {
-            prefix.push('-');
-        } else if self.f.plus {
-            prefix.push('+');
-        } else if self.f.space {
-            prefix.push(' ');
-        }
-        if self.f.sharp {
-            match verb {
-                'b' => prefix.push_str("0b"),
-                'o' if !digits.starts_with('0') => prefix.push('0'),
-                'x' => prefix.push_str("0x"),
-                'X' => prefix.push_str("0X"),
-                _ => {}
-            }
-        }
-        if verb == 'O' {
-            prefix.push_str("0o");
-        }
-        let s = format!("{prefix}{digits}");
-        if self.f.prec.is_some() || self.f.minus {
-            self.pad_spaces(&s);
-        } else if self.f.zero && self.f.width.is_some() {
-            let w = self.f.width.unwrap_or(0);
-            let n = s.chars().count();
-            if n < w {
-                self.buf.push_str(&prefix);
-                self.buf.extend(std::iter::repeat_n('0', w - n));
-                self.buf.push_str(&digits);
-            } else {
-                self.buf.push_str(&s);
-            }
-        } else {
-            self.pad(&s);
-        }
-    }
-
-    fn fmt_float(&mut self, f: f64, verb: char, v: &Value) {
-        let (fc, prec) = match verb {
-            'v' => ('g', self.f.prec),
-            'g' | 'G' => (verb, self.f.prec),
-            'e' | 'E' | 'f' | 'F' => (verb, Some(self.f.prec.unwrap_or(6))),
-            'x' | 'X' => {
-                let mut s = format_float_hex(f, self.f.prec, verb == 'X');
-                if !s.starts_with('-') {
-                    if self.f.plus {
-                        s.insert(0, '+');
-                    } else if self.f.space {
-                        s.insert(0, ' ');
-                    }
-                }
-                self.pad(&s);
-                return;
-            }
-            _ => {
-                self.bad_verb(verb, v);
-                return;
-            }
-        };
-        let mut s = format_float(f, fc, prec);
-        if self.f.sharp && fc != 'b' {
-            s = sharp_float(&s, fc, prec);
-        }
-        if !s.starts_with(['-', '+']) {
-            if self.f.plus {
-                s.insert(0, '+');
-            } else if self.f.space && !f.is_nan() {
-                s.insert(0, ' ');
-            }
-        } else if s.starts_with('+') && !self.f.plus {
-            // "+Inf" keeps its sign only with the plus flag.
-            s.remove(0);
-            if self.f.space {
-                s.insert(0, ' ');
-            }
-        }
-        if f.is_infinite() || f.is_nan() {
-            self.pad_spaces(&s);
-        } else {
-            self.pad(&s);
-        }
-    }
-
-    fn fmt_string(&mut self, s: &str, verb: char, v: &Value) {
-        match verb {
-            'v' | 's' => {
-                let s = self.truncate(s);
-                self.pad_spaces(&s);
-            }
-            'q' => {
-                let s = self.truncate(s);
-                let q = if self.f.sharp
-                    && !s.contains('`')
-                    && s.chars().all(|c| c == '\t' || is_print(c))
-                {
-                    format!("`{s}`")
-                } else if self.f.plus {
-                    quote_ascii(&s)
-                } else {
-                    quote(&s)
-                };
-                self.pad_spaces(&q);
-            }
-            'x' | 'X' => {
-                let s = self.truncate_bytes(s.as_bytes());
-                let h = hex_bytes(&s, verb == 'X', self.f.sharp, self.f.space);
-                self.pad_spaces(&h);
-            }
-            _ => self.bad_verb(verb, v),
-        }
     }
 
     fn truncate(&self, s: &str) -> String {
@@ -660,11 +476,306 @@ impl Printer {
         }
     }
 
-    fn truncate_bytes(&self, b: &[u8]) -> Vec<u8> {
-        match self.f.prec {
-            Some(p) => b[..p.min(b.len())].to_vec(),
-            None => b.to_vec(),
+    /// `fmtS`
+    fn fmt_s(&mut self, s: &str) {
+        let s = self.truncate(s);
+        self.pad(&s);
+    }
+
+    /// `fmtQ`
+    fn fmt_q(&mut self, s: &str) {
+        let s = self.truncate(s);
+        if self.f.sharp && can_backquote(&s) {
+            self.pad(&format!("`{s}`"));
+        } else if self.f.plus {
+            self.pad(&quote_ascii(&s));
+        } else {
+            self.pad(&quote(&s));
         }
+    }
+
+    /// `fmtSbx`: hexadecimal encoding of bytes.
+    fn fmt_sbx(&mut self, b: &[u8], upper: bool) {
+        let digits = if upper { UDIGITS } else { LDIGITS };
+        let length = match self.f.prec {
+            Some(p) if p < b.len() => p,
+            _ => b.len(),
+        };
+        let mut width = 2 * length;
+        if width > 0 {
+            if self.f.space {
+                if self.f.sharp {
+                    width *= 2;
+                }
+                width += length - 1;
+            } else if self.f.sharp {
+                width += 2;
+            }
+        } else {
+            if let Some(w) = self.f.width {
+                self.write_padding(w);
+            }
+            return;
+        }
+        let w = self.f.width.unwrap_or(0);
+        if w > width && !self.f.minus {
+            self.write_padding(w - width);
+        }
+        if self.f.sharp {
+            self.buf.push('0');
+            self.buf.push(char::from(digits_x(upper)));
+        }
+        for (i, c) in b[..length].iter().enumerate() {
+            if self.f.space && i > 0 {
+                self.buf.push(' ');
+                if self.f.sharp {
+                    self.buf.push('0');
+                    self.buf.push(char::from(digits_x(upper)));
+                }
+            }
+            self.buf.push(char::from(digits[usize::from(c >> 4)]));
+            self.buf.push(char::from(digits[usize::from(c & 0xF)]));
+        }
+        if w > width && self.f.minus {
+            self.write_padding(w - width);
+        }
+    }
+
+    fn bad_verb(&mut self, verb: char, v: &Value) {
+        // Go prints the operand with the same flags, as %v (sharp is not Go syntax here).
+        self.buf.push_str("%!");
+        self.buf.push(verb);
+        self.buf.push('(');
+        if v.is_nil() {
+            self.buf.push_str("<nil>");
+        } else {
+            self.buf.push_str(&v.type_name());
+            self.buf.push('=');
+            let sharp_v = self.f.sharp_v;
+            self.f.sharp_v = false;
+            self.print_value(v, 'v', 1);
+            self.f.sharp_v = sharp_v;
+        }
+        self.buf.push(')');
+    }
+
+    /// `pp.fmtInteger`: `u` is the two's complement bit pattern when `signed`.
+    fn fmt_integer(&mut self, u: u64, signed: bool, verb: char, v: &Value) {
+        match verb {
+            'v' if self.f.sharp_v && !signed => {
+                let sharp = self.f.sharp;
+                self.f.sharp = true;
+                self.fmt_int_base(u, 16, signed, verb, LDIGITS);
+                self.f.sharp = sharp;
+            }
+            'v' | 'd' => self.fmt_int_base(u, 10, signed, verb, LDIGITS),
+            'b' => self.fmt_int_base(u, 2, signed, verb, LDIGITS),
+            'o' | 'O' => self.fmt_int_base(u, 8, signed, verb, LDIGITS),
+            'x' => self.fmt_int_base(u, 16, signed, verb, LDIGITS),
+            'X' => self.fmt_int_base(u, 16, signed, verb, UDIGITS),
+            'c' => {
+                let c = u32::try_from(u)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .unwrap_or('\u{FFFD}');
+                self.pad(&c.to_string());
+            }
+            'q' => {
+                let c = u32::try_from(u)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .unwrap_or('\u{FFFD}');
+                let s = quote_with(&c.to_string(), '\'', self.f.plus);
+                self.pad(&s);
+            }
+            'U' => self.fmt_unicode(u),
+            _ => self.bad_verb(verb, v),
+        }
+    }
+
+    /// `fmt.fmtInteger`
+    fn fmt_int_base(&mut self, u: u64, base: u64, signed: bool, verb: char, digits: &[u8; 16]) {
+        let negative = signed && (u as i64) < 0;
+        let mut u = if negative {
+            (u as i64).unsigned_abs()
+        } else {
+            u
+        };
+        let mut prec = 0usize;
+        if let Some(p) = self.f.prec {
+            prec = p;
+            if p == 0 && u == 0 {
+                let zero = self.f.zero;
+                self.f.zero = false;
+                self.write_padding(self.f.width.unwrap_or(0));
+                self.f.zero = zero;
+                return;
+            }
+        } else if self.f.zero && !self.f.minus && self.f.width.is_some() {
+            prec = self.f.width.unwrap_or(0);
+            if negative || self.f.plus || self.f.space {
+                prec = prec.saturating_sub(1);
+            }
+        }
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            out.push(digits[(u % base) as usize]);
+            u /= base;
+            if u == 0 {
+                break;
+            }
+        }
+        while out.len() < prec {
+            out.push(b'0');
+        }
+        if self.f.sharp {
+            match base {
+                2 => out.extend_from_slice(b"b0"),
+                8 if out.last() != Some(&b'0') => out.push(b'0'),
+                16 => {
+                    out.push(digits_x(digits[10] == b'A'));
+                    out.push(b'0');
+                }
+                _ => {}
+            }
+        }
+        if verb == 'O' {
+            out.extend_from_slice(b"o0");
+        }
+        if negative {
+            out.push(b'-');
+        } else if self.f.plus {
+            out.push(b'+');
+        } else if self.f.space {
+            out.push(b' ');
+        }
+        out.reverse();
+        let s = String::from_utf8_lossy(&out).into_owned();
+        self.pad_no_zero(&s);
+    }
+
+    /// `fmtUnicode`: `U+0041`, `%#U` adds the quoted character.
+    fn fmt_unicode(&mut self, u: u64) {
+        let mut prec = 4;
+        if let Some(p) = self.f.prec
+            && p > 4
+        {
+            prec = p.min(1 << 16);
+        }
+        let mut hex = format!("{u:X}");
+        while hex.len() < prec {
+            hex.insert(0, '0');
+        }
+        let mut s = format!("U+{hex}");
+        if self.f.sharp
+            && let Some(c) = u32::try_from(u).ok().and_then(char::from_u32)
+            && is_print(c)
+        {
+            s.push_str(&format!(" '{c}'"));
+        }
+        self.pad_no_zero(&s);
+    }
+
+    /// `pp.fmtFloat` + `fmt.fmtFloat`.
+    fn fmt_float(&mut self, x: f64, verb: char, v: &Value) {
+        let (fc, default_prec) = match verb {
+            'v' => ('g', None),
+            'b' | 'g' | 'G' | 'x' | 'X' => (verb, None),
+            'f' | 'e' | 'E' | 'F' => (verb, Some(6)),
+            _ => {
+                self.bad_verb(verb, v);
+                return;
+            }
+        };
+        let prec = if self.f.prec.is_some() {
+            self.f.prec
+        } else {
+            default_prec
+        };
+        let body = match fc {
+            'b' => format_float_b(x),
+            'x' | 'X' => format_float_hex(x, prec, fc == 'X'),
+            _ => format_float(x, fc, prec),
+        };
+        // num[0] is the sign slot.
+        let mut num: Vec<char> = Vec::new();
+        if body.starts_with('-') || body.starts_with('+') {
+            num.extend(body.chars());
+        } else {
+            num.push('+');
+            num.extend(body.chars());
+        }
+        if self.f.space && num[0] == '+' && !self.f.plus {
+            num[0] = ' ';
+        }
+        if num.get(1).is_some_and(|&c| c == 'I' || c == 'N') {
+            if num[1] == 'N' && !self.f.space && !self.f.plus {
+                num.remove(0);
+            }
+            let s: String = num.into_iter().collect();
+            self.pad_no_zero(&s);
+            return;
+        }
+        if self.f.sharp && fc != 'b' {
+            let mut digits: i64 = match fc {
+                'g' | 'G' | 'x' => prec.map(|p| p as i64).unwrap_or(6),
+                _ => 0,
+            };
+            if verb == 'v' {
+                digits = prec.map(|p| p as i64).unwrap_or(6);
+            }
+            let mut tail: Vec<char> = Vec::new();
+            let mut has_point = false;
+            let mut saw_nonzero = false;
+            let mut i = 1;
+            while i < num.len() {
+                match num[i] {
+                    '.' => has_point = true,
+                    'p' | 'P' => {
+                        tail.extend(num.drain(i..));
+                        break;
+                    }
+                    'e' | 'E' if fc != 'x' && fc != 'X' => {
+                        tail.extend(num.drain(i..));
+                        break;
+                    }
+                    c => {
+                        if c != '0' {
+                            saw_nonzero = true;
+                        }
+                        if saw_nonzero {
+                            digits -= 1;
+                        }
+                    }
+                }
+                i += 1;
+            }
+            if !has_point {
+                if num.len() == 2 && num[1] == '0' {
+                    digits -= 1;
+                }
+                num.push('.');
+            }
+            while digits > 0 {
+                num.push('0');
+                digits -= 1;
+            }
+            num.extend(tail);
+        }
+        if self.f.plus || num[0] != '+' {
+            let w = self.f.width.unwrap_or(0);
+            if self.f.zero && !self.f.minus && w > num.len() {
+                self.buf.push(num[0]);
+                self.write_padding(w - num.len());
+                self.buf.extend(&num[1..]);
+                return;
+            }
+            let s: String = num.into_iter().collect();
+            self.pad(&s);
+            return;
+        }
+        let s: String = num[1..].iter().collect();
+        self.pad(&s);
     }
 
     fn print_value(&mut self, v: &Value, verb: char, depth: usize) {
@@ -673,64 +784,67 @@ impl Printer {
             return;
         }
         if verb == 'T' {
-            let t = v.type_name();
-            self.pad_spaces(&t);
+            if v.is_nil() {
+                self.pad("<nil>");
+            } else {
+                let t = v.type_name();
+                self.fmt_s(&t);
+            }
             return;
         }
-        if verb == 'v' && self.f.sharp {
+        if verb == 'v'
+            && self.f.sharp_v
+            && matches!(
+                v,
+                Value::List(_) | Value::Map(_) | Value::Bytes(_) | Value::Object(_)
+            )
+        {
             let s = go_syntax(v, depth);
-            self.pad_spaces(&s);
+            self.pad(&s);
             return;
         }
         match v {
-            // A nil inside a collection is an interface element: printed as <nil> for any verb.
-            Value::Nil if verb == 'v' || depth > 0 => self.pad_spaces("<nil>"),
+            // A nil inside a collection is an interface element, printed bare for any verb.
+            Value::Nil if depth > 0 => {
+                self.buf.push_str(if self.f.sharp_v {
+                    "interface {}(nil)"
+                } else {
+                    "<nil>"
+                });
+            }
+            Value::Nil if verb == 'v' => self.pad("<nil>"),
             Value::Nil => self.bad_verb(verb, v),
             Value::Bool(b) => match verb {
-                't' | 'v' => self.pad_spaces(if *b { "true" } else { "false" }),
+                't' | 'v' => self.pad(if *b { "true" } else { "false" }),
                 _ => self.bad_verb(verb, v),
             },
-            Value::Int(i) | Value::Int64(i) => {
-                if matches!(verb, 'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't') {
-                    self.bad_verb(verb, v);
-                } else {
-                    self.fmt_integer(*i < 0, i.unsigned_abs() as u128, verb, v);
-                }
-            }
-            Value::Uint64(u) => {
-                if matches!(verb, 'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't') {
-                    self.bad_verb(verb, v);
-                } else {
-                    self.fmt_integer(false, *u as u128, verb, v);
-                }
-            }
+            Value::Int(i) | Value::Int64(i) => self.fmt_integer(*i as u64, true, verb, v),
+            Value::Uint64(u) => self.fmt_integer(*u, false, verb, v),
             Value::Float(f) => self.fmt_float(*f, verb, v),
-            Value::String(s) => self.fmt_string(s, verb, v),
+            Value::String(s) => match verb {
+                'v' if self.f.sharp_v => self.fmt_q(s),
+                'v' | 's' => self.fmt_s(s),
+                'x' | 'X' => self.fmt_sbx(s.as_bytes(), verb == 'X'),
+                'q' => self.fmt_q(s),
+                _ => self.bad_verb(verb, v),
+            },
             Value::Bytes(b) => match verb {
                 's' => {
-                    let s = String::from_utf8_lossy(&self.truncate_bytes(b)).into_owned();
-                    self.pad_spaces(&s);
+                    let s = String::from_utf8_lossy(b).into_owned();
+                    self.fmt_s(&s);
                 }
                 'q' => {
-                    let s = quote_bytes(&self.truncate_bytes(b));
-                    self.pad_spaces(&s);
+                    let s = String::from_utf8_lossy(b).into_owned();
+                    self.fmt_q(&s);
                 }
-                'x' | 'X' => {
-                    let h = hex_bytes(
-                        &self.truncate_bytes(b),
-                        verb == 'X',
-                        self.f.sharp,
-                        self.f.space,
-                    );
-                    self.pad_spaces(&h);
-                }
+                'x' | 'X' => self.fmt_sbx(b, verb == 'X'),
                 _ => {
                     self.buf.push('[');
                     for (i, x) in b.iter().enumerate() {
                         if i > 0 {
                             self.buf.push(' ');
                         }
-                        self.print_value(&Value::Int(i64::from(*x)), verb, depth + 1);
+                        self.fmt_integer(u64::from(*x), false, verb, &Value::Uint64(u64::from(*x)));
                     }
                     self.buf.push(']');
                 }
@@ -760,29 +874,25 @@ impl Printer {
             Value::Object(o) => {
                 if let Some(entries) = o.map_entries()
                     && o.kind() == GoKind::Map
-                    && matches!(verb, 'v' | 's')
                 {
                     self.buf.push_str("map[");
                     for (i, (k, x)) in entries.iter().enumerate() {
                         if i > 0 {
                             self.buf.push(' ');
                         }
-                        self.buf.push_str(k);
+                        self.print_value(&Value::string(k), verb, depth + 1);
                         self.buf.push(':');
                         self.print_value(x, verb, depth + 1);
                     }
                     self.buf.push(']');
                     return;
                 }
+                // Objects print through their String() method for string verbs.
+                let s = o.display();
                 match verb {
-                    'v' | 's' => {
-                        let s = self.truncate(&o.display());
-                        self.pad_spaces(&s);
-                    }
-                    'q' => {
-                        let s = quote(&self.truncate(&o.display()));
-                        self.pad_spaces(&s);
-                    }
+                    'v' | 's' => self.fmt_s(&s),
+                    'q' => self.fmt_q(&s),
+                    'x' | 'X' => self.fmt_sbx(s.as_bytes(), verb == 'X'),
                     _ => self.bad_verb(verb, v),
                 }
             }
@@ -790,55 +900,34 @@ impl Printer {
     }
 }
 
-fn sharp_float(s: &str, fc: char, prec: Option<usize>) -> String {
-    // '#' forces a decimal point; for %g it also keeps trailing zeros up to the precision.
-    let (sign, body) = match s.strip_prefix('-') {
-        Some(b) => ("-", b),
-        None => ("", s),
-    };
-    if body.contains("Inf") || body.contains("NaN") {
-        return s.to_string();
-    }
-    let (mant, exp) = match body.find(['e', 'E']) {
-        Some(i) => (&body[..i], &body[i..]),
-        None => (body, ""),
-    };
-    let mut mant = mant.to_string();
-    if !mant.contains('.') {
-        mant.push('.');
-    }
-    if matches!(fc, 'g' | 'G') {
-        let want = prec.unwrap_or(6).max(1);
-        let digits = mant.chars().filter(char::is_ascii_digit).count();
-        let lead_zeros = if let Some(frac) = mant.strip_prefix("0.") {
-            frac.chars().take_while(|&c| c == '0').count() + 1
-        } else {
-            0
-        };
-        let have = digits - lead_zeros;
-        for _ in have..want {
-            mant.push('0');
-        }
-    }
-    format!("{sign}{mant}{exp}")
+fn digits_x(upper: bool) -> u8 {
+    if upper { b'X' } else { b'x' }
 }
 
-fn hex_bytes(b: &[u8], upper: bool, sharp: bool, space: bool) -> String {
-    let mut out = String::new();
-    for (i, x) in b.iter().enumerate() {
-        if space && i > 0 {
-            out.push(' ');
-        }
-        if sharp && (space || i == 0) {
-            out.push_str(if upper { "0X" } else { "0x" });
-        }
-        if upper {
-            out.push_str(&format!("{x:02X}"));
-        } else {
-            out.push_str(&format!("{x:02x}"));
-        }
-    }
-    out
+/// `strconv.CanBackquote`.
+fn can_backquote(s: &str) -> bool {
+    s.chars()
+        .all(|c| c == '\t' || (c != '`' && c != '\u{FEFF}' && c >= ' ' && c != '\u{7f}'))
+}
+
+/// `strconv.FormatFloat(f, 'b', -1, 64)`: decimal mantissa and binary exponent.
+pub fn format_float_b(f: f64) -> String {
+    let bits = f.to_bits();
+    let neg = bits >> 63 != 0;
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let mut mant = bits & ((1u64 << 52) - 1);
+    let e = if exp == 0 {
+        -1074
+    } else {
+        mant |= 1u64 << 52;
+        exp - 1075
+    };
+    format!(
+        "{}{mant}p{}{}",
+        if neg { "-" } else { "" },
+        if e >= 0 { "+" } else { "" },
+        e
+    )
 }
 
 /// `%#v`: Go-syntax representation.
@@ -847,6 +936,7 @@ fn go_syntax(v: &Value, depth: usize) -> String {
         return "...".to_string();
     }
     match v {
+        Value::Nil if depth > 0 => "interface {}(nil)".to_string(),
         Value::Nil => "<nil>".to_string(),
         Value::Bool(b) => b.to_string(),
         Value::Int(i) | Value::Int64(i) => i.to_string(),
@@ -1000,7 +1090,10 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             None => break,
         };
         if verb == 'v' {
-            // %+v asks for struct field names, not signs.
+            // %#v is Go syntax and %+v asks for field names: neither is a number flag.
+            p.f.sharp_v = p.f.sharp;
+            p.f.sharp = false;
+            p.f.plus_v = p.f.plus;
             p.f.plus = false;
         }
         i += verb.len_utf8();
