@@ -9,9 +9,8 @@
 //! spelling, nulls, ints in every base, floats, base-60 floats, timestamps) and of
 //! libyaml's scalar analysis (indicators, leading/trailing blanks, special characters),
 //! double-quoted escapes, literal block hints and chomping, and Go's number formatting.
-//! Not covered (documented risk): the column accounting of folded *quoted* scalars (only
-//! plain scalars are folded), and keys longer than 128 bytes (written as simple keys here,
-//! as complex `? ` keys by go-yaml).
+//! Checked against golden vectors generated with go-yaml v2.4.3 itself
+//! (`tests/config_digest_vectors.rs`).
 
 use serde_json::{Map, Number, Value};
 
@@ -53,6 +52,15 @@ impl Emitter {
         self.column = 0;
     }
 
+    /// Ends the line of a scalar, unless the scalar itself ended with a line break (as
+    /// literal blocks do): libyaml only breaks before the next node when not already at
+    /// the start of a line.
+    fn end_line(&mut self) {
+        if self.column > 0 {
+            self.newline();
+        }
+    }
+
     fn indent_to(&mut self, indent: usize) {
         while self.column < indent {
             self.push_char(' ');
@@ -68,6 +76,28 @@ impl Emitter {
             if i > 0 || !inline {
                 self.indent_to(indent);
             }
+            // libyaml writes keys over 128 bytes or with line breaks as complex keys
+            // (`? key` then `: value`); their values start on the `:` line.
+            if key.len() > 128 || key.chars().any(is_break) {
+                self.push("? ");
+                self.scalar_string(key, indent + INDENT, false);
+                self.end_line();
+                self.indent_to(indent);
+                self.push_char(':');
+                match &map[key] {
+                    Value::Object(m) if !m.is_empty() => {
+                        self.indent_to(indent + INDENT);
+                        self.map_entries(m, indent + INDENT, true);
+                    }
+                    Value::Array(a) if !a.is_empty() => self.seq_items(a, indent + INDENT),
+                    v => {
+                        self.push_char(' ');
+                        self.leaf(v, indent + INDENT);
+                        self.end_line();
+                    }
+                }
+                continue;
+            }
             self.scalar_string(key, indent, true);
             self.push_char(':');
             match &map[key] {
@@ -82,7 +112,7 @@ impl Emitter {
                 v => {
                     self.push_char(' ');
                     self.leaf(v, indent + INDENT);
-                    self.newline();
+                    self.end_line();
                 }
             }
         }
@@ -100,7 +130,7 @@ impl Emitter {
                 Value::Array(a) if !a.is_empty() => self.seq_items(a, indent + INDENT),
                 v => {
                     self.leaf(v, indent + INDENT);
-                    self.newline();
+                    self.end_line();
                 }
             }
         }
@@ -145,10 +175,25 @@ impl Emitter {
         };
         match style {
             Style::Plain => self.plain(s, indent, !simple_key),
-            Style::Single => self.single(s),
-            Style::Double => self.double(s),
+            Style::Single => self.single(s, indent, !simple_key),
+            Style::Double => self.double(s, indent, !simple_key),
             Style::Literal => self.literal(s, indent),
         }
+    }
+
+    /// libyaml's `write_indent`: a line break unless already at the indentation, then
+    /// spaces up to it.
+    fn write_indent(&mut self, indent: usize) {
+        if self.column > indent {
+            self.newline();
+        }
+        self.indent_to(indent);
+    }
+
+    /// Writes a line break character other than `\n` as itself (libyaml's `WRITE_BREAK`).
+    fn write_break(&mut self, c: char) {
+        self.out.push(c);
+        self.column = 0;
     }
 
     fn plain(&mut self, s: &str, indent: usize, allow_breaks: bool) {
@@ -158,8 +203,7 @@ impl Emitter {
             if c == ' ' {
                 let next_is_space = chars.get(i + 1) == Some(&' ');
                 if allow_breaks && !spaces && self.column > BEST_WIDTH && !next_is_space {
-                    self.newline();
-                    self.indent_to(indent);
+                    self.write_indent(indent);
                 } else {
                     self.push_char(' ');
                 }
@@ -171,50 +215,101 @@ impl Emitter {
         }
     }
 
-    fn single(&mut self, s: &str) {
+    fn single(&mut self, s: &str, indent: usize, allow_breaks: bool) {
         self.push_char('\'');
-        for c in s.chars() {
-            if c == '\'' {
-                self.push("''");
+        let chars: Vec<char> = s.chars().collect();
+        let (mut spaces, mut breaks) = (false, false);
+        for (i, &c) in chars.iter().enumerate() {
+            if c == ' ' {
+                let next_is_space = chars.get(i + 1) == Some(&' ');
+                if allow_breaks
+                    && !spaces
+                    && self.column > BEST_WIDTH
+                    && i != 0
+                    && i + 1 != chars.len()
+                    && !next_is_space
+                {
+                    self.write_indent(indent);
+                } else {
+                    self.push_char(' ');
+                }
+                spaces = true;
+            } else if is_break(c) {
+                if !breaks && c == '\n' {
+                    self.newline();
+                }
+                if c == '\n' {
+                    self.newline();
+                } else {
+                    self.write_break(c);
+                }
+                breaks = true;
             } else {
-                self.push_char(c);
+                if breaks {
+                    self.write_indent(indent);
+                }
+                if c == '\'' {
+                    self.push("''");
+                } else {
+                    self.push_char(c);
+                }
+                spaces = false;
+                breaks = false;
             }
         }
         self.push_char('\'');
     }
 
-    fn double(&mut self, s: &str) {
+    fn double(&mut self, s: &str, indent: usize, allow_breaks: bool) {
         self.push_char('"');
-        for c in s.chars() {
+        let bom = s.starts_with('\u{feff}');
+        let chars: Vec<char> = s.chars().collect();
+        let mut spaces = false;
+        for (i, &c) in chars.iter().enumerate() {
             let code = c as u32;
-            let esc: Option<String> = match c {
-                '\0' => Some("\\0".into()),
-                '\u{7}' => Some("\\a".into()),
-                '\u{8}' => Some("\\b".into()),
-                '\t' => Some("\\t".into()),
-                '\n' => Some("\\n".into()),
-                '\u{b}' => Some("\\v".into()),
-                '\u{c}' => Some("\\f".into()),
-                '\r' => Some("\\r".into()),
-                '\u{1b}' => Some("\\e".into()),
-                '"' => Some("\\\"".into()),
-                '\\' => Some("\\\\".into()),
-                '\u{85}' => Some("\\N".into()),
-                '\u{a0}' => Some("\\_".into()),
-                '\u{2028}' => Some("\\L".into()),
-                '\u{2029}' => Some("\\P".into()),
-                _ if !is_printable(c) || code == 0xFEFF => Some(if code <= 0xFF {
-                    format!("\\x{code:02X}")
-                } else if code <= 0xFFFF {
-                    format!("\\u{code:04X}")
+            // go-yaml's `is_bom` looks at the start of the string, not at position `i`:
+            // a string starting with a BOM has every character escaped.
+            if bom || !is_printable(c) || is_break(c) || c == '"' || c == '\\' {
+                let esc = match c {
+                    '\0' => "\\0".to_owned(),
+                    '\u{7}' => "\\a".to_owned(),
+                    '\u{8}' => "\\b".to_owned(),
+                    '\t' => "\\t".to_owned(),
+                    '\n' => "\\n".to_owned(),
+                    '\u{b}' => "\\v".to_owned(),
+                    '\u{c}' => "\\f".to_owned(),
+                    '\r' => "\\r".to_owned(),
+                    '\u{1b}' => "\\e".to_owned(),
+                    '"' => "\\\"".to_owned(),
+                    '\\' => "\\\\".to_owned(),
+                    '\u{85}' => "\\N".to_owned(),
+                    '\u{a0}' => "\\_".to_owned(),
+                    '\u{2028}' => "\\L".to_owned(),
+                    '\u{2029}' => "\\P".to_owned(),
+                    _ if code <= 0xFF => format!("\\x{code:02X}"),
+                    _ if code <= 0xFFFF => format!("\\u{code:04X}"),
+                    _ => format!("\\U{code:08X}"),
+                };
+                self.push(&esc);
+                spaces = false;
+            } else if c == ' ' {
+                if allow_breaks
+                    && !spaces
+                    && self.column > BEST_WIDTH
+                    && i != 0
+                    && i + 1 != chars.len()
+                {
+                    self.write_indent(indent);
+                    if chars.get(i + 1) == Some(&' ') {
+                        self.push_char('\\');
+                    }
                 } else {
-                    format!("\\U{code:08X}")
-                }),
-                _ => None,
-            };
-            match esc {
-                Some(e) => self.push(&e),
-                None => self.push_char(c),
+                    self.push_char(' ');
+                }
+                spaces = true;
+            } else {
+                self.push_char(c);
+                spaces = false;
             }
         }
         self.push_char('"');
@@ -222,20 +317,24 @@ impl Emitter {
 
     fn literal(&mut self, s: &str, indent: usize) {
         self.push_char('|');
-        let first = s.chars().next();
-        if matches!(first, Some(' ') | Some('\n')) {
+        let chars: Vec<char> = s.chars().collect();
+        if matches!(chars.first(), Some(&c) if c == ' ' || is_break(c)) {
             self.push(&INDENT.to_string());
         }
-        if !s.ends_with('\n') {
-            self.push_char('-');
-        } else if s.len() == 1 || s[..s.len() - 1].ends_with('\n') {
-            self.push_char('+');
+        match chars.as_slice() {
+            [.., last] if !is_break(*last) => self.push_char('-'),
+            [_] => self.push_char('+'),
+            [.., before, _] if is_break(*before) => self.push_char('+'),
+            _ => {}
         }
         self.newline();
         let mut at_line_start = true;
-        for c in s.chars() {
+        for &c in &chars {
             if c == '\n' {
                 self.newline();
+                at_line_start = true;
+            } else if is_break(c) {
+                self.write_break(c);
                 at_line_start = true;
             } else {
                 if at_line_start {
@@ -244,12 +343,6 @@ impl Emitter {
                 }
                 self.push_char(c);
             }
-        }
-        // The caller ends the line; a trailing break was already written.
-        if s.ends_with('\n') {
-            // Undo the newline the caller is about to add by leaving the column at 0:
-            // go-yaml writes exactly the scalar's own breaks.
-            self.out.pop();
         }
     }
 }
@@ -436,12 +529,14 @@ fn resolves_to_str(s: &str) -> bool {
     if s.is_empty() {
         return false; // null
     }
+    // go-yaml only looks these up for strings whose first character hints at them, which
+    // is why `<<` (the merge key) resolves to a plain string.
     const SPECIAL: [&str; 36] = [
         "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off",
         "OFF", "true", "True", "TRUE", "false", "False", "FALSE", "null", "Null", "NULL", "~",
-        ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "<<",
+        ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
     ];
-    if SPECIAL.contains(&s) || matches!(s, "-.inf" | "-.Inf" | "-.INF") {
+    if SPECIAL.contains(&s) || matches!(s, "-.Inf" | "-.INF") {
         return false;
     }
     let first = s.as_bytes()[0];
