@@ -194,13 +194,45 @@ pub fn verify_values(digest: &str, values: &Value) -> bool {
 /// Go's `encoding/json.Encoder.Encode` output for `value`: HTML characters escaped,
 /// U+2028/U+2029 escaped, Go float formatting, and a trailing newline. Struct fields come
 /// out in declaration order; maps must be ordered (e.g. `BTreeMap`) to match Go's sorted
-/// keys. `serde_json::Value` maps are written with sorted keys regardless of features.
+/// keys, and `serde_json::Value`s should be wrapped in [`SortedValue`] (their key order
+/// depends on serde_json's `preserve_order` feature, which any crate in a build can turn
+/// on).
 pub fn go_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(&mut out, GoFormatter);
     value.serialize(&mut ser)?;
     out.push(b'\n');
     Ok(out)
+}
+
+/// A `serde_json::Value` that serializes its objects with keys in byte order, as Go
+/// encodes `map[string]interface{}`.
+#[derive(Debug, Clone, Copy)]
+pub struct SortedValue<'a>(pub &'a Value);
+
+impl Serialize for SortedValue<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut map = serializer.serialize_map(Some(keys.len()))?;
+                for k in keys {
+                    map.serialize_entry(k, &SortedValue(&m[k]))?;
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let mut seq = serializer.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(&SortedValue(v))?;
+                }
+                seq.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
 }
 
 /// SHA-256 of [`go_json`]: the digest Flux computes for observations and spec fields.
@@ -341,6 +373,24 @@ mod tests {
             String::from_utf8(go_json(&m).unwrap()).unwrap(),
             "{\"a\":\"x\\u2028\",\"b\":\"\\u003ca\\u0026b\\u003e\"}\n"
         );
+    }
+
+    /// `tests/data/go_json_vectors.json` holds inputs and what Go's
+    /// `json.NewEncoder(w).Encode` wrote for them (decoded into `interface{}` first).
+    #[test]
+    fn go_json_matches_go_encoding_json_vectors() {
+        #[derive(serde::Deserialize)]
+        struct V {
+            input: Value,
+            output: String,
+        }
+        let vectors: Vec<V> =
+            serde_json::from_str(include_str!("../tests/data/go_json_vectors.json")).unwrap();
+        assert!(!vectors.is_empty());
+        for v in vectors {
+            let ours = String::from_utf8(go_json(&SortedValue(&v.input)).unwrap()).unwrap();
+            assert_eq!(ours, v.output);
+        }
     }
 
     #[test]
