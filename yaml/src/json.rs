@@ -224,6 +224,7 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
                 let key = match k {
                     Value::String(s) => {
                         check_json_text(s)?;
+                        check_json_key_length(s)?;
                         fold_nel(s)
                     }
                     Value::Bytes(b) => fold_nel(&go_lossy_utf8(b)),
@@ -285,6 +286,25 @@ fn fold_nel(s: &str) -> String {
     }
     out.push_str(&pending_spaces);
     out
+}
+
+/// go-yaml reads the JSON back with libyaml, which forgets a possible simple key once it is
+/// more than 1024 characters behind: a key whose JSON form (quotes and escapes included) is
+/// longer than that cannot be read back.
+fn check_json_key_length(s: &str) -> Result<(), Error> {
+    let mut len = 2usize;
+    for c in s.chars() {
+        len += match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => 6,
+            c if u32::from(c) < 0x20 => 6,
+            _ => 1,
+        };
+    }
+    if len > 1024 {
+        return Err(Error::yaml(None, "did not find expected ',' or '}'"));
+    }
+    Ok(())
 }
 
 /// Characters Go's JSON encoder writes raw that go-yaml's reader then refuses.

@@ -10,6 +10,165 @@ use saphyr_parser::{Event, Parser, ScalarStyle, ScanError};
 use crate::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved};
 use crate::{Error, Mapping, Value};
 
+/// Character-index to text lookups for positions that mostly increase: amortised linear.
+#[derive(Default)]
+struct CharCursor {
+    chars: usize,
+    bytes: usize,
+}
+
+impl CharCursor {
+    fn char_at(&mut self, src: &str, char_index: usize) -> Option<char> {
+        if char_index < self.chars {
+            self.chars = 0;
+            self.bytes = 0;
+        }
+        let rest = src.get(self.bytes..)?;
+        for (n, (b, c)) in (self.chars..).zip(rest.char_indices()) {
+            if n == char_index {
+                self.chars = n;
+                self.bytes += b;
+                return Some(c);
+            }
+        }
+        None
+    }
+}
+
+/// A flow collection starting where libyaml's scanner requires a simple key (at the
+/// indentation of the enclosing block mapping, in key position) must close on its line.
+fn note_required_flow_key(
+    pending: &mut Option<(usize, usize)>,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    span: &saphyr_parser::Span,
+    flow: bool,
+) {
+    if pending.is_some() || !flow {
+        return;
+    }
+    let Some(doc) = doc else { return };
+    let Some(parent) = stack.last().and_then(|&p| doc.nodes.get(p)) else {
+        return;
+    };
+    // libyaml's rule is by column only: `flow_level == 0 && indent == column`.
+    if matches!(parent.kind, Kind::Map(_)) && !parent.flow && parent.col == span.start.col() {
+        *pending = Some((span.start.line(), doc.nodes.len()));
+    }
+}
+
+/// saphyr may fail before it reports a flow collection's start. If the next token after the
+/// last event opens a flow collection where libyaml requires a simple key, and the failure is
+/// on a later line, libyaml's own error is the stale key's: returns the collection's line.
+fn flow_key_before_error(
+    src: &str,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    last_end: usize,
+    e: &ScanError,
+) -> Option<usize> {
+    let doc = doc?;
+    let parent = stack.last().and_then(|&p| doc.nodes.get(p))?;
+    if !matches!(parent.kind, Kind::Map(_)) || parent.flow {
+        return None;
+    }
+    let from = byte_offset(src, last_end);
+    let rest = src.get(from..)?;
+    // Line (1-based) and column of `from`.
+    let before = &src[..from];
+    let mut line = before.matches('\n').count() + 1;
+    let mut col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
+    let mut in_comment = false;
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // The value indicator after the last key.
+            ':' if chars.peek().is_none_or(|n| n.is_whitespace()) => {}
+            '\n' => {
+                line += 1;
+                col = 0;
+                in_comment = false;
+                continue;
+            }
+            _ if in_comment => {}
+            ' ' | '\t' | '\r' => {}
+            '#' => in_comment = true,
+            '[' | '{' => {
+                return (col == parent.col && e.marker().line() > line).then_some(line);
+            }
+            _ => return None,
+        }
+        col += 1;
+    }
+    None
+}
+
+/// libyaml's error for a required simple key left without `:` on its line: reported at the
+/// first token of a later line.
+fn stale_key_error(src: &str, line: usize) -> Error {
+    let next = src
+        .lines()
+        .enumerate()
+        .skip(line)
+        .find(|(_, l)| {
+            let t = l.trim_start_matches([' ', '\t']);
+            !t.is_empty() && !t.starts_with('#')
+        })
+        .map_or(line, |(n, _)| n);
+    Error::yaml(Some(next + 1), "could not find expected ':'")
+}
+
+/// libyaml forgets a possible simple key once the scanner is more than 1024 characters past
+/// its start, so a longer implicit key ends in an error.
+const SIMPLE_KEY_LIMIT: usize = 1024;
+
+/// The error libyaml gives for an implicit mapping key longer than [`SIMPLE_KEY_LIMIT`].
+fn check_long_key(
+    src: &str,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    span: &saphyr_parser::Span,
+) -> Result<(), Error> {
+    let Some(doc) = doc else { return Ok(()) };
+    let Some(parent) = stack.last().and_then(|&p| doc.nodes.get(p)) else {
+        return Ok(());
+    };
+    let Kind::Map(children) = &parent.kind else {
+        return Ok(());
+    };
+    if children.len() % 2 != 0 {
+        return Ok(()); // a value, not a key
+    }
+    let end = byte_offset(src, span.end.index());
+    let after = src.get(end..).unwrap_or_default();
+    let spaces = after
+        .chars()
+        .take_while(|c| *c == ' ' || *c == '\t')
+        .count();
+    if !after[spaces..].starts_with(':') {
+        return Ok(()); // an explicit `? key`, or no value indicator
+    }
+    let colon = span.end.index() + spaces;
+    if span.start.index() + SIMPLE_KEY_LIMIT >= colon {
+        return Ok(());
+    }
+    let line0 = span.end.line().saturating_sub(1);
+    let flow = src
+        .get(byte_offset(src, parent.start)..)
+        .is_some_and(|s| s.starts_with('{'));
+    Err(if flow {
+        Error::yaml(
+            Some(line0).filter(|l| *l != 0),
+            "did not find expected ',' or '}'",
+        )
+    } else {
+        Error::yaml(
+            Some(line0 + 1).filter(|_| line0 != 0),
+            "mapping values are not allowed in this context",
+        )
+    })
+}
+
 /// Deepest nesting of collections accepted in a document (go-yaml v2 has no limit; this one
 /// keeps the recursive decoder and emitter far from the end of the stack).
 pub const MAX_DEPTH: usize = 1000;
@@ -35,6 +194,12 @@ enum Kind {
 #[derive(Debug)]
 struct Node {
     kind: Kind,
+    /// Character index where the node starts in the source.
+    start: usize,
+    /// Column of the start.
+    col: usize,
+    /// A flow collection (`[...]`, `{...}`).
+    flow: bool,
 }
 
 /// One document's node tree.
@@ -172,7 +337,12 @@ fn translate(info: &str) -> (String, bool) {
     (problem.to_owned(), true)
 }
 
-fn scan_error(src: &str, e: &ScanError) -> Error {
+/// Whether libyaml's scanner refuses to start a token with `c` (its plain-scalar rule).
+fn cannot_start_token(c: char, flow: bool) -> bool {
+    matches!(c, '@' | '`' | '%') || (flow && matches!(c, '|' | '>'))
+}
+
+fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
     let info = e.info();
     let mark = e.marker();
     if info == "while parsing node, found unknown anchor" {
@@ -181,10 +351,15 @@ fn scan_error(src: &str, e: &ScanError) -> Error {
             format!("unknown anchor '{}' referenced", name_at(src, mark.index())),
         );
     }
-    let (problem, scanner) = match info {
-        // saphyr stops on the text after a closing quote; libyaml's parser then misses a key.
+    let (mut problem, mut scanner) = match info {
+        // saphyr stops on the text after a closing quote; libyaml's parser then finds a
+        // token the collection cannot take.
         "invalid trailing content after double-quoted scalar" => {
-            ("did not find expected key".to_owned(), false)
+            (ctx.unexpected_token().to_owned(), false)
+        }
+        // libyaml lets a `-` entry reach its flow parser, which then misses node content.
+        "\"-\" is only valid inside a block" => {
+            ("did not find expected node content".to_owned(), false)
         }
         // libyaml reads `x: y` inside a flow sequence as a key the sequence cannot hold.
         "illegal placement of ':' indicator" => {
@@ -192,6 +367,17 @@ fn scan_error(src: &str, e: &ScanError) -> Error {
         }
         _ => translate(info),
     };
+    if !scanner && problem.starts_with("did not find expected") {
+        // Where saphyr's parser stops on a character libyaml's scanner would not even start
+        // a token with, libyaml reports the scanner error.
+        let at = src
+            .get(byte_offset(src, mark.index())..)
+            .and_then(|s| s.trim_start_matches([' ', ',']).chars().next());
+        if at.is_some_and(|c| cannot_start_token(c, ctx.flow())) {
+            problem = "found character that cannot start any token".to_owned();
+            scanner = true;
+        }
+    }
     // go-yaml's `fail()`: the 0-based line of the problem, printed only when it is not 0,
     // plus one for scanner errors.
     let mut line0 = mark.line().saturating_sub(1);
@@ -286,7 +472,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
         match parse_docs_once(&text, first_only) {
             Ok(docs) => return Ok(docs),
             Err(Failure::Other(e)) => return Err(e),
-            Err(Failure::Scan(e)) => {
+            Err(Failure::Scan(e, ctx)) => {
                 if repairs < MAX_REPAIRS
                     && let Some(fixed) = repair(&text, &e)
                 {
@@ -294,7 +480,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                     text = fixed;
                     continue;
                 }
-                return Err(scan_error(&text, &e));
+                return Err(scan_error(&text, &e, ctx));
             }
         }
     }
@@ -304,8 +490,51 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
 const MAX_REPAIRS: usize = 64;
 
 enum Failure {
-    Scan(ScanError),
+    Scan(ScanError, Context),
     Other(Error),
+}
+
+/// The innermost open collection when an error happened (libyaml words its parser errors
+/// after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Context {
+    Top,
+    BlockMap,
+    BlockSeq,
+    FlowMap,
+    FlowSeq,
+}
+
+impl Context {
+    fn flow(self) -> bool {
+        matches!(self, Context::FlowMap | Context::FlowSeq)
+    }
+
+    /// libyaml's parser error when a token does not fit this collection.
+    fn unexpected_token(self) -> &'static str {
+        match self {
+            Context::Top => "did not find expected <document start>",
+            Context::BlockMap => "did not find expected key",
+            Context::BlockSeq => "did not find expected '-' indicator",
+            Context::FlowMap => "did not find expected ',' or '}'",
+            Context::FlowSeq => "did not find expected ',' or ']'",
+        }
+    }
+}
+
+fn context_of(src: &str, doc: Option<&Doc>, stack: &[usize]) -> Context {
+    let Some(node) = doc.and_then(|d| stack.last().and_then(|&i| d.nodes.get(i))) else {
+        return Context::Top;
+    };
+    let first = src
+        .get(byte_offset(src, node.start)..)
+        .and_then(|s| s.chars().next());
+    match (&node.kind, first) {
+        (Kind::Map(_), Some('{')) => Context::FlowMap,
+        (Kind::Seq(_), Some('[')) => Context::FlowSeq,
+        (Kind::Map(_), _) => Context::BlockMap,
+        _ => Context::BlockSeq,
+    }
 }
 
 impl From<Error> for Failure {
@@ -432,6 +661,10 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
     let mut stack: Vec<usize> = Vec::new();
     // Keys of an open mapping are attached in order; this is just `children.push`.
     let mut anchors: HashMap<usize, usize> = HashMap::new();
+    let mut cursor = CharCursor::default();
+    // A flow collection that libyaml scans as a required simple key: (line, node).
+    let mut pending: Option<(usize, usize)> = None;
+    let mut last_end = 0usize;
     // saphyr reads a missing final line break as present; libyaml does not, so a block
     // scalar whose last content line ends the input has no final newline.
     let total_chars = src_for_parser.chars().count();
@@ -441,7 +674,29 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
         .unwrap_or_default();
     let ends_inside_content = !last_line.trim_matches([' ', '\t']).is_empty();
     while let Some(next) = parser.next_event() {
-        let (event, span) = next.map_err(Failure::Scan)?;
+        let (event, span) = match next {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some((line, _)) = pending
+                    && e.marker().line() > line
+                {
+                    return Err(stale_key_error(src_for_parser, line).into());
+                }
+                if let Some(line) =
+                    flow_key_before_error(src_for_parser, cur.as_ref(), &stack, last_end, &e)
+                {
+                    return Err(stale_key_error(src_for_parser, line).into());
+                }
+                let ctx = context_of(src_for_parser, cur.as_ref(), &stack);
+                return Err(Failure::Scan(e, ctx));
+            }
+        };
+        if let Some((line, _)) = pending
+            && span.start.line() > line
+        {
+            return Err(stale_key_error(src_for_parser, line).into());
+        }
+        last_end = span.end.index();
         match event {
             Event::StreamStart | Event::Nothing => {}
             Event::StreamEnd => break,
@@ -462,6 +717,9 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
+                if span.end.index() - span.start.index() > SIMPLE_KEY_LIMIT - 8 {
+                    check_long_key(src_for_parser, cur.as_ref(), &stack, &span)?;
+                }
                 if let Some(offsets) = &char_offsets
                     && style == ScalarStyle::DoubleQuoted
                 {
@@ -489,10 +747,21 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                     tag,
                     implicit,
                 };
-                add_node(&mut cur, &mut stack, &mut anchors, kind, anchor, false)?;
+                add_node(
+                    (span.start, false),
+                    &mut cur,
+                    &mut stack,
+                    &mut anchors,
+                    kind,
+                    anchor,
+                    false,
+                )?;
             }
             Event::SequenceStart(anchor, _) => {
+                let flow = cursor.char_at(src_for_parser, span.start.index()) == Some('[');
+                note_required_flow_key(&mut pending, cur.as_ref(), &stack, &span, flow);
                 add_node(
+                    (span.start, flow),
                     &mut cur,
                     &mut stack,
                     &mut anchors,
@@ -502,7 +771,10 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                 )?;
             }
             Event::MappingStart(anchor, _) => {
+                let flow = cursor.char_at(src_for_parser, span.start.index()) == Some('{');
+                note_required_flow_key(&mut pending, cur.as_ref(), &stack, &span, flow);
                 add_node(
+                    (span.start, flow),
                     &mut cur,
                     &mut stack,
                     &mut anchors,
@@ -512,6 +784,12 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                 )?;
             }
             Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((line, idx)) = pending
+                    && stack.last() == Some(&idx)
+                    && span.start.line() == line
+                {
+                    pending = None;
+                }
                 stack.pop();
             }
             Event::Alias(id) => {
@@ -522,6 +800,7 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                     );
                 };
                 add_node(
+                    (span.start, false),
                     &mut cur,
                     &mut stack,
                     &mut anchors,
@@ -535,7 +814,9 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
     Ok(docs)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn add_node(
+    at: (saphyr_parser::Marker, bool),
     cur: &mut Option<Doc>,
     stack: &mut Vec<usize>,
     anchors: &mut HashMap<usize, usize>,
@@ -547,7 +828,12 @@ fn add_node(
         return Err(Error::yaml(None, "did not find expected <document start>"));
     };
     let idx = doc.nodes.len();
-    doc.nodes.push(Node { kind });
+    doc.nodes.push(Node {
+        kind,
+        start: at.0.index(),
+        col: at.0.col(),
+        flow: at.1,
+    });
     if anchor > 0 {
         anchors.insert(anchor, idx);
     }

