@@ -1,3 +1,32 @@
-//! Helm charts in pure Rust: loading (directory or archive), values coalescing, rendering
-//! through `flotilla-gotmpl` with Helm's functions, hooks, manifest ordering, post-renderers
-//! and the Helm release record codec.
+//! Helm charts in pure Rust: loading (directories and `.tgz` archives), `.helmignore`,
+//! `Chart.yaml` validation, dependency processing (conditions, tags, aliases,
+//! import-values), values coalescing exactly as Helm, `--set` parsing (`pkg/strvals`),
+//! `values.schema.json` validation and the Helm release record codec.
+//!
+//! Where to start:
+//! - [`load::load`] turns a path into a [`Chart`].
+//! - [`dependencies::process_dependencies`] then [`coalesce::coalesce_values`] compute the
+//!   values a render sees; [`schema::validate_against_schema`] checks them.
+//! - [`strvals`] and [`values::merge_maps`] build user values from CLI-style inputs.
+//! - [`release`] encodes and decodes `sh.helm.release.v1.*` records.
+//!
+//! Values are `serde_json` values with Go's number rules: YAML/JSON numbers are f64, `--set`
+//! integers i64. Rendering lives elsewhere; nothing here does IO except reading the chart
+//! and values files a caller names.
+
+pub mod chart;
+pub mod coalesce;
+pub mod dependencies;
+pub mod gofmt;
+pub mod ignore;
+pub mod load;
+pub mod metadata;
+pub mod semver;
+pub mod strvals;
+pub mod time;
+pub mod values;
+
+pub use chart::{Chart, File};
+pub use load::{LoadError, load, load_archive, load_dir};
+pub use metadata::{Dependency, Lock, Maintainer, Metadata};
+pub use values::Values;

@@ -1,0 +1,358 @@
+//! Helm's values coalescing (`pkg/chart/common/util/coalesce.go`, Helm v4.1): chart defaults
+//! under user values, subchart scopes, globals, `null` deleting keys. Warnings Helm logs are
+//! collected and returned in a deterministic (sorted-key) order.
+
+use serde_json::Value;
+
+use crate::chart::Chart;
+use crate::gofmt::{go_t, go_v};
+use crate::values::Values;
+
+/// Coalescing can only fail on a subchart section that is not a map.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("type mismatch on {name}: {shown}")]
+pub struct CoalesceError {
+    /// Subchart name.
+    pub name: String,
+    /// The offending value as Go's `%t` shows it.
+    pub shown: String,
+}
+
+/// Warnings Helm prints to stderr while coalescing.
+pub type Warnings = Vec<String>;
+
+const GLOBAL: &str = "global";
+
+fn concat_prefix(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_owned()
+    } else {
+        format!("{a}.{b}")
+    }
+}
+
+/// `CoalesceValues(chart, vals)`: the values a render sees (user `null` deletes defaults).
+pub fn coalesce_values(
+    chart: &Chart,
+    vals: &Values,
+    warnings: &mut Warnings,
+) -> Result<Values, CoalesceError> {
+    let mut v = vals.clone();
+    coalesce(chart, &mut v, "", false, warnings)?;
+    Ok(v)
+}
+
+/// `MergeValues(chart, vals)`: as [`coalesce_values`] but nulls are kept.
+pub fn merge_values(
+    chart: &Chart,
+    vals: &Values,
+    warnings: &mut Warnings,
+) -> Result<Values, CoalesceError> {
+    let mut v = vals.clone();
+    coalesce(chart, &mut v, "", true, warnings)?;
+    Ok(v)
+}
+
+/// `CoalesceTables(dst, src)`: `dst` wins; a `null` in `dst` deletes the key.
+pub fn coalesce_tables(dst: &mut Values, src: Values, warnings: &mut Warnings) {
+    coalesce_tables_full_key(dst, src, "", false, warnings);
+}
+
+/// `MergeTables(dst, src)`: `dst` wins; nulls are kept.
+pub fn merge_tables(dst: &mut Values, src: Values, warnings: &mut Warnings) {
+    coalesce_tables_full_key(dst, src, "", true, warnings);
+}
+
+fn coalesce(
+    chart: &Chart,
+    dest: &mut Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    coalesce_values_inner(chart, dest, prefix, merge, w);
+    coalesce_deps(chart, dest, prefix, merge, w)
+}
+
+fn coalesce_deps(
+    chart: &Chart,
+    dest: &mut Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    for sub in &chart.dependencies {
+        let name = sub.name().to_owned();
+        match dest.get(&name) {
+            None => {
+                dest.insert(name.clone(), Value::Object(Values::new()));
+            }
+            Some(Value::Object(_)) => {}
+            Some(other) => {
+                return Err(CoalesceError {
+                    name,
+                    shown: go_t(other),
+                });
+            }
+        }
+        let sub_prefix = concat_prefix(prefix, chart.name());
+        let mut dv = match dest.remove(&name) {
+            Some(Value::Object(m)) => m,
+            _ => Values::new(),
+        };
+        coalesce_globals(&mut dv, dest, w);
+        let res = coalesce(sub, &mut dv, &sub_prefix, merge, w);
+        dest.insert(name, Value::Object(dv));
+        res?;
+    }
+    Ok(())
+}
+
+/// `coalesceGlobals(dest, src)`: the parent's globals win over the subchart's. Helm copies
+/// each parent global table shallowly, so merging a subchart's global table into it also
+/// writes into the parent's nested tables; that is reproduced.
+fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
+    let mut dg = match dest.get(GLOBAL) {
+        None => Values::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            w.push(format!(
+                "warning: skipping globals because destination {GLOBAL} is not a table."
+            ));
+            return;
+        }
+    };
+    let sg = match src.get_mut(GLOBAL) {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => {
+            w.push(format!(
+                "warning: skipping globals because source {GLOBAL} is not a table."
+            ));
+            return;
+        }
+    };
+    if let Some(sg) = sg {
+        for (key, val) in sg.iter_mut() {
+            if let Value::Object(parent_table) = val {
+                let mut vv = parent_table.clone();
+                match dg.get(key) {
+                    None => {
+                        dg.insert(key.clone(), Value::Object(vv));
+                    }
+                    Some(Value::Object(destv)) => {
+                        let destv = destv.clone();
+                        coalesce_tables_full_key(&mut vv, destv, key, true, w);
+                        // Nested tables of `vv` are shared with the parent's in Go.
+                        for (k2, pv) in parent_table.iter_mut() {
+                            if let (Value::Object(_), Some(nv @ Value::Object(_))) =
+                                (&*pv, vv.get(k2))
+                            {
+                                *pv = nv.clone();
+                            }
+                        }
+                        dg.insert(key.clone(), Value::Object(vv));
+                    }
+                    Some(_) => w.push(format!(
+                        "Conflict: cannot merge map onto non-map for {}. Skipping.",
+                        crate::gofmt::go_quote(key)
+                    )),
+                }
+            } else if dg.get(key).is_some_and(Value::is_object) {
+                w.push(format!("key {key} is table. Skipping"));
+            } else {
+                dg.insert(key.clone(), val.clone());
+            }
+        }
+    }
+    dest.insert(GLOBAL.to_owned(), Value::Object(dg));
+}
+
+fn coalesce_values_inner(
+    chart: &Chart,
+    v: &mut Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) {
+    let sub_prefix = concat_prefix(prefix, chart.name());
+    for (key, val) in chart.values().clone() {
+        match v.get_mut(&key) {
+            Some(value) => {
+                if value.is_null() && !merge {
+                    v.remove(&key);
+                } else if let Value::Object(dest) = value {
+                    match val {
+                        Value::Object(src) => {
+                            let m = merge || chart.dependencies.iter().any(|d| d.name() == key);
+                            coalesce_tables_full_key(
+                                dest,
+                                src,
+                                &concat_prefix(&sub_prefix, &key),
+                                m,
+                                w,
+                            );
+                        }
+                        Value::Null => {}
+                        _ => w.push(format!(
+                            "warning: skipped value for {sub_prefix}.{key}: Not a table."
+                        )),
+                    }
+                }
+            }
+            None => {
+                v.insert(key, val);
+            }
+        }
+    }
+}
+
+fn coalesce_tables_full_key(
+    dst: &mut Values,
+    mut src: Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) {
+    let src_non_nil: std::collections::BTreeSet<String> = src
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for (k, v) in dst.iter() {
+        if v.is_null() {
+            src.insert(k.clone(), Value::Null);
+        }
+    }
+    for (key, val) in src {
+        let full_key = concat_prefix(prefix, &key);
+        match dst.get_mut(&key) {
+            Some(dv) if !merge && dv.is_null() && src_non_nil.contains(&key) => {
+                dst.remove(&key);
+            }
+            None => {
+                dst.insert(key, val);
+            }
+            Some(dv) => match (dv, val) {
+                (Value::Object(d), Value::Object(s)) => {
+                    coalesce_tables_full_key(d, s, &full_key, merge, w)
+                }
+                (_, s @ Value::Object(_)) => w.push(format!(
+                    "warning: cannot overwrite table with non table for {full_key} ({})",
+                    go_v(&s)
+                )),
+                (Value::Object(_), s) if !s.is_null() => w.push(format!(
+                    "warning: destination for {full_key} is a table. Ignoring non-table value ({})",
+                    go_v(&s)
+                )),
+                _ => {}
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Metadata;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Values {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    fn chart(name: &str, values: Value, deps: Vec<Chart>) -> Chart {
+        let mut c = Chart::new(Metadata {
+            name: name.into(),
+            api_version: "v2".into(),
+            version: "1.0.0".into(),
+            ..Metadata::default()
+        });
+        c.values = Some(obj(values));
+        c.dependencies = deps;
+        c
+    }
+
+    #[test]
+    fn user_values_win_and_null_deletes() {
+        let c = chart(
+            "top",
+            json!({"a": 1, "b": {"x": 1, "y": 2}, "c": 3}),
+            vec![],
+        );
+        let mut w = Vec::new();
+        let v = coalesce_values(
+            &c,
+            &obj(json!({"a": 2, "b": {"y": null}, "c": null, "d": null})),
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(Value::Object(v), json!({"a": 2, "b": {"x": 1}, "d": null}));
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn list_over_table_warns_like_helm() {
+        let c = chart(
+            "cluster-autoscaler",
+            json!({"serviceMonitor": {"metricRelabelings": {}}}),
+            vec![],
+        );
+        let mut w = Vec::new();
+        let v = coalesce_values(
+            &c,
+            &obj(json!({"serviceMonitor": {"metricRelabelings": [1]}})),
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(v["serviceMonitor"]["metricRelabelings"], json!([1]));
+        assert_eq!(
+            w,
+            vec![
+                "warning: cannot overwrite table with non table for cluster-autoscaler.serviceMonitor.metricRelabelings (map[])"
+            ]
+        );
+    }
+
+    #[test]
+    fn subcharts_and_globals() {
+        let sub = chart(
+            "sub",
+            json!({"x": 1, "global": {"g": "sub", "t": {"a": 1, "b": 1}}}),
+            vec![],
+        );
+        let c = chart(
+            "top",
+            json!({"global": {"g": "top", "t": {"a": 2}}, "sub": {"x": 2}}),
+            vec![sub],
+        );
+        let mut w = Vec::new();
+        let v = coalesce_values(&c, &obj(json!({"sub": {"y": 3}})), &mut w).unwrap();
+        assert_eq!(
+            Value::Object(v),
+            json!({
+                "global": {"g": "top", "t": {"a": 2}},
+                "sub": {"x": 2, "y": 3, "global": {"g": "top", "t": {"a": 2, "b": 1}}}
+            })
+        );
+    }
+
+    #[test]
+    fn merge_keeps_nulls() {
+        let c = chart("top", json!({"a": 1, "b": null}), vec![]);
+        let mut w = Vec::new();
+        let v = merge_values(&c, &obj(json!({"a": null})), &mut w).unwrap();
+        assert_eq!(Value::Object(v), json!({"a": null, "b": null}));
+    }
+
+    #[test]
+    fn subchart_section_must_be_a_map() {
+        let sub = chart("sub", json!({}), vec![]);
+        let c = chart("top", json!({}), vec![sub]);
+        let e = coalesce_values(&c, &obj(json!({"sub": "x"})), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.to_string(), "type mismatch on sub: %!t(string=x)");
+    }
+}

@@ -1,0 +1,247 @@
+//! Helm's `ProcessDependencies` (`pkg/chart/v2/util/dependencies.go`, v4.1): enabling and
+//! disabling subcharts (tags, then conditions), aliases, and `import-values`. It rewrites the
+//! chart: disabled subcharts are dropped, aliased ones renamed, and the `values` of every
+//! chart with dependencies become the merged defaults of its tree plus imports.
+
+use serde_json::Value;
+
+use crate::chart::Chart;
+use crate::coalesce::{
+    CoalesceError, Warnings, coalesce_tables, coalesce_values, merge_tables, merge_values,
+};
+use crate::metadata::Dependency;
+use crate::semver::is_compatible_range;
+use crate::values::{PathError, Values, path_value, table};
+
+/// `ProcessDependencies(chart, vals)`: [`process_dependency_enabled`] then import-values
+/// (merge mode). `vals` are the user-supplied values.
+pub fn process_dependencies(
+    chart: &mut Chart,
+    vals: &Values,
+    warnings: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    process_dependency_enabled(chart, vals, "", warnings)?;
+    process_dependency_import_values(chart, true, warnings)
+}
+
+fn find_alias_dependency(charts: &[Chart], dep: &Dependency) -> Option<Chart> {
+    let c = charts
+        .iter()
+        .find(|c| c.name() == dep.name && is_compatible_range(&dep.version, &c.metadata.version))?;
+    let mut out = c.clone();
+    if !dep.alias.is_empty() {
+        out.metadata.name = dep.alias.clone();
+    }
+    Some(out)
+}
+
+fn process_tags(reqs: &mut [Dependency], cvals: &Values, w: &mut Warnings) {
+    let Ok(tags) = table(cvals, "tags") else {
+        return;
+    };
+    for r in reqs {
+        let (mut has_true, mut has_false) = (false, false);
+        for k in &r.tags {
+            if let Some(b) = tags.get(k) {
+                match b {
+                    Value::Bool(true) => has_true = true,
+                    Value::Bool(false) => has_false = true,
+                    _ => w.push(format!("returned non-bool value tag={k} chart={}", r.name)),
+                }
+            }
+        }
+        if !has_true && has_false {
+            r.enabled = false;
+        } else if has_true || !has_false {
+            r.enabled = true;
+        }
+    }
+}
+
+fn process_conditions(reqs: &mut [Dependency], cvals: &Values, cpath: &str, w: &mut Warnings) {
+    for r in reqs {
+        for c in r.condition.trim().split(',') {
+            if c.is_empty() {
+                continue;
+            }
+            match path_value(cvals, &format!("{cpath}{c}")) {
+                Ok(Value::Bool(b)) => {
+                    r.enabled = *b;
+                    break;
+                }
+                Ok(_) => w.push(format!("returned non-bool value path={c} chart={}", r.name)),
+                Err(PathError::NoValue(_)) => {}
+                Err(e) => w.push(format!("the method PathValue returned error error={e:?}")),
+            }
+        }
+    }
+}
+
+/// `processDependencyEnabled(chart, vals, path)`: keeps the subcharts whose tags and
+/// conditions (resolved against the coalesced values of the whole tree) enable them.
+pub fn process_dependency_enabled(
+    c: &mut Chart,
+    v: &Values,
+    path: &str,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    let Some(mut reqs) = c.metadata.dependencies.take() else {
+        return Ok(());
+    };
+    let mut chart_deps: Vec<Chart> = c
+        .dependencies
+        .iter()
+        .filter(|existing| {
+            !reqs.iter().any(|req| {
+                existing.name() == req.name
+                    && is_compatible_range(&req.version, &existing.metadata.version)
+            })
+        })
+        .cloned()
+        .collect();
+    for req in &mut reqs {
+        if let Some(cd) = find_alias_dependency(&c.dependencies, req) {
+            chart_deps.push(cd);
+        }
+        if !req.alias.is_empty() {
+            req.name = req.alias.clone();
+        }
+    }
+    c.dependencies = chart_deps;
+    for r in &mut reqs {
+        r.enabled = true;
+    }
+    let cvals = coalesce_values(c, v, w)?;
+    process_tags(&mut reqs, &cvals, w);
+    process_conditions(&mut reqs, &cvals, path, w);
+    let rm: std::collections::BTreeSet<String> = reqs
+        .iter()
+        .filter(|r| !r.enabled)
+        .map(|r| r.name.clone())
+        .collect();
+    let mut cd: Vec<Chart> = std::mem::take(&mut c.dependencies)
+        .into_iter()
+        .filter(|n| !rm.contains(n.name()))
+        .collect();
+    let cd_metadata: Vec<Dependency> = reqs.into_iter().filter(|n| !rm.contains(&n.name)).collect();
+    for t in &mut cd {
+        let subpath = format!("{path}{}.", t.name());
+        process_dependency_enabled(t, &cvals, &subpath, w)?;
+    }
+    c.metadata.dependencies = if cd_metadata.is_empty() {
+        None
+    } else {
+        Some(cd_metadata)
+    };
+    c.dependencies = cd;
+    Ok(())
+}
+
+fn path_to_map(path: &str, data: Values) -> Values {
+    if path == "." {
+        return data;
+    }
+    let mut cur = data;
+    for part in path.split('.').rev() {
+        let mut m = Values::new();
+        m.insert(part.to_owned(), Value::Object(cur));
+        cur = m;
+    }
+    cur
+}
+
+fn import_field(v: Option<&Value>) -> String {
+    match v {
+        None => "<nil>".to_owned(),
+        Some(v) => crate::gofmt::go_v(v),
+    }
+}
+
+fn process_import_values(
+    c: &mut Chart,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    let Some(mut reqs) = c.metadata.dependencies.take() else {
+        return Ok(());
+    };
+    let result = (|| {
+        let cvals = if merge {
+            merge_values(c, &Values::new(), w)?
+        } else {
+            coalesce_values(c, &Values::new(), w)?
+        };
+        let mut b = Values::new();
+        for r in &mut reqs {
+            let mut outiv = Vec::new();
+            for riv in &r.import_values {
+                let (child, parent) = match riv {
+                    Value::Object(iv) => (
+                        import_field(iv.get("child")),
+                        import_field(iv.get("parent")),
+                    ),
+                    Value::String(s) => (format!("exports.{s}"), ".".to_owned()),
+                    _ => continue,
+                };
+                let mut out = serde_json::Map::new();
+                out.insert("child".into(), Value::String(child.clone()));
+                out.insert("parent".into(), Value::String(parent.clone()));
+                outiv.push(Value::Object(out));
+                let vv = match table(&cvals, &format!("{}.{child}", r.name)) {
+                    Ok(t) => t.clone(),
+                    Err(e) => {
+                        w.push(format!(
+                            "ImportValues missing table from chart chart={} error={e}",
+                            r.name
+                        ));
+                        continue;
+                    }
+                };
+                let src = if riv.is_string() {
+                    vv
+                } else {
+                    path_to_map(&parent, vv)
+                };
+                if merge {
+                    merge_tables(&mut b, src, w);
+                } else {
+                    coalesce_tables(&mut b, src, w);
+                }
+            }
+            r.import_values = outiv;
+        }
+        let mut vals = cvals;
+        if merge {
+            merge_tables(&mut vals, b, w);
+        } else {
+            vals = trim_nil_values(vals);
+            coalesce_tables(&mut vals, b, w);
+        }
+        Ok(vals)
+    })();
+    c.metadata.dependencies = Some(reqs);
+    c.values = Some(result?);
+    Ok(())
+}
+
+fn trim_nil_values(vals: Values) -> Values {
+    vals.into_iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| match v {
+            Value::Object(m) => (k, Value::Object(trim_nil_values(m))),
+            v => (k, v),
+        })
+        .collect()
+}
+
+/// `processDependencyImportValues`: bottom-up over the tree.
+pub fn process_dependency_import_values(
+    c: &mut Chart,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    for d in &mut c.dependencies {
+        process_dependency_import_values(d, merge, w)?;
+    }
+    process_import_values(c, merge, w)
+}

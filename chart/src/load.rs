@@ -1,0 +1,544 @@
+//! Loading charts from a directory, a `.tgz` archive or in-memory files, following Helm's
+//! `pkg/chart/v2/loader` and `pkg/chart/loader/archive`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::chart::{Chart, File};
+use crate::ignore::{IgnoreError, Rules};
+use crate::metadata::{DecodeError, Lock, Metadata, ValidationError};
+use crate::time::GoTime;
+use crate::values::{ValuesError, load_values_bytes};
+
+/// Largest decompressed archive Helm accepts (100 MiB).
+pub const MAX_DECOMPRESSED_CHART_SIZE: u64 = 100 * 1024 * 1024;
+/// Largest single file Helm accepts (5 MiB).
+pub const MAX_DECOMPRESSED_FILE_SIZE: u64 = 5 * 1024 * 1024;
+
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// A chart loading error, in Helm's words.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// IO on the chart path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Reading one chart file failed.
+    #[error("error reading {path}: {source}")]
+    Read {
+        /// Relative path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `.helmignore` is malformed.
+    #[error("{path}: {source}")]
+    Ignore {
+        /// The `.helmignore` path.
+        path: String,
+        /// What is wrong.
+        source: IgnoreError,
+    },
+    /// A special file (device, socket, fifo).
+    #[error("cannot load irregular file {0} as it has file mode type bits set")]
+    Irregular(String),
+    /// A file over 5 MiB in a directory.
+    #[error("chart file {} is larger than the maximum file size {}", crate::gofmt::go_quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
+    FileTooLarge(String),
+    /// A file over 5 MiB in an archive.
+    #[error("decompressed chart file {} is larger than the maximum file size {}", crate::gofmt::go_quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
+    ArchiveFileTooLarge(String),
+    /// The archive decompresses to more than 100 MiB.
+    #[error(
+        "decompressed chart is larger than the maximum size {}",
+        MAX_DECOMPRESSED_CHART_SIZE
+    )]
+    ArchiveTooLarge,
+    /// Not gzip.
+    #[error("file '{name}' does not appear to be a gzipped archive; got '{content_type}'")]
+    NotGzip {
+        /// The file.
+        name: String,
+        /// What it looks like.
+        content_type: &'static str,
+    },
+    /// A YAML file given where an archive was expected.
+    #[error("file '{0}' seems to be a YAML file, but expected a gzipped archive")]
+    YamlNotArchive(String),
+    /// gzip or tar stream errors.
+    #[error("{0}")]
+    Archive(String),
+    /// An absolute path in an archive.
+    #[error("chart illegally contains absolute paths")]
+    AbsolutePath,
+    /// An entry outside the chart directory.
+    #[error("chart illegally contains content outside the base directory: {}", crate::gofmt::go_quote(.0))]
+    OutsideBase(String),
+    /// `..` in an archive path.
+    #[error("chart illegally references parent directory")]
+    ParentDirectory,
+    /// `C:/`-style path.
+    #[error("chart contains illegally named files")]
+    IllegalName,
+    /// `Chart.yaml` at the archive root.
+    #[error("chart yaml not in base directory")]
+    ChartYamlNotInBase,
+    /// Empty archive.
+    #[error("no files in chart archive")]
+    EmptyArchive,
+    /// `Chart.yaml` absent.
+    #[error("Chart.yaml file is missing")]
+    MissingChartYaml,
+    /// A chart file did not decode.
+    #[error("cannot load {file}: {source}")]
+    Decode {
+        /// `Chart.yaml`, `Chart.lock`, `requirements.yaml`, `requirements.lock`.
+        file: &'static str,
+        /// The decode error.
+        source: DecodeError,
+    },
+    /// `values.yaml` did not parse.
+    #[error("cannot load values.yaml: {0}")]
+    Values(ValuesError),
+    /// Metadata validation.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// A subchart failed to load.
+    #[error("error unpacking subchart {name} in {parent}: {source}")]
+    Subchart {
+        /// Directory or archive name under charts/.
+        name: String,
+        /// Parent chart name.
+        parent: String,
+        /// Why.
+        source: Box<LoadError>,
+    },
+    /// A subchart archive whose entry is not directly in charts/.
+    #[error("error unpacking subchart tar in {parent}: expected {expected}, got {got}")]
+    SubchartTar {
+        /// Parent chart name.
+        parent: String,
+        /// Expected name.
+        expected: String,
+        /// Found name.
+        got: String,
+    },
+    /// A directory given where a file was expected.
+    #[error("cannot load a directory")]
+    IsDirectory,
+}
+
+/// A file read from a chart before classification (`archive.BufferedFile`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferedFile {
+    /// `/`-separated path relative to the chart root.
+    pub name: String,
+    /// Contents (BOM already stripped).
+    pub data: Vec<u8>,
+    /// Modification time.
+    pub mod_time: Option<GoTime>,
+}
+
+/// `loader.Load`: a directory or an archive file.
+pub fn load(path: &Path) -> Result<Chart, LoadError> {
+    let md = std::fs::metadata(path).map_err(|e| LoadError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    if md.is_dir() {
+        load_dir(path)
+    } else {
+        load_file(path)
+    }
+}
+
+/// `loader.LoadDir`: walks the directory (following symlinks), applies `.helmignore` plus
+/// the default `templates/.?*` rule, and loads the files.
+pub fn load_dir(dir: &Path) -> Result<Chart, LoadError> {
+    let top = std::path::absolute(dir).map_err(|e| LoadError::Io {
+        path: dir.display().to_string(),
+        source: e,
+    })?;
+    let mut rules = Rules::empty();
+    let ifile = top.join(".helmignore");
+    if ifile.exists() {
+        let data = std::fs::read(&ifile).map_err(|e| LoadError::Io {
+            path: ifile.display().to_string(),
+            source: e,
+        })?;
+        rules = Rules::parse(&data).map_err(|e| LoadError::Ignore {
+            path: ifile.display().to_string(),
+            source: e,
+        })?;
+    }
+    rules.add_defaults();
+    let mut files = Vec::new();
+    walk(&top, &top, "", &rules, &mut files, 0)?;
+    load_files(files)
+}
+
+fn walk(
+    top: &Path,
+    dir: &Path,
+    rel: &str,
+    rules: &Rules,
+    out: &mut Vec<BufferedFile>,
+    depth: usize,
+) -> Result<(), LoadError> {
+    if depth > 64 {
+        return Err(LoadError::Io {
+            path: dir.display().to_string(),
+            source: std::io::Error::other("too many levels of symbolic links"),
+        });
+    }
+    let io = |p: &Path, e: std::io::Error| LoadError::Io {
+        path: p.display().to_string(),
+        source: e,
+    };
+    let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .map(|e| e.map(|e| (e.file_name().to_string_lossy().into_owned(), e.path())))
+        .collect::<Result<_, _>>()
+        .map_err(|e| io(dir, e))?;
+    names.sort();
+    for (name, path) in names {
+        let n = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        // sympath.Walk resolves symlinks and walks their targets under the link's name.
+        let md = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
+        if md.is_dir() {
+            if rules.ignore(&n, true) {
+                continue;
+            }
+            walk(top, &path, &n, rules, out, depth + 1)?;
+            continue;
+        }
+        if rules.ignore(&n, false) {
+            continue;
+        }
+        if !md.is_file() {
+            return Err(LoadError::Irregular(path.display().to_string()));
+        }
+        if md.len() > MAX_DECOMPRESSED_FILE_SIZE {
+            return Err(LoadError::FileTooLarge(name));
+        }
+        let data = std::fs::read(&path).map_err(|e| LoadError::Read {
+            path: n.clone(),
+            source: e,
+        })?;
+        let data = strip_bom(data);
+        out.push(BufferedFile {
+            name: n,
+            data,
+            mod_time: md.modified().ok().map(GoTime::from_system),
+        });
+    }
+    let _ = top;
+    Ok(())
+}
+
+fn strip_bom(mut data: Vec<u8>) -> Vec<u8> {
+    if data.starts_with(UTF8_BOM) {
+        data.drain(..UTF8_BOM.len());
+    }
+    data
+}
+
+/// `loader.LoadFile`: an archive on disk (checked to be gzip first).
+pub fn load_file(path: &Path) -> Result<Chart, LoadError> {
+    let name = path.display().to_string();
+    let md = std::fs::metadata(path).map_err(|e| LoadError::Io {
+        path: name.clone(),
+        source: e,
+    })?;
+    if md.is_dir() {
+        return Err(LoadError::IsDirectory);
+    }
+    let data = std::fs::read(path).map_err(|e| LoadError::Io {
+        path: name.clone(),
+        source: e,
+    })?;
+    ensure_archive(&name, &data)?;
+    load_archive(&data)
+}
+
+fn ensure_archive(name: &str, data: &[u8]) -> Result<(), LoadError> {
+    if data.starts_with(b"\x1f\x8b\x08") {
+        return Ok(());
+    }
+    if name.ends_with(".yml") || name.ends_with(".yaml") {
+        return Err(LoadError::YamlNotArchive(name.to_owned()));
+    }
+    let head = &data[..data.len().min(512)];
+    let content_type =
+        if head.is_empty() || std::str::from_utf8(head).is_ok_and(|s| !s.contains('\0')) {
+            "text/plain; charset=utf-8"
+        } else {
+            "application/octet-stream"
+        };
+    Err(LoadError::NotGzip {
+        name: name.to_owned(),
+        content_type,
+    })
+}
+
+/// `loader.LoadArchive`: a gzipped tar held in memory.
+pub fn load_archive(data: &[u8]) -> Result<Chart, LoadError> {
+    load_files(load_archive_files(data)?)
+}
+
+/// Go's `path.Clean`.
+fn clean_path(p: &str) -> String {
+    if p.is_empty() {
+        return ".".to_owned();
+    }
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
+/// `archive.LoadArchiveFiles`: the files of a gzipped tar with the first path component
+/// removed, after Helm's safety and size checks.
+pub fn load_archive_files(data: &[u8]) -> Result<Vec<BufferedFile>, LoadError> {
+    if !data.starts_with(b"\x1f\x8b") {
+        return Err(LoadError::Archive("gzip: invalid header".to_owned()));
+    }
+    let gz = flate2::read::GzDecoder::new(data);
+    let mut archive = tar::Archive::new(gz);
+    let mut files = Vec::new();
+    let mut remaining = MAX_DECOMPRESSED_CHART_SIZE;
+    let entries = archive
+        .entries()
+        .map_err(|e| LoadError::Archive(e.to_string()))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| LoadError::Archive(e.to_string()))?;
+        let et = entry.header().entry_type();
+        if et.is_dir()
+            || et.is_pax_global_extensions()
+            || et.is_pax_local_extensions()
+            || et.is_gnu_longname()
+            || et.is_gnu_longlink()
+        {
+            continue;
+        }
+        let raw_name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if raw_name.ends_with('/') {
+            continue;
+        }
+        let delim = if raw_name.contains('\\') { '\\' } else { '/' };
+        let parts: Vec<&str> = raw_name.split(delim).collect();
+        let n = parts[1..].join(&delim.to_string()).replace(delim, "/");
+        if n.starts_with('/') {
+            return Err(LoadError::AbsolutePath);
+        }
+        let n = clean_path(&n);
+        if n == "." {
+            return Err(LoadError::OutsideBase(raw_name));
+        }
+        if n.starts_with("..") {
+            return Err(LoadError::ParentDirectory);
+        }
+        let nb = n.as_bytes();
+        if nb.len() >= 3 && nb[0].is_ascii_alphabetic() && nb[1] == b':' && nb[2] == b'/' {
+            return Err(LoadError::IllegalName);
+        }
+        if parts[0] == "Chart.yaml" {
+            return Err(LoadError::ChartYamlNotInBase);
+        }
+        let size = entry
+            .header()
+            .size()
+            .map_err(|e| LoadError::Archive(e.to_string()))?;
+        if size > remaining {
+            return Err(LoadError::ArchiveTooLarge);
+        }
+        if size > MAX_DECOMPRESSED_FILE_SIZE {
+            return Err(LoadError::ArchiveFileTooLarge(raw_name));
+        }
+        let mut buf = Vec::new();
+        let written = (&mut entry)
+            .take(remaining)
+            .read_to_end(&mut buf)
+            .map_err(|e| LoadError::Archive(e.to_string()))? as u64;
+        remaining = remaining.saturating_sub(written);
+        if written < size || remaining == 0 {
+            return Err(LoadError::ArchiveTooLarge);
+        }
+        let mtime = entry
+            .header()
+            .mtime()
+            .ok()
+            .and_then(|m| i64::try_from(m).ok());
+        files.push(BufferedFile {
+            name: n,
+            data: strip_bom(buf),
+            mod_time: mtime.map(|m| GoTime::from_unix(m, 0)),
+        });
+    }
+    if files.is_empty() {
+        return Err(LoadError::EmptyArchive);
+    }
+    Ok(files)
+}
+
+fn file(f: &BufferedFile) -> File {
+    File {
+        name: f.name.clone(),
+        data: f.data.clone(),
+        mod_time: f.mod_time,
+    }
+}
+
+/// `loader.LoadFiles`: classifies files into a chart and loads subcharts (directories and
+/// archives under `charts/`, recursively).
+pub fn load_files(files: Vec<BufferedFile>) -> Result<Chart, LoadError> {
+    let mut metadata: Option<Metadata> = None;
+    let mut mod_time = None;
+    let mut raw = Vec::new();
+    for f in &files {
+        raw.push(file(f));
+        if f.name == "Chart.yaml" {
+            let md = metadata.get_or_insert_with(Metadata::default);
+            md.merge_yaml(&f.data).map_err(|e| LoadError::Decode {
+                file: "Chart.yaml",
+                source: e,
+            })?;
+            if md.api_version.is_empty() {
+                md.api_version = "v1".to_owned();
+            }
+            mod_time = f.mod_time;
+        }
+    }
+    let mut c = Chart::new(Metadata::default());
+    c.raw = raw;
+    c.mod_time = mod_time;
+    let mut subcharts: BTreeMap<String, Vec<BufferedFile>> = BTreeMap::new();
+    for f in files {
+        match f.name.as_str() {
+            "Chart.yaml" => {}
+            "Chart.lock" => {
+                c.lock = Some(Lock::from_yaml(&f.data).map_err(|e| LoadError::Decode {
+                    file: "Chart.lock",
+                    source: e,
+                })?);
+            }
+            "values.yaml" => {
+                c.values = Some(load_values_bytes(&f.data).map_err(LoadError::Values)?);
+            }
+            "values.schema.json" => {
+                c.schema = Some(f.data.clone());
+                c.schema_mod_time = f.mod_time;
+            }
+            "requirements.yaml" => {
+                let md = metadata.get_or_insert_with(Metadata::default);
+                md.merge_yaml(&f.data).map_err(|e| LoadError::Decode {
+                    file: "requirements.yaml",
+                    source: e,
+                })?;
+                if md.api_version == "v1" {
+                    c.files.push(file(&f));
+                }
+            }
+            "requirements.lock" => {
+                c.lock = Some(Lock::from_yaml(&f.data).map_err(|e| LoadError::Decode {
+                    file: "requirements.lock",
+                    source: e,
+                })?);
+                let md = metadata.get_or_insert_with(Metadata::default);
+                if md.api_version == "v1" {
+                    c.files.push(file(&f));
+                }
+            }
+            n if n.starts_with("templates/") => c.templates.push(file(&f)),
+            n if n.starts_with("charts/") => {
+                if go_ext(n) == ".prov" {
+                    c.files.push(file(&f));
+                    continue;
+                }
+                let fname = &n["charts/".len()..];
+                let cname = fname.split('/').next().unwrap_or("").to_owned();
+                subcharts.entry(cname).or_default().push(BufferedFile {
+                    name: fname.to_owned(),
+                    data: f.data,
+                    mod_time: f.mod_time,
+                });
+            }
+            _ => c.files.push(file(&f)),
+        }
+    }
+    let mut md = metadata.ok_or(LoadError::MissingChartYaml)?;
+    md.validate()?;
+    c.metadata = md;
+    for (n, files) in subcharts {
+        if n.starts_with('_') || n.starts_with('.') {
+            continue;
+        }
+        let sub = if go_ext(&n) == ".tgz" {
+            let first = &files[0];
+            if first.name != n {
+                return Err(LoadError::SubchartTar {
+                    parent: c.name().to_owned(),
+                    expected: n,
+                    got: first.name.clone(),
+                });
+            }
+            load_archive(&first.data)
+        } else {
+            let buff: Vec<BufferedFile> = files
+                .into_iter()
+                .filter_map(|f| {
+                    let (_, rest) = f.name.split_once('/')?;
+                    Some(BufferedFile {
+                        name: rest.to_owned(),
+                        data: f.data,
+                        mod_time: f.mod_time,
+                    })
+                })
+                .collect();
+            load_files(buff)
+        };
+        let sub = sub.map_err(|e| LoadError::Subchart {
+            name: n.clone(),
+            parent: c.name().to_owned(),
+            source: Box::new(e),
+        })?;
+        c.dependencies.push(sub);
+    }
+    Ok(c)
+}
+
+/// Go's `filepath.Ext`.
+fn go_ext(p: &str) -> &str {
+    let base_start = p.rfind('/').map_or(0, |i| i + 1);
+    match p[base_start..].rfind('.') {
+        Some(i) => &p[base_start + i..],
+        None => "",
+    }
+}

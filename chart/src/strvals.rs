@@ -1,0 +1,655 @@
+//! `--set`, `--set-string`, `--set-json` and `--set-file` parsing, as Helm's `pkg/strvals`
+//! (typed values, `[N]` list indices, `\`-escapes, `{a,b}` lists, error texts), and the
+//! Helm CLI's assembly of user values (`values.Options.MergeValues`).
+
+use serde_json::{Map, Value};
+
+use crate::gofmt::{go_quote, go_quote_rune, go_type};
+use crate::values::{Values, ValuesError, merge_maps};
+
+/// Largest list index accepted.
+pub const MAX_INDEX: usize = 65536;
+/// Deepest `a.b.c` nesting accepted.
+pub const MAX_NESTED_NAME_LEVEL: usize = 30;
+
+/// A `--set`-style parse error, with Helm's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StrvalsError(pub String);
+
+/// What reads a value: typed, string, JSON or file.
+enum Mode<'r> {
+    Typed,
+    String,
+    Json,
+    File(&'r mut dyn FnMut(&str) -> Result<Value, String>),
+}
+
+#[derive(Debug)]
+enum Stop {
+    Eof,
+    Err(StrvalsError),
+}
+
+impl From<StrvalsError> for Stop {
+    fn from(e: StrvalsError) -> Self {
+        Stop::Err(e)
+    }
+}
+
+fn err(s: impl Into<String>) -> Stop {
+    Stop::Err(StrvalsError(s.into()))
+}
+
+struct Parser<'s, 'r> {
+    chars: Vec<char>,
+    pos: usize,
+    mode: Mode<'r>,
+    _src: &'s str,
+}
+
+/// `strvals.ParseInto` (`--set`): typed values.
+pub fn parse_into(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
+    run(s, dest, Mode::Typed)
+}
+
+/// `strvals.ParseIntoString` (`--set-string`).
+pub fn parse_into_string(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
+    run(s, dest, Mode::String)
+}
+
+/// `strvals.ParseJSON` (`--set-json` in `key=json` form).
+pub fn parse_json(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
+    run(s, dest, Mode::Json)
+}
+
+/// `strvals.ParseIntoFile` (`--set-file`): `reader` turns the path into the value (the CLI
+/// reads the file as a string).
+pub fn parse_into_file(
+    s: &str,
+    dest: &mut Values,
+    reader: &mut dyn FnMut(&str) -> Result<Value, String>,
+) -> Result<(), StrvalsError> {
+    run(s, dest, Mode::File(reader))
+}
+
+/// `strvals.Parse`: a fresh map from one `--set` string.
+pub fn parse(s: &str) -> Result<Values, StrvalsError> {
+    let mut m = Values::new();
+    parse_into(s, &mut m)?;
+    Ok(m)
+}
+
+fn run(s: &str, dest: &mut Values, mode: Mode<'_>) -> Result<(), StrvalsError> {
+    let mut p = Parser {
+        chars: s.chars().collect(),
+        pos: 0,
+        mode,
+        _src: s,
+    };
+    loop {
+        match p.key(dest, 0) {
+            Ok(()) => {}
+            Err(Stop::Eof) => return Ok(()),
+            Err(Stop::Err(e)) => return Err(e),
+        }
+    }
+}
+
+fn eq_fold(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// `typedVal`: `true`/`false`/`null` (any case), `0`, base-10 int64 without a leading zero;
+/// everything else a string.
+pub fn typed_val(v: &str, as_string: bool) -> Value {
+    if as_string {
+        return Value::String(v.to_owned());
+    }
+    if eq_fold(v, "true") {
+        return Value::Bool(true);
+    }
+    if eq_fold(v, "false") {
+        return Value::Bool(false);
+    }
+    if eq_fold(v, "null") {
+        return Value::Null;
+    }
+    if v == "0" {
+        return Value::from(0i64);
+    }
+    if !v.is_empty()
+        && !v.starts_with('0')
+        && let Ok(i) = v.parse::<i64>()
+    {
+        return Value::from(i);
+    }
+    Value::String(v.to_owned())
+}
+
+fn set(data: &mut Values, key: &str, val: Value) {
+    if key.is_empty() {
+        return;
+    }
+    data.insert(key.to_owned(), val);
+}
+
+fn go_type_of(v: Option<&Value>) -> &'static str {
+    match v {
+        None | Some(Value::Null) => "nil",
+        Some(v) => go_type(v),
+    }
+}
+
+fn set_index(list: &mut Vec<Value>, index: i64, val: Value) -> Result<(), Stop> {
+    if index < 0 {
+        return Err(err(format!("negative {index} index not allowed")));
+    }
+    let i = usize::try_from(index).unwrap_or(usize::MAX);
+    if i > MAX_INDEX {
+        return Err(err(format!(
+            "index of {index} is greater than maximum supported index of {MAX_INDEX}"
+        )));
+    }
+    if list.len() <= i {
+        list.resize(i + 1, Value::Null);
+    }
+    list[i] = val;
+    Ok(())
+}
+
+impl Parser<'_, '_> {
+    fn read(&mut self) -> Option<char> {
+        let c = self.chars.get(self.pos).copied();
+        if c.is_some() {
+            self.pos += 1;
+        }
+        c
+    }
+
+    fn unread(&mut self) {
+        self.pos = self.pos.saturating_sub(1);
+    }
+
+    /// `runesUntil`: reads up to a stop rune, honouring `\` escapes.
+    fn until(&mut self, stop: &[char]) -> (String, Option<char>) {
+        let mut v = String::new();
+        loop {
+            match self.read() {
+                None => return (v, None),
+                Some(c) if stop.contains(&c) => return (v, Some(c)),
+                Some('\\') => match self.read() {
+                    None => return (v, None),
+                    Some(n) => v.push(n),
+                },
+                Some(c) => v.push(c),
+            }
+        }
+    }
+
+    fn reader(&mut self, rs: &str) -> Result<Value, Stop> {
+        match &mut self.mode {
+            Mode::Typed => Ok(typed_val(rs, false)),
+            Mode::String => Ok(typed_val(rs, true)),
+            Mode::Json => Ok(typed_val(rs, false)),
+            Mode::File(f) => f(rs).map_err(err),
+        }
+    }
+
+    fn key(&mut self, data: &mut Values, nested: usize) -> Result<(), Stop> {
+        let (k, last) = self.until(&['=', '[', ',', '.']);
+        match last {
+            None => {
+                if k.is_empty() {
+                    return Err(Stop::Eof);
+                }
+                Err(err(format!("key {} has no value", go_quote(&k))))
+            }
+            Some('[') => {
+                let i = self
+                    .key_index()
+                    .map_err(|e| err(format!("error parsing index: {e}")))?;
+                let mut list = match data.get(&k) {
+                    None => Vec::new(),
+                    Some(Value::Array(l)) => l.clone(),
+                    Some(other) => {
+                        return Err(err(format!(
+                            "unable to parse key: interface conversion: interface {{}} is {}, not []interface {{}}",
+                            go_type_of(Some(other))
+                        )));
+                    }
+                };
+                let r = self.list_item(&mut list, i, nested);
+                set(data, &k, Value::Array(list));
+                r
+            }
+            Some('=') => {
+                if matches!(self.mode, Mode::Json) {
+                    if self.empty_val() {
+                        set(data, &k, Value::Null);
+                        return Ok(());
+                    }
+                    let v = self.json_value()?;
+                    set(data, &k, v);
+                    self.empty_val();
+                    return Ok(());
+                }
+                match self.val_list() {
+                    Ok(vl) => {
+                        set(data, &k, Value::Array(vl));
+                        Ok(())
+                    }
+                    Err(ListErr::Eof) => {
+                        set(data, &k, Value::String(String::new()));
+                        Err(Stop::Eof)
+                    }
+                    Err(ListErr::NotList) => {
+                        let (rs, _) = self.until(&[',']);
+                        let v = self.reader(&rs);
+                        match v {
+                            Ok(v) => {
+                                set(data, &k, v);
+                                Ok(())
+                            }
+                            Err(e) => {
+                                set(data, &k, Value::Null);
+                                Err(e)
+                            }
+                        }
+                    }
+                    Err(ListErr::Other(e)) => Err(e),
+                }
+            }
+            Some(',') => {
+                set(data, &k, Value::String(String::new()));
+                Err(err(format!(
+                    "key {} has no value (cannot end with ,)",
+                    go_quote(&k)
+                )))
+            }
+            _ => {
+                let nested = nested + 1;
+                if nested > MAX_NESTED_NAME_LEVEL {
+                    return Err(err(format!(
+                        "value name nested level is greater than maximum supported nested level of {MAX_NESTED_NAME_LEVEL}"
+                    )));
+                }
+                let mut inner = match data.get(&k) {
+                    None => Map::new(),
+                    Some(Value::Object(m)) => m.clone(),
+                    Some(other) => {
+                        return Err(err(format!(
+                            "unable to parse key: interface conversion: interface {{}} is {}, not map[string]interface {{}}",
+                            go_type_of(Some(other))
+                        )));
+                    }
+                };
+                let e = self.key(&mut inner, nested);
+                if e.is_ok() && inner.is_empty() {
+                    return Err(err(format!("key map {} has no value", go_quote(&k))));
+                }
+                if !inner.is_empty() {
+                    set(data, &k, Value::Object(inner));
+                }
+                e
+            }
+        }
+    }
+
+    fn key_index(&mut self) -> Result<i64, String> {
+        let (v, last) = self.until(&[']']);
+        if last.is_none() {
+            return Err("EOF".to_owned());
+        }
+        go_atoi(&v)
+    }
+
+    fn json_value(&mut self) -> Result<Value, Stop> {
+        let rest: String = self.chars[self.pos..].iter().collect();
+        let mut stream = serde_json::Deserializer::from_str(&rest).into_iter::<Value>();
+        match stream.next() {
+            Some(Ok(v)) => {
+                let used = stream.byte_offset();
+                self.pos += rest[..used].chars().count();
+                Ok(json_numbers_as_floats(v))
+            }
+            Some(Err(e)) => Err(err(e.to_string())),
+            None => Err(err("EOF")),
+        }
+    }
+
+    fn list_item(&mut self, list: &mut Vec<Value>, i: i64, nested: usize) -> Result<(), Stop> {
+        if i < 0 {
+            return Err(err(format!("negative {i} index not allowed")));
+        }
+        let (k, last) = self.until(&['[', '.', '=']);
+        if !k.is_empty() {
+            let runes: Vec<String> = k.chars().map(go_quote_rune).collect();
+            return Err(err(format!(
+                "unexpected data at end of array index: [{}]",
+                runes.join(" ")
+            )));
+        }
+        let iu = usize::try_from(i).unwrap_or(usize::MAX);
+        match last {
+            None => Err(Stop::Eof),
+            Some('=') => {
+                if matches!(self.mode, Mode::Json) {
+                    if self.empty_val() {
+                        return set_index(list, i, Value::Null);
+                    }
+                    let v = self.json_value()?;
+                    set_index(list, i, v)?;
+                    self.empty_val();
+                    return Ok(());
+                }
+                match self.val_list() {
+                    Ok(vl) => set_index(list, i, Value::Array(vl)),
+                    Err(ListErr::Eof) => set_index(list, i, Value::String(String::new())),
+                    Err(ListErr::NotList) => {
+                        let (rs, _) = self.until(&[',']);
+                        let v = self.reader(&rs)?;
+                        set_index(list, i, v)
+                    }
+                    Err(ListErr::Other(e)) => Err(e),
+                }
+            }
+            Some('[') => {
+                let next = self
+                    .key_index()
+                    .map_err(|e| err(format!("error parsing index: {e}")))?;
+                let mut crt = match list.get(iu) {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(l)) => l.clone(),
+                    Some(other) => {
+                        return Err(err(format!(
+                            "unable to parse key: interface conversion: interface {{}} is {}, not []interface {{}}",
+                            go_type_of(Some(other))
+                        )));
+                    }
+                };
+                self.list_item(&mut crt, next, nested)?;
+                set_index(list, i, Value::Array(crt))
+            }
+            _ => {
+                let mut inner = match list.get(iu) {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => Map::new(),
+                };
+                self.key(&mut inner, nested)?;
+                set_index(list, i, Value::Object(inner))
+            }
+        }
+    }
+
+    /// `emptyVal`: skips spaces; true at the end or at a `,`.
+    fn empty_val(&mut self) -> bool {
+        loop {
+            match self.read() {
+                None | Some(',') => return true,
+                Some(c) if c.is_whitespace() => {}
+                Some(_) => {
+                    self.unread();
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn val_list(&mut self) -> Result<Vec<Value>, ListErr> {
+        match self.read() {
+            None => return Err(ListErr::Eof),
+            Some('{') => {}
+            Some(_) => {
+                self.unread();
+                return Err(ListErr::NotList);
+            }
+        }
+        let mut list = Vec::new();
+        loop {
+            let (rs, last) = self.until(&[',', '}']);
+            match last {
+                None => return Err(ListErr::Other(err("list must terminate with '}'"))),
+                Some('}') => {
+                    match self.read() {
+                        Some(',') | None => {}
+                        Some(_) => self.unread(),
+                    }
+                    let v = self.reader(&rs).map_err(ListErr::Other)?;
+                    list.push(v);
+                    return Ok(list);
+                }
+                _ => {
+                    let v = self.reader(&rs).map_err(ListErr::Other)?;
+                    list.push(v);
+                }
+            }
+        }
+    }
+}
+
+enum ListErr {
+    Eof,
+    NotList,
+    Other(Stop),
+}
+
+/// Go's `strconv.Atoi` with its error text.
+fn go_atoi(s: &str) -> Result<i64, String> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "strconv.Atoi: parsing {}: invalid syntax",
+            go_quote(s)
+        ));
+    }
+    s.parse::<i64>()
+        .map_err(|_| format!("strconv.Atoi: parsing {}: value out of range", go_quote(s)))
+}
+
+/// encoding/json decodes every number as float64.
+pub(crate) fn json_numbers_as_floats(v: Value) -> Value {
+    match v {
+        Value::Number(n) => crate::values::float(n.as_f64().unwrap_or(0.0)),
+        Value::Array(a) => Value::Array(a.into_iter().map(json_numbers_as_floats).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, json_numbers_as_floats(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The user-supplied values inputs of a Helm command, in the order Helm applies them.
+#[derive(Debug, Clone, Default)]
+pub struct ValueOptions {
+    /// `-f` files (already read: name and contents).
+    pub value_files: Vec<(String, Vec<u8>)>,
+    /// `--set-json`.
+    pub json_values: Vec<String>,
+    /// `--set`.
+    pub values: Vec<String>,
+    /// `--set-string`.
+    pub string_values: Vec<String>,
+    /// `--set-file` (`key=path`); paths are read by the reader given to [`ValueOptions::merge`].
+    pub file_values: Vec<String>,
+}
+
+/// An error assembling user values, in the Helm CLI's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// A `-f` file.
+    #[error(transparent)]
+    File(#[from] ValuesError),
+    /// `--set-json` whole-object form.
+    #[error("failed parsing --set-json data JSON: {0}")]
+    JsonObject(String),
+    /// `--set-json` key=value form.
+    #[error("failed parsing --set-json data {0}")]
+    Json(String),
+    /// `--set`.
+    #[error("failed parsing --set data: {0}")]
+    Set(StrvalsError),
+    /// `--set-string`.
+    #[error("failed parsing --set-string data: {0}")]
+    SetString(StrvalsError),
+    /// `--set-file`.
+    #[error("failed parsing --set-file data: {0}")]
+    SetFile(StrvalsError),
+}
+
+impl ValueOptions {
+    /// `values.Options.MergeValues`: `-f` files merged in order (later wins, maps merged
+    /// deeply), then `--set-json`, `--set`, `--set-string`, `--set-file`.
+    pub fn merge(
+        &self,
+        read_file: &mut dyn FnMut(&str) -> Result<Value, String>,
+    ) -> Result<Values, OptionsError> {
+        let mut base = Values::new();
+        for (name, data) in &self.value_files {
+            let cur = crate::values::load_values_bytes(data).map_err(|e| ValuesError::File {
+                path: name.clone(),
+                source: Box::new(e),
+            })?;
+            base = merge_maps(base, cur);
+        }
+        for value in &self.json_values {
+            let t = value.trim();
+            if t.starts_with('{') {
+                let m: Map<String, Value> =
+                    serde_json::from_str(t).map_err(|_| OptionsError::JsonObject(value.clone()))?;
+                let m = match json_numbers_as_floats(Value::Object(m)) {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                base = merge_maps(base, m);
+            } else {
+                parse_json(value, &mut base).map_err(|_| OptionsError::Json(value.clone()))?;
+            }
+        }
+        for value in &self.values {
+            parse_into(value, &mut base).map_err(OptionsError::Set)?;
+        }
+        for value in &self.string_values {
+            parse_into_string(value, &mut base).map_err(OptionsError::SetString)?;
+        }
+        for value in &self.file_values {
+            parse_into_file(value, &mut base, read_file).map_err(OptionsError::SetFile)?;
+        }
+        Ok(base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn p(s: &str) -> Value {
+        Value::Object(parse(s).unwrap())
+    }
+
+    #[test]
+    fn typed_values() {
+        assert_eq!(
+            p("a=1,b=true,c=FALSE,d=null,e=0,f=01,g=-5,h=1.5,i=+3"),
+            json!({"a": 1, "b": true, "c": false, "d": null, "e": 0, "f": "01", "g": -5, "h": "1.5", "i": 3})
+        );
+        assert!(p("a=1")["a"].is_i64());
+        assert_eq!(
+            p("a=99999999999999999999"),
+            json!({"a": "99999999999999999999"})
+        );
+    }
+
+    #[test]
+    fn nesting_lists_and_escapes() {
+        assert_eq!(p("a.b.c=1"), json!({"a": {"b": {"c": 1}}}));
+        assert_eq!(p("a[1]=x"), json!({"a": [null, "x"]}));
+        assert_eq!(p("a[0].b=1,a[0].c=2"), json!({"a": [{"b": 1, "c": 2}]}));
+        assert_eq!(p("a[0][1]=1"), json!({"a": [[null, 1]]}));
+        assert_eq!(p("a={1,b,true}"), json!({"a": [1, "b", true]}));
+        assert_eq!(p(r"a=x\,y,b\.c=1"), json!({"a": "x,y", "b.c": 1}));
+        assert_eq!(p("a="), json!({"a": ""}));
+        assert_eq!(p("a=b=c"), json!({"a": "b=c"}));
+    }
+
+    #[test]
+    fn error_texts() {
+        let e = |s: &str| parse(s).unwrap_err().to_string();
+        assert_eq!(e("a"), "key \"a\" has no value");
+        assert_eq!(e("a,b=1"), "key \"a\" has no value (cannot end with ,)");
+        assert_eq!(
+            e("a[x]=1"),
+            "error parsing index: strconv.Atoi: parsing \"x\": invalid syntax"
+        );
+        assert_eq!(e("a[-1]=1"), "negative -1 index not allowed");
+        assert_eq!(
+            e("a[70000]=1"),
+            "index of 70000 is greater than maximum supported index of 65536"
+        );
+        assert_eq!(e("a={1,2"), "list must terminate with '}'");
+        assert_eq!(e("a[0]x=1"), "unexpected data at end of array index: ['x']");
+        assert_eq!(
+            e("a=1,a.b=2"),
+            "unable to parse key: interface conversion: interface {} is int64, not map[string]interface {}"
+        );
+        assert_eq!(
+            e("a=1,a[0]=2"),
+            "unable to parse key: interface conversion: interface {} is int64, not []interface {}"
+        );
+        assert_eq!(e("a.=1"), "key map \"a\" has no value");
+        assert_eq!(e("a=1,b"), "key \"b\" has no value");
+        // Checked against helm v4.1.4.
+        assert_eq!(p("a."), json!({}));
+        assert_eq!(p(".a=1"), json!({}));
+        assert_eq!(p("a[0]"), json!({"a": []}));
+        assert_eq!(p("a=\u{17f}alse"), json!({"a": "\u{17f}alse"}));
+    }
+
+    #[test]
+    fn string_and_json_forms() {
+        let mut m = Values::new();
+        parse_into_string("a=1,b=true", &mut m).unwrap();
+        assert_eq!(Value::Object(m), json!({"a": "1", "b": "true"}));
+        let mut m = Values::new();
+        parse_json(r#"a={"x":[1,2]},b=null,c="s""#, &mut m).unwrap();
+        assert_eq!(
+            Value::Object(m.clone()),
+            json!({"a": {"x": [1.0, 2.0]}, "b": null, "c": "s"})
+        );
+        assert!(m["a"]["x"][0].is_f64());
+    }
+
+    #[test]
+    fn options_merge_in_helm_order() {
+        let o = ValueOptions {
+            value_files: vec![
+                ("a.yaml".into(), b"a: {x: 1, z: 1}\nl: [1]\n".to_vec()),
+                ("b.yaml".into(), b"a: {x: 2}\n".to_vec()),
+            ],
+            json_values: vec![r#"{"j": {"k": 1}}"#.into()],
+            values: vec!["a.z=5".into()],
+            string_values: vec!["s=1".into()],
+            file_values: vec!["f=path".into()],
+        };
+        let v = o
+            .merge(&mut |p| Ok(Value::String(format!("contents of {p}"))))
+            .unwrap();
+        assert_eq!(
+            Value::Object(v),
+            json!({"a": {"x": 2.0, "z": 5}, "l": [1.0], "j": {"k": 1.0}, "s": "1", "f": "contents of path"})
+        );
+        let bad = ValueOptions {
+            value_files: vec![("bad.yaml".into(), b"- 1\n".to_vec())],
+            ..Default::default()
+        };
+        assert!(
+            bad.merge(&mut |_| Ok(Value::Null))
+                .unwrap_err()
+                .to_string()
+                .starts_with("failed to parse bad.yaml: cannot unmarshal yaml document:")
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Helm values as `serde_json` values: reading values files the way Helm does, the map merge
+//! used for `-f` files, and the `Values` path helpers (`Table`, `PathValue`).
+//!
+//! Numbers read from YAML or JSON are float64 (`serde_json` f64 numbers), as Go's
+//! `map[string]interface{}` holds them after `sigs.k8s.io/yaml`; `--set` integers are int64
+//! (i64 numbers). Maps are `serde_json::Map`, sorted by key.
+
+use serde_json::{Map, Number, Value};
+
+/// A values map (Go's `map[string]interface{}`).
+pub type Values = Map<String, Value>;
+
+/// An error reading a values document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValuesError {
+    /// The YAML did not parse, or a document is not a map.
+    #[error("cannot unmarshal yaml document: {0}")]
+    Unmarshal(String),
+    /// A file could not be read.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
+    /// A values file (`-f`) did not parse.
+    #[error("failed to parse {path}: {source}")]
+    File {
+        /// The file as given.
+        path: String,
+        /// What went wrong.
+        source: Box<ValuesError>,
+    },
+}
+
+/// Converts a `sigs.k8s.io/yaml`-shaped YAML value (string keys, float numbers) to JSON.
+pub(crate) fn yaml_to_json(v: flotilla_yaml::Value) -> Value {
+    use flotilla_yaml::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        #[allow(clippy::cast_precision_loss)]
+        Y::Int(i) => float(i as f64),
+        #[allow(clippy::cast_precision_loss)]
+        Y::Uint(u) => float(u as f64),
+        Y::Float(f) => float(f),
+        Y::String(s) => Value::String(s),
+        Y::Bytes(b) => Value::String(String::from_utf8_lossy(&b).into_owned()),
+        Y::Seq(items) => Value::Array(items.into_iter().map(yaml_to_json).collect()),
+        Y::Map(m) => {
+            let mut out = Map::new();
+            for (k, v) in m.into_entries() {
+                let key = match k {
+                    Y::String(s) => s,
+                    other => crate::gofmt::yaml_key_string(&other),
+                };
+                out.insert(key, yaml_to_json(v));
+            }
+            Value::Object(out)
+        }
+    }
+}
+
+/// A float64 number (NaN and infinities, which JSON cannot hold, become null).
+pub(crate) fn float(f: f64) -> Value {
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+/// `sigs.k8s.io/yaml.Unmarshal` of one document into `map[string]interface{}` (`null` and an
+/// empty document give an empty map).
+pub fn parse_yaml_map(src: &str) -> Result<Values, flotilla_yaml::Error> {
+    let m = flotilla_yaml::sigs::unmarshal_map(src)?;
+    match yaml_to_json(flotilla_yaml::Value::Map(m)) {
+        Value::Object(o) => Ok(o),
+        _ => Ok(Values::new()),
+    }
+}
+
+/// Splits a stream into documents as `k8s.io/apimachinery/pkg/util/yaml.YAMLReader` does: a
+/// line that starts with `---` followed only by whitespace ends a document; empty documents
+/// are skipped.
+pub(crate) fn split_yaml_documents(src: &str) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut buf = String::new();
+    for line in src.split_inclusive('\n') {
+        if let Some(after) = line.strip_prefix("---")
+            && after.trim_end().is_empty()
+        {
+            if !buf.is_empty() {
+                docs.push(std::mem::take(&mut buf));
+            }
+            continue;
+        }
+        buf.push_str(line);
+    }
+    if !buf.is_empty() {
+        docs.push(buf);
+    }
+    docs
+}
+
+/// Helm v4's `loader.LoadValues`: every YAML document of the stream, merged in order with
+/// [`merge_maps`].
+pub fn load_values(src: &str) -> Result<Values, ValuesError> {
+    let mut out = Values::new();
+    for doc in split_yaml_documents(src) {
+        let cur = parse_yaml_map(&doc).map_err(|e| ValuesError::Unmarshal(e.to_string()))?;
+        out = merge_maps(out, cur);
+    }
+    Ok(out)
+}
+
+/// [`load_values`] of raw bytes (a UTF-8 BOM is not special here: Helm strips it while
+/// loading charts, not values files).
+pub fn load_values_bytes(src: &[u8]) -> Result<Values, ValuesError> {
+    load_values(&String::from_utf8_lossy(src))
+}
+
+/// Helm's `loader.MergeMaps(a, b)`: `b` wins; maps present on both sides are merged
+/// recursively; lists and scalars are replaced.
+pub fn merge_maps(a: Values, b: Values) -> Values {
+    let mut out = a;
+    for (k, v) in b {
+        match (out.get_mut(&k), v) {
+            (Some(Value::Object(existing)), Value::Object(new)) => {
+                let merged = merge_maps(std::mem::take(existing), new);
+                *existing = merged;
+            }
+            (_, v) => {
+                out.insert(k, v);
+            }
+        }
+    }
+    out
+}
+
+/// `common.ErrNoTable` / `common.ErrNoValue`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// No table at that key.
+    #[error("{0:?} is not a table")]
+    NoTable(String),
+    /// No value at that key.
+    #[error("{0:?} is not a value")]
+    NoValue(String),
+    /// An empty path.
+    #[error("YAML path cannot be empty")]
+    Empty,
+}
+
+/// `Values.Table(path)`: the map at a dotted path.
+pub fn table<'a>(values: &'a Values, path: &str) -> Result<&'a Values, PathError> {
+    let mut cur = values;
+    for part in path.split('.') {
+        match cur.get(part) {
+            Some(Value::Object(m)) => cur = m,
+            _ => return Err(PathError::NoTable(part.to_owned())),
+        }
+    }
+    Ok(cur)
+}
+
+/// `Values.PathValue(path)`: the non-table value at a dotted path (a table is "no value").
+pub fn path_value<'a>(values: &'a Values, path: &str) -> Result<&'a Value, PathError> {
+    if path.is_empty() {
+        return Err(PathError::Empty);
+    }
+    let parts: Vec<&str> = path.split('.').collect();
+    let (key, parents) = parts.split_last().ok_or(PathError::Empty)?;
+    let t = if parents.is_empty() {
+        values
+    } else {
+        table(values, &parents.join(".")).map_err(|_| PathError::NoValue((*key).to_owned()))?
+    };
+    match t.get(*key) {
+        Some(v) if !v.is_object() => Ok(v),
+        _ => Err(PathError::NoValue((*key).to_owned())),
+    }
+}
+
+/// Reads and parses one `-f` values file as the Helm CLI does (`failed to parse FILE: ...`).
+pub fn read_values_file(path: &std::path::Path) -> Result<Values, ValuesError> {
+    let data = std::fs::read(path).map_err(|e| ValuesError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    load_values_bytes(&data).map_err(|e| ValuesError::File {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Values {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn yaml_numbers_become_floats() {
+        let v = load_values("a: 1\nb: 1.5\nc: [1, x]\n").unwrap();
+        assert!(v["a"].is_f64());
+        assert_eq!(v["a"].as_f64(), Some(1.0));
+        assert_eq!(v["c"][1], json!("x"));
+    }
+
+    #[test]
+    fn multiple_documents_are_merged() {
+        // Checked against helm v4.1.4: `y` is a YAML 1.1 bool, so the key is "true".
+        let v = load_values("a: {x: 1, y: 2, z: 2}\n---\na: {y: 3, z: 4}\nb: 1\n--- \n\n").unwrap();
+        assert_eq!(v["a"]["x"].as_f64(), Some(1.0));
+        assert_eq!(v["a"]["true"].as_f64(), Some(3.0));
+        assert_eq!(v["a"]["z"].as_f64(), Some(4.0));
+        assert_eq!(v["b"].as_f64(), Some(1.0));
+        assert!(load_values("").unwrap().is_empty());
+        assert!(load_values("--- # c\na: 1\n").is_ok());
+    }
+
+    #[test]
+    fn bad_yaml_is_an_error_with_line() {
+        let e = load_values("a: b: c\n").unwrap_err().to_string();
+        // helm v4.1.4 prints exactly this (go-yaml gives no line for this one).
+        assert_eq!(
+            e,
+            "cannot unmarshal yaml document: error converting YAML to JSON: yaml: mapping values are not allowed in this context"
+        );
+        let e = load_values("a: 1\nb: [\n").unwrap_err().to_string();
+        assert!(e.contains("yaml: line"), "{e}");
+        let e = load_values("- a\n").unwrap_err().to_string();
+        assert!(e.contains("cannot unmarshal array"), "{e}");
+    }
+
+    #[test]
+    fn merge_maps_later_wins_and_recurses() {
+        let a = obj(json!({"a": {"x": 1, "y": [1]}, "b": 1}));
+        let b = obj(json!({"a": {"y": [2], "z": null}, "b": {"c": 1}}));
+        let m = merge_maps(a, b);
+        assert_eq!(
+            Value::Object(m),
+            json!({"a": {"x": 1, "y": [2], "z": null}, "b": {"c": 1}})
+        );
+    }
+
+    #[test]
+    fn path_value_and_table() {
+        let v = obj(json!({"a": {"b": {"c": true}, "d": null}, "t": 1}));
+        assert_eq!(path_value(&v, "a.b.c"), Ok(&json!(true)));
+        assert_eq!(path_value(&v, "a.d"), Ok(&Value::Null));
+        assert_eq!(path_value(&v, "a.b"), Err(PathError::NoValue("b".into())));
+        assert_eq!(path_value(&v, "x.y"), Err(PathError::NoValue("y".into())));
+        assert_eq!(path_value(&v, "t"), Ok(&json!(1)));
+        assert!(table(&v, "a.b").is_ok());
+        assert!(table(&v, "t").is_err());
+    }
+}
