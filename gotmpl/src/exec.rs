@@ -141,6 +141,8 @@ pub(crate) struct Shared<'f> {
     pub steps: u64,
     /// Stack position when the execution started.
     pub stack_base: usize,
+    /// Per-execution state of functions, by type (see [`CallCtx::state`]).
+    pub states: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl<'f> Shared<'f> {
@@ -152,6 +154,7 @@ impl<'f> Shared<'f> {
             out_bytes: 0,
             steps: 0,
             stack_base: stack_position(),
+            states: Vec::new(),
         }
     }
 }
@@ -193,6 +196,23 @@ impl<'f> CallCtx<'_, 'f> {
     /// The execution options.
     pub fn options(&self) -> &'f ExecOptions {
         self.shared.opts
+    }
+
+    /// State of type `T` private to this execution and shared by every function call in it,
+    /// nested `include`s and `tpl`s included (created with `T::default()` on first use).
+    /// Helm's `include` keeps its per-name recursion counter here.
+    pub fn state<T: Default + Send + 'static>(&mut self) -> &mut T {
+        let states = &mut self.shared.states;
+        let i = match states.iter().position(|s| s.is::<T>()) {
+            Some(i) => i,
+            None => {
+                states.push(Box::new(T::default()));
+                states.len() - 1
+            }
+        };
+        states[i]
+            .downcast_mut::<T>()
+            .expect("the state at this index has type T")
     }
 
     /// Executes the named template of the current set with `data` as dot and `$`

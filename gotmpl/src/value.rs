@@ -520,6 +520,54 @@ impl Value {
         }
     }
 
+    /// Go's `reflect.DeepEqual`: same dynamic types (an `int` never equals an `int64` or a
+    /// `float64`), equal scalars, element-wise equal slices, key-wise equal maps; the same map
+    /// or slice object is equal to itself; objects are equal when they are the same object.
+    /// Nesting deeper than [`MAX_VALUE_DEPTH`] compares unequal.
+    pub fn deep_equal(&self, other: &Value) -> bool {
+        self.deep_equal_at(other, 0)
+    }
+
+    fn deep_equal_at(&self, other: &Value, depth: usize) -> bool {
+        if depth > MAX_VALUE_DEPTH {
+            return false;
+        }
+        match (self, other) {
+            (Value::Nil, Value::Nil) => true,
+            (Value::Bool(a), Value::Bool(b)) => a == b,
+            (Value::Int(a), Value::Int(b)) | (Value::Int64(a), Value::Int64(b)) => a == b,
+            (Value::Uint64(a), Value::Uint64(b)) => a == b,
+            (Value::Float(a), Value::Float(b)) => a == b,
+            (Value::String(a), Value::String(b)) => a == b,
+            (Value::Bytes(a), Value::Bytes(b)) => a == b,
+            (Value::List(a), Value::List(b)) => {
+                a.elem() == b.elem()
+                    && (a.ptr_eq(b)
+                        || (a.len() == b.len()
+                            && a.items()
+                                .iter()
+                                .zip(b.items())
+                                .all(|(x, y)| x.deep_equal_at(y, depth + 1))))
+            }
+            (Value::Map(a), Value::Map(b)) => {
+                if a.map_type() != b.map_type() {
+                    return false;
+                }
+                if a.ptr_eq(b) {
+                    return true;
+                }
+                let (ea, eb) = (a.entries(), b.entries());
+                ea.len() == eb.len()
+                    && ea
+                        .iter()
+                        .zip(&eb)
+                        .all(|((ka, va), (kb, vb))| ka == kb && va.deep_equal_at(vb, depth + 1))
+            }
+            (Value::Object(a), Value::Object(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Converts JSON into Go values the way `encoding/json` decodes into `interface{}`:
     /// every number becomes `float64`.
     pub fn from_json(json: &serde_json::Value) -> Value {
@@ -717,6 +765,21 @@ mod tests {
             .spawn(move || drop(v))
             .expect("spawn");
         handle.join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn deep_equal_follows_reflect_deep_equal() {
+        let a = Value::from_json(&serde_json::json!({"a": [1, {"b": null}], "c": "x"}));
+        let b = Value::from_json(&serde_json::json!({"a": [1, {"b": null}], "c": "x"}));
+        assert!(a.deep_equal(&b));
+        assert!(!Value::Int(1).deep_equal(&Value::Int64(1)));
+        assert!(!Value::Int(1).deep_equal(&Value::Float(1.0)));
+        assert!(!Value::Float(f64::NAN).deep_equal(&Value::Float(f64::NAN)));
+        assert!(
+            !Value::list(vec![]).deep_equal(&Value::List(List::typed(vec![], ElemType::String)))
+        );
+        let named = Map::new().with_type(MapType::Named(Arc::from("common.Values")));
+        assert!(!Value::Map(named).deep_equal(&Value::Map(Map::new())));
     }
 
     #[test]

@@ -578,3 +578,65 @@ fn json_round_trips_through_values() {
         serde_json::json!({"a": [1.5, true, null, "s"], "b": {"c": 2.0}})
     );
 }
+
+#[test]
+fn functions_keep_per_execution_state_across_nested_calls() {
+    #[derive(Default)]
+    struct Depth {
+        current: usize,
+        max: usize,
+    }
+    let mut f = FuncMap::new();
+    f.insert(
+        "include",
+        Function::with_ctx(
+            Signature::fixed([ArgType::String, ArgType::Any]),
+            |ctx, args| {
+                let name = args[0].as_str().unwrap_or_default().to_string();
+                {
+                    let d = ctx.state::<Depth>();
+                    d.current += 1;
+                    d.max = d.max.max(d.current);
+                    if d.current > 3 {
+                        return Err(FuncError::new(format!(
+                            "rendering template has a nested reference name: {name}"
+                        )));
+                    }
+                }
+                let r = ctx.execute_template(&name, args[1].clone());
+                ctx.state::<Depth>().current -= 1;
+                r.map(Value::from).map_err(FuncError::from)
+            },
+        ),
+    );
+    f.insert(
+        "maxdepth",
+        Function::with_ctx(Signature::fixed([]), |ctx, _| {
+            Ok(Value::Int(ctx.state::<Depth>().max as i64))
+        }),
+    );
+    let mut set = TemplateSet::new("gotpl");
+    set.parse("t", r#"{{ define "a" }}{{ include "b" . }}{{ end }}{{ define "b" }}B{{ end }}{{ include "a" . }}{{ include "b" . }}{{ maxdepth }}"#, &f)
+        .expect("parses");
+    assert_eq!(
+        set.execute("t", &Value::Nil, &f, &ExecOptions::helm())
+            .as_deref(),
+        Ok("BB2")
+    );
+    set.parse(
+        "r",
+        r#"{{ define "loop" }}{{ include "loop" . }}{{ end }}{{ include "loop" . }}"#,
+        &f,
+    )
+    .expect("parses");
+    let err = set
+        .execute("r", &Value::Nil, &f, &ExecOptions::helm())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with(
+            "error calling include: rendering template has a nested reference name: loop"
+        ),
+        "{err}"
+    );
+}

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use flotilla_gotmpl::{ArgType, ExecOptions, FuncError, FuncMap, Function, Signature, TemplateSet, Value};
+use flotilla_gotmpl::{
+    ArgType, ExecOptions, FuncError, FuncMap, Function, Signature, TemplateSet, Value,
+};
 
 struct Rng(u64);
 
@@ -20,20 +22,26 @@ impl Rng {
 }
 
 const PIECES: &[&str] = &[
-    "{{", "}}", "{{-", "-}}", " ", "\n", "\t", ".", ".Values", ".a", "$", "$x", ":=", "=", "|", "(", ")", "\"",
-    "`", "'", "/*", "*/", "if", "else", "end", "range", "with", "define", "template", "block", "break",
-    "continue", "nil", "true", "1", "-1", "1.5", "0x1F", "1e400", "'a'", "\"s\"", "printf", "\"%d\"", "len",
-    "index", "eq", "lt", "and", "or", "not", "print", "include", "\"x\"", ",", "é", "\u{0}", "\\", "}",
+    "{{", "}}", "{{-", "-}}", " ", "\n", "\t", ".", ".Values", ".a", "$", "$x", ":=", "=", "|",
+    "(", ")", "\"", "`", "'", "/*", "*/", "if", "else", "end", "range", "with", "define",
+    "template", "block", "break", "continue", "nil", "true", "1", "-1", "1.5", "0x1F", "1e400",
+    "'a'", "\"s\"", "printf", "\"%d\"", "len", "index", "eq", "lt", "and", "or", "not", "print",
+    "include", "\"x\"", ",", "é", "\u{0}", "\\", "}",
 ];
 
 fn funcs() -> FuncMap {
     let mut f = FuncMap::new();
     f.insert(
         "include",
-        Function::with_ctx(Signature::fixed([ArgType::String, ArgType::Any]), |ctx, args| {
-            let name = args[0].as_str().unwrap_or_default().to_string();
-            ctx.execute_template(&name, args[1].clone()).map(Value::from).map_err(FuncError::from)
-        }),
+        Function::with_ctx(
+            Signature::fixed([ArgType::String, ArgType::Any]),
+            |ctx, args| {
+                let name = args[0].as_str().unwrap_or_default().to_string();
+                ctx.execute_template(&name, args[1].clone())
+                    .map(Value::from)
+                    .map_err(FuncError::from)
+            },
+        ),
     );
     f
 }
@@ -52,7 +60,9 @@ fn run_fuzz() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut seeds: Vec<String> = Vec::new();
     for dir in ["ok", "errors"] {
-        let Ok(entries) = std::fs::read_dir(fixtures.join(dir)) else { continue };
+        let Ok(entries) = std::fs::read_dir(fixtures.join(dir)) else {
+            continue;
+        };
         for e in entries.flatten() {
             if let Ok(text) = std::fs::read_to_string(e.path()) {
                 seeds.push(text);
@@ -64,7 +74,11 @@ fn run_fuzz() {
         "Values": {"a": 1, "s": "x", "list": [1, null, {"k": "v"}], "m": {"b": [true]}}
     }));
     let funcs = funcs();
-    let opts = ExecOptions { max_output_bytes: 1 << 20, max_steps: Some(100_000), ..ExecOptions::helm() };
+    let opts = ExecOptions {
+        max_output_bytes: 1 << 20,
+        max_steps: Some(100_000),
+        ..ExecOptions::helm()
+    };
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for round in 0..rounds() {
         let mut chars: Vec<char> = if round % 4 == 3 || seeds.is_empty() {
@@ -106,5 +120,8 @@ fn mutated_and_random_templates_never_panic() {
 
 /// 20000 by default; `GOTMPL_FUZZ_ROUNDS` raises it for longer local runs.
 fn rounds() -> usize {
-    std::env::var("GOTMPL_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
+    std::env::var("GOTMPL_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
 }
