@@ -3,3 +3,10 @@
 //! It will hold the plan store, the executor (server-side apply, hooks, waits, tests, drift),
 //! the Helm-compatible storage driver and the session to the hub. Decisions come from
 //! `flotilla-core`; rendering comes from `flotilla-chart`.
+//!
+//! What exists today is [`kube`]: the Kubernetes executor primitives (manifest to objects,
+//! API discovery, server-side apply with Helm's ownership rules, deletion, kstatus readiness
+//! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
+//! [`kube::ClusterApi`].
+
+pub mod kube;

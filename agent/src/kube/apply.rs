@@ -1,0 +1,508 @@
+//! Server-side apply in Helm's install order, with Helm's ownership metadata and checks and
+//! Flotilla's HelmRelease owner labels.
+//!
+//! Every object is applied with one field manager ([`FIELD_MANAGER`](super::FIELD_MANAGER)),
+//! conflicts forced and strict field validation (what Helm 4 does). Before an existing object
+//! is written it must belong to the release (Helm's `managed-by` label and release
+//! annotations) unless [`ApplyOptions::take_ownership`] is set, and it must not belong to
+//! another HelmRelease (Flotilla's owner labels) in any case.
+
+// Errors name their object (and template) for people; they are built on the failure path
+// only, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::fmt;
+use std::time::Duration;
+
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt as _};
+use tokio::time::Instant;
+
+use super::discovery::{DiscoveryError, no_match};
+use super::manifest::{KindOrder, ManifestObject};
+use super::wait::{WaitError, WaitOptions};
+use super::{
+    ApiFailure, ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_NAME_LABEL,
+    OWNER_NAMESPACE_LABEL, ObjectRef, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION,
+    Resource,
+};
+
+/// The Helm release objects belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRef {
+    /// The release name.
+    pub name: String,
+    /// The release namespace (also the default namespace of namespaced objects).
+    pub namespace: String,
+}
+
+/// The HelmRelease that owns a release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelmReleaseRef {
+    /// The HelmRelease's name.
+    pub name: String,
+    /// The HelmRelease's namespace.
+    pub namespace: String,
+}
+
+impl fmt::Display for HelmReleaseRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How to apply.
+#[derive(Clone, Debug)]
+pub struct ApplyOptions {
+    /// The release the objects belong to.
+    pub release: ReleaseRef,
+    /// The HelmRelease owning the release; its labels go on every object.
+    pub owner: Option<HelmReleaseRef>,
+    /// Helm's `--take-ownership`: adopt existing objects that lack the release's metadata.
+    pub take_ownership: bool,
+    /// The field manager (default [`FIELD_MANAGER`]).
+    pub field_manager: String,
+    /// How long to wait for a CRD applied earlier in the same call to serve its kind.
+    pub crd_timeout: Duration,
+}
+
+impl ApplyOptions {
+    /// Options for `release`, no owner, no take-over.
+    pub fn new(release: ReleaseRef) -> ApplyOptions {
+        ApplyOptions {
+            release,
+            owner: None,
+            take_ownership: false,
+            field_manager: FIELD_MANAGER.to_owned(),
+            crd_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The same options with an owning HelmRelease.
+    pub fn owned_by(mut self, owner: HelmReleaseRef) -> ApplyOptions {
+        self.owner = Some(owner);
+        self
+    }
+
+    fn params(&self) -> PatchParams {
+        PatchParams::apply(&self.field_manager)
+            .force()
+            .validation_strict()
+    }
+}
+
+/// What an apply did.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyReport {
+    /// Objects that did not exist before.
+    pub created: Vec<ObjectRef>,
+    /// Objects that existed and were updated.
+    pub updated: Vec<ObjectRef>,
+    /// Every object applied, as the API server returned it, in apply order (to wait on).
+    pub applied: Vec<Resource>,
+}
+
+/// Errors of an apply; each names its object.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The object's kind is not served.
+    #[error(transparent)]
+    Resolve(#[from] DiscoveryError),
+    /// The object exists and does not carry the release's metadata (Helm's check).
+    #[error(
+        "{object}: exists and cannot be imported into the current release: invalid ownership metadata; {}",
+        .problems.join("; ")
+    )]
+    NotOwned {
+        /// The object.
+        object: ObjectRef,
+        /// Each mismatch, in Helm's words.
+        problems: Vec<String>,
+    },
+    /// The object belongs to another HelmRelease.
+    #[error("{object}: belongs to HelmRelease {other}, not to HelmRelease {ours}")]
+    OwnedByOther {
+        /// The object.
+        object: ObjectRef,
+        /// The HelmRelease named by its labels.
+        other: String,
+        /// The HelmRelease applying.
+        ours: HelmReleaseRef,
+    },
+    /// Reading the live object failed.
+    #[error("{object}{}: reading the live object", from(.source_name))]
+    Get {
+        /// The object.
+        object: ObjectRef,
+        /// Its template.
+        source_name: Option<String>,
+        /// The failure.
+        #[source]
+        source: ApiFailure,
+    },
+    /// The API server refused the object.
+    #[error("{object}{}: apply failed", from(.source_name))]
+    Apply {
+        /// The object.
+        object: ObjectRef,
+        /// Its template.
+        source_name: Option<String>,
+        /// The API server's answer.
+        #[source]
+        source: ApiFailure,
+    },
+    /// A CRD applied in the same call did not become established.
+    #[error("{object}: waiting for its CustomResourceDefinition")]
+    CrdNotEstablished {
+        /// The custom resource.
+        object: ObjectRef,
+        /// What the wait saw.
+        #[source]
+        source: WaitError,
+    },
+}
+
+fn from(source: &Option<String>) -> String {
+    source
+        .as_deref()
+        .map(|s| format!(" (from {s})"))
+        .unwrap_or_default()
+}
+
+impl ApplyError {
+    /// The object the error is about.
+    pub fn object(&self) -> &ObjectRef {
+        match self {
+            ApplyError::Resolve(DiscoveryError::NoMatch { object, .. })
+            | ApplyError::Resolve(DiscoveryError::Api { object, .. })
+            | ApplyError::NotOwned { object, .. }
+            | ApplyError::OwnedByOther { object, .. }
+            | ApplyError::Get { object, .. }
+            | ApplyError::Apply { object, .. }
+            | ApplyError::CrdNotEstablished { object, .. } => object,
+        }
+    }
+
+    /// Whether retrying later may succeed without a change of the input.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApplyError::Get { source, .. } | ApplyError::Apply { source, .. } => {
+                source.is_transient()
+            }
+            ApplyError::Resolve(DiscoveryError::Api { source, .. }) => source.is_transient(),
+            ApplyError::CrdNotEstablished { .. } => true,
+            ApplyError::Resolve(DiscoveryError::NoMatch { .. })
+            | ApplyError::NotOwned { .. }
+            | ApplyError::OwnedByOther { .. } => false,
+        }
+    }
+}
+
+/// A failed apply: the error and what was applied before it.
+#[derive(Debug)]
+pub struct ApplyFailure {
+    /// What was applied before the failure (Helm's `Result.Created` for `--cleanup-on-fail`).
+    pub report: ApplyReport,
+    /// The failure.
+    pub error: ApplyError,
+}
+
+impl fmt::Display for ApplyFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for ApplyFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+/// The object with Helm's release metadata and Flotilla's owner labels added (what is sent to
+/// the API server; the stored manifest stays as rendered).
+pub fn with_release_metadata(object: &DynamicObject, options: &ApplyOptions) -> DynamicObject {
+    let mut object = object.clone();
+    let labels = object.labels_mut();
+    labels.insert(MANAGED_BY_LABEL.to_owned(), "Helm".to_owned());
+    if let Some(owner) = &options.owner {
+        labels.insert(OWNER_NAME_LABEL.to_owned(), owner.name.clone());
+        labels.insert(OWNER_NAMESPACE_LABEL.to_owned(), owner.namespace.clone());
+    }
+    let annotations = object.annotations_mut();
+    annotations.insert(
+        RELEASE_NAME_ANNOTATION.to_owned(),
+        options.release.name.clone(),
+    );
+    annotations.insert(
+        RELEASE_NAMESPACE_ANNOTATION.to_owned(),
+        options.release.namespace.clone(),
+    );
+    object
+}
+
+/// Flotilla's owner labels on an object, added when an owner is given (hooks get these but
+/// not Helm's release metadata).
+pub(crate) fn with_owner_labels(
+    object: &DynamicObject,
+    owner: Option<&HelmReleaseRef>,
+) -> DynamicObject {
+    let mut object = object.clone();
+    if let Some(owner) = owner {
+        let labels = object.labels_mut();
+        labels.insert(OWNER_NAME_LABEL.to_owned(), owner.name.clone());
+        labels.insert(OWNER_NAMESPACE_LABEL.to_owned(), owner.namespace.clone());
+    }
+    object
+}
+
+/// Helm's ownership check of a live object: the list of mismatches, empty when it belongs to
+/// the release.
+pub fn ownership_problems(live: &DynamicObject, release: &ReleaseRef) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |what: &str, value: Option<&String>, key: &str, want: &str| match value {
+        None => problems.push(format!(
+            "{what} validation error: missing key {key:?}: must be set to {want:?}"
+        )),
+        Some(v) if v != want => problems.push(format!(
+            "{what} validation error: key {key:?} must equal {want:?}: current value is {v:?}"
+        )),
+        Some(_) => {}
+    };
+    check(
+        "label",
+        live.labels().get(MANAGED_BY_LABEL),
+        MANAGED_BY_LABEL,
+        "Helm",
+    );
+    check(
+        "annotation",
+        live.annotations().get(RELEASE_NAME_ANNOTATION),
+        RELEASE_NAME_ANNOTATION,
+        &release.name,
+    );
+    check(
+        "annotation",
+        live.annotations().get(RELEASE_NAMESPACE_ANNOTATION),
+        RELEASE_NAMESPACE_ANNOTATION,
+        &release.namespace,
+    );
+    problems
+}
+
+/// The HelmRelease a live object's owner labels name, when it is not `ours`.
+pub fn other_owner(live: &DynamicObject, ours: &HelmReleaseRef) -> Option<String> {
+    let name = live.labels().get(OWNER_NAME_LABEL);
+    let namespace = live.labels().get(OWNER_NAMESPACE_LABEL);
+    if name.is_none() && namespace.is_none() {
+        return None;
+    }
+    if name == Some(&ours.name) && namespace == Some(&ours.namespace) {
+        return None;
+    }
+    Some(format!(
+        "{}/{}",
+        namespace.map_or("?", String::as_str),
+        name.map_or("?", String::as_str)
+    ))
+}
+
+fn check_existing(
+    resource: &Resource,
+    live: &DynamicObject,
+    options: &ApplyOptions,
+) -> Result<(), ApplyError> {
+    if let Some(ours) = &options.owner
+        && let Some(other) = other_owner(live, ours)
+    {
+        return Err(ApplyError::OwnedByOther {
+            object: resource.object_ref(),
+            other,
+            ours: ours.clone(),
+        });
+    }
+    if !options.take_ownership {
+        let problems = ownership_problems(live, &options.release);
+        if !problems.is_empty() {
+            return Err(ApplyError::NotOwned {
+                object: resource.object_ref(),
+                problems,
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn get_live(
+    client: &Client,
+    resource: &Resource,
+) -> Result<Option<DynamicObject>, ApplyError> {
+    resource
+        .api(client)
+        .get_opt(&resource.name())
+        .await
+        .map_err(|e| ApplyError::Get {
+            object: resource.object_ref(),
+            source_name: resource.source.clone(),
+            source: ApiFailure(e),
+        })
+}
+
+impl ClusterApi {
+    /// Applies a manifest's objects in Helm's install order: resolves each (waiting, when its
+    /// kind comes from a CRD applied earlier in this call, for the CRD to be established and
+    /// served), checks ownership of existing objects, then server-side applies it. Stops at
+    /// the first error, reporting what was applied before it.
+    pub async fn apply(
+        &self,
+        objects: &[ManifestObject],
+        options: &ApplyOptions,
+    ) -> Result<ApplyReport, ApplyFailure> {
+        let mut ordered: Vec<&ManifestObject> = objects.iter().collect();
+        KindOrder::Install.sort(&mut ordered, |o| o.gvk.kind.as_str());
+        let mut report = ApplyReport::default();
+        let mut crds: Vec<Resource> = Vec::new();
+        for obj in ordered {
+            let result = async {
+                let resource = self.resolve_applying(obj, options, &crds).await?;
+                self.apply_one(&resource, options).await
+            }
+            .await;
+            match result {
+                Ok((applied, existed)) => {
+                    let object = applied.object_ref();
+                    if existed {
+                        report.updated.push(object);
+                    } else {
+                        report.created.push(object);
+                    }
+                    if applied.kind() == "CustomResourceDefinition" {
+                        crds.push(applied.clone());
+                    }
+                    report.applied.push(applied);
+                }
+                Err(error) => return Err(ApplyFailure { report, error }),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Resolves `obj`; when its kind is not served but a CRD applied in this call defines
+    /// it, waits for that CRD and for discovery to serve the kind.
+    async fn resolve_applying(
+        &self,
+        obj: &ManifestObject,
+        options: &ApplyOptions,
+        crds: &[Resource],
+    ) -> Result<Resource, ApplyError> {
+        match self.resolve(obj, &options.release.namespace).await {
+            Err(DiscoveryError::NoMatch { .. }) => {}
+            other => return Ok(other?),
+        }
+        let defining: Vec<Resource> = crds
+            .iter()
+            .filter(|crd| {
+                let spec = crd.object.data.get("spec");
+                spec.and_then(|s| s.get("group")).and_then(|g| g.as_str()) == Some(&obj.gvk.group)
+                    && spec
+                        .and_then(|s| s.get("names"))
+                        .and_then(|n| n.get("kind"))
+                        .and_then(|k| k.as_str())
+                        == Some(&obj.gvk.kind)
+            })
+            .cloned()
+            .collect();
+        if defining.is_empty() {
+            return Err(no_match(obj).into());
+        }
+        let deadline = Instant::now() + options.crd_timeout;
+        self.wait_ready(&defining, &WaitOptions::new(options.crd_timeout))
+            .await
+            .map_err(|source| ApplyError::CrdNotEstablished {
+                object: obj.object_ref(),
+                source,
+            })?;
+        // Established CRDs show up in discovery shortly after; ask again until they do.
+        loop {
+            match self.resolve(obj, &options.release.namespace).await {
+                Err(DiscoveryError::NoMatch { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// Applies one resolved object (ownership checks included). Returns the object as the API
+    /// server returned it and whether it existed before.
+    pub async fn apply_one(
+        &self,
+        resource: &Resource,
+        options: &ApplyOptions,
+    ) -> Result<(Resource, bool), ApplyError> {
+        let desired = with_release_metadata(&resource.object, options);
+        let api = resource.api(&self.client);
+        let name = resource.name();
+        if name.is_empty() {
+            // Only a generateName: server-side apply needs a name, so create it.
+            let created = api
+                .create(&PostParams::default(), &desired)
+                .await
+                .map_err(|e| apply_error(resource, e))?;
+            return Ok((with_object(resource, created), false));
+        }
+        let live = get_live(&self.client, resource).await?;
+        if let Some(live) = &live {
+            check_existing(resource, live, options)?;
+        }
+        let applied = api
+            .patch(&name, &options.params(), &Patch::Apply(&desired))
+            .await
+            .map_err(|e| apply_error(resource, e))?;
+        Ok((with_object(resource, applied), live.is_some()))
+    }
+
+    /// A server-side apply dry run of one resolved object, with the release metadata added:
+    /// the object as it would be after the apply (for drift detection). No ownership checks.
+    pub async fn dry_run_apply(
+        &self,
+        resource: &Resource,
+        options: &ApplyOptions,
+    ) -> Result<DynamicObject, ApplyError> {
+        let desired = with_release_metadata(&resource.object, options);
+        resource
+            .api(&self.client)
+            .patch(
+                &resource.name(),
+                &options.params().dry_run(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .map_err(|e| apply_error(resource, e))
+    }
+
+    /// The live object of a resource, `None` when it does not exist.
+    pub async fn get(&self, resource: &Resource) -> Result<Option<DynamicObject>, ApplyError> {
+        get_live(&self.client, resource).await
+    }
+}
+
+fn apply_error(resource: &Resource, e: kube::Error) -> ApplyError {
+    ApplyError::Apply {
+        object: resource.object_ref(),
+        source_name: resource.source.clone(),
+        source: ApiFailure(e),
+    }
+}
+
+fn with_object(resource: &Resource, mut object: DynamicObject) -> Resource {
+    if object.types.is_none() {
+        object.types = resource.object.types.clone();
+    }
+    Resource {
+        source: resource.source.clone(),
+        api_resource: resource.api_resource.clone(),
+        namespaced: resource.namespaced,
+        object,
+    }
+}

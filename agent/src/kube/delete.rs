@@ -1,0 +1,219 @@
+//! Deletion in Helm's uninstall order, honouring `helm.sh/resource-policy: keep`, with a
+//! chosen propagation policy and an optional watch-driven wait until the objects are gone.
+
+use std::fmt;
+use std::time::Duration;
+
+use kube::ResourceExt as _;
+use kube::api::{DeleteParams, DynamicObject, PropagationPolicy};
+
+use super::discovery::DiscoveryError;
+use super::manifest::{KindOrder, ManifestObject};
+use super::wait::WaitError;
+use super::{ApiFailure, ClusterApi, ObjectRef, RESOURCE_POLICY_ANNOTATION, Resource};
+
+/// Deletion propagation (Helm's `--cascade`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents are deleted by the garbage collector afterwards (Helm's default).
+    #[default]
+    Background,
+    /// The object stays until its dependents are deleted.
+    Foreground,
+    /// Dependents are left behind.
+    Orphan,
+}
+
+/// How to delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// Propagation policy.
+    pub propagation: Propagation,
+    /// When set, wait this long for the deleted objects to be gone.
+    pub wait: Option<Duration>,
+}
+
+/// What a deletion did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteReport {
+    /// Objects a delete request was accepted for.
+    pub deleted: Vec<ObjectRef>,
+    /// Objects kept because of `helm.sh/resource-policy: keep` (in the manifest or live).
+    pub kept: Vec<ObjectRef>,
+    /// Objects that did not exist (or whose kind is no longer served).
+    pub not_found: Vec<ObjectRef>,
+}
+
+/// One object that could not be deleted.
+#[derive(Debug)]
+pub struct ObjectFailure {
+    /// The object.
+    pub object: ObjectRef,
+    /// The API server's answer.
+    pub error: ApiFailure,
+}
+
+impl fmt::Display for ObjectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.error)
+    }
+}
+
+/// Errors of a deletion.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    /// Some objects could not be deleted (the others were).
+    #[error("deletion finished with {} error(s): [{}]", .failures.len(), join(.failures))]
+    Failed {
+        /// What was done.
+        report: DeleteReport,
+        /// Each failure.
+        failures: Vec<ObjectFailure>,
+    },
+    /// Deleted objects were still present when the wait ended.
+    #[error("waiting for deleted objects to be gone")]
+    Wait {
+        /// What was done.
+        report: DeleteReport,
+        /// What the wait saw.
+        #[source]
+        source: WaitError,
+    },
+}
+
+fn join(failures: &[ObjectFailure]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether an object carries `helm.sh/resource-policy: keep` (trimmed, any case).
+pub fn has_keep_policy(object: &DynamicObject) -> bool {
+    object
+        .annotations()
+        .get(RESOURCE_POLICY_ANNOTATION)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("keep"))
+}
+
+impl ClusterApi {
+    /// Deletes manifest objects (uninstall, or objects dropped by an upgrade): resolves them
+    /// against `release_namespace`, skipping kinds no longer served, then
+    /// [`delete_resources`](Self::delete_resources).
+    pub async fn delete(
+        &self,
+        objects: &[ManifestObject],
+        release_namespace: &str,
+        options: &DeleteOptions,
+    ) -> Result<DeleteReport, DeleteError> {
+        let mut resources = Vec::new();
+        let mut unserved = Vec::new();
+        let mut failures = Vec::new();
+        for obj in objects {
+            match self.resolve(obj, release_namespace).await {
+                Ok(r) => resources.push(r),
+                Err(DiscoveryError::NoMatch { object, .. }) => unserved.push(object),
+                Err(DiscoveryError::Api { object, source, .. }) => failures.push(ObjectFailure {
+                    object,
+                    error: source,
+                }),
+            }
+        }
+        let result = self.delete_resources(&resources, options).await;
+        match result {
+            Ok(mut report) if failures.is_empty() => {
+                report.not_found.extend(unserved);
+                Ok(report)
+            }
+            Ok(mut report) => {
+                report.not_found.extend(unserved);
+                Err(DeleteError::Failed { report, failures })
+            }
+            Err(DeleteError::Failed {
+                mut report,
+                failures: more,
+            }) => {
+                report.not_found.extend(unserved);
+                failures.extend(more);
+                Err(DeleteError::Failed { report, failures })
+            }
+            Err(DeleteError::Wait { mut report, source }) => {
+                report.not_found.extend(unserved);
+                Err(DeleteError::Wait { report, source })
+            }
+        }
+    }
+
+    /// Deletes resolved objects in Helm's uninstall order. Objects with the keep policy (as
+    /// given, or on the live object) are left alone; missing ones are reported as not found.
+    /// Failures do not stop the others; they are reported together.
+    pub async fn delete_resources(
+        &self,
+        resources: &[Resource],
+        options: &DeleteOptions,
+    ) -> Result<DeleteReport, DeleteError> {
+        let mut ordered: Vec<&Resource> = resources.iter().collect();
+        KindOrder::Uninstall.sort(&mut ordered, |r| r.kind());
+        let params = DeleteParams {
+            propagation_policy: Some(match options.propagation {
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Foreground => PropagationPolicy::Foreground,
+                Propagation::Orphan => PropagationPolicy::Orphan,
+            }),
+            ..DeleteParams::default()
+        };
+        let mut report = DeleteReport::default();
+        let mut failures = Vec::new();
+        let mut deleted = Vec::new();
+        for resource in ordered {
+            let object = resource.object_ref();
+            if has_keep_policy(&resource.object) {
+                report.kept.push(object);
+                continue;
+            }
+            let api = resource.api(&self.client);
+            let name = resource.name();
+            match api.get_opt(&name).await {
+                Ok(None) => {
+                    report.not_found.push(object);
+                    continue;
+                }
+                Ok(Some(live)) if has_keep_policy(&live) => {
+                    report.kept.push(object);
+                    continue;
+                }
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    failures.push(ObjectFailure {
+                        object,
+                        error: ApiFailure(e),
+                    });
+                    continue;
+                }
+            }
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    report.deleted.push(object);
+                    deleted.push(resource.clone());
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    report.not_found.push(object)
+                }
+                Err(e) => failures.push(ObjectFailure {
+                    object,
+                    error: ApiFailure(e),
+                }),
+            }
+        }
+        if !failures.is_empty() {
+            return Err(DeleteError::Failed { report, failures });
+        }
+        if let Some(timeout) = options.wait
+            && let Err(source) = self.wait_deleted(&deleted, timeout).await
+        {
+            return Err(DeleteError::Wait { report, source });
+        }
+        Ok(report)
+    }
+}

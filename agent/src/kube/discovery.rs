@@ -1,0 +1,202 @@
+//! GVK to resource and scope, through API discovery, cached per group-version.
+//!
+//! A lookup that misses the cache asks the API server for that group-version again, so kinds
+//! added by a CRD applied moments ago become resolvable as soon as the API server serves them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersion;
+use kube::discovery::Scope;
+use tokio::sync::Mutex;
+
+use super::ApiFailure;
+use super::manifest::ManifestObject;
+use super::{ClusterApi, ObjectRef, Resource};
+
+/// Errors resolving an object's kind.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The API server does not serve this kind (Helm's wording).
+    #[error(
+        "{object}: resource mapping not found for name: {name:?} namespace: {namespace:?} from {source_name:?}: no matches for kind {kind:?} in version {api_version:?}"
+    )]
+    NoMatch {
+        /// The object.
+        object: ObjectRef,
+        /// Its name.
+        name: String,
+        /// Its namespace as written (`""` when not set).
+        namespace: String,
+        /// The template it came from (`""` when unknown).
+        source_name: String,
+        /// The kind.
+        kind: String,
+        /// The apiVersion.
+        api_version: String,
+    },
+    /// Discovery itself failed.
+    #[error("{object}: discovering API resources for {api_version:?}")]
+    Api {
+        /// The object being resolved.
+        object: ObjectRef,
+        /// The group-version asked for.
+        api_version: String,
+        /// The request's failure.
+        #[source]
+        source: ApiFailure,
+    },
+}
+
+/// A resolved kind: its resource and whether it is namespaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedKind {
+    /// Group, version, kind and plural.
+    pub api_resource: ApiResource,
+    /// Whether objects of the kind live in namespaces.
+    pub namespaced: bool,
+}
+
+type GroupVersionResources = Arc<Vec<ResolvedKind>>;
+
+/// The discovery cache of one cluster. Cheap to clone; clones share the cache.
+#[derive(Clone)]
+pub struct ApiCatalog {
+    client: Client,
+    cache: Arc<Mutex<HashMap<String, GroupVersionResources>>>,
+}
+
+impl std::fmt::Debug for ApiCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiCatalog").finish_non_exhaustive()
+    }
+}
+
+impl ApiCatalog {
+    /// An empty cache for `client`'s cluster.
+    pub fn new(client: Client) -> ApiCatalog {
+        ApiCatalog {
+            client,
+            cache: Arc::default(),
+        }
+    }
+
+    /// Resolves a GVK: from the cache, else by asking the API server for its group-version.
+    /// `Ok(None)` when the API server does not serve the kind.
+    pub async fn lookup(&self, gvk: &GroupVersionKind) -> Result<Option<ResolvedKind>, ApiFailure> {
+        let api_version = gvk.api_version();
+        let cached = self.cache.lock().await.get(&api_version).cloned();
+        if let Some(found) = cached.as_deref().and_then(|r| find(r, &gvk.kind)) {
+            return Ok(Some(found));
+        }
+        let fresh = self.refresh(gvk).await?;
+        Ok(find(&fresh, &gvk.kind))
+    }
+
+    /// Asks the API server for the resources of `gvk`'s group-version and caches them.
+    pub async fn refresh(
+        &self,
+        gvk: &GroupVersionKind,
+    ) -> Result<GroupVersionResources, ApiFailure> {
+        let gv = GroupVersion::gv(&gvk.group, &gvk.version);
+        let resources = match kube::discovery::pinned_group(&self.client, &gv).await {
+            Ok(group) => group
+                .versioned_resources(&gvk.version)
+                .into_iter()
+                .map(|(api_resource, caps)| ResolvedKind {
+                    api_resource,
+                    namespaced: caps.scope == Scope::Namespaced,
+                })
+                .collect(),
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(e) => return Err(ApiFailure(e)),
+        };
+        let resources = Arc::new(resources);
+        self.cache
+            .lock()
+            .await
+            .insert(gvk.api_version(), resources.clone());
+        Ok(resources)
+    }
+
+    /// Forgets everything (after CRDs were removed, say).
+    pub async fn invalidate(&self) {
+        self.cache.lock().await.clear();
+    }
+}
+
+fn find(resources: &[ResolvedKind], kind: &str) -> Option<ResolvedKind> {
+    resources
+        .iter()
+        .find(|r| r.api_resource.kind == kind)
+        .cloned()
+}
+
+impl ClusterApi {
+    /// Resolves a manifest object against the cluster's API: finds its resource and scope,
+    /// sets the namespace of a namespaced object without one to `default_namespace`, and
+    /// clears it on cluster-scoped objects (as `kubectl` and Helm do).
+    pub async fn resolve(
+        &self,
+        obj: &ManifestObject,
+        default_namespace: &str,
+    ) -> Result<Resource, DiscoveryError> {
+        let resolved = self
+            .catalog
+            .lookup(&obj.gvk)
+            .await
+            .map_err(|e| DiscoveryError::Api {
+                object: obj.object_ref(),
+                api_version: obj.gvk.api_version(),
+                source: e,
+            })?;
+        let Some(resolved) = resolved else {
+            return Err(no_match(obj));
+        };
+        let mut object = obj.object.clone();
+        if resolved.namespaced {
+            if object
+                .metadata
+                .namespace
+                .as_deref()
+                .is_none_or(str::is_empty)
+            {
+                object.metadata.namespace = Some(default_namespace.to_owned());
+            }
+        } else {
+            object.metadata.namespace = None;
+        }
+        Ok(Resource {
+            source: obj.source.clone(),
+            api_resource: resolved.api_resource,
+            namespaced: resolved.namespaced,
+            object,
+        })
+    }
+
+    /// Resolves every object, stopping at the first error.
+    pub async fn resolve_all(
+        &self,
+        objects: &[ManifestObject],
+        default_namespace: &str,
+    ) -> Result<Vec<Resource>, DiscoveryError> {
+        let mut out = Vec::with_capacity(objects.len());
+        for obj in objects {
+            out.push(self.resolve(obj, default_namespace).await?);
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn no_match(obj: &ManifestObject) -> DiscoveryError {
+    DiscoveryError::NoMatch {
+        object: obj.object_ref(),
+        name: obj.object.metadata.name.clone().unwrap_or_default(),
+        namespace: obj.object.metadata.namespace.clone().unwrap_or_default(),
+        source_name: obj.source_name().to_owned(),
+        kind: obj.gvk.kind.clone(),
+        api_version: obj.gvk.api_version(),
+    }
+}
