@@ -3,8 +3,8 @@
 //! `Sprint`'s spacing rule, `Sprintln`, and `Sprintf` with flags, width, precision, argument
 //! indexes and Go's error forms (`%!d(string=x)`, `%!d(MISSING)`, `%!(EXTRA int=1)`).
 //!
-//! Not implemented: `%b` of floats (binary exponent form), `%p`, complex numbers. `%b` of a
-//! float prints Go's bad-verb form `%!b(float64=…)` instead.
+//! Not implemented: `%p` (no pointers here) and complex numbers; `%p` prints Go's bad-verb
+//! form. Struct printing (`{a b}`, `%+v` field names) is the [`crate::Object`]'s `display`.
 
 use crate::value::{ElemType, GoKind, MAX_VALUE_DEPTH, MapType, Value};
 

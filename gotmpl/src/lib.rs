@@ -33,9 +33,54 @@
 //!   execute named templates (Helm's `include`) or parse text into a clone of the set and
 //!   run it (`tpl`). Registered functions shadow builtins of the same name (Sprig's `slice`).
 //!
+//! # Writing template functions (Sprig, Helm)
+//!
+//! ```
+//! use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Function, Signature, Value};
+//!
+//! let mut funcs = FuncMap::new();
+//! // Go: func(count int, str string) string
+//! funcs.insert("repeat", Function::new(Signature::fixed([ArgType::Int, ArgType::String]), |args| {
+//!     let (Value::Int(n), Some(s)) = (&args[0], args[1].as_str()) else {
+//!         return Err(FuncError::new("unreachable: arguments are checked against the signature"));
+//!     };
+//!     Ok(Value::string(s.repeat((*n).max(0) as usize)))
+//! }));
+//! // Go: func(name string, data interface{}) (string, error), reaching the template set.
+//! funcs.insert("include", Function::with_ctx(Signature::fixed([ArgType::String, ArgType::Any]), |ctx, args| {
+//!     let name = args[0].as_str().unwrap_or_default().to_string();
+//!     Ok(Value::from(ctx.execute_template(&name, args[1].clone())?))
+//! }));
+//! ```
+//!
+//! * Arguments arrive already checked and converted as Go would: a parameter of type
+//!   [`ArgType::Int`] receives a [`Value::Int`] (a `float64` from values fails the call with
+//!   `wrong type for value; expected int; got float64`; a literal `3` is accepted);
+//!   [`ArgType::Any`] receives anything, Go's nil as [`Value::Nil`]; nillable parameters
+//!   (`List`, `StringList`, `Map`) may receive [`Value::Nil`].
+//! * Returning [`Value::Nil`] is returning a nil `interface{}`: printed at the end of a
+//!   pipeline it gives `<no value>`. Helm deletes `<no value>` from every rendered file; that
+//!   is the caller's job, this crate prints what Go prints.
+//! * An `Err(FuncError)` becomes `error calling NAME: MESSAGE`. Where Sprig panics, return
+//!   the panic message as the error, as text/template recovers panics that way.
+//! * [`CallCtx`] reaches the execution: [`CallCtx::execute_template`] (Helm's `include`),
+//!   [`CallCtx::templates`] + [`TemplateSet::parse`] on a clone +
+//!   [`CallCtx::execute_template_in`] (Helm's `tpl`), [`CallCtx::state`] for per-execution
+//!   state such as `include`'s recursion counter, [`CallCtx::options`] for `missingkey`.
+//! * Maps are shared by reference ([`Map`]): mutating one (Sprig's `set`, `merge`) is seen by
+//!   every holder, including later templates rendered with the same values.
+//! * Objects with methods and fields (`.Files.Get`, `.Capabilities.APIVersions.Has`,
+//!   semver versions, certificates) implement [`Object`].
+//!
+//! # Limits
+//!
+//! Parsing bounds nesting ([`MAX_PARSE_DEPTH`]); execution bounds template nesting, stack use,
+//! output size and optionally steps ([`ExecOptions`]). Hostile input gets an error, never a
+//! stack overflow or a panic.
+//!
 //! Not modelled: complex numbers (a complex literal is a parse error), function values (so
 //! `call` can only fail, as it does in Go for every non-function), channels, custom
-//! delimiters.
+//! delimiters, the `%p` verb.
 
 mod ast;
 mod exec;
