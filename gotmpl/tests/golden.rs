@@ -16,7 +16,7 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The root Helm passes to a chart template: `.Values` is a `common.Values`.
+/// The root Helm passes to a chart template: it and `.Values` are `common.Values` (Helm 4).
 fn root() -> Value {
     let json: serde_json::Value =
         serde_json::from_str(&read(&fixtures().join("values.json"))).expect("values.json is JSON");
@@ -25,7 +25,7 @@ fn root() -> Value {
         Value::Map(m) => Value::Map(m.with_type(MapType::Named(Arc::from("common.Values")))),
         other => other,
     };
-    let root = flotilla_gotmpl::Map::new();
+    let root = flotilla_gotmpl::Map::new().with_type(MapType::Named(Arc::from("common.Values")));
     root.insert("Values", values);
     Value::Map(root)
 }
@@ -107,6 +107,7 @@ ok_cases!(
     chained_index_results,
     comments_produce_nothing,
     comparisons,
+    crlf_text_and_trim_markers,
     deep_field_chains,
     define_template_and_block,
     defines_between_text,
@@ -153,6 +154,7 @@ ok_cases!(
     text_and_trim_markers,
     trim_markers_accept_any_ascii_space,
     unicode_text,
+    values_have_helms_named_map_type,
     values_print_in_go_notation,
     variables_are_scoped_to_their_block,
     variables_in_nested_ranges,
@@ -183,8 +185,10 @@ error_cases!(
     eq_on_maps_is_non_comparable,
     eq_string_with_bool,
     eq_with_one_argument,
+    error_after_crlf_lines,
     error_in_and_argument,
     error_in_else_if_condition,
+    error_inside_template_names_the_inner_template,
     error_line_of_later_action,
     exec_error_column_after_multibyte_text,
     exec_error_line_and_column_in_multiline_template,
