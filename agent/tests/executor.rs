@@ -575,3 +575,82 @@ subjects:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_failed_job_ends_the_wait_early_naming_it() -> anyhow::Result<()> {
+    let (_cluster, api) = start("failed-job").await?;
+    let manifest = "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: seed
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels:
+        flotilla.dev/test-outcome: fail
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: seed
+        image: example.com/seed:1
+";
+    let report = api.apply(&parse_manifest(manifest)?, &options()).await?;
+    let started = std::time::Instant::now();
+    let err = api
+        .wait_ready(&report.applied, &WaitOptions::new(WAIT))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < WAIT / 2,
+        "the wait ended at the failure, not the timeout"
+    );
+    assert!(matches!(err, WaitError::Failed(_)), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("Job default/seed failed: Job failed"),
+        "{message}"
+    );
+    assert!(message.contains("BackoffLimitExceeded"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> anyhow::Result<()> {
+    let (_cluster, api) = start("csa-upgrade").await?;
+    // As the Helm 3 CLI leaves it: created with manager "helm" (an Update operation).
+    let cms: Api<ConfigMap> = Api::namespaced(api.client().clone(), "default");
+    let helm_made: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "settings",
+            "labels": { "app.kubernetes.io/managed-by": "Helm" },
+            "annotations": {
+                "meta.helm.sh/release-name": "web",
+                "meta.helm.sh/release-namespace": "default",
+            },
+        },
+        "data": { "kept": "1", "dropped": "2" },
+    }))?;
+    let post = PostParams {
+        field_manager: Some("helm".to_owned()),
+        ..PostParams::default()
+    };
+    cms.create(&post, &helm_made).await?;
+
+    let manifest =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  kept: \"1\"\n";
+    let report = api.apply(&parse_manifest(manifest)?, &options()).await?;
+    assert_eq!(report.updated.len(), 1);
+    let live = cms.get("settings").await?;
+    let data = live.data.unwrap_or_default();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["kept"]);
+    let managers: Vec<String> = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert_eq!(managers, ["flotilla"]);
+    Ok(())
+}

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use tokio::time::Instant;
@@ -64,6 +65,11 @@ pub struct ApplyOptions {
     pub field_manager: String,
     /// How long to wait for a CRD applied earlier in the same call to serve its kind.
     pub crd_timeout: Duration,
+    /// Field managers of earlier client-side applies (`Update` operations) whose fields are
+    /// handed to [`field_manager`](Self::field_manager) before applying, as Helm 4 does when
+    /// a release moves to server-side apply, so fields dropped from the chart are pruned.
+    /// Default: `helm` (the Helm CLI) and `helm-controller` (Flux).
+    pub csa_managers: Vec<String>,
 }
 
 impl ApplyOptions {
@@ -75,6 +81,7 @@ impl ApplyOptions {
             take_ownership: false,
             field_manager: FIELD_MANAGER.to_owned(),
             crd_timeout: Duration::from_secs(60),
+            csa_managers: vec!["helm".to_owned(), "helm-controller".to_owned()],
         }
     }
 
@@ -151,6 +158,15 @@ pub enum ApplyError {
         #[source]
         source: ApiFailure,
     },
+    /// Handing client-side managed fields to the apply manager failed.
+    #[error("{object}: converting client-side managed fields to server-side apply")]
+    UpgradeManagedFields {
+        /// The object.
+        object: ObjectRef,
+        /// The API server's answer.
+        #[source]
+        source: ApiFailure,
+    },
     /// A CRD applied in the same call did not become established.
     #[error("{object}: waiting for its CustomResourceDefinition")]
     CrdNotEstablished {
@@ -179,6 +195,7 @@ impl ApplyError {
             | ApplyError::OwnedByOther { object, .. }
             | ApplyError::Get { object, .. }
             | ApplyError::Apply { object, .. }
+            | ApplyError::UpgradeManagedFields { object, .. }
             | ApplyError::CrdNotEstablished { object, .. } => object,
         }
     }
@@ -186,9 +203,9 @@ impl ApplyError {
     /// Whether retrying later may succeed without a change of the input.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApplyError::Get { source, .. } | ApplyError::Apply { source, .. } => {
-                source.is_transient()
-            }
+            ApplyError::Get { source, .. }
+            | ApplyError::Apply { source, .. }
+            | ApplyError::UpgradeManagedFields { source, .. } => source.is_transient(),
             ApplyError::Resolve(DiscoveryError::Api { source, .. }) => source.is_transient(),
             ApplyError::CrdNotEstablished { .. } => true,
             ApplyError::Resolve(DiscoveryError::NoMatch { .. })
@@ -454,12 +471,54 @@ impl ClusterApi {
         let live = get_live(&self.client, resource).await?;
         if let Some(live) = &live {
             check_existing(resource, live, options)?;
+            self.upgrade_client_side_fields(resource, live, options)
+                .await?;
         }
         let applied = api
             .patch(&name, &options.params(), &Patch::Apply(&desired))
             .await
             .map_err(|e| apply_error(resource, e))?;
         Ok((with_object(resource, applied), live.is_some()))
+    }
+
+    /// Hands the fields of earlier client-side managers to the apply manager (see
+    /// [`ApplyOptions::csa_managers`]) with a merge patch conditional on the resource version.
+    async fn upgrade_client_side_fields(
+        &self,
+        resource: &Resource,
+        live: &DynamicObject,
+        options: &ApplyOptions,
+    ) -> Result<(), ApplyError> {
+        let mut entries = live.metadata.managed_fields.clone().unwrap_or_default();
+        let mut changed = false;
+        for csa in &options.csa_managers {
+            if let Some(upgraded) = upgrade_managed_fields(&entries, csa, &options.field_manager) {
+                entries = upgraded;
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "metadata": {
+                "managedFields": entries,
+                "resourceVersion": live.metadata.resource_version,
+            }
+        });
+        resource
+            .api(&self.client)
+            .patch(
+                &resource.name(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| ApplyError::UpgradeManagedFields {
+                object: resource.object_ref(),
+                source: ApiFailure(e),
+            })?;
+        Ok(())
     }
 
     /// A server-side apply dry run of one resolved object, with the release metadata added:
@@ -487,6 +546,71 @@ impl ClusterApi {
     }
 }
 
+/// client-go's `csaupgrade`: the managed fields with the `Update` entries of `csa_manager`
+/// (no subresource) folded into the `Apply` entry of `ssa_manager` (the newest `csa_manager`
+/// entry becomes it when there is none); `None` when there is nothing to convert.
+pub fn upgrade_managed_fields(
+    entries: &[ManagedFieldsEntry],
+    csa_manager: &str,
+    ssa_manager: &str,
+) -> Option<Vec<ManagedFieldsEntry>> {
+    let is = |e: &ManagedFieldsEntry, manager: &str, operation: &str| {
+        e.manager.as_deref() == Some(manager)
+            && e.operation.as_deref() == Some(operation)
+            && e.subresource.as_deref().is_none_or(str::is_empty)
+    };
+    if !entries.iter().any(|e| is(e, csa_manager, "Update")) {
+        return None;
+    }
+    let mut entries = entries.to_vec();
+    let target = match entries.iter().position(|e| is(e, ssa_manager, "Apply")) {
+        Some(i) => i,
+        None => {
+            let i = entries.iter().position(|e| is(e, csa_manager, "Update"))?;
+            entries[i].manager = Some(ssa_manager.to_owned());
+            entries[i].operation = Some("Apply".to_owned());
+            i
+        }
+    };
+    let api_version = entries[target].api_version.clone();
+    if let Some(j) = entries
+        .iter()
+        .position(|e| is(e, csa_manager, "Update") && e.api_version == api_version)
+    {
+        let extra = entries[j].fields_v1.clone().map(|f| f.0);
+        let into = entries[target]
+            .fields_v1
+            .get_or_insert_with(|| FieldsV1(serde_json::json!({})));
+        if let Some(extra) = extra {
+            union_fields(&mut into.0, extra);
+        }
+        entries[target].fields_type = Some("FieldsV1".to_owned());
+    }
+    entries.retain(|e| !is(e, csa_manager, "Update"));
+    Some(entries)
+}
+
+/// The union of two `FieldsV1` tries.
+fn union_fields(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(existing) => union_fields(existing, v),
+                    None => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (into, from) => {
+            if into.is_null() {
+                *into = from;
+            }
+        }
+    }
+}
+
 fn apply_error(resource: &Resource, e: kube::Error) -> ApplyError {
     ApplyError::Apply {
         object: resource.object_ref(),
@@ -504,5 +628,87 @@ fn with_object(resource: &Resource, mut object: DynamicObject) -> Resource {
         api_resource: resource.api_resource.clone(),
         namespaced: resource.namespaced,
         object,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(manager: &str, operation: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            api_version: Some("v1".to_owned()),
+            fields_type: Some("FieldsV1".to_owned()),
+            fields_v1: Some(FieldsV1(fields)),
+            manager: Some(manager.to_owned()),
+            operation: Some(operation.to_owned()),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    #[test]
+    fn client_side_fields_become_the_apply_managers_and_the_update_entry_goes() {
+        let entries = vec![
+            entry(
+                "flotilla",
+                "Apply",
+                serde_json::json!({"f:data": {"f:a": {}}}),
+            ),
+            entry(
+                "helm",
+                "Update",
+                serde_json::json!({"f:data": {"f:old": {}}}),
+            ),
+            entry(
+                "kubectl-edit",
+                "Update",
+                serde_json::json!({"f:data": {"f:x": {}}}),
+            ),
+        ];
+        let upgraded = upgrade_managed_fields(&entries, "helm", "flotilla").unwrap();
+        assert_eq!(upgraded.len(), 2);
+        assert_eq!(
+            upgraded[0].fields_v1.as_ref().unwrap().0,
+            serde_json::json!({"f:data": {"f:a": {}, "f:old": {}}})
+        );
+        assert_eq!(upgraded[1].manager.as_deref(), Some("kubectl-edit"));
+    }
+
+    #[test]
+    fn without_an_apply_entry_the_client_side_entry_is_renamed() {
+        let entries = vec![entry("helm", "Update", serde_json::json!({"f:data": {}}))];
+        let upgraded = upgrade_managed_fields(&entries, "helm", "flotilla").unwrap();
+        assert_eq!(upgraded.len(), 1);
+        assert_eq!(upgraded[0].manager.as_deref(), Some("flotilla"));
+        assert_eq!(upgraded[0].operation.as_deref(), Some("Apply"));
+    }
+
+    #[test]
+    fn nothing_is_converted_without_client_side_entries() {
+        let entries = vec![entry("flotilla", "Apply", serde_json::json!({}))];
+        assert!(upgrade_managed_fields(&entries, "helm", "flotilla").is_none());
+    }
+
+    #[test]
+    fn helm_ownership_mismatches_are_listed_in_helms_words() {
+        let live: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": "c",
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": "other", "meta.helm.sh/release-namespace": "default"},
+            },
+        }))
+        .unwrap();
+        let release = ReleaseRef {
+            name: "web".to_owned(),
+            namespace: "default".to_owned(),
+        };
+        assert_eq!(
+            ownership_problems(&live, &release),
+            [
+                "annotation validation error: key \"meta.helm.sh/release-name\" must equal \"web\": current value is \"other\""
+            ]
+        );
     }
 }

@@ -97,6 +97,25 @@ pub fn has_keep_policy(object: &DynamicObject) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("keep"))
 }
 
+/// The objects of `previous` that `current` no longer holds (an upgrade's leftovers), by
+/// Helm's identity: group, kind, namespace and name; a changed version is the same object.
+pub fn removed_objects(previous: &[Resource], current: &[Resource]) -> Vec<Resource> {
+    let key = |r: &Resource| {
+        (
+            r.api_resource.group.clone(),
+            r.api_resource.kind.clone(),
+            r.namespace().map(str::to_owned),
+            r.name(),
+        )
+    };
+    let kept: std::collections::HashSet<_> = current.iter().map(key).collect();
+    previous
+        .iter()
+        .filter(|r| !kept.contains(&key(r)))
+        .cloned()
+        .collect()
+}
+
 impl ClusterApi {
     /// Deletes manifest objects (uninstall, or objects dropped by an upgrade): resolves them
     /// against `release_namespace`, skipping kinds no longer served, then
@@ -215,5 +234,60 @@ impl ClusterApi {
             return Err(DeleteError::Wait { report, source });
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ApiResource;
+
+    use super::*;
+
+    fn resource(version: &str, kind: &str, name: &str) -> Resource {
+        let api_version = format!("apps/{version}");
+        Resource {
+            source: None,
+            api_resource: ApiResource {
+                group: "apps".to_owned(),
+                version: version.to_owned(),
+                api_version: api_version.clone(),
+                kind: kind.to_owned(),
+                plural: format!("{}s", kind.to_lowercase()),
+            },
+            namespaced: true,
+            object: serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": "default"},
+            }))
+            .expect("a valid object"),
+        }
+    }
+
+    #[test]
+    fn objects_dropped_from_the_manifest_are_removed_whatever_their_version() {
+        let previous = [
+            resource("v1", "Deployment", "web"),
+            resource("v1beta2", "StatefulSet", "db"),
+            resource("v1", "DaemonSet", "agent"),
+        ];
+        let current = [
+            resource("v1", "Deployment", "web"),
+            resource("v1", "StatefulSet", "db"),
+        ];
+        let removed: Vec<String> = removed_objects(&previous, &current)
+            .iter()
+            .map(|r| r.object_ref().to_string())
+            .collect();
+        assert_eq!(removed, ["DaemonSet default/agent"]);
+    }
+
+    #[test]
+    fn the_keep_policy_is_read_trimmed_and_in_any_case() {
+        let mut r = resource("v1", "Deployment", "web");
+        assert!(!has_keep_policy(&r.object));
+        r.object
+            .annotations_mut()
+            .insert(RESOURCE_POLICY_ANNOTATION.to_owned(), " KEEP".to_owned());
+        assert!(has_keep_policy(&r.object));
     }
 }
