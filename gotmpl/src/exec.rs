@@ -380,6 +380,29 @@ enum PType<'a> {
     T(&'a ArgType),
 }
 
+/// Fixed parameter types, borrowed (no allocation per call).
+#[derive(Clone, Copy)]
+enum Params<'a> {
+    B(&'static [BParam]),
+    T(&'a [ArgType]),
+}
+
+impl<'a> Params<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Params::B(p) => p.len(),
+            Params::T(p) => p.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<PType<'a>> {
+        match self {
+            Params::B(p) => p.get(i).map(|b| PType::B(*b)),
+            Params::T(p) => p.get(i).map(PType::T),
+        }
+    }
+}
+
 impl PType<'_> {
     fn go_name(&self) -> &'static str {
         match self {
@@ -660,8 +683,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     }
                 }
             }
-            Some(Value::Object(o)) => match o.map_entries() {
-                Some(entries) => {
+            Some(Value::Object(o)) => match (o.map_entries(), o.list_items()) {
+                (Some(entries), _) => {
                     for (k, v) in entries {
                         ran = true;
                         if self.range_iteration(r, mark, Ev::Val(Value::string(&k)), Ev::Val(v))?
@@ -671,7 +694,21 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                         }
                     }
                 }
-                None => {
+                (None, Some(items)) => {
+                    for (i, v) in items.into_iter().enumerate() {
+                        ran = true;
+                        if self.range_iteration(
+                            r,
+                            mark,
+                            Ev::Val(Value::Int(i as i64)),
+                            Ev::Val(v),
+                        )? == Flow::Break
+                        {
+                            break;
+                        }
+                    }
+                }
+                (None, None) => {
                     return self.errorf(format!("range can't iterate over {}", o.display()));
                 }
             },
@@ -981,21 +1018,15 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let args: &'t [Arg] = if args.is_empty() { args } else { &args[1..] };
         let num_in = args.len() + usize::from(fin.is_some());
         // Parameter types.
-        let (fixed, variadic): (Vec<PType<'_>>, Option<PType<'_>>) = match &fun {
+        let (fixed, variadic): (Params<'_>, Option<PType<'_>>) = match &fun {
             Callable::Func(f) => {
                 let s = f.signature();
-                (
-                    s.params.iter().map(PType::T).collect(),
-                    s.variadic.as_ref().map(PType::T),
-                )
+                (Params::T(&s.params), s.variadic.as_ref().map(PType::T))
             }
-            Callable::Method(_, s) => (
-                s.params.iter().map(PType::T).collect(),
-                s.variadic.as_ref().map(PType::T),
-            ),
+            Callable::Method(_, s) => (Params::T(&s.params), s.variadic.as_ref().map(PType::T)),
             Callable::Builtin(b) => {
                 let (f, v) = b.signature();
-                (f.iter().map(|p| PType::B(*p)).collect(), v.map(PType::B))
+                (Params::B(f), v.map(PType::B))
             }
         };
         let num_fixed = if variadic.is_some() {
@@ -1037,7 +1068,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let mut argv: Vec<Ev> = Vec::with_capacity(num_in);
         let mut i = 0;
         while i < num_fixed && i < args.len() {
-            let t = fixed.get(i).copied().unwrap_or(PType::B(BParam::Raw));
+            let t = fixed.get(i).unwrap_or(PType::B(BParam::Raw));
             argv.push(self.eval_arg(dot, t, &args[i])?);
             i += 1;
         }
@@ -1050,10 +1081,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         if let Some(f) = fin {
             let t = match variadic {
                 Some(vt) if num_in > fixed.len() => vt,
-                _ => fixed
-                    .get(num_in - 1)
-                    .copied()
-                    .unwrap_or(PType::B(BParam::Raw)),
+                _ => fixed.get(num_in - 1).unwrap_or(PType::B(BParam::Raw)),
             };
             argv.push(self.validate_type(f, t)?);
         }
@@ -1318,9 +1346,10 @@ fn length(item: Ev) -> Result<Ev, String> {
             Value::Bytes(b) => b.len(),
             Value::List(l) => l.len(),
             Value::Map(m) => m.len(),
-            Value::Object(o) => match o.map_entries() {
-                Some(e) => e.len(),
-                None => return Err(format!("len of type {}", v.type_name())),
+            Value::Object(o) => match (o.map_entries(), o.list_items()) {
+                (Some(e), _) => e.len(),
+                (None, Some(items)) => items.len(),
+                (None, None) => return Err(format!("len of type {}", v.type_name())),
             },
             other => return Err(format!("len of type {}", other.type_name())),
         },
@@ -1384,15 +1413,22 @@ fn index(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
                     None => map_zero(m.map_type()),
                 }
             }
-            Value::Object(o) => match o.map_entries() {
-                Some(entries) => {
+            Value::Object(o) => match (o.map_entries(), o.list_items()) {
+                (Some(entries), _) => {
                     let key = map_key(&idx)?;
                     match entries.into_iter().find(|(k, _)| *k == key) {
                         Some((_, e)) => Ev::Val(e),
                         None => Ev::Val(Value::Bytes(Arc::from(&[][..]))),
                     }
                 }
-                None => return Err(format!("can't index item of type {}", v.type_name())),
+                (None, Some(items)) => {
+                    let x = index_arg(&idx, items.len())?;
+                    match items.into_iter().nth(x) {
+                        Some(e) => Ev::Val(e),
+                        None => return Err("reflect: slice index out of range".to_string()),
+                    }
+                }
+                (None, None) => return Err(format!("can't index item of type {}", v.type_name())),
             },
             other => return Err(format!("can't index item of type {}", other.type_name())),
         };

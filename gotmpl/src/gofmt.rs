@@ -887,6 +887,19 @@ impl Printer {
                     self.buf.push(']');
                     return;
                 }
+                if let Some(items) = o.list_items()
+                    && o.kind() == GoKind::Slice
+                {
+                    self.buf.push('[');
+                    for (i, x) in items.iter().enumerate() {
+                        if i > 0 {
+                            self.buf.push(' ');
+                        }
+                        self.print_value(x, verb, depth + 1);
+                    }
+                    self.buf.push(']');
+                    return;
+                }
                 // Objects print through their String() method for string verbs.
                 let s = o.display();
                 match verb {

@@ -406,6 +406,12 @@ pub trait Object: Send + Sync + fmt::Debug {
         None
     }
 
+    /// For slice-kinded objects (such as Helm's `VersionSet`), the elements: used by `range`,
+    /// `index`, `len` and printing (`[a b]`).
+    fn list_items(&self) -> Option<Vec<Value>> {
+        None
+    }
+
     /// How `fmt` prints the object with `%v` / `%s` / `print` (its `String()` method if it
     /// has one, otherwise Go's struct notation such as `{a b}`).
     fn display(&self) -> String;
@@ -513,9 +519,10 @@ impl Value {
             Value::Bytes(b) => !b.is_empty(),
             Value::List(l) => !l.is_empty(),
             Value::Map(m) => !m.is_empty(),
-            Value::Object(o) => match o.map_entries() {
-                Some(entries) => !entries.is_empty(),
-                None => true,
+            Value::Object(o) => match (o.map_entries(), o.list_items()) {
+                (Some(entries), _) => !entries.is_empty(),
+                (None, Some(items)) => !items.is_empty(),
+                (None, None) => true,
             },
         }
     }

@@ -331,6 +331,32 @@ impl Object for Version {
     }
 }
 
+#[derive(Debug)]
+struct VersionSet(Vec<&'static str>);
+
+impl Object for VersionSet {
+    fn type_name(&self) -> String {
+        "common.VersionSet".to_string()
+    }
+    fn kind(&self) -> GoKind {
+        GoKind::Slice
+    }
+    fn method(&self, name: &str) -> Option<Signature> {
+        (name == "Has").then(|| Signature::fixed([ArgType::String]))
+    }
+    fn call_method(&self, _: &str, args: &[Value]) -> Result<Value, FuncError> {
+        Ok(Value::Bool(
+            self.0.iter().any(|v| Some(*v) == args[0].as_str()),
+        ))
+    }
+    fn list_items(&self) -> Option<Vec<Value>> {
+        Some(self.0.iter().map(Value::string).collect())
+    }
+    fn display(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
 fn object_root() -> Value {
     let files = Files {
         files: [("a.txt", "A"), ("conf/b.yaml", "B"), ("conf/c.yaml", "C")]
@@ -341,6 +367,10 @@ fn object_root() -> Value {
     let root = Map::new();
     root.insert("Files", Value::Object(Arc::new(files)));
     root.insert("V", Value::Object(Arc::new(Version)));
+    root.insert(
+        "APIVersions",
+        Value::Object(Arc::new(VersionSet(vec!["v1", "apps/v1"]))),
+    );
     Value::Map(root)
 }
 
@@ -358,6 +388,15 @@ fn object_methods_take_arguments_and_chain() {
     assert_eq!(
         render_objects(src).as_deref(),
         Ok("A|conf/b.yaml=B;conf/c.yaml=C;|3|[65]")
+    );
+}
+
+#[test]
+fn slice_objects_range_index_and_print_like_slices() {
+    let src = r#"{{ .APIVersions.Has "apps/v1" }} {{ .APIVersions.Has "x" }} {{ len .APIVersions }} {{ index .APIVersions 1 }} {{ .APIVersions }} {{ range $i, $v := .APIVersions }}{{ $i }}={{ $v }};{{ end }}"#;
+    assert_eq!(
+        render_objects(src).as_deref(),
+        Ok("true false 2 apps/v1 [v1 apps/v1] 0=v1;1=apps/v1;")
     );
 }
 
