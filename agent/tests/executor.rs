@@ -362,7 +362,8 @@ spec:
 }
 
 #[tokio::test]
-async fn an_unknown_kind_is_refused_in_helms_words() -> anyhow::Result<()> {
+async fn an_unknown_kind_is_refused_in_helms_words_before_anything_is_written() -> anyhow::Result<()>
+{
     let (_cluster, api) = start("unknown-kind").await?;
     let manifest = "---
 # Source: x/templates/foo.yaml
@@ -462,6 +463,11 @@ kind: ConfigMap
 metadata:
   name: dropped
 ---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: someone-elses
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -469,6 +475,11 @@ metadata:
 ";
     let objects = parse_manifest(manifest)?;
     api.apply(&objects[..2], &options()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(api.client().clone(), "default");
+    let foreign: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": "someone-elses" } }))?;
+    cms.create(&PostParams::default(), &foreign).await?;
+
     let report = api
         .delete(
             &objects,
@@ -476,6 +487,8 @@ metadata:
             &DeleteOptions {
                 propagation: Propagation::Foreground,
                 wait: Some(WAIT),
+                release: Some(options().release),
+                owner: options().owner,
             },
         )
         .await?;
@@ -485,11 +498,15 @@ metadata:
     assert_eq!(names(&report.kept), ["ConfigMap default/kept"]);
     assert_eq!(names(&report.deleted), ["ConfigMap default/dropped"]);
     assert_eq!(
+        names(&report.not_owned),
+        ["ConfigMap default/someone-elses"]
+    );
+    assert_eq!(
         names(&report.not_found),
         ["Deployment default/never-applied"]
     );
-    let cms: Api<ConfigMap> = Api::namespaced(api.client().clone(), "default");
     assert!(cms.get_opt("kept").await?.is_some());
+    assert!(cms.get_opt("someone-elses").await?.is_some());
     assert!(cms.get_opt("dropped").await?.is_none());
     Ok(())
 }

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
@@ -36,6 +37,9 @@ pub struct ReleaseRef {
     /// The release namespace (also the default namespace of namespaced objects).
     pub namespace: String,
 }
+
+/// How many objects of one kind are applied at once.
+pub const APPLY_CONCURRENCY: usize = 8;
 
 /// The HelmRelease that owns a release.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -366,10 +370,15 @@ async fn get_live(
 }
 
 impl ClusterApi {
-    /// Applies a manifest's objects in Helm's install order: resolves each (waiting, when its
-    /// kind comes from a CRD applied earlier in this call, for the CRD to be established and
-    /// served), checks ownership of existing objects, then server-side applies it. Stops at
-    /// the first error, reporting what was applied before it.
+    /// Applies a manifest's objects in Helm's install order.
+    ///
+    /// First every object is resolved, so an unknown kind stops the apply before anything is
+    /// written (kinds defined by a CRD of the same manifest are let through). Then runs of
+    /// objects of one kind are applied concurrently (at most [`APPLY_CONCURRENCY`] at a time),
+    /// one kind after the other, as Helm batches them: each object is resolved again (waiting,
+    /// for a kind from a CRD of this manifest, until the CRD is established and served), its
+    /// ownership checked, and server-side applied. Stops after the first kind with an error,
+    /// reporting what was applied.
     pub async fn apply(
         &self,
         objects: &[ManifestObject],
@@ -378,28 +387,70 @@ impl ClusterApi {
         let mut ordered: Vec<&ManifestObject> = objects.iter().collect();
         KindOrder::Install.sort(&mut ordered, |o| o.gvk.kind.as_str());
         let mut report = ApplyReport::default();
-        let mut crds: Vec<Resource> = Vec::new();
-        for obj in ordered {
-            let result = async {
-                let resource = self.resolve_applying(obj, options, &crds).await?;
-                self.apply_one(&resource, options).await
-            }
-            .await;
-            match result {
-                Ok((applied, existed)) => {
-                    let object = applied.object_ref();
-                    if existed {
-                        report.updated.push(object);
-                    } else {
-                        report.created.push(object);
-                    }
-                    if applied.kind() == "CustomResourceDefinition" {
-                        crds.push(applied.clone());
-                    }
-                    report.applied.push(applied);
+
+        let defined_by_crds: Vec<(String, String)> = objects
+            .iter()
+            .filter(|o| o.gvk.kind == "CustomResourceDefinition")
+            .filter_map(|o| {
+                let spec = o.object.data.get("spec")?;
+                Some((
+                    spec.get("group")?.as_str()?.to_owned(),
+                    spec.get("names")?.get("kind")?.as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        for obj in &ordered {
+            match self.resolve(obj, &options.release.namespace).await {
+                Err(DiscoveryError::NoMatch { .. })
+                    if defined_by_crds
+                        .iter()
+                        .any(|(g, k)| *g == obj.gvk.group && *k == obj.gvk.kind) => {}
+                Err(e) => {
+                    return Err(ApplyFailure {
+                        report,
+                        error: e.into(),
+                    });
                 }
-                Err(error) => return Err(ApplyFailure { report, error }),
+                Ok(_) => {}
             }
+        }
+
+        let mut crds: Vec<Resource> = Vec::new();
+        for batch in ordered.chunk_by(|a, b| a.gvk.kind == b.gvk.kind) {
+            let crds_so_far = &crds;
+            let results: Vec<Result<(Resource, bool), ApplyError>> =
+                futures::stream::iter(batch.iter().map(|obj| async move {
+                    let resource = self.resolve_applying(obj, options, crds_so_far).await?;
+                    self.apply_one(&resource, options).await
+                }))
+                .buffered(APPLY_CONCURRENCY)
+                .collect()
+                .await;
+            let mut first_error = None;
+            let mut new_crds = Vec::new();
+            for result in results {
+                match result {
+                    Ok((applied, existed)) => {
+                        let object = applied.object_ref();
+                        if existed {
+                            report.updated.push(object);
+                        } else {
+                            report.created.push(object);
+                        }
+                        if applied.kind() == "CustomResourceDefinition" {
+                            new_crds.push(applied.clone());
+                        }
+                        report.applied.push(applied);
+                    }
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+            if let Some(error) = first_error {
+                return Err(ApplyFailure { report, error });
+            }
+            crds.extend(new_crds);
         }
         Ok(report)
     }

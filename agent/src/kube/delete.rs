@@ -7,6 +7,7 @@ use std::time::Duration;
 use kube::ResourceExt as _;
 use kube::api::{DeleteParams, DynamicObject, PropagationPolicy};
 
+use super::apply::{HelmReleaseRef, ReleaseRef, other_owner, ownership_problems};
 use super::discovery::DiscoveryError;
 use super::manifest::{KindOrder, ManifestObject};
 use super::wait::WaitError;
@@ -31,6 +32,12 @@ pub struct DeleteOptions {
     pub propagation: Propagation,
     /// When set, wait this long for the deleted objects to be gone.
     pub wait: Option<Duration>,
+    /// When set, live objects without this release's Helm metadata are left alone and
+    /// reported as not owned (Helm's newest uninstall does the same).
+    pub release: Option<ReleaseRef>,
+    /// When set, live objects whose Flotilla labels name another HelmRelease are left alone
+    /// and reported as not owned.
+    pub owner: Option<HelmReleaseRef>,
 }
 
 /// What a deletion did.
@@ -42,6 +49,8 @@ pub struct DeleteReport {
     pub kept: Vec<ObjectRef>,
     /// Objects that did not exist (or whose kind is no longer served).
     pub not_found: Vec<ObjectRef>,
+    /// Objects left alone because they belong to another release or HelmRelease.
+    pub not_owned: Vec<ObjectRef>,
 }
 
 /// One object that could not be deleted.
@@ -200,6 +209,19 @@ impl ClusterApi {
                 }
                 Ok(Some(live)) if has_keep_policy(&live) => {
                     report.kept.push(object);
+                    continue;
+                }
+                Ok(Some(live))
+                    if options
+                        .release
+                        .as_ref()
+                        .is_some_and(|r| !ownership_problems(&live, r).is_empty())
+                        || options
+                            .owner
+                            .as_ref()
+                            .is_some_and(|o| other_owner(&live, o).is_some()) =>
+                {
+                    report.not_owned.push(object);
                     continue;
                 }
                 Ok(Some(_)) => {}
