@@ -18,6 +18,14 @@ struct CharCursor {
 }
 
 impl CharCursor {
+    /// Byte offset of a character index (the end of the text when past it).
+    fn byte_at(&mut self, src: &str, char_index: usize) -> usize {
+        match self.char_at(src, char_index) {
+            Some(_) => self.bytes,
+            None => src.len(),
+        }
+    }
+
     fn char_at(&mut self, src: &str, char_index: usize) -> Option<char> {
         if char_index < self.chars {
             self.chars = 0;
@@ -325,6 +333,12 @@ fn translate(info: &str) -> (String, bool) {
             true,
         );
     }
+    // saphyr's scanner words some of its errors "while parsing ...".
+    if info.starts_with("while parsing a quoted scalar") || info.starts_with("while parsing a tag")
+    {
+        let problem = info.split_once(", ").map_or(info, |(_, p)| p);
+        return (problem.to_owned(), true);
+    }
     if info.starts_with("while parsing") {
         let problem = info.split_once(", ").map_or(info, |(_, p)| p);
         return (problem.to_owned(), false);
@@ -335,6 +349,53 @@ fn translate(info: &str) -> (String, bool) {
         info
     };
     (problem.to_owned(), true)
+}
+
+/// The 0-based line of the first escape libyaml does not know in the double-quoted scalar
+/// at or after byte `from`.
+fn bad_escape_line(src: &str, from: usize) -> Option<usize> {
+    let rest = src.get(from..)?;
+    let open = rest.find('"')?;
+    let mut escaped = false;
+    for (i, c) in rest[open + 1..].char_indices() {
+        if escaped {
+            let known = matches!(
+                c,
+                '0' | 'a'
+                    | 'b'
+                    | 't'
+                    | '\t'
+                    | 'n'
+                    | 'v'
+                    | 'f'
+                    | 'r'
+                    | 'e'
+                    | ' '
+                    | '"'
+                    | '\''
+                    | '\\'
+                    | 'N'
+                    | '_'
+                    | 'L'
+                    | 'P'
+                    | 'x'
+                    | 'u'
+                    | 'U'
+            );
+            if !known {
+                let at = from + open + 1 + i;
+                return Some(src[..at].matches('\n').count());
+            }
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '"' => return None,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether libyaml's scanner refuses to start a token with `c` (its plain-scalar rule).
@@ -352,6 +413,10 @@ fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
         );
     }
     let (mut problem, mut scanner) = match info {
+        // Repair found no closing quote: libyaml runs into the end of the stream.
+        "invalid indentation in quoted scalar" => {
+            ("found unexpected end of stream".to_owned(), true)
+        }
         // saphyr stops on the text after a closing quote; libyaml's parser then finds a
         // token the collection cannot take.
         "invalid trailing content after double-quoted scalar" => {
@@ -384,6 +449,11 @@ fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
     if problem == "found unexpected end of stream" {
         // libyaml reports it where the stream ends.
         line0 = src.matches('\n').count();
+    }
+    if problem == "found unknown escape character"
+        && let Some(l) = bad_escape_line(src, byte_offset(src, mark.index()))
+    {
+        line0 = l;
     }
     if problem == "found a tab character that violates indentation" {
         // libyaml points at the tab, saphyr at the scalar.
@@ -472,6 +542,16 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
         match parse_docs_once(&text, first_only) {
             Ok(docs) => return Ok(docs),
             Err(Failure::Other(e)) => return Err(e),
+            Err(Failure::Repair(fixed)) => {
+                if repairs >= MAX_REPAIRS {
+                    return Err(Error::yaml(
+                        None,
+                        "too many anchors or aliases to read like libyaml",
+                    ));
+                }
+                repairs += 1;
+                text = fixed;
+            }
             Err(Failure::Scan(e, ctx)) => {
                 if repairs < MAX_REPAIRS
                     && let Some(fixed) = repair(&text, &e)
@@ -492,6 +572,8 @@ const MAX_REPAIRS: usize = 64;
 enum Failure {
     Scan(ScanError, Context),
     Other(Error),
+    /// The source rewritten so that saphyr sees the tokens libyaml sees.
+    Repair(String),
 }
 
 /// The innermost open collection when an error happened (libyaml words its parser errors
@@ -547,11 +629,159 @@ fn char_to_byte(src: &str, char_index: usize) -> usize {
     byte_offset(src, char_index)
 }
 
+fn is_anchor_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Applies [`check_anchor_token`] to an event's anchor or alias.
+fn check_event_anchor(
+    src: &str,
+    cursor: &mut CharCursor,
+    event: &Event<'_>,
+    span: &saphyr_parser::Span,
+    known: &mut std::collections::HashSet<String>,
+) -> Result<(), Failure> {
+    let (anchored, alias) = match event {
+        Event::Scalar(_, _, a, _) | Event::SequenceStart(a, _) | Event::MappingStart(a, _) => {
+            (*a > 0, false)
+        }
+        Event::Alias(_) => (true, true),
+        _ => (false, false),
+    };
+    if !anchored {
+        return Ok(());
+    }
+    let from = cursor.byte_at(src, span.start.index());
+    let to = cursor.byte_at(src, span.end.index()).max(from);
+    let marker = if alias { '*' } else { '&' };
+    let Some(at) = src
+        .get(from..to)
+        .and_then(|s| s.find(marker))
+        .map(|i| from + i)
+    else {
+        return Ok(());
+    };
+    let name = check_anchor_token(src, at, known, alias)?;
+    if !alias {
+        known.insert(name);
+    }
+    Ok(())
+}
+
+/// Reads the anchor (`&`) or alias (`*`) token at byte `at` as libyaml scans it: names are
+/// `[0-9A-Za-z_-]+` and must be followed by a blank or one of `?:,]}%@``. saphyr takes any
+/// non-space run, so where they part, this says what libyaml does: an error, or a rewrite of
+/// the source (a space after libyaml's name) after which saphyr agrees.
+fn check_anchor_token(
+    src: &str,
+    at: usize,
+    known: &std::collections::HashSet<String>,
+    alias: bool,
+) -> Result<String, Failure> {
+    let rest = src.get(at + 1..).unwrap_or_default();
+    let saphyr_len: usize = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
+        .map(char::len_utf8)
+        .sum();
+    let name: String = rest.chars().take_while(|c| is_anchor_char(*c)).collect();
+    let follower = rest[name.len()..].chars().next();
+    let line0 = src[..at].matches('\n').count();
+    let scanner_line = (line0 != 0).then_some(line0 + 1);
+    let follower_ok = follower.is_none_or(|c| {
+        c.is_whitespace() || matches!(c, '?' | ':' | ',' | ']' | '}' | '%' | '@' | '`')
+    });
+    if name.is_empty() || !follower_ok {
+        return Err(Failure::Other(Error::yaml(
+            scanner_line,
+            "did not find expected alphabetic or numeric character",
+        )));
+    }
+    if alias && !known.contains(&name) {
+        return Err(Failure::Other(Error::yaml(
+            None,
+            format!("unknown anchor '{name}' referenced"),
+        )));
+    }
+    if name.len() < saphyr_len {
+        match follower {
+            Some('%' | '@' | '`') => {
+                return Err(Failure::Other(Error::yaml(
+                    scanner_line,
+                    "found character that cannot start any token",
+                )));
+            }
+            Some(_) => {
+                let split = at + 1 + name.len();
+                let mut out = String::with_capacity(src.len() + 1);
+                out.push_str(&src[..split]);
+                out.push(' ');
+                out.push_str(&src[split..]);
+                return Err(Failure::Repair(out));
+            }
+            None => {}
+        }
+    }
+    Ok(name)
+}
+
+/// libyaml does not ask continuation lines of a quoted scalar to be indented; saphyr does.
+/// Indents them (leading white space of a continuation line is not part of the value).
+fn repair_quoted_indentation(src: &str, at: usize) -> Option<String> {
+    let quote = src.get(at..)?.chars().next()?;
+    if quote != '"' && quote != '\'' {
+        return None;
+    }
+    let line_start = src[..at].rfind('\n').map_or(0, |n| n + 1);
+    let col = src[line_start..at].chars().count();
+    let pad = " ".repeat(col + 1);
+    let mut out = String::with_capacity(src.len() + 64);
+    out.push_str(&src[..=at]);
+    let body = &src[at + 1..];
+    let mut chars = body.char_indices().peekable();
+    let mut end = None;
+    while let Some((i, c)) = chars.next() {
+        match (quote, c) {
+            ('"', '\\') => {
+                chars.next();
+            }
+            ('\'', '\'') if chars.peek().is_some_and(|(_, n)| *n == '\'') => {
+                chars.next();
+            }
+            (q, c) if c == q => {
+                end = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let end = end?;
+    let inner = &body[..end];
+    for (n, line) in inner.split('\n').enumerate() {
+        if n > 0 {
+            out.push('\n');
+            let t = line.trim_end_matches('\r');
+            if (t.starts_with("---") || t.starts_with("..."))
+                && t[3..].chars().next().is_none_or(char::is_whitespace)
+            {
+                return None; // libyaml: unexpected document indicator
+            }
+            if !line.trim().is_empty() {
+                out.push_str(&pad);
+            }
+        }
+        out.push_str(line);
+    }
+    out.push_str(&body[end..]);
+    Some(out)
+}
+
 /// Rewrites `src` where saphyr (YAML 1.2) refuses what libyaml (YAML 1.1, go-yaml v2)
 /// accepts, without changing what the document means; `None` when the error is real.
 fn repair(src: &str, e: &ScanError) -> Option<String> {
     let at = char_to_byte(src, e.marker().index());
     match e.info() {
+        "invalid indentation in quoted scalar" => repair_quoted_indentation(src, at),
         // libyaml takes a tab as the separator after `:` and `-`.
         "':' must be followed by a valid YAML whitespace"
         | "'-' must be followed by a valid YAML whitespace" => {
@@ -665,6 +895,8 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
     // A flow collection that libyaml scans as a required simple key: (line, node).
     let mut pending: Option<(usize, usize)> = None;
     let mut last_end = 0usize;
+    // libyaml's names of the anchors defined so far in the document.
+    let mut anchor_names: std::collections::HashSet<String> = Default::default();
     // saphyr reads a missing final line break as present; libyaml does not, so a block
     // scalar whose last content line ends the input has no final newline.
     let total_chars = src_for_parser.chars().count();
@@ -677,6 +909,17 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
         let (event, span) = match next {
             Ok(x) => x,
             Err(e) => {
+                if e.info() == "while parsing node, found unknown anchor" {
+                    let at = byte_offset(src_for_parser, e.marker().index());
+                    if src_for_parser.get(at..).is_some_and(|r| r.starts_with('*')) {
+                        let name = check_anchor_token(src_for_parser, at, &anchor_names, true)?;
+                        return Err(Error::yaml(
+                            None,
+                            format!("unknown anchor '{name}' referenced"),
+                        )
+                        .into());
+                    }
+                }
                 if let Some((line, _)) = pending
                     && e.marker().line() > line
                 {
@@ -697,10 +940,18 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
             return Err(stale_key_error(src_for_parser, line).into());
         }
         last_end = span.end.index();
+        check_event_anchor(
+            src_for_parser,
+            &mut cursor,
+            &event,
+            &span,
+            &mut anchor_names,
+        )?;
         match event {
             Event::StreamStart | Event::Nothing => {}
             Event::StreamEnd => break,
             Event::DocumentStart(_) => {
+                anchor_names.clear();
                 cur = Some(Doc {
                     nodes: Vec::new(),
                     root: None,
@@ -731,6 +982,22 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                         src_for_parser.get(from..).unwrap_or_default(),
                         span.start.line().saturating_sub(1),
                     )?;
+                }
+                if style == ScalarStyle::Plain
+                    && let Some(c) = value.chars().next()
+                {
+                    let flow = stack
+                        .last()
+                        .and_then(|&i| cur.as_ref().and_then(|d| d.nodes.get(i)))
+                        .is_some_and(|n| n.flow);
+                    if cannot_start_token(c, flow) {
+                        let line0 = span.start.line().saturating_sub(1);
+                        return Err(Error::yaml(
+                            (line0 != 0).then_some(line0 + 1),
+                            "found character that cannot start any token",
+                        )
+                        .into());
+                    }
                 }
                 let mut value = value.into_owned();
                 if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
