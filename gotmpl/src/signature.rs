@@ -38,6 +38,10 @@ pub enum ArgType {
     /// `map[string]interface {}` (named map types with that underlying type are assignable);
     /// nil is accepted (passed as [`Value::Nil`]).
     Map,
+    /// An [`Object`](crate::Object) whose [`type_name`](crate::Object::type_name) is exactly
+    /// this Go type, e.g. `time.Time`, `*semver.Version`, `sprig.certificate`. Pointer types
+    /// (starting with `*`) also accept nil, passed as [`Value::Nil`].
+    Object(&'static str),
 }
 
 impl ArgType {
@@ -54,15 +58,17 @@ impl ArgType {
             ArgType::List => "[]interface {}",
             ArgType::StringList => "[]string",
             ArgType::Map => "map[string]interface {}",
+            ArgType::Object(name) => name,
         }
     }
 
     /// Whether Go's untyped nil can be assigned to the type.
     pub fn can_be_nil(&self) -> bool {
-        matches!(
-            self,
-            ArgType::Any | ArgType::List | ArgType::StringList | ArgType::Map
-        )
+        match self {
+            ArgType::Any | ArgType::List | ArgType::StringList | ArgType::Map => true,
+            ArgType::Object(name) => name.starts_with('*'),
+            _ => false,
+        }
     }
 
     /// Whether a (non-nil) value of this dynamic type is assignable to the parameter.
@@ -80,6 +86,7 @@ impl ArgType {
             ArgType::Map => {
                 matches!(v, Value::Map(m) if !matches!(m.map_type(), MapType::StringValues))
             }
+            ArgType::Object(name) => matches!(v, Value::Object(o) if o.type_name() == *name),
         }
     }
 }

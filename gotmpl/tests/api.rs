@@ -401,6 +401,36 @@ fn slice_objects_range_index_and_print_like_slices() {
 }
 
 #[test]
+fn object_parameters_accept_only_their_go_type() {
+    let mut f = funcs();
+    f.insert(
+        "major",
+        Function::new(
+            Signature::fixed([ArgType::Object("*semver.Version")]),
+            |args| match &args[0] {
+                Value::Object(o) => Ok(o.field("Major").unwrap_or(Value::Nil)),
+                _ => Ok(Value::string("nil version")),
+            },
+        ),
+    );
+    let mut set = TemplateSet::new("gotpl");
+    set.parse("t", "{{ major .V }} {{ major nil }}", &f)
+        .expect("parses");
+    assert_eq!(
+        set.execute("t", &object_root(), &f, &ExecOptions::helm())
+            .as_deref(),
+        Ok("1 nil version")
+    );
+    set.parse("u", "{{ major .Files }}", &f).expect("parses");
+    assert_eq!(
+        set.execute("u", &object_root(), &f, &ExecOptions::helm())
+            .unwrap_err()
+            .to_string(),
+        r#"template: u:1:9: executing "u" at <.Files>: wrong type for value; expected *semver.Version; got engine.files"#
+    );
+}
+
+#[test]
 fn object_methods_are_checked_like_functions() {
     assert_eq!(
         render_objects("{{ .Files.Get }}").unwrap_err(),
