@@ -9,9 +9,8 @@
 //!   `encoding/json` output (HTML-escaped, trailing newline) of those spec fields, or `""`
 //!   when the field is unset.
 //! - [`go_json_digest`]: the same encoding for any serializable value whose fields are
-//!   declared in Go's field order; the snapshot digest of a release observation is this
-//!   function applied to the observation, which the chart/agent side builds from the full
-//!   Helm release record (it is not modelled in this crate).
+//!   declared in Go's field order; the snapshot digest of a release is this function
+//!   applied to its [`crate::observation::Observation`].
 
 use std::fmt;
 use std::io;
@@ -230,6 +229,11 @@ impl Serialize for SortedValue<'_> {
                 }
                 seq.end()
             }
+            // Go decodes JSON numbers into float64 before encoding them again.
+            Value::Number(n) => match n.as_f64() {
+                Some(f) => serializer.serialize_f64(f),
+                None => n.serialize(serializer),
+            },
             other => other.serialize(serializer),
         }
     }

@@ -9,7 +9,8 @@
 //! - [`spec`]: the HelmRelease v2 API as serde types, with field-naming validation.
 //! - [`status`]: the HelmRelease status: conditions, history snapshots, counters.
 //! - [`plan`]: the `ReleasePlan` the hub sends and the `Observed` state the agent reads.
-//! - [`digest`]: config, post-renderer and JSON digests as Flux computes them.
+//! - [`digest`]: config, post-renderer and JSON digests as Flux computes them;
+//!   [`observation`]: the release observation behind snapshot digests.
 //! - [`duration`], [`meta`]: Go durations, timestamps, object metadata, conditions.
 
 #![forbid(unsafe_code)]
@@ -19,6 +20,7 @@ pub mod duration;
 mod goyaml;
 pub mod ids;
 pub mod meta;
+pub mod observation;
 pub mod plan;
 pub mod release;
 pub mod spec;
