@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// An instant with the UTC offset it is shown in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GoTime {
     /// Seconds since the Unix epoch.
     pub unix_secs: i64,
@@ -186,6 +186,13 @@ impl GoTime {
             nanos,
             offset_secs,
         })
+    }
+}
+
+impl Default for GoTime {
+    /// Go's zero time.
+    fn default() -> Self {
+        GoTime::ZERO
     }
 }
 

@@ -11,14 +11,19 @@ use serde_json::Value;
 
 fn corpus() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
-    assert!(p.is_dir(), "the chart corpus is expected at {}", p.display());
+    assert!(
+        p.is_dir(),
+        "the chart corpus is expected at {}",
+        p.display()
+    );
     p
 }
 
 /// JSON numbers compared as float64, as Go's `toJson` output reads back.
 fn norm(v: &Value) -> Value {
     match v {
-        Value::Number(n) => serde_json::Number::from_f64(n.as_f64().unwrap_or(0.0)).map_or(Value::Null, Value::Number),
+        Value::Number(n) => serde_json::Number::from_f64(n.as_f64().unwrap_or(0.0))
+            .map_or(Value::Null, Value::Number),
         Value::Array(a) => Value::Array(a.iter().map(norm).collect()),
         Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), norm(v))).collect()),
         other => other.clone(),
@@ -52,16 +57,23 @@ fn every_corpus_chart_loads_and_coalesces_like_helm() {
     let mut charts = 0;
     let mut cases = 0;
     let mut failures = Vec::new();
-    let mut dirs: Vec<_> = std::fs::read_dir(&corpus).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut dirs: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     dirs.sort();
     for dir in dirs {
         if !dir.join("chart").is_dir() {
             continue;
         }
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let chart = flotilla_chart::load_dir(&dir.join("chart")).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let chart =
+            flotilla_chart::load_dir(&dir.join("chart")).unwrap_or_else(|e| panic!("{name}: {e}"));
         charts += 1;
-        let mut vfiles: Vec<_> = std::fs::read_dir(dir.join("values")).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut vfiles: Vec<_> = std::fs::read_dir(dir.join("values"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         vfiles.sort();
         for vf in vfiles {
             let stem = vf.file_stem().unwrap().to_string_lossy().into_owned();
@@ -74,12 +86,19 @@ fn every_corpus_chart_loads_and_coalesces_like_helm() {
             process_dependencies(&mut c, &user, &mut warnings).unwrap();
             let mut ours_subs = serde_json::Map::new();
             for sub in &c.dependencies {
-                let mut names: Vec<Value> = sub.dependencies.iter().map(|d| Value::String(d.name().to_owned())).collect();
+                let mut names: Vec<Value> = sub
+                    .dependencies
+                    .iter()
+                    .map(|d| Value::String(d.name().to_owned()))
+                    .collect();
                 names.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
                 ours_subs.insert(sub.name().to_owned(), Value::Array(names));
             }
             if Value::Object(ours_subs.clone()) != golden["subcharts"] {
-                failures.push(format!("{name}/{stem}: subcharts ours {ours_subs:?} helm {}", golden["subcharts"]));
+                failures.push(format!(
+                    "{name}/{stem}: subcharts ours {ours_subs:?} helm {}",
+                    golden["subcharts"]
+                ));
             }
             let mut coalesce_warnings = Vec::new();
             let vals = coalesce_values(&c, &user, &mut coalesce_warnings).unwrap();
@@ -91,17 +110,30 @@ fn every_corpus_chart_loads_and_coalesces_like_helm() {
                 let text = std::fs::read_to_string(&stderr).unwrap();
                 let want: Vec<String> = text
                     .lines()
-                    .filter_map(|l| l.strip_prefix("level=INFO msg=\"").and_then(|l| l.strip_suffix('"')))
+                    .filter_map(|l| {
+                        l.strip_prefix("level=INFO msg=\"")
+                            .and_then(|l| l.strip_suffix('"'))
+                    })
                     .map(str::to_owned)
                     .collect();
                 warnings.extend(coalesce_warnings);
                 if warnings != want {
-                    failures.push(format!("{name}/{stem}: warnings ours {warnings:?} helm {want:?}"));
+                    failures.push(format!(
+                        "{name}/{stem}: warnings ours {warnings:?} helm {want:?}"
+                    ));
                 }
             }
             cases += 1;
         }
     }
-    assert!(failures.is_empty(), "{} of {cases} cases differ:\n{}", failures.len(), failures.join("\n"));
-    assert!(charts >= 17 && cases >= 49, "{charts} charts, {cases} cases");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        charts >= 17 && cases >= 49,
+        "{charts} charts, {cases} cases"
+    );
 }
