@@ -1,6 +1,72 @@
 //! The wire contract between the hub and its agents (package `flotilla.agent.v1`).
 //!
-//! This crate will hold the `.proto` files, the generated prost/tonic code (committed, with a
-//! staleness check) and the `TryFrom` conversions between wire messages and the domain types of
-//! `flotilla-core`. No wire type travels past a handler. Nothing is defined yet: the messages
-//! land with the agent's plan and status (issue 4) and the hub session.
+//! The source of truth is `proto/flotilla/agent/v1/agent.proto`. The Rust code in `src/gen/`
+//! is generated from it by `cargo xtask gen` (prost and tonic, compiled with protox, so no
+//! system `protoc` is needed) and committed; `cargo xtask gen-check` fails when it is stale.
+//!
+//! Wire types stop at the edge: conversions to the domain types of `flotilla-core` live next
+//! to the handlers, and no prost type travels further.
+
+/// Messages and the `Hub` service of `flotilla.agent.v1`.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic,
+    rust_2018_idioms
+)]
+pub mod v1 {
+    include!("gen/flotilla.agent.v1.rs");
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+
+    use super::v1::{self, hub_message};
+
+    fn plan() -> v1::ReleasePlan {
+        v1::ReleasePlan {
+            object: Some(v1::ObjectRef {
+                namespace: "apps".into(),
+                name: "podinfo".into(),
+            }),
+            revision: 7,
+            generation: 3,
+            release: Some(v1::ReleaseTarget {
+                name: "apps-podinfo".into(),
+                namespace: "apps".into(),
+                storage_namespace: "apps".into(),
+            }),
+            values_json: br#"{"replicaCount":2}"#.to_vec(),
+            config_digest: "sha256:abc".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_plan_upsert_survives_the_wire() {
+        let message = v1::HubMessage {
+            kind: Some(hub_message::Kind::PlanUpsert(v1::PlanUpsert {
+                plan: Some(plan()),
+            })),
+        };
+        let bytes = message.encode_to_vec();
+        assert_eq!(v1::HubMessage::decode(bytes.as_slice()), Ok(message));
+    }
+
+    #[test]
+    fn a_newer_peer_with_unknown_fields_is_still_understood() {
+        let mut bytes = plan().encode_to_vec();
+        // Field 99, varint 1: what a later, additive version of the contract could send.
+        bytes.extend_from_slice(&[0x98, 0x06, 0x01]);
+        let decoded =
+            v1::ReleasePlan::decode(bytes.as_slice()).expect("unknown fields are skipped");
+        assert_eq!(decoded, plan());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(v1::ReleasePlan::decode(&[0xff, 0xff, 0xff][..]).is_err());
+    }
+}

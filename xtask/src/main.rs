@@ -28,6 +28,10 @@ enum Task {
     Test,
     /// Install the test prerequisites: upstream Kubernetes binaries and reference tools.
     Deps,
+    /// Regenerate committed generated code (protobuf) from its sources.
+    Gen,
+    /// Check that committed generated code matches its sources.
+    GenCheck,
     /// Check formatting.
     Fmt,
     /// Run clippy on every target with warnings denied.
@@ -55,6 +59,8 @@ fn main() -> anyhow::Result<()> {
     match cli.task {
         Task::Test => test(&root),
         Task::Deps => deps(&root),
+        Task::Gen => generate(&root, &root.join(GENERATED_PROTO_DIR)),
+        Task::GenCheck => gen_check(&root),
         Task::Fmt => fmt(),
         Task::Clippy => clippy(),
         Task::CheckDeps => check_deps(),
@@ -78,6 +84,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     deps(root)?;
     step("fmt", fmt)?;
+    step("gen-check", || gen_check(root))?;
     step("check-deps", check_deps)?;
     step("clippy", clippy)?;
     step("cargo test", || {
@@ -150,6 +157,66 @@ fn check_deps() -> anyhow::Result<()> {
         IO_CRATES
     );
     Ok(())
+}
+
+/// Where the generated protobuf code is committed.
+const GENERATED_PROTO_DIR: &str = "proto/src/gen";
+/// The protobuf sources.
+const PROTO_FILES: &[&str] = &["proto/proto/flotilla/agent/v1/agent.proto"];
+
+/// Generates the prost/tonic code for [`PROTO_FILES`] into `out_dir`, with protox (a
+/// protobuf compiler in Rust, so no system `protoc` is needed).
+fn generate(root: &Path, out_dir: &Path) -> anyhow::Result<()> {
+    let files: Vec<PathBuf> = PROTO_FILES.iter().map(|f| root.join(f)).collect();
+    let descriptors = protox::compile(&files, [root.join("proto/proto")])?;
+    std::fs::create_dir_all(out_dir)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .emit_rerun_if_changed(false)
+        .out_dir(out_dir)
+        .compile_fds(descriptors)?;
+    // rustfmt the output so the committed file and a fresh one compare equal.
+    for entry in std::fs::read_dir(out_dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            run(Command::new("rustfmt")
+                .args(["--edition", "2024"])
+                .arg(&path))?;
+        }
+    }
+    Ok(())
+}
+
+fn gen_check(root: &Path) -> anyhow::Result<()> {
+    let fresh = tempfile_dir()?;
+    generate(root, &fresh)?;
+    let committed = root.join(GENERATED_PROTO_DIR);
+    let mut stale = Vec::new();
+    for entry in std::fs::read_dir(&fresh)? {
+        let path = entry?.path();
+        let name = path.file_name().expect("read_dir yields named entries");
+        let ours = std::fs::read(committed.join(name)).unwrap_or_default();
+        if std::fs::read(&path)? != ours {
+            stale.push(name.to_string_lossy().into_owned());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&fresh);
+    if !stale.is_empty() {
+        bail!(
+            "generated code is stale: {}; run `cargo xtask gen` and commit",
+            stale.join(", ")
+        );
+    }
+    eprintln!("xtask: generated code is up to date");
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("flotilla-gen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// Where `up` keeps its clusters.
