@@ -33,6 +33,70 @@ impl Timestamp {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The form `metav1.Time` writes: UTC, whole seconds (`2006-01-02T15:04:05Z`).
+    pub fn to_kubernetes(&self) -> Timestamp {
+        let b = self.0.as_bytes();
+        let num = |r: std::ops::Range<usize>| -> i64 {
+            self.0.get(r).and_then(|s| s.parse().ok()).unwrap_or(0)
+        };
+        let (y, mo, d) = (num(0..4), num(5..7), num(8..10));
+        let (h, mi, sec) = (num(11..13), num(14..16), num(17..19));
+        // The offset, after the optional fraction.
+        let mut i = 19;
+        while i < b.len() && !matches!(b[i], b'Z' | b'z' | b'+' | b'-') {
+            i += 1;
+        }
+        let offset_secs = match b.get(i) {
+            Some(b'+') | Some(b'-') => {
+                let sign = if b[i] == b'-' { -1 } else { 1 };
+                sign * (num(i + 1..i + 3) * 3600 + num(i + 4..i + 6) * 60)
+            }
+            _ => 0,
+        };
+        let days = days_from_civil(y, mo, d);
+        let total = days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
+        let (days, rem) = (total.div_euclid(86_400), total.rem_euclid(86_400));
+        let (y, mo, d) = civil_from_days(days);
+        Timestamp(format!(
+            "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        ))
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day count since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (
+        if m <= 2 {
+            yoe + era * 400 + 1
+        } else {
+            yoe + era * 400
+        },
+        m,
+        d,
+    )
 }
 
 fn is_rfc3339(s: &str) -> bool {
@@ -362,6 +426,21 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         Timestamp::new(s).unwrap()
+    }
+
+    #[test]
+    fn timestamps_convert_to_the_kubernetes_form() {
+        for (input, k8s) in [
+            (
+                "2024-05-07T04:54:21.123456789+02:00",
+                "2024-05-07T02:54:21Z",
+            ),
+            ("2024-01-01T00:30:00+01:00", "2023-12-31T23:30:00Z"),
+            ("2024-02-28T23:00:00-01:30", "2024-02-29T00:30:00Z"),
+            ("2023-12-04T14:17:47Z", "2023-12-04T14:17:47Z"),
+        ] {
+            assert_eq!(ts(input).to_kubernetes().as_str(), k8s, "{input}");
+        }
     }
 
     #[test]

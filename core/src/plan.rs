@@ -21,13 +21,15 @@ use crate::ids::{
     ChartDigest, ClusterId, IdError, Namespace, ObjectName, PlanRevision, ReleaseName,
 };
 use crate::meta::Timestamp;
+use crate::observation::{HOOK_EVENT_TEST, Observation};
 use crate::spec::{
     CommonMetadata, CustomHealthCheck, DriftDetection, FORCE_REQUEST_ANNOTATION, HelmRelease,
     Install, PostRenderStrategy, PostRenderer, RECONCILE_REQUEST_ANNOTATION,
     RESET_REQUEST_ANNOTATION, Rollback, SpecError, Test, Uninstall, Upgrade, WaitStrategy,
 };
 use crate::status::{
-    HelmReleaseStatus, ReleaseAction, SNAPSHOT_API_VERSION, Snapshot, StorageStatus, TestHookStatus,
+    HelmReleaseStatus, HookPhase, ReleaseAction, SNAPSHOT_API_VERSION, Snapshot, StorageStatus,
+    TestHookStatus,
 };
 
 /// Why a plan could not be built.
@@ -319,8 +321,8 @@ pub struct ReleaseRecord {
     pub app_version: String,
     /// Config digest of the values stored in the release.
     pub config_digest: Digest,
-    /// Digest of Flux's observation of the release (`go_json_digest` of the observation),
-    /// computed with the OCI digest given by [`crate::release::observation_oci_digest`].
+    /// Digest of Flux's observation of the release ([`Observation::digest`]), computed
+    /// with the OCI digest given by [`crate::release::observation_oci_digest`].
     pub digest: Digest,
     /// First deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -336,7 +338,86 @@ pub struct ReleaseRecord {
     pub test_hooks: BTreeMap<String, TestHookStatus>,
 }
 
+/// Why a stored release could not be summarized.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The release name is not a valid release name.
+    #[error("release name: {0}")]
+    Name(#[source] IdError),
+    /// The release namespace is not a valid namespace.
+    #[error("release namespace: {0}")]
+    Namespace(#[source] IdError),
+    /// The status is not one Helm writes.
+    #[error("release {0:?} has unknown status {1:?}")]
+    Status(String, String),
+    /// A timestamp is not RFC 3339.
+    #[error("release {0:?}: {1}")]
+    Time(String, #[source] crate::meta::TimestampError),
+}
+
 impl ReleaseRecord {
+    /// Summarizes a release read from storage, given as Flux's (unfiltered) observation of
+    /// it: the digest is that of the observation with test hooks removed and `oci_digest`
+    /// set (see [`crate::release::observation_oci_digest`]); the test hooks are the hooks
+    /// with the `test` event.
+    pub fn from_observation(release: &Observation, oci_digest: &str) -> Result<Self, RecordError> {
+        let name = ReleaseName::new(release.name.clone()).map_err(RecordError::Name)?;
+        let namespace =
+            Namespace::new(release.namespace.clone()).map_err(RecordError::Namespace)?;
+        let status = StorageStatus::parse(&release.info.status).ok_or_else(|| {
+            RecordError::Status(release.name.clone(), release.info.status.clone())
+        })?;
+        let time = |t: &Option<String>| -> Result<Option<Timestamp>, RecordError> {
+            t.as_deref()
+                .map(|t| {
+                    Timestamp::new(t)
+                        .map(|t| t.to_kubernetes())
+                        .map_err(|e| RecordError::Time(release.name.clone(), e))
+                })
+                .transpose()
+        };
+        let mut test_hooks = BTreeMap::new();
+        for hook in release.hooks.iter().flatten() {
+            if hook.events.iter().any(|e| e == HOOK_EVENT_TEST) {
+                let run = &hook.last_run;
+                test_hooks.insert(
+                    hook.name.clone(),
+                    TestHookStatus {
+                        last_started: time(&run.started_at)?,
+                        last_completed: time(&run.completed_at)?,
+                        phase: match run.phase.as_str() {
+                            "Unknown" => Some(HookPhase::Unknown),
+                            "Running" => Some(HookPhase::Running),
+                            "Succeeded" => Some(HookPhase::Succeeded),
+                            "Failed" => Some(HookPhase::Failed),
+                            _ => None,
+                        },
+                    },
+                );
+            }
+        }
+        let observed = Observation {
+            oci_digest: oci_digest.to_owned(),
+            ..release.clone()
+        }
+        .observed();
+        Ok(Self {
+            name,
+            namespace,
+            version: release.version,
+            status,
+            chart_name: release.chart_metadata.name.clone(),
+            chart_version: release.chart_metadata.version.clone(),
+            app_version: release.chart_metadata.app_version.clone(),
+            config_digest: digest::config_digest(release.config.as_ref().unwrap_or(&Value::Null)),
+            digest: observed.digest(),
+            first_deployed: time(&release.info.first_deployed)?,
+            last_deployed: time(&release.info.last_deployed)?,
+            deleted: time(&release.info.deleted)?,
+            test_hooks,
+        })
+    }
+
     /// `<namespace>/<name>.v<version>`.
     pub fn full_name(&self) -> String {
         format!("{}/{}.v{}", self.namespace, self.name, self.version)
@@ -410,4 +491,80 @@ pub struct Observed {
     /// The controller state: the HelmRelease status the agent keeps beside the plan.
     #[serde(default)]
     pub status: HelmReleaseStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observation::Hook;
+    use serde_json::json;
+
+    fn stored() -> Observation {
+        serde_json::from_value(json!({
+            "name": "podinfo", "version": 2, "namespace": "default",
+            "info": {"first_deployed": "2024-05-07T04:54:21.5+02:00",
+                     "last_deployed": "2024-05-07T05:00:00Z", "status": "deployed"},
+            "chartMetadata": {"name": "podinfo", "version": "6.5.3", "appVersion": "6.5.3"},
+            "config": {"replicaCount": 2},
+            "manifest": "kind: Deployment\n",
+            "hooks": [
+                {"name": "podinfo-test", "events": ["test"],
+                 "last_run": {"started_at": "2024-05-07T05:01:00Z", "completed_at": "2024-05-07T05:01:09Z", "phase": "Succeeded"}},
+                {"name": "migrate", "events": ["pre-upgrade"], "last_run": {"phase": ""}}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn stored_release_is_summarized_with_flux_digests() {
+        let rec = ReleaseRecord::from_observation(&stored(), "sha256:abc").unwrap();
+        assert_eq!(rec.full_name(), "default/podinfo.v2");
+        assert_eq!(rec.status, StorageStatus::Deployed);
+        assert_eq!(rec.chart_version, "6.5.3");
+        assert_eq!(
+            rec.config_digest,
+            digest::config_digest(&json!({"replicaCount": 2}))
+        );
+        assert_eq!(
+            rec.first_deployed.as_ref().map(Timestamp::as_str),
+            Some("2024-05-07T02:54:21Z")
+        );
+        assert_eq!(
+            rec.test_hooks["podinfo-test"].phase,
+            Some(HookPhase::Succeeded)
+        );
+        // The digest ignores test hooks and includes the OCI digest.
+        let mut without_tests = stored();
+        without_tests.hooks = Some(vec![Hook {
+            name: "migrate".into(),
+            events: vec!["pre-upgrade".into()],
+            ..Hook::default()
+        }]);
+        without_tests.oci_digest = "sha256:abc".into();
+        assert_eq!(rec.digest, without_tests.digest());
+        let other_oci = ReleaseRecord::from_observation(&stored(), "").unwrap();
+        assert_ne!(other_oci.digest, rec.digest);
+        // A manual test run changes hook results, not the digest.
+        let mut retested = stored();
+        if let Some(h) = retested.hooks.as_mut() {
+            h[0].last_run.phase = "Failed".into();
+        }
+        assert_eq!(
+            ReleaseRecord::from_observation(&retested, "sha256:abc")
+                .unwrap()
+                .digest,
+            rec.digest
+        );
+    }
+
+    #[test]
+    fn stored_release_with_an_unknown_status_is_refused() {
+        let mut s = stored();
+        s.info.status = "exploded".into();
+        assert!(matches!(
+            ReleaseRecord::from_observation(&s, ""),
+            Err(RecordError::Status(..))
+        ));
+    }
 }
