@@ -12,7 +12,7 @@ use flotilla_agent::kube::wait::{WaitError, WaitOptions};
 use flotilla_agent::kube::{
     ClusterApi, MANAGED_BY_LABEL, OWNER_NAME_LABEL, RELEASE_NAME_ANNOTATION, Resource, error_chain,
 };
-use flotilla_tests::{Cluster, ClusterOptions};
+use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -147,7 +147,14 @@ async fn a_never_ready_deployment_times_out_with_a_message_naming_it() -> anyhow
     let (_cluster, api) = start("never-ready").await?;
     let manifest = deployment("stuck", 1, "        flotilla.dev/never-ready: \"true\"");
     let report = api.apply(&parse_manifest(&manifest)?, &options()).await?;
-    let options = WaitOptions::new(Duration::from_secs(6));
+    // Let the controllers create the pod first, so the reason below is stable.
+    let deployments: Api<Deployment> = Api::namespaced(api.client().clone(), "default");
+    wait::until("the pod of the Deployment", WAIT, || async {
+        let status = deployments.get("stuck").await?.status.unwrap_or_default();
+        Ok((status.updated_replicas == Some(1)).then_some(()))
+    })
+    .await?;
+    let options = WaitOptions::new(Duration::from_secs(3));
     let err = api.wait_ready(&report.applied, &options).await.unwrap_err();
     assert!(matches!(err, WaitError::Timeout(_)), "{err}");
     assert_eq!(
@@ -272,7 +279,8 @@ spec:
 }
 
 #[tokio::test]
-async fn a_crd_and_a_custom_resource_of_it_apply_in_one_manifest() -> anyhow::Result<()> {
+async fn a_crd_and_its_custom_resource_apply_in_one_manifest_and_the_kind_is_unknown_once_the_crd_is_gone()
+-> anyhow::Result<()> {
     let (_cluster, api) = start("crd").await?;
     let manifest = "---
 # Source: widgets/templates/widget.yaml
@@ -329,6 +337,22 @@ spec:
     );
     api.wait_ready(&report.applied, &WaitOptions::new(WAIT))
         .await?;
+
+    let objects = parse_manifest(manifest)?;
+    let crd_only = DeleteOptions {
+        wait: Some(WAIT),
+        ..DeleteOptions::default()
+    };
+    api.delete(&objects[1..], "default", &crd_only).await?;
+    // The kind is still in the discovery cache; the apply finds out it is gone.
+    let failure = api.apply(&objects[..1], &options()).await.unwrap_err();
+    assert_eq!(failure.error.kind(), "unknown_kind");
+    assert!(
+        failure
+            .to_string()
+            .starts_with("Widget default/first: resource mapping not found for name: \"first\""),
+        "{failure}"
+    );
     Ok(())
 }
 

@@ -204,6 +204,20 @@ impl ApplyError {
         }
     }
 
+    /// A short, bounded name for the failure (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApplyError::Resolve(DiscoveryError::NoMatch { .. }) => "unknown_kind",
+            ApplyError::Resolve(DiscoveryError::Api { .. }) => "discovery",
+            ApplyError::NotOwned { .. } => "not_owned",
+            ApplyError::OwnedByOther { .. } => "owned_by_other",
+            ApplyError::Get { .. } => "get",
+            ApplyError::Apply { .. } => "apply",
+            ApplyError::UpgradeManagedFields { .. } => "managed_fields",
+            ApplyError::CrdNotEstablished { .. } => "crd_not_established",
+        }
+    }
+
     /// Whether retrying later may succeed without a change of the input.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -519,16 +533,35 @@ impl ClusterApi {
                 .map_err(|e| apply_error(resource, e))?;
             return Ok((with_object(resource, created), false));
         }
-        let live = get_live(&self.client, resource).await?;
+        let live = match get_live(&self.client, resource).await {
+            Err(ApplyError::Get { source, .. }) if source.is_not_found() => {
+                if let Some(gone) = self.kind_gone(resource).await {
+                    return Err(gone);
+                }
+                get_live(&self.client, resource).await?
+            }
+            other => other?,
+        };
         if let Some(live) = &live {
             check_existing(resource, live, options)?;
             self.upgrade_client_side_fields(resource, live, options)
                 .await?;
         }
-        let applied = api
+        let applied = match api
             .patch(&name, &options.params(), &Patch::Apply(&desired))
             .await
-            .map_err(|e| apply_error(resource, e))?;
+        {
+            Ok(applied) => applied,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                // The kind may be gone since it was cached (a CRD deleted): ask discovery again.
+                return Err(match self.kind_gone(resource).await {
+                    Some(gone) => gone,
+                    None => apply_error(resource, kube::Error::Api(status)),
+                });
+            }
+            Err(e) => return Err(apply_error(resource, e)),
+        };
+        tracing::debug!(object = %resource.object_ref(), created = live.is_none(), "object applied");
         Ok((with_object(resource, applied), live.is_some()))
     }
 
@@ -570,6 +603,26 @@ impl ClusterApi {
                 source: ApiFailure(e),
             })?;
         Ok(())
+    }
+
+    /// After a 404: the unknown-kind error when fresh discovery no longer serves the kind (a
+    /// CRD deleted since it was cached), else `None` (a missing namespace, say).
+    async fn kind_gone(&self, resource: &Resource) -> Option<ApplyError> {
+        let gvk = kube::api::GroupVersionKind::gvk(
+            &resource.api_resource.group,
+            &resource.api_resource.version,
+            &resource.api_resource.kind,
+        );
+        let fresh = self.catalog.refresh(&gvk).await.ok()?;
+        if fresh.iter().any(|r| r.api_resource.kind == gvk.kind) {
+            return None;
+        }
+        let obj = ManifestObject {
+            source: resource.source.clone(),
+            gvk,
+            object: resource.object.clone(),
+        };
+        Some(no_match(&obj).into())
     }
 
     /// A server-side apply dry run of one resolved object, with the release metadata added:

@@ -90,6 +90,31 @@ pub enum DeleteError {
     },
 }
 
+impl DeleteError {
+    /// What was done before the error.
+    pub fn report(&self) -> &DeleteReport {
+        match self {
+            DeleteError::Failed { report, .. } | DeleteError::Wait { report, .. } => report,
+        }
+    }
+
+    /// A short, bounded name for the failure (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeleteError::Failed { .. } => "delete",
+            DeleteError::Wait { .. } => "deletion_timeout",
+        }
+    }
+
+    /// Whether retrying later may help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DeleteError::Failed { failures, .. } => failures.iter().all(|f| f.error.is_transient()),
+            DeleteError::Wait { .. } => true,
+        }
+    }
+}
+
 fn join(failures: &[ObjectFailure]) -> String {
     failures
         .iter()
@@ -235,6 +260,7 @@ impl ClusterApi {
             }
             match api.delete(&name, &params).await {
                 Ok(_) => {
+                    tracing::debug!(object = %object, "object deleted");
                     report.deleted.push(object);
                     deleted.push(resource.clone());
                 }

@@ -175,6 +175,28 @@ pub enum HookError {
     },
 }
 
+impl HookError {
+    /// A short, bounded name for the failure (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HookError::DeletePrevious { .. } => "delete_previous",
+            HookError::PreviousNotGone { .. } => "previous_not_gone",
+            HookError::Create { .. } => "create",
+            HookError::Delete { .. } => "delete",
+        }
+    }
+
+    /// Whether retrying later may help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            HookError::DeletePrevious { source, .. }
+            | HookError::Create { source, .. }
+            | HookError::Delete { source, .. } => source.is_transient(),
+            HookError::PreviousNotGone { .. } => true,
+        }
+    }
+}
+
 /// How a watched hook stands.
 enum Outcome {
     Running,
@@ -324,6 +346,7 @@ impl ClusterApi {
         let object = running.object_ref();
 
         let (phase, failure) = self.watch_hook(&running, options.timeout).await;
+        tracing::debug!(hook = %object, phase = phase.as_str(), "hook finished");
         let mut run = HookRun {
             object,
             started_at,

@@ -80,6 +80,20 @@ pub enum WaitError {
 }
 
 impl WaitError {
+    /// A short, bounded name for the failure (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WaitError::Failed(_) => "failed",
+            WaitError::Timeout(_) => "timeout",
+            WaitError::DeletionTimeout(_) => "deletion_timeout",
+        }
+    }
+
+    /// Whether waiting longer may help (a timeout), as opposed to a failed object.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, WaitError::Failed(_))
+    }
+
     /// The objects the wait ended without.
     pub fn not_ready(&self) -> &[NotReady] {
         match self {
