@@ -1,0 +1,4 @@
+//! Placeholder module: functions land here.
+use flotilla_gotmpl::FuncMap;
+
+pub(crate) fn register(_map: &mut FuncMap) {}

@@ -1,0 +1,23 @@
+//! Sprig v3.3.0 as Helm exposes it (`sprig.TxtFuncMap()` minus `env` and `expandenv`), written
+//! for `flotilla-gotmpl`'s function registry. Helm's own functions (`include`, `tpl`,
+//! `toYaml`, `lookup`, ...) live in `flotilla-chart`.
+//!
+//! Start at [`funcs`]: it returns every Sprig function in a [`flotilla_gotmpl::FuncMap`].
+//! Each module holds one family, as Sprig's documentation groups them.
+
+mod crypto;
+mod dates;
+mod semver;
+mod general;
+
+use flotilla_gotmpl::FuncMap;
+
+/// Every Sprig function Helm exposes.
+pub fn funcs() -> FuncMap {
+    let mut map = FuncMap::new();
+    general::register(&mut map);
+    crypto::register(&mut map);
+    dates::register(&mut map);
+    semver::register(&mut map);
+    map
+}
