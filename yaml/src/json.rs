@@ -77,12 +77,9 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
             #[allow(clippy::cast_precision_loss)]
             Value::Float(u as f64)
         }
-        Value::Float(f) => {
-            if !f.is_finite() {
-                return Err(unsupported_float(f));
-            }
-            Value::Float(f)
-        }
+        // Non-finite floats are refused by `json.Marshal`, in its (sorted) order: see
+        // `check_finite`.
+        Value::Float(f) => Value::Float(f),
         Value::Bytes(b) => Value::String(go_lossy_utf8(&b)),
         Value::Seq(items) => Value::Seq(
             items
@@ -127,13 +124,38 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
     })
 }
 
+/// The error `json.Marshal` gives for the first NaN or infinity it meets: it walks maps in
+/// byte-wise key order.
+fn check_finite(v: &Value) -> Result<(), Error> {
+    match v {
+        Value::Float(f) if !f.is_finite() => Err(unsupported_float(*f)),
+        Value::Seq(items) => items.iter().try_for_each(check_finite),
+        Value::Map(m) => {
+            let mut entries: Vec<(&Value, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| json_key(a.0).cmp(&json_key(b.0)));
+            entries.into_iter().try_for_each(|(_, v)| check_finite(v))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn json_key(k: &Value) -> Vec<u8> {
+    match k {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Bytes(b) => go_lossy_utf8(b).into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
 /// `sigs.k8s.io/yaml.Unmarshal(y, &interface{})`: go-yaml v2 reads the first document, keys
 /// are turned into strings and every number into a float64 by the JSON round trip. Errors
 /// read `error converting YAML to JSON: yaml: line N: ...`.
 pub fn unmarshal(src: &str) -> Result<Value, Error> {
     let v = crate::parse::unmarshal(src, crate::parse::DecodeOptions::default())
         .map_err(|e| e.wrap("error converting YAML to JSON"))?;
-    yaml_to_json_value(v).map_err(|e| e.wrap("error converting YAML to JSON"))
+    let j = yaml_to_json_value(v).map_err(|e| e.wrap("error converting YAML to JSON"))?;
+    check_finite(&j).map_err(|e| e.wrap("error converting YAML to JSON"))?;
+    Ok(j)
 }
 
 /// [`unmarshal`] for raw bytes (go-yaml's reader errors on invalid UTF-8).
@@ -146,7 +168,9 @@ pub fn unmarshal_bytes(src: &[u8]) -> Result<Value, Error> {
 /// numbers) of the first document.
 pub fn yaml_to_json(src: &str) -> Result<Value, Error> {
     let v = crate::parse::unmarshal(src, crate::parse::DecodeOptions::default())?;
-    yaml_to_json_value(v)
+    let j = yaml_to_json_value(v)?;
+    check_finite(&j)?;
+    Ok(j)
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -323,6 +347,7 @@ fn check_json_text(s: &str) -> Result<(), Error> {
 /// final newline). `v` stands for the Go value handed to `json.Marshal`: maps must have
 /// string keys, NaN and infinities are refused.
 pub fn marshal(v: &Value) -> Result<String, Error> {
+    check_finite(v).map_err(|e| e.wrap("error marshaling into JSON"))?;
     let j = json_round_trip(v)?;
     crate::to_string(&j)
 }

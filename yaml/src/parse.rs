@@ -413,6 +413,9 @@ fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
         );
     }
     let (mut problem, mut scanner) = match info {
+        // libyaml ends a block scalar at a line indented less than its first lines; the
+        // line then fails to fit the enclosing collection.
+        "wrongly indented line in block scalar" => (ctx.unexpected_token().to_owned(), false),
         // Repair found no closing quote: libyaml runs into the end of the stream.
         "invalid indentation in quoted scalar" => {
             ("found unexpected end of stream".to_owned(), true)
@@ -538,8 +541,14 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     check_directives(src)?;
     let mut text = src.strip_prefix('\u{feff}').unwrap_or(src).to_owned();
     let mut repairs = 0;
+    // A private-use character absent from the input stands in for a `-` saphyr refuses.
+    let used: std::collections::HashSet<char> = text
+        .chars()
+        .filter(|c| ('\u{e000}'..='\u{f8ff}').contains(c))
+        .collect();
+    let placeholder = ('\u{e000}'..='\u{f8ff}').find(|c| !used.contains(c));
     loop {
-        match parse_docs_once(&text, first_only) {
+        match parse_docs_once(&text, first_only, placeholder) {
             Ok(docs) => return Ok(docs),
             Err(Failure::Other(e)) => return Err(e),
             Err(Failure::Repair(fixed)) => {
@@ -554,7 +563,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
             }
             Err(Failure::Scan(e, ctx)) => {
                 if repairs < MAX_REPAIRS
-                    && let Some(fixed) = repair(&text, &e)
+                    && let Some(fixed) = repair(&text, &e, placeholder)
                 {
                     repairs += 1;
                     text = fixed;
@@ -605,7 +614,10 @@ impl Context {
 }
 
 fn context_of(src: &str, doc: Option<&Doc>, stack: &[usize]) -> Context {
-    let Some(node) = doc.and_then(|d| stack.last().and_then(|&i| d.nodes.get(i))) else {
+    let Some(doc) = doc else {
+        return Context::Top;
+    };
+    let Some(node) = stack.last().and_then(|&i| doc.nodes.get(i)) else {
         return Context::Top;
     };
     let first = src
@@ -615,6 +627,11 @@ fn context_of(src: &str, doc: Option<&Doc>, stack: &[usize]) -> Context {
         (Kind::Map(_), Some('{')) => Context::FlowMap,
         (Kind::Seq(_), Some('[')) => Context::FlowSeq,
         (Kind::Map(_), _) => Context::BlockMap,
+        // saphyr starts an indentless sequence (`key:\n- a` at the key's column) after its
+        // first `- `, a nested one at its `-`. libyaml ends an indentless sequence at the
+        // first token that is not `-`, and the mapping then misses a key.
+        (Kind::Seq(_), Some('-')) => Context::BlockSeq,
+        (Kind::Seq(_), _) => Context::BlockMap,
         _ => Context::BlockSeq,
     }
 }
@@ -778,9 +795,22 @@ fn repair_quoted_indentation(src: &str, at: usize) -> Option<String> {
 
 /// Rewrites `src` where saphyr (YAML 1.2) refuses what libyaml (YAML 1.1, go-yaml v2)
 /// accepts, without changing what the document means; `None` when the error is real.
-fn repair(src: &str, e: &ScanError) -> Option<String> {
+fn repair(src: &str, e: &ScanError, placeholder: Option<char>) -> Option<String> {
     let at = char_to_byte(src, e.marker().index());
     match e.info() {
+        // libyaml reads `-` before a flow indicator as (part of) a plain scalar; saphyr
+        // refuses. The `-` becomes a placeholder, turned back when the scalar is read.
+        "plain scalar cannot start with '-' followed by ,[]{}" => {
+            let p = placeholder?;
+            if !src.get(at..)?.starts_with('-') {
+                return None;
+            }
+            let mut out = String::with_capacity(src.len() + 2);
+            out.push_str(&src[..at]);
+            out.push(p);
+            out.push_str(&src[at + 1..]);
+            Some(out)
+        }
         "invalid indentation in quoted scalar" => repair_quoted_indentation(src, at),
         // libyaml takes a tab as the separator after `:` and `-`.
         "':' must be followed by a valid YAML whitespace"
@@ -880,7 +910,11 @@ fn check_double_quoted_escapes(raw: &str, line0: usize) -> Result<(), Error> {
     Ok(())
 }
 
-fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, Failure> {
+fn parse_docs_once(
+    src_for_parser: &str,
+    first_only: bool,
+    placeholder: Option<char>,
+) -> Result<Vec<Doc>, Failure> {
     // Byte offset of every character, built only when a `\/` escape may need checking.
     let char_offsets: Option<Vec<usize>> = src_for_parser
         .contains("\\/")
@@ -1000,6 +1034,11 @@ fn parse_docs_once(src_for_parser: &str, first_only: bool) -> Result<Vec<Doc>, F
                     }
                 }
                 let mut value = value.into_owned();
+                if let Some(p) = placeholder
+                    && value.contains(p)
+                {
+                    value = value.replace(p, "-");
+                }
                 if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
                     && ends_inside_content
                     && span.end.index() >= total_chars
