@@ -73,6 +73,7 @@ fn main() -> anyhow::Result<()> {
 /// Crates that must stay free of IO.
 const PURE_CRATES: &[&str] = &[
     "flotilla-gotmpl",
+    "flotilla-sprig",
     "flotilla-yaml",
     "flotilla-chart",
     "flotilla-core",
