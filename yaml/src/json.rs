@@ -132,7 +132,7 @@ fn check_finite(v: &Value) -> Result<(), Error> {
         Value::Seq(items) => items.iter().try_for_each(check_finite),
         Value::Map(m) => {
             let mut entries: Vec<(&Value, &Value)> = m.iter().collect();
-            entries.sort_by(|a, b| json_key(a.0).cmp(&json_key(b.0)));
+            entries.sort_by_key(|e| json_key(e.0));
             entries.into_iter().try_for_each(|(_, v)| check_finite(v))
         }
         _ => Ok(()),
