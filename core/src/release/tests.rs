@@ -2130,3 +2130,138 @@ fn decision_invariants_hold_over_the_whole_grid() {
     }
     assert_eq!(checked, 3 * 2 * 2 * 10 * 2 * 3 * 3 * 2);
 }
+
+#[test]
+fn release_installed_by_the_helm_cli_is_adopted_with_an_upgrade() {
+    let mut sim = Sim::new(plan());
+    // `helm install` made v1 with other values; nothing in history.
+    sim.put(record(
+        1,
+        StorageStatus::Deployed,
+        "6.5.0",
+        &json!({"replicaCount": 9}),
+    ));
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert_eq!(sim.take_log(), ["upgrade"]);
+    assert_eq!(
+        sim.status.history.len(),
+        1,
+        "the foreign v1 is not in our history"
+    );
+    assert_eq!(sim.status.history[0].version, 2);
+    assert_eq!(sim.status.history[0].action, Some(ReleaseAction::Upgrade));
+}
+
+#[test]
+fn upgrade_whose_tests_fail_is_rolled_back() {
+    let mut sim = Sim::new(plan_with(json!({
+        "test": {"enable": true},
+        "upgrade": {"remediation": {"retries": 1}}
+    })));
+    installed(&mut sim);
+    bump_chart(&mut sim, "6.6.0");
+    use Behaviour::{FailWritten, Succeed};
+    // upgrade ok, test fails, rollback ok.
+    sim.script(&[Succeed, FailWritten, Succeed]);
+    assert_eq!(sim.reconcile(), Step::Requeue);
+    assert_eq!(sim.take_log(), ["upgrade", "test", "rollback"]);
+    assert_eq!(sim.status.upgrade_failures, 1);
+    assert_eq!(
+        cond(&sim.status, condition::REMEDIATED).message,
+        "Helm rollback to previous release default/podinfo.v1 with chart podinfo@6.5.0 succeeded"
+    );
+    // The rolled-back release is untested and the desired chart still differs: the
+    // next reconcile upgrades again (and, tests passing, is ready).
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert_eq!(sim.take_log(), ["upgrade", "test"]);
+    assert_eq!(
+        cond(&sim.status, condition::READY).reason,
+        reason::TEST_SUCCEEDED
+    );
+}
+
+#[test]
+fn failed_rollback_that_left_storage_unchanged_backs_off() {
+    let p = plan_with(json!({"upgrade": {"remediation": {"retries": 1}}}));
+    let mut o = failed_upgrade(1);
+    let mut atomic = AtomicRelease::new();
+    let action = match atomic.step(&p, &mut o, &now()) {
+        Step::Run { action, .. } => action,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(action, Action::Rollback { .. }));
+    let stop = atomic.complete(
+        &p,
+        &action,
+        &Outcome::failed("release podinfo failed: timed out", vec![]),
+        &mut o.status,
+        &now(),
+    );
+    assert_eq!(
+        stop,
+        Some(Step::Failed("release podinfo failed: timed out".into()))
+    );
+    assert_eq!(o.status.failures, 2);
+}
+
+#[test]
+fn deleting_the_helm_release_uninstalls_it_and_forgets_the_history() {
+    let mut sim = Sim::new(plan());
+    installed(&mut sim);
+    let action = uninstall_for_deletion(&sim.plan, &sim.status).unwrap();
+    assert_eq!(action.name(), "uninstall");
+    let outcome = sim.execute(&action);
+    let mut atomic = AtomicRelease::new();
+    assert_eq!(
+        atomic.complete(&sim.plan, &action, &outcome, &mut sim.status, &now()),
+        Some(Step::Requeue)
+    );
+    assert!(sim.storage.is_empty());
+    assert!(sim.status.history.is_empty());
+    assert_eq!(sim.status.storage_namespace, "");
+    let released = cond(&sim.status, condition::RELEASED);
+    assert_eq!(
+        (released.status, released.reason.as_str()),
+        (ConditionStatus::False, reason::UNINSTALL_SUCCEEDED)
+    );
+    let events = atomic.take_events();
+    assert_eq!(events[0].reason, reason::UNINSTALL_SUCCEEDED);
+}
+
+#[test]
+fn a_state_error_ends_the_reconcile_with_a_backoff() {
+    let mut sim = Sim::new(plan_with(json!({"driftDetection": {"mode": "enabled"}})));
+    installed(&mut sim);
+    sim.drift = DriftObservation::Error {
+        message: "the server could not find the requested resource".into(),
+    };
+    assert_eq!(
+        sim.reconcile(),
+        Step::Failed(
+            "cannot determine release state: unable to determine cluster state: the server could not find the requested resource".into()
+        )
+    );
+    let ready = cond(&sim.status, condition::READY);
+    assert_eq!(ready.reason, reason::STATE_ERROR);
+}
+
+#[test]
+fn running_actions_mark_reconciling_and_release_actions_mark_ready_unknown() {
+    let p = plan_with(json!({"install": {"timeout": "2m"}}));
+    let mut o = observed(None, vec![]);
+    let mut atomic = AtomicRelease::new();
+    let step = atomic.step(&p, &mut o, &now());
+    assert_eq!(
+        step,
+        Step::Run {
+            action: Action::Install,
+            timeout: GoDuration::from_secs(120)
+        }
+    );
+    let r = cond(&o.status, condition::RECONCILING);
+    assert_eq!(r.reason, reason::PROGRESSING);
+    assert_eq!(r.message, "Running 'install' action with timeout of 2m0s");
+    let ready = cond(&o.status, condition::READY);
+    assert_eq!(ready.status, ConditionStatus::Unknown);
+    assert_eq!(ready.message, r.message);
+}
