@@ -402,7 +402,7 @@ metadata:
         .unwrap_err();
     assert_eq!(
         failure.to_string(),
-        "Foo x: resource mapping not found for name: \"x\" namespace: \"\" from \"x/templates/foo.yaml\": no matches for kind \"Foo\" in version \"bar/v1\""
+        "Foo x: resource mapping not found for name: \"x\" namespace: \"\" from \"x/templates/foo.yaml\": no matches for kind \"Foo\" in version \"bar/v1\"; ensure CRDs are installed first"
     );
     Ok(())
 }
@@ -693,5 +693,38 @@ async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> 
         .filter_map(|e| e.manager)
         .collect();
     assert_eq!(managers, ["flotilla"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hook_that_never_finishes_fails_at_its_timeout_saying_so() -> anyhow::Result<()> {
+    let (_cluster, api) = start("hook-timeout").await?;
+    let hook = resolved(
+        &api,
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: hang
+  labels:
+    flotilla.dev/never-ready: \"true\"
+  annotations:
+    helm.sh/hook: pre-upgrade
+spec:
+  containers:
+  - name: hang
+    image: example.com/hang:1
+",
+    )
+    .await?
+    .remove(0);
+    let run = api
+        .run_hook(&hook, &HookOptions::new(Duration::from_secs(3)))
+        .await?;
+    assert_eq!(run.phase, HookPhase::Failed);
+    let failure = run.failure.unwrap_or_default();
+    assert!(
+        failure.starts_with("timed out after 3s waiting for it to finish: phase "),
+        "{failure}"
+    );
     Ok(())
 }

@@ -21,7 +21,7 @@ use super::{ClusterApi, ObjectRef, Resource};
 pub enum DiscoveryError {
     /// The API server does not serve this kind (Helm's wording).
     #[error(
-        "{object}: resource mapping not found for name: {name:?} namespace: {namespace:?} from {source_name:?}: no matches for kind {kind:?} in version {api_version:?}"
+        "{object}: resource mapping not found for name: {name:?} namespace: {namespace:?} from {source_name:?}: no matches for kind {kind:?} in version {api_version:?}; ensure CRDs are installed first"
     )]
     NoMatch {
         /// The object.

@@ -461,9 +461,11 @@ impl ClusterApi {
         }
     }
 
-    /// The failure of a failed pod of a Job (label `job-name`), when one can be found.
+    /// The failure of a failed pod of a Job (found by the Job's uid label, so pods of an
+    /// earlier Job of the same name are not mistaken for it), when one can be found.
     async fn failed_job_pod(&self, job: &Resource) -> Option<String> {
         let ns = job.namespace()?;
+        let uid = job.object.metadata.uid.as_deref()?;
         let pods: kube::Api<DynamicObject> = kube::Api::namespaced_with(
             self.client.clone(),
             ns,
@@ -475,8 +477,9 @@ impl ClusterApi {
                 plural: "pods".to_owned(),
             },
         );
+        let selector = format!("batch.kubernetes.io/controller-uid={uid}");
         let list = pods
-            .list(&ListParams::default().labels(&format!("job-name={}", job.name())))
+            .list(&ListParams::default().labels(&selector))
             .await
             .ok()?;
         list.items.iter().find_map(|p| {
