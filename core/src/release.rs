@@ -1119,7 +1119,40 @@ pub enum Step {
     /// Terminal until something changes; no requeue.
     Stalled,
     /// An error: requeue with backoff.
-    Failed(String),
+    Failed(ReconcileError),
+}
+
+/// Why a reconcile ended in error (retried with backoff).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconcileError {
+    /// The release state could not be determined.
+    #[error("cannot determine release state: {0}")]
+    State(String),
+    /// An action failed without changing Helm storage (or, for unlock and uninstall, at
+    /// all); the message is the action's.
+    #[error("{message}")]
+    Action {
+        /// The action's name (`install`, `upgrade`, `test`, ...).
+        action: &'static str,
+        /// The action's error.
+        message: String,
+    },
+}
+
+impl ReconcileError {
+    /// A bounded label for metrics: `state`, or the action's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::State(_) => "state",
+            Self::Action { action, .. } => action,
+        }
+    }
+
+    /// Whether retrying may help. Both kinds are retried with backoff; terminal
+    /// conditions are reported as [`Step::Stalled`] instead.
+    pub fn is_transient(&self) -> bool {
+        true
+    }
 }
 
 /// One reconcile's pass through the state machine (Flux's `AtomicRelease` loop).
@@ -1155,7 +1188,7 @@ impl AtomicRelease {
         let action = decision.action;
         match &action {
             Action::Error(e) => {
-                return Step::Failed(format!("cannot determine release state: {e}"));
+                return Step::Failed(ReconcileError::State(e.clone()));
             }
             Action::Stalled(_) => return Step::Stalled,
             Action::None(Settled::Suspended) => return Step::Done,
@@ -1257,7 +1290,10 @@ impl AtomicRelease {
                     now,
                 );
             }
-            return Some(Step::Failed(e));
+            return Some(Step::Failed(ReconcileError::Action {
+                action: action.name(),
+                message: e,
+            }));
         }
         if let Action::Uninstall { .. } = action {
             // A release-target change or a deletion ends the reconcile here.

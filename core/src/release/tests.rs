@@ -1355,7 +1355,14 @@ fn install_retries_uninstall_between_attempts_then_stall() {
 fn install_failure_without_a_stored_release_backs_off_without_counting() {
     let mut sim = Sim::new(plan());
     sim.script(&[Behaviour::FailUnwritten]);
-    assert_eq!(sim.reconcile(), Step::Failed("rendering failed".into()));
+    match sim.reconcile() {
+        Step::Failed(e) => {
+            assert_eq!(e.to_string(), "rendering failed");
+            assert_eq!(e.kind(), "install");
+            assert!(e.is_transient());
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!((sim.status.failures, sim.status.install_failures), (1, 0));
     assert_eq!(
         sim.status.observed_generation, 0,
@@ -2199,7 +2206,10 @@ fn failed_rollback_that_left_storage_unchanged_backs_off() {
     );
     assert_eq!(
         stop,
-        Some(Step::Failed("release podinfo failed: timed out".into()))
+        Some(Step::Failed(ReconcileError::Action {
+            action: "rollback",
+            message: "release podinfo failed: timed out".into()
+        }))
     );
     assert_eq!(o.status.failures, 2);
 }
@@ -2235,12 +2245,16 @@ fn a_state_error_ends_the_reconcile_with_a_backoff() {
     sim.drift = DriftObservation::Error {
         message: "the server could not find the requested resource".into(),
     };
-    assert_eq!(
-        sim.reconcile(),
-        Step::Failed(
-            "cannot determine release state: unable to determine cluster state: the server could not find the requested resource".into()
-        )
-    );
+    match sim.reconcile() {
+        Step::Failed(e) => {
+            assert_eq!(e.kind(), "state");
+            assert_eq!(
+                e.to_string(),
+                "cannot determine release state: unable to determine cluster state: the server could not find the requested resource"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     let ready = cond(&sim.status, condition::READY);
     assert_eq!(ready.reason, reason::STATE_ERROR);
 }
