@@ -1,7 +1,7 @@
 //! Server-side apply in Helm's install order, with Helm's ownership metadata and checks and
 //! Flotilla's HelmRelease owner labels.
 //!
-//! Every object is applied with one field manager ([`FIELD_MANAGER`](super::FIELD_MANAGER)),
+//! Every object is applied with one field manager ([`FIELD_MANAGER`]),
 //! conflicts forced and strict field validation (what Helm 4 does). Before an existing object
 //! is written it must belong to the release (Helm's `managed-by` label and release
 //! annotations) unless [`ApplyOptions::take_ownership`] is set, and it must not belong to

@@ -15,8 +15,15 @@
 //! 5. [`ClusterApi::run_hook`] runs one hook ([`hook`]); [`ClusterApi::delete`] removes
 //!    objects in Helm's uninstall order ([`delete`]).
 //!
-//! Every error names the object it is about (`Deployment default/web: ...`).
-//! [`impersonate`] builds clients acting as a ServiceAccount (`spec.serviceAccountName`).
+//! Every error names the object it is about (`Deployment default/web: ...`); errors expose
+//! `kind()` (a bounded label) and `is_transient()`; [`error_chain`] prints an error with its
+//! sources. [`impersonate`] builds clients acting as a ServiceAccount
+//! (`spec.serviceAccountName`).
+//!
+//! Not here (yet): hook ordering by event and weight and persisting `last_run` (the caller
+//! drives [`ClusterApi::run_hook`]), hook output logs (`helm.sh/hook-output-log-policy`),
+//! Helm 4's retry of applies that hit ResourceQuota conflicts, client-side apply and
+//! `--force-replace`, and the drift diff itself ([`ClusterApi::dry_run_apply`] is its input).
 
 pub mod apply;
 pub mod delete;
