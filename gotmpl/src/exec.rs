@@ -636,7 +636,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Some(Value::Bytes(b)) => {
                 for (i, x) in b.iter().enumerate() {
                     ran = true;
-                    let elem = Ev::Val(Value::Int(i64::from(*x)));
+                    let elem = Ev::Val(Value::Uint8(*x));
                     if self.range_iteration(r, mark, Ev::Val(Value::Int(i as i64)), elem)?
                         == Flow::Break
                     {
@@ -659,7 +659,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     }
                 }
             }
-            Some(v @ (Value::Int(_) | Value::Int64(_) | Value::Uint64(_))) => {
+            Some(v @ (Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Uint8(_))) => {
                 if r.pipe.decl.len() > 1 {
                     return self.errorf(format!(
                         "can't use {} to iterate over more than one variable",
@@ -669,6 +669,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 let n: u64 = match v {
                     Value::Int(i) | Value::Int64(i) => u64::try_from(i).unwrap_or(0),
                     Value::Uint64(u) => u,
+                    Value::Uint8(u) => u64::from(u),
                     _ => 0,
                 };
                 for i in 0..n {
@@ -676,6 +677,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     let elem = match v {
                         Value::Int(_) => Value::Int(i as i64),
                         Value::Int64(_) => Value::Int64(i as i64),
+                        Value::Uint8(_) => Value::Uint8(i as u8),
                         _ => Value::Uint64(i),
                     };
                     if self.range_iteration(r, mark, Ev::Invalid, Ev::Val(elem))? == Flow::Break {
@@ -1362,6 +1364,7 @@ fn index_arg(index: &Ev, cap: usize) -> Result<usize, String> {
         None => return Err("cannot index slice/array with nil".to_string()),
         Some(Value::Int(i) | Value::Int64(i)) => i128::from(*i),
         Some(Value::Uint64(u)) => i128::from(*u),
+        Some(Value::Uint8(u)) => i128::from(*u),
         Some(other) => {
             return Err(format!(
                 "cannot index slice/array with type {}",
@@ -1395,14 +1398,14 @@ fn index(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
             Value::Bytes(b) => {
                 let x = index_arg(&idx, b.len())?;
                 match b.get(x) {
-                    Some(e) => Ev::Val(Value::Int(i64::from(*e))),
+                    Some(e) => Ev::Val(Value::Uint8(*e)),
                     None => return Err("reflect: slice index out of range".to_string()),
                 }
             }
             Value::String(s) => {
                 let x = index_arg(&idx, s.len())?;
                 match s.as_bytes().get(x) {
-                    Some(e) => Ev::Val(Value::Int(i64::from(*e))),
+                    Some(e) => Ev::Val(Value::Uint8(*e)),
                     None => return Err("reflect: string index out of range".to_string()),
                 }
             }
@@ -1505,7 +1508,7 @@ fn basic_kind(v: Option<&Value>) -> BasicKind {
     match v {
         Some(Value::Bool(_)) => BasicKind::Bool,
         Some(Value::Int(_) | Value::Int64(_)) => BasicKind::Int,
-        Some(Value::Uint64(_)) => BasicKind::Uint,
+        Some(Value::Uint64(_) | Value::Uint8(_)) => BasicKind::Uint,
         Some(Value::Float(_)) => BasicKind::Float,
         Some(Value::String(_)) => BasicKind::String,
         _ => BasicKind::Invalid,
@@ -1522,6 +1525,7 @@ fn int_of(v: Option<&Value>) -> i64 {
 fn uint_of(v: Option<&Value>) -> u64 {
     match v {
         Some(Value::Uint64(u)) => *u,
+        Some(Value::Uint8(u)) => u64::from(*u),
         _ => 0,
     }
 }
@@ -1568,7 +1572,10 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
                 (Some(Value::Bool(x)), Some(Value::Bool(y))) => x == y,
                 (Some(Value::Float(x)), Some(Value::Float(y))) => x == y,
                 (Some(Value::String(x)), Some(Value::String(y))) => x == y,
-                (Some(Value::Uint64(x)), Some(Value::Uint64(y))) => x == y,
+                (
+                    Some(x @ (Value::Uint64(_) | Value::Uint8(_))),
+                    Some(y @ (Value::Uint64(_) | Value::Uint8(_))),
+                ) => uint_of(Some(x)) == uint_of(Some(y)),
                 (
                     Some(x @ (Value::Int(_) | Value::Int64(_))),
                     Some(y @ (Value::Int(_) | Value::Int64(_))),
@@ -1634,7 +1641,10 @@ fn lt(a: &Ev, b: &Ev) -> Result<bool, String> {
     Ok(match (a1, a2) {
         (Some(Value::Float(x)), Some(Value::Float(y))) => x < y,
         (Some(Value::String(x)), Some(Value::String(y))) => x < y,
-        (Some(Value::Uint64(x)), Some(Value::Uint64(y))) => x < y,
+        (
+            Some(x @ (Value::Uint64(_) | Value::Uint8(_))),
+            Some(y @ (Value::Uint64(_) | Value::Uint8(_))),
+        ) => uint_of(Some(x)) < uint_of(Some(y)),
         (Some(Value::Bool(_)), _) => return Err("invalid type for comparison".to_string()),
         _ => int_of(a1) < int_of(a2),
     })

@@ -820,6 +820,7 @@ impl Printer {
             },
             Value::Int(i) | Value::Int64(i) => self.fmt_integer(*i as u64, true, verb, v),
             Value::Uint64(u) => self.fmt_integer(*u, false, verb, v),
+            Value::Uint8(u) => self.fmt_integer(u64::from(*u), false, verb, v),
             Value::Float(f) => self.fmt_float(*f, verb, v),
             Value::String(s) => match verb {
                 'v' if self.f.sharp_v => self.fmt_q(s),
@@ -844,7 +845,7 @@ impl Printer {
                         if i > 0 {
                             self.buf.push(' ');
                         }
-                        self.fmt_integer(u64::from(*x), false, verb, &Value::Uint64(u64::from(*x)));
+                        self.fmt_integer(u64::from(*x), false, verb, &Value::Uint8(*x));
                     }
                     self.buf.push(']');
                 }
@@ -954,6 +955,7 @@ fn go_syntax(v: &Value, depth: usize) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Int(i) | Value::Int64(i) => i.to_string(),
         Value::Uint64(u) => format!("0x{u:x}"),
+        Value::Uint8(u) => format!("0x{u:x}"),
         Value::Float(f) => format_float(*f, 'g', None),
         Value::String(s) => quote(s),
         Value::Bytes(b) => {
@@ -1198,7 +1200,7 @@ fn parse_arg_index(
 pub fn is_numeric(v: &Value) -> bool {
     matches!(
         v,
-        Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Float(_)
+        Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Uint8(_) | Value::Float(_)
     )
 }
 

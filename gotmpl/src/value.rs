@@ -36,6 +36,8 @@ pub enum Value {
     Int64(i64),
     /// Go `uint64`.
     Uint64(u64),
+    /// Go `uint8` (`byte`): indexing a string or a `[]byte`.
+    Uint8(u8),
     /// Go `float64`: every number decoded from YAML or JSON.
     Float(f64),
     /// Go `string`.
@@ -329,6 +331,8 @@ pub enum GoKind {
     Int64,
     /// `uint64`
     Uint64,
+    /// `uint8`
+    Uint8,
     /// `float64`
     Float64,
     /// `string`
@@ -354,6 +358,7 @@ impl GoKind {
             GoKind::Int => "int",
             GoKind::Int64 => "int64",
             GoKind::Uint64 => "uint64",
+            GoKind::Uint8 => "uint8",
             GoKind::Float64 => "float64",
             GoKind::String => "string",
             GoKind::Slice => "slice",
@@ -477,6 +482,7 @@ impl Value {
             Value::Int(_) => "int".to_string(),
             Value::Int64(_) => "int64".to_string(),
             Value::Uint64(_) => "uint64".to_string(),
+            Value::Uint8(_) => "uint8".to_string(),
             Value::Float(_) => "float64".to_string(),
             Value::String(_) => "string".to_string(),
             Value::Bytes(_) => "[]uint8".to_string(),
@@ -498,6 +504,7 @@ impl Value {
             Value::Int(_) => GoKind::Int,
             Value::Int64(_) => GoKind::Int64,
             Value::Uint64(_) => GoKind::Uint64,
+            Value::Uint8(_) => GoKind::Uint8,
             Value::Float(_) => GoKind::Float64,
             Value::String(_) => GoKind::String,
             Value::Bytes(_) | Value::List(_) => GoKind::Slice,
@@ -514,6 +521,7 @@ impl Value {
             Value::Bool(b) => *b,
             Value::Int(i) | Value::Int64(i) => *i != 0,
             Value::Uint64(u) => *u != 0,
+            Value::Uint8(u) => *u != 0,
             Value::Float(f) => *f != 0.0,
             Value::String(s) => !s.is_empty(),
             Value::Bytes(b) => !b.is_empty(),
@@ -544,6 +552,7 @@ impl Value {
             (Value::Bool(a), Value::Bool(b)) => a == b,
             (Value::Int(a), Value::Int(b)) | (Value::Int64(a), Value::Int64(b)) => a == b,
             (Value::Uint64(a), Value::Uint64(b)) => a == b,
+            (Value::Uint8(a), Value::Uint8(b)) => a == b,
             (Value::Float(a), Value::Float(b)) => a == b,
             (Value::String(a), Value::String(b)) => a == b,
             (Value::Bytes(a), Value::Bytes(b)) => a == b,
@@ -613,6 +622,7 @@ impl Value {
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Int(i) | Value::Int64(i) => serde_json::Value::from(*i),
             Value::Uint64(u) => serde_json::Value::from(*u),
+            Value::Uint8(u) => serde_json::Value::from(*u),
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map(serde_json::Value::Number)
                 .ok_or(ValueError::NonFinite(*f))?,
