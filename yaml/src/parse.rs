@@ -650,6 +650,60 @@ fn is_anchor_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
+/// After a block scalar in a block mapping at column `C`, libyaml wants the next line at a
+/// column up to `C`; a line between `C` and the scalar's indentation ends the scalar and then
+/// is no key. saphyr may read further before failing, so the error is reported here.
+fn check_after_block_scalar(
+    src: &str,
+    cursor: &mut CharCursor,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    span: &saphyr_parser::Span,
+) -> Result<(), Failure> {
+    let Some(parent) = doc.and_then(|d| stack.last().and_then(|&i| d.nodes.get(i))) else {
+        return Ok(());
+    };
+    if !matches!(parent.kind, Kind::Map(_)) || parent.flow {
+        return Ok(());
+    }
+    let end = cursor.byte_at(src, span.end.index());
+    let mut line_start = src[..end].rfind('\n').map_or(0, |n| n + 1);
+    if !src[line_start..end].chars().all(|c| c == ' ') {
+        // The scalar ends inside its last line: look from the next one.
+        match src[end..].find('\n') {
+            Some(n) => line_start = end + n + 1,
+            None => return Ok(()),
+        }
+    }
+    let mut line0 = src[..line_start].matches('\n').count();
+    for line in src[line_start..].split('\n') {
+        let trimmed = line.trim_start_matches(' ');
+        let t = trimmed.trim_end_matches(['\r', ' ', '\t']);
+        if t.is_empty() || t.starts_with('#') {
+            line0 += 1;
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        if indent > parent.col {
+            if t.chars()
+                .next()
+                .is_some_and(|c| cannot_start_token(c, false))
+            {
+                return Err(Failure::Other(Error::yaml(
+                    (line0 != 0).then_some(line0 + 1),
+                    "found character that cannot start any token",
+                )));
+            }
+            return Err(Failure::Other(Error::yaml(
+                (line0 != 0).then_some(line0),
+                "did not find expected key",
+            )));
+        }
+        break;
+    }
+    Ok(())
+}
+
 /// Applies [`check_anchor_token`] to an event's anchor or alias.
 fn check_event_anchor(
     src: &str,
@@ -1032,6 +1086,15 @@ fn parse_docs_once(
                         )
                         .into());
                     }
+                }
+                if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded) {
+                    check_after_block_scalar(
+                        src_for_parser,
+                        &mut cursor,
+                        cur.as_ref(),
+                        &stack,
+                        &span,
+                    )?;
                 }
                 let mut value = value.into_owned();
                 if let Some(p) = placeholder
