@@ -1,8 +1,10 @@
 //! Durations in Go's form (`5m`, `1h30m`, `10m0s`, `1.5s`, `300ms`).
 //!
-//! Parsing follows the CRD pattern of the HelmRelease API
-//! (`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`), so a value accepted here is a value the
-//! Kubernetes API server would accept too. Formatting follows Go's `time.Duration.String`,
+//! Parsing accepts what Go's `time.ParseDuration` accepts for non-negative durations: a
+//! sequence of decimal numbers with units `ns`, `us` (`µs`), `ms`, `s`, `m`, `h`, or a bare
+//! `0`. That covers the CRD pattern of spec fields (`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`)
+//! and what Go writes in status fields such as `lastAttemptedReleaseActionDuration`
+//! (`1.5µs`). Formatting follows Go's `time.Duration.String`,
 //! which is what Flux writes back (`5m0s`) and what it prints in messages
 //! (`retrying after 5m0s`).
 
@@ -32,7 +34,12 @@ pub enum DurationError {
 #[serde(try_from = "String", into = "String")]
 pub struct GoDuration(Duration);
 
-const NANOS_PER: [(&str, u128); 4] = [
+/// Units in match order (longer spellings first where they share a prefix).
+const UNITS: [(&str, u128); 8] = [
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("μs", 1_000),
     ("ms", 1_000_000),
     ("s", 1_000_000_000),
     ("m", 60 * 1_000_000_000),
@@ -63,12 +70,15 @@ impl GoDuration {
         self.0
     }
 
-    /// Parses a Go duration string accepted by the HelmRelease CRD.
+    /// Parses a non-negative Go duration string.
     pub fn parse(s: &str) -> Result<Self, DurationError> {
         let syntax = || DurationError::Syntax(s.to_owned());
         let b = s.as_bytes();
         if b.is_empty() {
             return Err(syntax());
+        }
+        if s == "0" {
+            return Ok(Self(Duration::ZERO));
         }
         let mut i = 0;
         let mut total: u128 = 0;
@@ -94,15 +104,7 @@ impl GoDuration {
                 frac_part = &s[frac_start..i];
             }
             let rest = &s[i..];
-            let (unit, scale) = if rest.starts_with("ms") {
-                ("ms", NANOS_PER[0].1)
-            } else if rest.starts_with('s') {
-                ("s", NANOS_PER[1].1)
-            } else if rest.starts_with('m') {
-                ("m", NANOS_PER[2].1)
-            } else if rest.starts_with('h') {
-                ("h", NANOS_PER[3].1)
-            } else {
+            let Some(&(unit, scale)) = UNITS.iter().find(|(u, _)| rest.starts_with(u)) else {
                 return Err(syntax());
             };
             i += unit.len();
@@ -228,7 +230,9 @@ mod tests {
 
     #[test]
     fn durations_outside_the_crd_pattern_are_refused() {
-        for bad in ["", "5", "m", "5d", "-5m", "1.m", "5 m", "5m ", ".5s", "1us"] {
+        for bad in [
+            "", "5", "m", "5d", "-5m", "1.m", "5 m", "5m ", ".5s", "1u", "00",
+        ] {
             assert!(
                 matches!(GoDuration::parse(bad), Err(DurationError::Syntax(_))),
                 "{bad:?} should be refused"
@@ -242,6 +246,20 @@ mod tests {
             GoDuration::parse("3000000h"),
             Err(DurationError::Overflow(_))
         ));
+    }
+
+    #[test]
+    fn go_status_durations_with_micro_and_nano_units_parse() {
+        for (input, nanos) in [
+            ("1.5µs", 1500u64),
+            ("2us", 2000),
+            ("3μs", 3000),
+            ("15ns", 15),
+            ("0", 0),
+        ] {
+            let d = GoDuration::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(d.get(), Duration::from_nanos(nanos), "{input}");
+        }
     }
 
     #[test]
