@@ -5,18 +5,31 @@
 //! decides, the agent acts, and this module records the outcome in the status:
 //!
 //! ```text
-//! begin_reconcile(&plan, &mut status)              once per reconcile (target change, counter reset, last attempted)
-//! loop {
-//!     observed = observe(...)                      IO: Helm storage, drift
-//!     match atomic.step(&plan, &mut observed, now) pure: next_action + its status effects
-//!         Step::Run { action, .. } => {
-//!             outcome = execute(action)            IO: Helm action
-//!             if let Some(stop) = atomic.complete(&plan, &action, &outcome, &mut status, now) { break stop }
+//! match begin_reconcile(&plan, &mut status) {     once per reconcile
+//!     Begin::Suspended => return,
+//!     Begin::UninstallPrevious(action) => run it, apply_outcome(..), requeue,
+//!     Begin::Proceed { .. } => {}
+//! }
+//! let mut atomic = AtomicRelease::new();
+//! let mut drift = DriftObservation::NotChecked;
+//! let stop = loop {
+//!     let mut observed = Observed { current, rollback_target, drift, status };  IO: Helm storage
+//!     let step = atomic.step(&plan, &mut observed, now);     pure: decide + record the decision
+//!     status = observed.status;
+//!     match step {
+//!         Step::Run { action: Action::DetectDrift, .. } => drift = detect(),     IO: dry-run diff
+//!         Step::Run { action, timeout } => {
+//!             let outcome = execute(&action, timeout);        IO: Helm action
+//!             drift = DriftObservation::NotChecked;
+//!             if let Some(stop) = atomic.complete(&plan, &action, &outcome, &mut status, now) {
+//!                 break stop;
+//!             }
 //!         }
 //!         stop => break stop,                      Done | Requeue | RetryAfter | Stalled | Failed
 //!     }
-//! }
-//! finish_reconcile(&plan, &mut status, &stop)      observedGeneration, lastHandledReconcileAt
+//! };
+//! finish_reconcile(&plan, &mut status, &stop);    observedGeneration, lastHandledReconcileAt
+//! record(atomic.take_events());                   Kubernetes Events
 //! ```
 //!
 //! [`next_action`] is the decision alone; [`apply_outcome`] is the status update alone.
