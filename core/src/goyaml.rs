@@ -354,15 +354,11 @@ enum Style {
     Literal,
 }
 
-/// Go's formatting of the numbers `sigs.k8s.io/yaml` hands to go-yaml: integral values
-/// as integers, others with `strconv.FormatFloat(f, 'g', -1, 64)`.
+/// Go's formatting of the numbers `sigs.k8s.io/yaml` hands to go-yaml. Values reach Flux
+/// as JSON decoded into `float64`; `JSONObjectToYAMLObject` turns integral ones into
+/// `int64` (or `uint64`), and go-yaml writes the rest with
+/// `strconv.FormatFloat(f, 'g', -1, 64)`.
 fn number(n: &Number) -> String {
-    if let Some(i) = n.as_i64() {
-        return i.to_string();
-    }
-    if let Some(u) = n.as_u64() {
-        return u.to_string();
-    }
     let f = n.as_f64().unwrap_or(0.0);
     if f.is_nan() {
         return ".nan".into();
@@ -374,8 +370,13 @@ fn number(n: &Number) -> String {
             "-.inf".into()
         };
     }
-    if f.fract() == 0.0 && f.abs() < 9.2e18 {
-        return (f as i64).to_string();
+    if f.fract() == 0.0 {
+        if (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f) {
+            return (f as i64).to_string();
+        }
+        if (0.0..1.844_674_407_370_955_2e19).contains(&f) {
+            return (f as u64).to_string();
+        }
     }
     go_format_g(f)
 }
@@ -816,6 +817,13 @@ mod tests {
             yaml(v),
             "a: 1\nb: 0.5\nc: 1e-05\nd: 1.2345675e+06\ne: -3\nf: null\ng: true\nh: []\ni: {}\n"
         );
+    }
+
+    #[test]
+    fn integers_beyond_float_precision_are_written_as_go_reads_them() {
+        let v: Value =
+            serde_json::from_str(r#"{"a": 12345678901234567890, "b": 9007199254740993}"#).unwrap();
+        assert_eq!(yaml(v), "a: 12345678901234567168\nb: 9007199254740992\n");
     }
 
     #[test]
