@@ -371,10 +371,12 @@ fn number(n: &Number) -> String {
         };
     }
     if f.fract() == 0.0 {
-        if (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f) {
+        // 2^63 and 2^64 are exact in f64.
+        let two_63 = -(i64::MIN as f64);
+        if (-two_63..two_63).contains(&f) {
             return (f as i64).to_string();
         }
-        if (0.0..1.844_674_407_370_955_2e19).contains(&f) {
+        if (0.0..2.0 * two_63).contains(&f) {
             return (f as u64).to_string();
         }
     }
