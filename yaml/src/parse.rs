@@ -415,7 +415,11 @@ fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
     let (mut problem, mut scanner) = match info {
         // libyaml ends a block scalar at a line indented less than its first lines; the
         // line then fails to fit the enclosing collection.
-        "wrongly indented line in block scalar" => (ctx.unexpected_token().to_owned(), false),
+        "wrongly indented line in block scalar" => {
+            (ctx.after_node().unexpected_token().to_owned(), false)
+        }
+        // A `]` or `}` outside any flow collection: libyaml's parser finds an unexpected token.
+        "misplaced bracket" => (ctx.unexpected_token().to_owned(), false),
         // Repair found no closing quote: libyaml runs into the end of the stream.
         "invalid indentation in quoted scalar" => {
             ("found unexpected end of stream".to_owned(), true)
@@ -423,7 +427,7 @@ fn scan_error(src: &str, e: &ScanError, ctx: Context) -> Error {
         // saphyr stops on the text after a closing quote; libyaml's parser then finds a
         // token the collection cannot take.
         "invalid trailing content after double-quoted scalar" => {
-            (ctx.unexpected_token().to_owned(), false)
+            (ctx.after_node().unexpected_token().to_owned(), false)
         }
         // libyaml lets a `-` entry reach its flow parser, which then misses node content.
         "\"-\" is only valid inside a block" => {
@@ -561,9 +565,9 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 repairs += 1;
                 text = fixed;
             }
-            Err(Failure::Scan(e, ctx)) => {
+            Err(Failure::Scan(e, ctx, block_col)) => {
                 if repairs < MAX_REPAIRS
-                    && let Some(fixed) = repair(&text, &e, placeholder)
+                    && let Some(fixed) = repair(&text, &e, placeholder, block_col)
                 {
                     repairs += 1;
                     text = fixed;
@@ -579,7 +583,8 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
 const MAX_REPAIRS: usize = 64;
 
 enum Failure {
-    Scan(ScanError, Context),
+    /// With the column of the innermost block collection, if any.
+    Scan(ScanError, Context, Option<usize>),
     Other(Error),
     /// The source rewritten so that saphyr sees the tokens libyaml sees.
     Repair(String),
@@ -591,6 +596,8 @@ enum Failure {
 enum Context {
     Top,
     BlockMap,
+    /// A block mapping that has its key and waits for the value.
+    BlockMapValue,
     BlockSeq,
     FlowMap,
     FlowSeq,
@@ -601,11 +608,20 @@ impl Context {
         matches!(self, Context::FlowMap | Context::FlowSeq)
     }
 
+    /// The context once the node being read is complete (a mapping value read: a key next).
+    fn after_node(self) -> Context {
+        match self {
+            Context::BlockMapValue => Context::BlockMap,
+            other => other,
+        }
+    }
+
     /// libyaml's parser error when a token does not fit this collection.
     fn unexpected_token(self) -> &'static str {
         match self {
             Context::Top => "did not find expected <document start>",
             Context::BlockMap => "did not find expected key",
+            Context::BlockMapValue => "did not find expected node content",
             Context::BlockSeq => "did not find expected '-' indicator",
             Context::FlowMap => "did not find expected ',' or '}'",
             Context::FlowSeq => "did not find expected ',' or ']'",
@@ -626,6 +642,7 @@ fn context_of(src: &str, doc: Option<&Doc>, stack: &[usize]) -> Context {
     match (&node.kind, first) {
         (Kind::Map(_), Some('{')) => Context::FlowMap,
         (Kind::Seq(_), Some('[')) => Context::FlowSeq,
+        (Kind::Map(children), _) if children.len() % 2 == 1 => Context::BlockMapValue,
         (Kind::Map(_), _) => Context::BlockMap,
         // saphyr starts an indentless sequence (`key:\n- a` at the key's column) after its
         // first `- `, a nested one at its `-`. libyaml ends an indentless sequence at the
@@ -849,9 +866,29 @@ fn repair_quoted_indentation(src: &str, at: usize) -> Option<String> {
 
 /// Rewrites `src` where saphyr (YAML 1.2) refuses what libyaml (YAML 1.1, go-yaml v2)
 /// accepts, without changing what the document means; `None` when the error is real.
-fn repair(src: &str, e: &ScanError, placeholder: Option<char>) -> Option<String> {
+fn repair(
+    src: &str,
+    e: &ScanError,
+    placeholder: Option<char>,
+    block_col: Option<usize>,
+) -> Option<String> {
     let at = char_to_byte(src, e.marker().index());
     match e.info() {
+        // libyaml does not ask lines inside a flow collection to be indented past the
+        // enclosing block; saphyr does. Indenting them changes nothing else.
+        "invalid indentation in flow construct" => {
+            let line_start = src[..at].rfind('\n').map_or(0, |n| n + 1);
+            let indent = src[line_start..].chars().take_while(|c| *c == ' ').count();
+            let want = block_col.map_or(1, |c| c + 1);
+            if indent >= want {
+                return None;
+            }
+            let mut out = String::with_capacity(src.len() + want);
+            out.push_str(&src[..line_start]);
+            out.push_str(&" ".repeat(want - indent));
+            out.push_str(&src[line_start..]);
+            Some(out)
+        }
         // libyaml reads `-` before a flow indicator as (part of) a plain scalar; saphyr
         // refuses. The `-` becomes a placeholder, turned back when the scalar is read.
         "plain scalar cannot start with '-' followed by ,[]{}" => {
@@ -1019,7 +1056,15 @@ fn parse_docs_once(
                     return Err(stale_key_error(src_for_parser, line).into());
                 }
                 let ctx = context_of(src_for_parser, cur.as_ref(), &stack);
-                return Err(Failure::Scan(e, ctx));
+                let block_col = cur.as_ref().and_then(|d| {
+                    stack
+                        .iter()
+                        .rev()
+                        .filter_map(|&i| d.nodes.get(i))
+                        .find(|n| !n.flow)
+                        .map(|n| n.col)
+                });
+                return Err(Failure::Scan(e, ctx, block_col));
             }
         };
         if let Some((line, _)) = pending
