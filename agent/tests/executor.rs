@@ -728,3 +728,96 @@ spec:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn statefulsets_daemonsets_replicasets_jobs_and_budgets_become_current() -> anyhow::Result<()>
+{
+    let (_cluster, api) = start("workloads").await?;
+    let pod = |name: &str| {
+        format!(
+            "    metadata:
+      labels:
+        app: {name}
+    spec:
+      containers:
+      - name: app
+        image: example.com/{name}:1"
+        )
+    };
+    let manifest = format!(
+        "---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  replicas: 2
+  selector:
+    matchLabels:
+      app: db
+  template:
+{}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels:
+      app: agent
+  template:
+{}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: cache
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: cache
+  template:
+{}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: once
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: once
+        image: example.com/once:1
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: db
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      app: db
+",
+        pod("db"),
+        pod("agent"),
+        pod("cache")
+    );
+    let report = api.apply(&parse_manifest(&manifest)?, &options()).await?;
+    api.wait_ready(&report.applied, &WaitOptions::new(WAIT))
+        .await?;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(api.client().clone(), "default");
+    let succeeded = jobs.get("once").await?.status.and_then(|s| s.succeeded);
+    assert_eq!(
+        succeeded,
+        Some(1),
+        "with wait_for_jobs the wait ends once the Job completed"
+    );
+    Ok(())
+}
