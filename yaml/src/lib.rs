@@ -13,9 +13,34 @@
 //! - [`sigs::marshal`], [`sigs::helm_to_yaml`]: `sigs.k8s.io/yaml.Marshal` and Helm's `toYaml`.
 //! - [`to_string`]: go-yaml v2 `yaml.Marshal` of a Go value directly.
 //!
-//! The event stream comes from `saphyr-parser` (a YAML 1.2 scanner); typing, tags, anchors,
-//! merge keys and error texts follow go-yaml v2. Inputs are bounded: nesting deeper than
-//! [`MAX_DEPTH`] and alias expansion beyond go-yaml's ratio are errors, never a crash.
+//! How reading works: `saphyr-parser` (a maintained pure-Rust YAML 1.2 scanner/parser)
+//! supplies events with scalar styles, tags and positions; this crate builds go-yaml v2's node
+//! tree from them and decodes it with go-yaml v2's rules (`resolve.go`, `decode.go`). Where
+//! saphyr's YAML 1.2 scanner and libyaml's YAML 1.1 scanner disagree, the differences known
+//! from differential testing are smoothed over: the input is rewritten where libyaml accepts
+//! what saphyr refuses (tab separators, `#` right after a quote, `\'` escapes, unindented
+//! continuation lines, `-` before a flow indicator, anchor names ending at `:`), and libyaml's
+//! own rules are checked where saphyr is laxer (the 1024-character simple-key limit, stale
+//! multi-line flow keys, `\/` escapes, anchor name characters, tokens that cannot start with
+//! `@`, `` ` ``, `%`). Error texts are go-yaml's, with its line numbering (1-based for scanner
+//! errors, 0-based for parser errors, none on the first line).
+//!
+//! How writing works: a port of go-yaml v2's encoder and libyaml emitter state (indentation,
+//! `whitespace`/`indention` flags, 80-column folding, `analyze_scalar` and style selection,
+//! key order from `sorter.go` run through Go's pdqsort so even its non-transitive cases sort
+//! as Go sorts them), plus the JSON round trip `sigs.k8s.io/yaml` adds.
+//!
+//! Fidelity, measured against the real helm binary (see `tests/`): every document of the
+//! shared chart corpus goldens (1175) and every YAML file of those charts (545) gives
+//! byte-identical `fromYaml | toJson` and `fromYaml | toYaml`; so do the fixture chart's 268
+//! `toYaml` and 216 `fromYaml` cases, 400 random documents and 400 random values. Error texts
+//! match helm for 286 of 300 randomly mutated documents (the rest are listed in
+//! `tests/helm_fixture.rs`).
+//!
+//! Inputs are bounded: nesting deeper than [`MAX_DEPTH`] and alias expansion beyond go-yaml's
+//! ratio are errors, never a crash.
+//!
+//! Not here: yaml.v3 (`toYamlPretty`), Go's `time.Time` and `float32` values, comments.
 
 mod emit;
 mod error;
