@@ -263,6 +263,20 @@ mod tests {
     }
 
     #[test]
+    fn printed_durations_parse_back_to_the_same_value() {
+        // A deterministic sweep over magnitudes from nanoseconds to thousands of hours.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let nanos = x % 10u64.pow((x % 17) as u32 + 1);
+            let d = GoDuration::new(Duration::from_nanos(nanos));
+            assert_eq!(GoDuration::parse(&d.to_string()).unwrap(), d, "{d}");
+        }
+    }
+
+    #[test]
     fn sub_microsecond_durations_print_in_nanoseconds() {
         assert_eq!(
             GoDuration::new(Duration::from_nanos(15)).to_string(),

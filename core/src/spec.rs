@@ -1165,6 +1165,16 @@ impl HelmRelease {
         )
     }
 
+    /// Flux's built-in `dependsOn` readiness: the dependency observed its current
+    /// generation and is `Ready=True`.
+    pub fn is_ready(&self) -> bool {
+        use crate::meta::Conditions as _;
+        self.status.as_ref().is_some_and(|st| {
+            st.observed_generation == self.generation()
+                && st.conditions.is_true(crate::meta::condition::READY)
+        })
+    }
+
     /// Runs the checks of the CRD schema and CEL rules, naming every bad field.
     pub fn validate(&self) -> Result<(), SpecError> {
         let mut errors = Vec::new();

@@ -764,3 +764,20 @@ spec:
         "a-very-lengthy-target-namespace-with-a-n-97af5d7f41f3"
     );
 }
+
+#[test]
+fn dependencies_are_ready_when_their_generation_is_observed_and_ready() {
+    let mut hr = parse(
+        r#"
+metadata: {name: backend, namespace: default, generation: 2}
+spec: {interval: 10m, chartRef: {kind: HelmChart, name: x}}
+status:
+  observedGeneration: 2
+  conditions:
+  - {type: Ready, status: "True", reason: UpgradeSucceeded, message: ok, lastTransitionTime: "2024-01-01T00:00:00Z"}
+"#,
+    );
+    assert!(hr.is_ready());
+    hr.metadata.generation = Some(3);
+    assert!(!hr.is_ready(), "a new generation is not observed yet");
+}
