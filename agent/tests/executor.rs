@@ -821,3 +821,46 @@ spec:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn many_objects_of_one_kind_are_applied_waited_for_and_deleted_together() -> anyhow::Result<()>
+{
+    let (_cluster, api) = start("many").await?;
+    let manifest: String = (0..30)
+        .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c{i:02}\ndata:\n  i: \"{i}\"\n"))
+        .collect();
+    let objects = parse_manifest(&manifest)?;
+    let report = api.apply(&objects, &options()).await?;
+    let names: Vec<String> = report.applied.iter().map(|r| r.name()).collect();
+    let expected: Vec<String> = (0..30).map(|i| format!("c{i:02}")).collect();
+    assert_eq!(names, expected, "applied in manifest order");
+    // An unrelated ConfigMap in the same namespace does not disturb the shared watch.
+    let cms: Api<ConfigMap> = Api::namespaced(api.client().clone(), "default");
+    let other: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": "other" } }))?;
+    cms.create(&PostParams::default(), &other).await?;
+    api.wait_ready(&report.applied, &WaitOptions::new(WAIT))
+        .await?;
+
+    let deleted = api
+        .delete(
+            &objects,
+            "default",
+            &DeleteOptions {
+                wait: Some(WAIT),
+                ..DeleteOptions::default()
+            },
+        )
+        .await?;
+    assert_eq!(deleted.deleted.len(), 30);
+    let left: Vec<String> = cms
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .filter(|n| n != "kube-root-ca.crt")
+        .collect();
+    assert_eq!(left, ["other"]);
+    Ok(())
+}
