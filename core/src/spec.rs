@@ -1066,8 +1066,10 @@ impl FieldError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// The document does not decode into the API types.
-    #[error("{field}: {message}")]
+    #[error("HelmRelease {object}: {field}: {message}")]
     Decode {
+        /// `namespace/name` of the object, as far as it could be read.
+        object: String,
         /// JSON path of the offending field (`.` for the document itself).
         field: String,
         /// The decoder's message.
@@ -1091,26 +1093,41 @@ fn join_errors(errors: &[FieldError]) -> String {
         .join("; ")
 }
 
-fn decode_error<E: fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
+fn decode_error<E: fmt::Display>(object: String, err: serde_path_to_error::Error<E>) -> SpecError {
     let field = err.path().to_string();
     SpecError::Decode {
+        object,
         field,
         message: err.inner().to_string(),
     }
 }
 
+/// `namespace/name` read from an undecoded document, for error messages.
+fn object_key(doc: &Value) -> String {
+    let meta = &doc["metadata"];
+    format!(
+        "{}/{}",
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default()
+    )
+}
+
 impl HelmRelease {
     /// Decodes and validates a HelmRelease from JSON text.
     pub fn from_json_str(s: &str) -> Result<Self, SpecError> {
-        let de = &mut serde_json::Deserializer::from_str(s);
-        let hr: HelmRelease = serde_path_to_error::deserialize(de).map_err(decode_error)?;
-        hr.validate()?;
-        Ok(hr)
+        let doc: Value = serde_json::from_str(s).map_err(|e| SpecError::Decode {
+            object: "/".into(),
+            field: ".".into(),
+            message: e.to_string(),
+        })?;
+        Self::from_value(doc)
     }
 
     /// Decodes and validates a HelmRelease from a JSON value (e.g. parsed from YAML).
     pub fn from_value(value: Value) -> Result<Self, SpecError> {
-        let hr: HelmRelease = serde_path_to_error::deserialize(value).map_err(decode_error)?;
+        let object = object_key(&value);
+        let hr: HelmRelease =
+            serde_path_to_error::deserialize(value).map_err(|e| decode_error(object, e))?;
         hr.validate()?;
         Ok(hr)
     }

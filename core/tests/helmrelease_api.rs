@@ -645,7 +645,7 @@ lastHandledReconcileAt: "x"
 
 fn decode_error(text: &str) -> (String, String) {
     match HelmRelease::from_value(yaml(text)) {
-        Err(SpecError::Decode { field, message }) => (field, message),
+        Err(SpecError::Decode { field, message, .. }) => (field, message),
         other => panic!("expected a decode error, got {other:?}"),
     }
 }
@@ -700,6 +700,20 @@ fn decode_errors_name_the_field() {
         "{HEAD}spec: {{chartRef: {{kind: HelmChart, name: x}}}}"
     ));
     assert!(message.contains("interval"), "{message}");
+}
+
+#[test]
+fn decode_errors_say_which_object_is_bad() {
+    let err = HelmRelease::from_json_str(
+        r#"{"metadata": {"name": "podinfo", "namespace": "default"},
+            "spec": {"interval": "10m", "chartRef": {"kind": "HelmChart", "name": "x"},
+                     "install": {"remediation": {"retries": "3"}}}}"#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "HelmRelease default/podinfo: spec.install.remediation.retries: invalid type: string \"3\", expected i64"
+    );
 }
 
 #[test]
