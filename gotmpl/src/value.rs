@@ -85,7 +85,7 @@ impl ElemType {
 
 /// An immutable Go slice. Templates cannot mutate slices in place (Sprig's `append` returns a
 /// copy), so the items are shared without a lock.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct List {
     items: Arc<ListCell>,
     elem: ElemType,
@@ -139,8 +139,14 @@ impl List {
     }
 }
 
+impl fmt::Debug for List {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Do not recurse: lists may be nested arbitrarily deep.
+        write!(f, "List([]{}, {} items)", self.elem.go_name(), self.len())
+    }
+}
+
 /// The items of a [`List`]. Dropping it releases nested values iteratively.
-#[derive(Debug)]
 struct ListCell(Vec<Value>);
 
 /// The entries of a [`Map`]. Dropping it releases nested values iteratively.
