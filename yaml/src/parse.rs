@@ -721,6 +721,26 @@ fn check_after_block_scalar(
     Ok(())
 }
 
+/// Byte offset of the first token after character index `from`, past white space, comments
+/// and the `-`, `?`, `:` indicators.
+fn next_token_at(src: &str, cursor: &mut CharCursor, from: usize) -> Option<usize> {
+    let start = cursor.byte_at(src, from);
+    let rest = src.get(start..)?;
+    let mut chars = rest.char_indices().peekable();
+    let mut in_comment = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\n' => in_comment = false,
+            _ if in_comment => {}
+            ' ' | '\t' | '\r' => {}
+            '#' => in_comment = true,
+            '-' | '?' | ':' if chars.peek().is_none_or(|(_, n)| n.is_whitespace()) => {}
+            _ => return Some(start + i),
+        }
+    }
+    None
+}
+
 /// Applies [`check_anchor_token`] to an event's anchor or alias.
 fn check_event_anchor(
     src: &str,
@@ -1049,6 +1069,16 @@ fn parse_docs_once(
                     && e.marker().line() > line
                 {
                     return Err(stale_key_error(src_for_parser, line).into());
+                }
+                // An anchor or alias ending at `:` for libyaml that saphyr read on and failed
+                // on before reporting it.
+                if let Some(at) = next_token_at(src_for_parser, &mut cursor, last_end)
+                    && let Some(marker @ ('*' | '&')) = src_for_parser[at..].chars().next()
+                    && src_for_parser[at + 1..]
+                        .trim_start_matches(is_anchor_char)
+                        .starts_with(':')
+                {
+                    check_anchor_token(src_for_parser, at, &anchor_names, marker == '*')?;
                 }
                 if let Some(line) =
                     flow_key_before_error(src_for_parser, cur.as_ref(), &stack, last_end, &e)
