@@ -13,6 +13,34 @@
 //!   [`observation`]: the release observation behind snapshot digests.
 //! - [`duration`], [`meta`]: Go durations, timestamps, object metadata, conditions.
 
+//!
+//! ```
+//! use flotilla_core::ids::{ChartDigest, PlanRevision};
+//! use flotilla_core::plan::{ChartArtifact, Observed, ReleasePlan};
+//! use flotilla_core::release::{self, Action};
+//! use flotilla_core::spec::HelmRelease;
+//!
+//! let hr = HelmRelease::from_json_str(r#"{
+//!     "metadata": {"name": "podinfo", "namespace": "default", "generation": 1},
+//!     "spec": {"interval": "10m", "values": {"replicaCount": 2},
+//!              "chartRef": {"kind": "OCIRepository", "name": "podinfo"}}
+//! }"#)?;
+//! let chart = ChartArtifact {
+//!     name: "podinfo".into(),
+//!     version: "6.5.3".into(),
+//!     app_version: None,
+//!     digest: ChartDigest::of_bytes(b"podinfo-6.5.3.tgz"),
+//!     oci_digest: None,
+//! };
+//! let values = hr.spec.values.clone().unwrap_or_default();
+//! let plan = ReleasePlan::from_helm_release(&hr, PlanRevision::FIRST, chart, values)?;
+//! assert_eq!(plan.release.name.as_str(), "podinfo");
+//!
+//! // Nothing in Helm storage yet: install.
+//! assert_eq!(release::next_action(&plan, &Observed::default()), Action::Install);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
 #![forbid(unsafe_code)]
 
 pub mod digest;
