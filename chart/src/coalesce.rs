@@ -18,8 +18,61 @@ pub struct CoalesceError {
     pub shown: String,
 }
 
-/// Warnings Helm prints to stderr while coalescing.
-pub type Warnings = Vec<String>;
+/// Warnings Helm prints to stderr while processing values.
+pub type Warnings = Vec<Warning>;
+
+/// A log record Helm writes to stderr (through `log/slog`'s text handler): `Display` is the
+/// exact line, e.g. `level=INFO msg="warning: cannot overwrite table with non table for x (map[])"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// `INFO` (Helm's `log.Printf` messages) or `WARN` (`slog.Warn`).
+    pub level: &'static str,
+    /// The message.
+    pub message: String,
+    /// Extra attributes, in order.
+    pub attrs: Vec<(&'static str, String)>,
+}
+
+impl Warning {
+    /// A `log.Printf` message (slog level INFO).
+    pub fn info(message: impl Into<String>) -> Self {
+        Warning {
+            level: "INFO",
+            message: message.into(),
+            attrs: Vec::new(),
+        }
+    }
+
+    /// A `slog.Warn` record.
+    pub fn warn(message: impl Into<String>, attrs: Vec<(&'static str, String)>) -> Self {
+        Warning {
+            level: "WARN",
+            message: message.into(),
+            attrs,
+        }
+    }
+}
+
+fn slog_value(s: &str) -> String {
+    let needs = s.is_empty()
+        || s.chars()
+            .any(|c| c == ' ' || c == '=' || c == '"' || c.is_control() || c.is_whitespace());
+    if needs {
+        crate::gofmt::go_quote(s)
+    } else {
+        s.to_owned()
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "level={} msg={}", self.level, slog_value(&self.message))?;
+        for (k, v) in &self.attrs {
+            write!(f, " {k}={}", slog_value(v))?;
+        }
+        Ok(())
+    }
+}
 
 const GLOBAL: &str = "global";
 
@@ -70,8 +123,83 @@ fn coalesce(
     merge: bool,
     w: &mut Warnings,
 ) -> Result<(), CoalesceError> {
+    coalesce_inner(chart, dest, prefix, merge, w)?;
+    sync_shared_globals_down(chart, dest);
+    Ok(())
+}
+
+fn coalesce_inner(
+    chart: &Chart,
+    dest: &mut Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
     coalesce_values_inner(chart, dest, prefix, merge, w);
     coalesce_deps(chart, dest, prefix, merge, w)
+}
+
+/// Go's `coalesceGlobals` copies each parent global table shallowly: the tables nested one
+/// level below (`global.<key>.<k2>`) are the parent's own map objects, shared by every
+/// subchart scope below it, and merging a subchart's defaults into them writes into that
+/// one shared object. Helm's output reflects the final state of those shared tables
+/// everywhere. Reproduced in two steps: after each subchart, its (possibly grown) shared
+/// tables are copied up to the parent; at the end, the root's final tables are copied down.
+fn shared_global_tables(parent: &Values) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(Value::Object(g)) = parent.get(GLOBAL) {
+        for (key, t) in g {
+            if let Value::Object(t) = t {
+                for (k2, v) in t {
+                    if v.is_object() {
+                        out.push((key.clone(), k2.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn global_table<'a>(vals: &'a Values, key: &str, k2: &str) -> Option<&'a Value> {
+    match vals.get(GLOBAL)? {
+        Value::Object(g) => match g.get(key)? {
+            Value::Object(t) => t.get(k2).filter(|v| v.is_object()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn global_table_mut<'a>(vals: &'a mut Values, key: &str, k2: &str) -> Option<&'a mut Value> {
+    match vals.get_mut(GLOBAL)? {
+        Value::Object(g) => match g.get_mut(key)? {
+            Value::Object(t) => t.get_mut(k2).filter(|v| v.is_object()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn copy_shared_globals(from: &Values, to: &mut Values, pairs: &[(String, String)]) {
+    for (key, k2) in pairs {
+        if let (Some(src), Some(dst)) = (global_table(from, key, k2), global_table_mut(to, key, k2))
+        {
+            *dst = src.clone();
+        }
+    }
+}
+
+fn sync_shared_globals_down(chart: &Chart, vals: &mut Values) {
+    let pairs = shared_global_tables(vals);
+    for sub in &chart.dependencies {
+        let Some(Value::Object(mut sv)) = vals.remove(sub.name()) else {
+            continue;
+        };
+        copy_shared_globals(vals, &mut sv, &pairs);
+        sync_shared_globals_down(sub, &mut sv);
+        vals.insert(sub.name().to_owned(), Value::Object(sv));
+    }
 }
 
 fn coalesce_deps(
@@ -100,25 +228,25 @@ fn coalesce_deps(
             Some(Value::Object(m)) => m,
             _ => Values::new(),
         };
+        let pairs = shared_global_tables(dest);
         coalesce_globals(&mut dv, dest, w);
-        let res = coalesce(sub, &mut dv, &sub_prefix, merge, w);
+        let res = coalesce_inner(sub, &mut dv, &sub_prefix, merge, w);
+        copy_shared_globals(&dv, dest, &pairs);
         dest.insert(name, Value::Object(dv));
         res?;
     }
     Ok(())
 }
 
-/// `coalesceGlobals(dest, src)`: the parent's globals win over the subchart's. Helm copies
-/// each parent global table shallowly, so merging a subchart's global table into it also
-/// writes into the parent's nested tables; that is reproduced.
+/// `coalesceGlobals(dest, src)`: the parent's globals win over the subchart's.
 fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
     let mut dg = match dest.get(GLOBAL) {
         None => Values::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => {
-            w.push(format!(
+            w.push(Warning::info(format!(
                 "warning: skipping globals because destination {GLOBAL} is not a table."
-            ));
+            )));
             return;
         }
     };
@@ -126,9 +254,9 @@ fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
         None => None,
         Some(Value::Object(m)) => Some(m),
         Some(_) => {
-            w.push(format!(
+            w.push(Warning::info(format!(
                 "warning: skipping globals because source {GLOBAL} is not a table."
-            ));
+            )));
             return;
         }
     };
@@ -143,23 +271,15 @@ fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
                     Some(Value::Object(destv)) => {
                         let destv = destv.clone();
                         coalesce_tables_full_key(&mut vv, destv, key, true, w);
-                        // Nested tables of `vv` are shared with the parent's in Go.
-                        for (k2, pv) in parent_table.iter_mut() {
-                            if let (Value::Object(_), Some(nv @ Value::Object(_))) =
-                                (&*pv, vv.get(k2))
-                            {
-                                *pv = nv.clone();
-                            }
-                        }
                         dg.insert(key.clone(), Value::Object(vv));
                     }
-                    Some(_) => w.push(format!(
+                    Some(_) => w.push(Warning::info(format!(
                         "Conflict: cannot merge map onto non-map for {}. Skipping.",
                         crate::gofmt::go_quote(key)
-                    )),
+                    ))),
                 }
             } else if dg.get(key).is_some_and(Value::is_object) {
-                w.push(format!("key {key} is table. Skipping"));
+                w.push(Warning::info(format!("key {key} is table. Skipping")));
             } else {
                 dg.insert(key.clone(), val.clone());
             }
@@ -194,9 +314,9 @@ fn coalesce_values_inner(
                             );
                         }
                         Value::Null => {}
-                        _ => w.push(format!(
+                        _ => w.push(Warning::info(format!(
                             "warning: skipped value for {sub_prefix}.{key}: Not a table."
-                        )),
+                        ))),
                     }
                 }
             }
@@ -237,14 +357,14 @@ fn coalesce_tables_full_key(
                 (Value::Object(d), Value::Object(s)) => {
                     coalesce_tables_full_key(d, s, &full_key, merge, w)
                 }
-                (_, s @ Value::Object(_)) => w.push(format!(
+                (_, s @ Value::Object(_)) => w.push(Warning::info(format!(
                     "warning: cannot overwrite table with non table for {full_key} ({})",
                     go_v(&s)
-                )),
-                (Value::Object(_), s) if !s.is_null() => w.push(format!(
+                ))),
+                (Value::Object(_), s) if !s.is_null() => w.push(Warning::info(format!(
                     "warning: destination for {full_key} is a table. Ignoring non-table value ({})",
                     go_v(&s)
-                )),
+                ))),
                 _ => {}
             },
         }
@@ -310,11 +430,10 @@ mod tests {
         .unwrap();
         assert_eq!(v["serviceMonitor"]["metricRelabelings"], json!([1]));
         assert_eq!(
-            w,
-            vec![
-                "warning: cannot overwrite table with non table for cluster-autoscaler.serviceMonitor.metricRelabelings (map[])"
-            ]
+            w[0].to_string(),
+            "level=INFO msg=\"warning: cannot overwrite table with non table for cluster-autoscaler.serviceMonitor.metricRelabelings (map[])\""
         );
+        assert_eq!(w.len(), 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::coalesce::{
-    CoalesceError, Warnings, coalesce_tables, coalesce_values, merge_tables, merge_values,
+    CoalesceError, Warning, Warnings, coalesce_tables, coalesce_values, merge_tables, merge_values,
 };
 use crate::metadata::Dependency;
 use crate::semver::is_compatible_range;
@@ -46,7 +46,10 @@ fn process_tags(reqs: &mut [Dependency], cvals: &Values, w: &mut Warnings) {
                 match b {
                     Value::Bool(true) => has_true = true,
                     Value::Bool(false) => has_false = true,
-                    _ => w.push(format!("returned non-bool value tag={k} chart={}", r.name)),
+                    _ => w.push(Warning::warn(
+                        "returned non-bool value",
+                        vec![("tag", k.clone()), ("chart", r.name.clone())],
+                    )),
                 }
             }
         }
@@ -69,9 +72,15 @@ fn process_conditions(reqs: &mut [Dependency], cvals: &Values, cpath: &str, w: &
                     r.enabled = *b;
                     break;
                 }
-                Ok(_) => w.push(format!("returned non-bool value path={c} chart={}", r.name)),
+                Ok(_) => w.push(Warning::warn(
+                    "returned non-bool value",
+                    vec![("path", c.to_owned()), ("chart", r.name.clone())],
+                )),
                 Err(PathError::NoValue(_)) => {}
-                Err(e) => w.push(format!("the method PathValue returned error error={e:?}")),
+                Err(e) => w.push(Warning::warn(
+                    "the method PathValue returned error",
+                    vec![("error", e.to_string())],
+                )),
             }
         }
     }
@@ -190,10 +199,16 @@ fn process_import_values(
                 let vv = match table(&cvals, &format!("{}.{child}", r.name)) {
                     Ok(t) => t.clone(),
                     Err(e) => {
-                        w.push(format!(
-                            "ImportValues missing table from chart chart={} error={e}",
-                            r.name
-                        ));
+                        let (msg, mut attrs) = if riv.is_string() {
+                            ("ImportValues missing table", Vec::new())
+                        } else {
+                            (
+                                "ImportValues missing table from chart",
+                                vec![("chart", r.name.clone())],
+                            )
+                        };
+                        attrs.push(("error", e.to_string()));
+                        w.push(Warning::warn(msg, attrs));
                         continue;
                     }
                 };

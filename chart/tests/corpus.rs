@@ -108,15 +108,9 @@ fn every_corpus_chart_loads_and_coalesces_like_helm() {
             let stderr = dir.join("golden").join(format!("{stem}.stderr"));
             if stderr.exists() {
                 let text = std::fs::read_to_string(&stderr).unwrap();
-                let want: Vec<String> = text
-                    .lines()
-                    .filter_map(|l| {
-                        l.strip_prefix("level=INFO msg=\"")
-                            .and_then(|l| l.strip_suffix('"'))
-                    })
-                    .map(str::to_owned)
-                    .collect();
+                let want: Vec<String> = text.lines().map(str::to_owned).collect();
                 warnings.extend(coalesce_warnings);
+                let warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
                 if warnings != want {
                     failures.push(format!(
                         "{name}/{stem}: warnings ours {warnings:?} helm {want:?}"
