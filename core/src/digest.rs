@@ -430,6 +430,22 @@ mod tests {
     }
 
     #[test]
+    fn empty_optional_strings_are_left_out_like_go_omitempty() {
+        let with_empty: Vec<PostRenderer> = serde_json::from_value(json!([{"kustomize": {
+            "images": [{"name": "nginx", "newName": "", "newTag": "1.25"}],
+            "patches": [{"patch": "p", "target": {"kind": "Deployment", "name": ""}}]}}]))
+        .unwrap();
+        let without: Vec<PostRenderer> = serde_json::from_value(json!([{"kustomize": {
+            "images": [{"name": "nginx", "newTag": "1.25"}],
+            "patches": [{"patch": "p", "target": {"kind": "Deployment"}}]}}]))
+        .unwrap();
+        assert_eq!(
+            post_renderers_digest(Some(&with_empty)),
+            post_renderers_digest(Some(&without))
+        );
+    }
+
+    #[test]
     fn common_metadata_digest_hashes_annotations_then_labels() {
         let cm: CommonMetadata = serde_json::from_value(
             json!({"labels": {"b": "2", "a": "1"}, "annotations": {"x": "y"}}),

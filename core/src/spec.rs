@@ -43,6 +43,12 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Go's `omitempty` for optional strings: absent and empty are both left out (this keeps
+/// the post-renderer digest equal to Flux's).
+fn is_none_or_empty(s: &Option<String>) -> bool {
+    s.as_deref().is_none_or(str::is_empty)
+}
+
 /// A HelmRelease object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -447,13 +453,13 @@ pub struct KustomizeImage {
     /// Image name to match.
     pub name: String,
     /// Replacement name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub new_name: Option<String>,
     /// Replacement tag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub new_tag: Option<String>,
     /// Replacement digest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub digest: Option<String>,
 }
 
@@ -462,25 +468,25 @@ pub struct KustomizeImage {
 #[serde(rename_all = "camelCase")]
 pub struct Selector {
     /// API group regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub group: Option<String>,
     /// API version regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub version: Option<String>,
     /// Kind regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub kind: Option<String>,
     /// Namespace regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub namespace: Option<String>,
     /// Name regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub name: Option<String>,
     /// Annotation selector expression.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub annotation_selector: Option<String>,
     /// Label selector expression.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub label_selector: Option<String>,
 }
 
