@@ -536,11 +536,16 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 let val = self.eval_pipeline(dot, pipe)?;
                 if pipe.decl.is_empty() {
                     self.cur = Cur::Node(node, pipe.pos);
-                    let s = match val {
-                        Ev::Invalid => "<no value>".to_string(),
-                        other => gofmt::sprint_value(&other.into_value()),
-                    };
-                    self.write(&s)?;
+                    match val {
+                        Ev::Invalid => self.write("<no value>")?,
+                        Ev::Val(Value::String(s)) | Ev::Iface(Value::String(s)) => {
+                            self.write(&s)?
+                        }
+                        other => {
+                            let s = gofmt::sprint_value(&other.into_value());
+                            self.write(&s)?;
+                        }
+                    }
                 }
             }
             Node::If(b) => return self.nested(|f| f.walk_if_or_with(false, dot, node, b)),
@@ -943,8 +948,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             }
             return Ok(Ev::Invalid);
         }
-        let typ = receiver.static_type();
         let Some(value) = receiver.concrete().cloned() else {
+            let typ = receiver.static_type();
             return self.errorf(format!("nil pointer evaluating {typ}.{name}"));
         };
         if let Value::Object(o) = &value
@@ -995,6 +1000,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             }
             _ => {}
         }
+        let typ = receiver.static_type();
         self.errorf(format!("can't evaluate field {name} in type {typ}"))
     }
 
@@ -1090,7 +1096,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
         let result = match fun {
             Callable::Builtin(b) => {
-                let callee = args.first().map(|a| a.to_string()).unwrap_or_default();
+                let callee = match b {
+                    Builtin::Call => args.first().map(|a| a.to_string()).unwrap_or_default(),
+                    _ => String::new(),
+                };
                 call_builtin(b, argv, &callee)
             }
             Callable::Func(f) => {
