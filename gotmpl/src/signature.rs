@@ -38,6 +38,11 @@ pub enum ArgType {
     /// `map[string]interface {}` (named map types with that underlying type are assignable);
     /// nil is accepted (passed as [`Value::Nil`]).
     Map,
+    /// A named map type whose underlying type is `map[string]interface {}`, e.g. Helm's
+    /// `common.Values` (`tpl`'s second parameter): any such map is assignable (Go allows a
+    /// named and an unnamed type with the same underlying type); errors name this type; nil
+    /// is accepted (passed as [`Value::Nil`]).
+    NamedMap(&'static str),
     /// An [`Object`](crate::Object) whose [`type_name`](crate::Object::type_name) is exactly
     /// this Go type, e.g. `time.Time`, `*semver.Version`, `sprig.certificate`. Pointer types
     /// (starting with `*`) also accept nil, passed as [`Value::Nil`].
@@ -58,14 +63,18 @@ impl ArgType {
             ArgType::List => "[]interface {}",
             ArgType::StringList => "[]string",
             ArgType::Map => "map[string]interface {}",
-            ArgType::Object(name) => name,
+            ArgType::Object(name) | ArgType::NamedMap(name) => name,
         }
     }
 
     /// Whether Go's untyped nil can be assigned to the type.
     pub fn can_be_nil(&self) -> bool {
         match self {
-            ArgType::Any | ArgType::List | ArgType::StringList | ArgType::Map => true,
+            ArgType::Any
+            | ArgType::List
+            | ArgType::StringList
+            | ArgType::Map
+            | ArgType::NamedMap(_) => true,
             ArgType::Object(name) => name.starts_with('*'),
             _ => false,
         }
@@ -87,6 +96,14 @@ impl ArgType {
                 matches!(v, Value::Map(m) if !matches!(m.map_type(), MapType::StringValues))
             }
             ArgType::Object(name) => matches!(v, Value::Object(o) if o.type_name() == *name),
+            ArgType::NamedMap(name) => match v {
+                Value::Map(m) => match m.map_type() {
+                    MapType::Interface => true,
+                    MapType::Named(n) => **n == **name,
+                    MapType::StringValues => false,
+                },
+                _ => false,
+            },
         }
     }
 }

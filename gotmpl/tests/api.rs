@@ -431,6 +431,33 @@ fn object_parameters_accept_only_their_go_type() {
 }
 
 #[test]
+fn named_map_parameters_accept_unnamed_maps_and_name_their_type_in_errors() {
+    let mut f = funcs();
+    f.insert(
+        "keys",
+        Function::new(
+            Signature::fixed([ArgType::NamedMap("common.Values")]),
+            |args| {
+                Ok(Value::string(
+                    args[0]
+                        .as_map()
+                        .map(|m| m.keys().join(","))
+                        .unwrap_or_default(),
+                ))
+            },
+        ),
+    );
+    assert_eq!(
+        render_with("{{ keys .m }}|{{ keys nil }}", &f, &ExecOptions::helm()).as_deref(),
+        Ok("k|")
+    );
+    assert_eq!(
+        render_with("{{ keys .s }}", &f, &ExecOptions::helm()).unwrap_err(),
+        r#"template: t:1:8: executing "t" at <.s>: wrong type for value; expected common.Values; got string"#
+    );
+}
+
+#[test]
 fn object_methods_are_checked_like_functions() {
     assert_eq!(
         render_objects("{{ .Files.Get }}").unwrap_err(),
