@@ -1,9 +1,9 @@
 //! Go dynamic values as Helm feeds them to templates.
 //!
 //! [`Value`] models the Go types that reach a Helm template: the untyped nil interface, `bool`,
-//! `int`, `int64`, `uint64`, `float64`, `string`, `[]byte`, slices and maps, plus opaque objects
-//! (Helm's `.Files`, `.Capabilities`, semver versions, certificates, times) behind the
-//! [`Object`] trait.
+//! `int`, `int64`, `uint64`, `uint8`, `float64`, `string`, `[]byte`, slices and maps, plus
+//! opaque objects (Helm's `.Files`, `.Capabilities`, semver versions, certificates, times)
+//! behind the [`Object`] trait.
 //!
 //! Go maps are reference types: Sprig's `set`, `unset` and `merge` mutate a map in place and
 //! every holder sees the change. [`Map`] is therefore a shared, lockable handle; cloning a
