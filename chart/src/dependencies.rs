@@ -260,3 +260,63 @@ pub fn process_dependency_import_values(
     }
     process_import_values(c, merge, w)
 }
+
+/// A dependency declared in Chart.yaml that has no chart in `charts/`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "an error occurred while checking for chart dependencies. You may need to run `helm dependency build` to fetch missing dependencies: found in Chart.yaml, but missing in charts/ directory: {}",
+    .0.join(", ")
+)]
+pub struct MissingDependencies(pub Vec<String>);
+
+/// `action.CheckDependencies` as install/upgrade/template run it before processing: every
+/// declared dependency must have a loaded chart of that name.
+pub fn check_dependencies(chart: &Chart) -> Result<(), MissingDependencies> {
+    let missing: Vec<String> = chart
+        .metadata
+        .dependencies
+        .iter()
+        .flatten()
+        .filter(|r| !chart.dependencies.iter().any(|d| d.name() == r.name))
+        .map(|r| r.name.clone())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(MissingDependencies(missing))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Metadata;
+
+    #[test]
+    fn missing_dependencies_are_reported_in_helms_words() {
+        let mut c = Chart::new(Metadata {
+            name: "p".into(),
+            dependencies: Some(vec![
+                Dependency {
+                    name: "a".into(),
+                    ..Dependency::default()
+                },
+                Dependency {
+                    name: "b".into(),
+                    ..Dependency::default()
+                },
+            ]),
+            ..Metadata::default()
+        });
+        c.dependencies.push(Chart::new(Metadata {
+            name: "a".into(),
+            ..Metadata::default()
+        }));
+        assert_eq!(
+            check_dependencies(&c).unwrap_err().to_string(),
+            "an error occurred while checking for chart dependencies. You may need to run `helm dependency build` to fetch missing dependencies: found in Chart.yaml, but missing in charts/ directory: b"
+        );
+        c.metadata.dependencies.as_mut().unwrap().pop();
+        assert!(check_dependencies(&c).is_ok());
+    }
+}

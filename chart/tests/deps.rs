@@ -1,9 +1,10 @@
-//! Dependencies and values against the real helm v4.1.4 (`tests/fixtures/deps`, made by its
-//! `regenerate.sh`): tags, multi-path conditions with a non-bool first path, aliases (one
-//! chart twice), import-values in both forms, a library chart, an undeclared chart in
-//! charts/, a nested .tgz subchart with a BOM and CRLF values, nested conditions, globals,
-//! null deletes, list-over-map warnings, and every `--set` flavour. For each case the
-//! enabled subchart tree, the coalesced values and helm's stderr lines must match.
+//! Dependencies and values against the real helm v4.1.4 (`tests/fixtures/deps` and
+//! `tests/fixtures/deps-v1`, made by their `regenerate.sh`): tags, multi-path conditions
+//! with a non-bool first path, aliases (one chart twice), import-values in both forms, a
+//! library chart, an undeclared chart in charts/, a nested .tgz subchart with a BOM and CRLF
+//! values, nested conditions, globals, null deletes, list-over-map warnings, every `--set`
+//! flavour, and a Helm 2 style chart with requirements.yaml. For each case the enabled
+//! subchart tree, the coalesced values and helm's stderr lines must match.
 
 use std::path::{Path, PathBuf};
 
@@ -12,19 +13,20 @@ use flotilla_chart::dependencies::process_dependencies;
 use flotilla_chart::strvals::ValueOptions;
 use serde_json::Value;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deps")
+fn fixtures(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
-fn options(args: &str) -> ValueOptions {
+fn options(args: &str, base: &Path) -> ValueOptions {
     let mut o = ValueOptions::default();
     for line in args.lines().filter(|l| !l.is_empty()) {
         let (flag, value) = line.split_once(' ').unwrap();
         match flag {
-            "-f" => o.value_files.push((
-                value.to_owned(),
-                std::fs::read(fixture().join(value)).unwrap(),
-            )),
+            "-f" => o
+                .value_files
+                .push((value.to_owned(), std::fs::read(base.join(value)).unwrap())),
             "--set" => o.values.push(value.to_owned()),
             "--set-string" => o.string_values.push(value.to_owned()),
             "--set-json" => o.json_values.push(value.to_owned()),
@@ -56,27 +58,26 @@ fn norm(v: &Value) -> Value {
     }
 }
 
-#[test]
-fn dependency_and_values_cases_match_helm() {
-    let chart = flotilla_chart::load_dir(&fixture().join("chart")).unwrap();
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(fixture().join("cases"))
+fn run_cases(fixture: &Path, at_least: usize) {
+    let chart = flotilla_chart::load_dir(&fixture.join("chart")).unwrap();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(fixture.join("cases"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     cases.sort();
-    assert!(cases.len() >= 6);
+    assert!(cases.len() >= at_least);
     for case in cases {
         let name = case.file_stem().unwrap().to_string_lossy().into_owned();
         let golden: Value = serde_json::from_slice(
-            &std::fs::read(fixture().join(format!("golden/{name}.json"))).unwrap(),
+            &std::fs::read(fixture.join(format!("golden/{name}.json"))).unwrap(),
         )
         .unwrap();
-        let want_stderr = std::fs::read_to_string(fixture().join(format!("golden/{name}.stderr")))
+        let want_stderr = std::fs::read_to_string(fixture.join(format!("golden/{name}.stderr")))
             .unwrap_or_default();
-        let opts = options(&std::fs::read_to_string(&case).unwrap());
+        let opts = options(&std::fs::read_to_string(&case).unwrap(), fixture);
         let user = opts
             .merge(&mut |p| {
-                std::fs::read_to_string(fixture().join(p))
+                std::fs::read_to_string(fixture.join(p))
                     .map(Value::String)
                     .map_err(|e| e.to_string())
             })
@@ -102,8 +103,28 @@ fn dependency_and_values_cases_match_helm() {
 }
 
 #[test]
+fn dependency_and_values_cases_match_helm() {
+    run_cases(&fixtures("deps"), 6);
+}
+
+#[test]
+fn legacy_v1_chart_with_requirements_yaml_matches_helm() {
+    run_cases(&fixtures("deps-v1"), 2);
+    let chart = flotilla_chart::load_dir(&fixtures("deps-v1").join("chart")).unwrap();
+    assert_eq!(chart.metadata.api_version, "v1");
+    let files: Vec<&str> = chart.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(files, vec!["requirements.lock", "requirements.yaml"]);
+    let lock = chart.lock.as_ref().unwrap();
+    assert_eq!(lock.generated.to_rfc3339_nano(), "2024-05-06T07:08:09.123Z");
+    assert_eq!(
+        chart.metadata.dependencies.as_ref().unwrap()[0].alias,
+        "kid"
+    );
+}
+
+#[test]
 fn helmignore_applies_inside_templates_and_dot_files_are_skipped() {
-    let chart = flotilla_chart::load_dir(&fixture().join("chart")).unwrap();
+    let chart = flotilla_chart::load_dir(&fixtures("deps").join("chart")).unwrap();
     let names: Vec<&str> = chart.templates.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["templates/NOTES.txt", "templates/cm.yaml"]);
     let gamma = chart
