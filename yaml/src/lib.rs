@@ -40,9 +40,9 @@
 //! Inputs are bounded: nesting deeper than [`MAX_DEPTH`] and alias expansion beyond go-yaml's
 //! ratio are errors, never a crash.
 //!
-//! Known gaps: raw U+0085, U+2028 and U+2029 are line breaks to libyaml (YAML 1.1) but not
-//! to saphyr, so documents containing them unescaped may read differently (JSON-escaped and
-//! quoted-escape forms are fine); a tab on the last line after a block scalar is accepted.
+//! Known gaps: raw U+2028 and U+2029 are line breaks to libyaml (YAML 1.1) but not to saphyr,
+//! so documents containing them unescaped may read differently (escaped forms are fine; raw
+//! U+0085 is handled); a tab on the last line after a block scalar is accepted.
 //! Not here: yaml.v3 (`toYamlPretty`), Go's `time.Time` and `float32` values, comments.
 
 mod emit;

@@ -544,6 +544,11 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     check_characters(src)?;
     check_directives(src)?;
     let mut text = src.strip_prefix('\u{feff}').unwrap_or(src).to_owned();
+    if text.contains('\u{85}') {
+        // libyaml reads NEL as a line break and stores it as LF, everywhere; saphyr (YAML
+        // 1.2) does not. Characters keep their indices.
+        text = text.replace('\u{85}', "\n");
+    }
     let mut repairs = 0;
     // A private-use character absent from the input stands in for a `-` saphyr refuses.
     let used: std::collections::HashSet<char> = text
