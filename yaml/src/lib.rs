@@ -12,6 +12,8 @@
 //!   uses for values files and `fromYaml` (string keys, every number a float64).
 //! - [`sigs::marshal`], [`sigs::helm_to_yaml`]: `sigs.k8s.io/yaml.Marshal` and Helm's `toYaml`.
 //! - [`to_string`]: go-yaml v2 `yaml.Marshal` of a Go value directly.
+//! - [`helm`]: Helm's `toYaml`, `mustToYaml`, `fromYaml`, `fromYamlArray` as Helm shapes them
+//!   (errors as values).
 //!
 //! How reading works: `saphyr-parser` (a maintained pure-Rust YAML 1.2 scanner/parser)
 //! supplies events with scalar styles, tags and positions; this crate builds go-yaml v2's node
@@ -48,6 +50,7 @@
 mod emit;
 mod error;
 mod goformat;
+pub mod helm;
 mod json;
 mod parse;
 mod resolve;

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use flotilla_yaml::{Mapping, Value, go_format_json_float};
+use flotilla_yaml::{Value, go_format_json_float};
 use std::path::{Path, PathBuf};
 
 pub fn fixtures() -> PathBuf {
@@ -82,25 +82,15 @@ fn go_json_into(v: &Value, out: &mut String) -> Option<()> {
 
 /// Helm's `fromYaml`: the map, or `{"Error": message}`.
 pub fn helm_from_yaml(src: &str) -> Value {
-    match flotilla_yaml::sigs::unmarshal_map(src) {
-        Ok(m) => Value::Map(m),
-        Err(e) => {
-            let mut m = Mapping::new();
-            m.insert(Value::from("Error"), Value::from(e.to_string()));
-            Value::Map(m)
-        }
-    }
+    Value::Map(flotilla_yaml::helm::from_yaml(src))
 }
 
 /// Helm's `fromYamlArray`: the list, or `[message]`.
 pub fn helm_from_yaml_array(src: &str) -> Value {
-    match flotilla_yaml::sigs::unmarshal_seq(src) {
-        Ok(s) => Value::Seq(s),
-        Err(e) => Value::Seq(vec![Value::from(e.to_string())]),
-    }
+    Value::Seq(flotilla_yaml::helm::from_yaml_array(src))
 }
 
 /// Helm's `toYaml`: errors print as the empty string.
 pub fn helm_to_yaml(v: &Value) -> String {
-    flotilla_yaml::sigs::helm_to_yaml(v).unwrap_or_default()
+    flotilla_yaml::helm::to_yaml(v)
 }
