@@ -561,7 +561,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
             Ok(docs) => return Ok(docs),
             Err(Failure::Other(e)) => return Err(e),
             Err(Failure::Repair(fixed)) => {
-                if repairs >= MAX_REPAIRS {
+                if !may_repair(repairs, text.len()) {
                     return Err(Error::yaml(
                         None,
                         "too many anchors or aliases to read like libyaml",
@@ -571,7 +571,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 text = fixed;
             }
             Err(Failure::Scan(e, ctx, block_col)) => {
-                if repairs < MAX_REPAIRS
+                if may_repair(repairs, text.len())
                     && let Some(fixed) = repair(&text, &e, placeholder, block_col)
                 {
                     repairs += 1;
@@ -586,6 +586,12 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
 
 /// How many saphyr-vs-libyaml differences one input may need smoothing over.
 const MAX_REPAIRS: usize = 64;
+
+/// Each repair re-reads the whole input: beyond [`MAX_REPAIRS`], repairs continue while
+/// the text re-read stays under 256 MiB in total.
+fn may_repair(done: usize, len: usize) -> bool {
+    done < MAX_REPAIRS || done.saturating_mul(len.max(1)) < 256 << 20
+}
 
 enum Failure {
     /// With the column of the innermost block collection, if any.

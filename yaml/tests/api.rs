@@ -226,3 +226,12 @@ fn helm_to_yaml_goes_through_json() {
     assert!(sigs::marshal(&map(vec![(Value::Int(1), Value::Null)])).is_err());
     assert!(sigs::marshal(&s("del\u{7f}")).is_err());
 }
+
+#[test]
+fn many_libyaml_only_constructs_still_read() {
+    // A tab after `:` is a separator for libyaml, not for saphyr: each needs a repair.
+    let src: String = (0..500).map(|i| format!("k{i}:\tv{i}\n")).collect();
+    let v = from_str(&src).unwrap();
+    assert_eq!(v.as_map().map(Mapping::len), Some(500));
+    assert_eq!(v.get("k499"), Some(&s("v499")));
+}
