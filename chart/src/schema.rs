@@ -353,11 +353,17 @@ impl<'s> Walker<'s> {
             _ => return None,
         };
         if let Some(t) = obj.get("type") {
-            let want: Vec<&str> = match t {
+            let mut want: Vec<&str> = match t {
                 Value::String(s) => vec![s.as_str()],
                 Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
                 _ => Vec::new(),
             };
+            // The library keeps types as a set and lists them in this order.
+            const ORDER: [&str; 7] = [
+                "null", "boolean", "number", "integer", "string", "array", "object",
+            ];
+            want.sort_by_key(|t| ORDER.iter().position(|o| o == t).unwrap_or(ORDER.len()));
+            want.dedup();
             if !want.is_empty() {
                 let got = type_name(v);
                 let int_ok =

@@ -102,6 +102,10 @@ fn every_corpus_chart_loads_and_coalesces_like_helm() {
             }
             let mut coalesce_warnings = Vec::new();
             let vals = coalesce_values(&c, &user, &mut coalesce_warnings).unwrap();
+            // Helm rendered every corpus values file, so schema validation passed.
+            if let Err(e) = flotilla_chart::schema::validate_against_schema(&c, &vals) {
+                failures.push(format!("{name}/{stem}: schema: {e}"));
+            }
             if let Some(d) = first_diff("", &norm(&Value::Object(vals)), &norm(&golden["values"])) {
                 failures.push(format!("{name}/{stem}: values differ at {d}"));
             }

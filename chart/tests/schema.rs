@@ -108,3 +108,32 @@ fn valid_values_pass() {
     .unwrap();
     validate_against_schema(&chart, &vals).unwrap();
 }
+
+#[test]
+fn corpus_schemas_report_invalid_values_like_helm() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
+    let dir = fixtures().join("corpus-cases");
+    let mut n = 0;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for vf in entries
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+    {
+        let name = vf.file_stem().unwrap().to_string_lossy().into_owned();
+        let stderr = std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap();
+        let want = stderr.strip_prefix("Error: ").unwrap();
+        let user = read_values_file(vf).unwrap();
+        let mut chart = flotilla_chart::load_dir(&corpus.join(&name).join("chart")).unwrap();
+        let mut w = Vec::new();
+        process_dependencies(&mut chart, &user, &mut w).unwrap();
+        let vals = coalesce_values(&chart, &user, &mut w).unwrap();
+        let got = format!("{}\n", validate_against_schema(&chart, &vals).unwrap_err());
+        assert_eq!(normalize(&got), normalize(want), "{name}: ours\n{got}");
+        n += 1;
+    }
+    assert!(n >= 6);
+}
