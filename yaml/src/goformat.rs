@@ -76,7 +76,10 @@ fn push_f(out: &mut String, digits: &[u8], dp: i32) {
 
 /// `strconv.FormatFloat(f, 'g', -1, 64)` (or 32 when `bits32`).
 pub fn format_g(f: f64, bits32: bool) -> String {
-    if let Some(s) = special(f) {
+    // A float64 formatted as 32-bit is rounded to float32 first (1e100 becomes +Inf).
+    #[allow(clippy::cast_possible_truncation)]
+    let as_f32 = f64::from(f as f32);
+    if let Some(s) = special(if bits32 { as_f32 } else { f }) {
         return s.to_owned();
     }
     let (digits, dp) = shortest_digits(f, bits32);
@@ -222,6 +225,8 @@ mod tests {
         assert!(format_g(f64::NAN, false) == "NaN");
         assert_eq!(format_g(0.1, true), "0.1");
         assert_eq!(format_g(1.1, true), "1.1");
+        assert_eq!(format_g(1e100, true), "+Inf");
+        assert_eq!(format_g(123_456_789.0, true), "1.2345679e+08");
     }
 
     #[test]

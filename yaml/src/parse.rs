@@ -502,7 +502,19 @@ fn check_directives(src: &str) -> Result<(), Error> {
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
             .collect();
-        if name != "YAML" && name != "TAG" {
+        if name == "YAML" {
+            // go-yaml v2 accepts only `%YAML 1.1`.
+            let version = rest[name.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or_default();
+            if version != "1.1" {
+                let line = if n == 0 { None } else { Some(n) };
+                return Err(Error::yaml(line, "found incompatible YAML document"));
+            }
+            continue;
+        }
+        if name != "TAG" {
             let line = if n == 0 { None } else { Some(n + 1) };
             return Err(Error::yaml(line, "found unknown directive name"));
         }
