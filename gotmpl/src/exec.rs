@@ -286,6 +286,8 @@ enum Callable<'t> {
     Func(&'t Function),
     Builtin(Builtin),
     Method(Arc<dyn Object>, Signature),
+    /// A method registered for a named map type; the receiver is passed first.
+    MapMethod(&'t Function, Value),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -964,6 +966,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 fin,
             );
         }
+        if let Value::Map(m) = &value
+            && let MapType::Named(type_name) = m.map_type()
+            && let Some(f) = self.shared.funcs.method(type_name, name)
+        {
+            return self.eval_call(
+                dot,
+                Callable::MapMethod(f, value.clone()),
+                Cur::Arg(node),
+                name,
+                args,
+                fin,
+            );
+        }
         let has_args = args.len() > 1 || fin.is_some();
         match &value {
             Value::Map(m) => {
@@ -1032,6 +1047,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 (Params::T(&s.params), s.variadic.as_ref().map(PType::T))
             }
             Callable::Method(_, s) => (Params::T(&s.params), s.variadic.as_ref().map(PType::T)),
+            Callable::MapMethod(f, _) => {
+                let s = f.signature();
+                (Params::T(&s.params), s.variadic.as_ref().map(PType::T))
+            }
             Callable::Builtin(b) => {
                 let (f, v) = b.signature();
                 (Params::B(f), v.map(PType::B))
@@ -1104,6 +1123,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             }
             Callable::Func(f) => {
                 let values: Vec<Value> = argv.into_iter().map(Ev::into_value).collect();
+                let set = self.set;
+                let mut ctx = CallCtx {
+                    shared: &mut *self.shared,
+                    set,
+                };
+                f.call(&mut ctx, &values)
+                    .map(Ev::Iface)
+                    .map_err(|e| e.message().to_string())
+            }
+            Callable::MapMethod(f, receiver) => {
+                let mut values: Vec<Value> = Vec::with_capacity(argv.len() + 1);
+                values.push(receiver);
+                values.extend(argv.into_iter().map(Ev::into_value));
                 let set = self.set;
                 let mut ctx = CallCtx {
                     shared: &mut *self.shared,

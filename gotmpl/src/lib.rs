@@ -70,7 +70,9 @@
 //! * Maps are shared by reference ([`Map`]): mutating one (Sprig's `set`, `merge`) is seen by
 //!   every holder, including later templates rendered with the same values.
 //! * Objects with methods and fields (`.Files.Get`, `.Capabilities.APIVersions.Has`,
-//!   semver versions, certificates) implement [`Object`].
+//!   semver versions, certificates) implement [`Object`]. Named map types keep being
+//!   [`Map`]s ([`MapType::Named`], e.g. `common.Values`); their methods (`.Values.YAML`,
+//!   `.Values.Table "x"`) are registered with [`FuncMap::insert_method`].
 //!
 //! # Limits
 //!

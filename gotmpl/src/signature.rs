@@ -230,6 +230,8 @@ impl Function {
 #[derive(Clone, Debug, Default)]
 pub struct FuncMap {
     funcs: HashMap<String, Function>,
+    /// Methods of named map types, by type name then method name.
+    methods: HashMap<String, HashMap<String, Function>>,
 }
 
 impl FuncMap {
@@ -259,11 +261,40 @@ impl FuncMap {
         self.funcs.contains_key(name)
     }
 
-    /// Copies every function of `other` into this map (overriding same names).
+    /// Copies every function and method of `other` into this map (overriding same names).
     pub fn extend(&mut self, other: &FuncMap) {
         for (k, v) in &other.funcs {
             self.funcs.insert(k.clone(), v.clone());
         }
+        for (t, methods) in &other.methods {
+            let mine = self.methods.entry(t.clone()).or_default();
+            for (k, v) in methods {
+                mine.insert(k.clone(), v.clone());
+            }
+        }
+    }
+
+    /// Registers a method of a named map type (a [`Value::Map`] whose type is
+    /// [`MapType::Named`]), such as Helm's `common.Values.YAML` or `.Table "name"`. As in Go,
+    /// the method takes precedence over a map key of the same name. The function receives
+    /// the receiver map as its first argument, then the call's arguments; its signature
+    /// declares the call's parameters only.
+    pub fn insert_method(
+        &mut self,
+        type_name: impl Into<String>,
+        name: impl Into<String>,
+        f: Function,
+    ) -> &mut Self {
+        self.methods
+            .entry(type_name.into())
+            .or_default()
+            .insert(name.into(), f);
+        self
+    }
+
+    /// The method `name` of the named map type `type_name`.
+    pub fn method(&self, type_name: &str, name: &str) -> Option<&Function> {
+        self.methods.get(type_name).and_then(|m| m.get(name))
     }
 
     /// The registered names (unordered).

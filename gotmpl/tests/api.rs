@@ -458,6 +458,58 @@ fn named_map_parameters_accept_unnamed_maps_and_name_their_type_in_errors() {
 }
 
 #[test]
+fn named_map_types_have_methods_that_win_over_keys() {
+    let mut f = funcs();
+    f.insert_method(
+        "common.Values",
+        "Table",
+        Function::new(Signature::fixed([ArgType::String]), |args| {
+            let key = args[1].as_str().unwrap_or_default();
+            Ok(args[0]
+                .as_map()
+                .and_then(|m| m.get(key))
+                .unwrap_or(Value::Nil))
+        }),
+    );
+    f.insert_method(
+        "common.Values",
+        "Keys",
+        Function::new(Signature::fixed([]), |args| {
+            Ok(Value::string(
+                args[0]
+                    .as_map()
+                    .map(|m| m.keys().join(","))
+                    .unwrap_or_default(),
+            ))
+        }),
+    );
+    let values = Map::new().with_type(flotilla_gotmpl::MapType::Named(Arc::from("common.Values")));
+    values.insert("m", Value::from_json(&serde_json::json!({"b": 2})));
+    values.insert("Keys", Value::string("shadowed by the method"));
+    let root = Map::new();
+    root.insert("Values", Value::Map(values));
+    let mut set = TemplateSet::new("gotpl");
+    set.parse(
+        "t",
+        r#"{{ (.Values.Table "m").b }} {{ .Values.Keys }} {{ .Values.m.b }}"#,
+        &f,
+    )
+    .expect("parses");
+    assert_eq!(
+        set.execute("t", &Value::Map(root.clone()), &f, &ExecOptions::helm())
+            .as_deref(),
+        Ok("2 Keys,m 2")
+    );
+    set.parse("u", "{{ .Values.Table }}", &f).expect("parses");
+    assert_eq!(
+        set.execute("u", &Value::Map(root), &f, &ExecOptions::helm())
+            .unwrap_err()
+            .to_string(),
+        r#"template: u:1:10: executing "u" at <.Values.Table>: wrong number of args for Table: want 1 got 0"#
+    );
+}
+
+#[test]
 fn object_methods_are_checked_like_functions() {
     assert_eq!(
         render_objects("{{ .Files.Get }}").unwrap_err(),
