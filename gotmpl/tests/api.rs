@@ -788,3 +788,33 @@ fn functions_keep_per_execution_state_across_nested_calls() {
         "{err}"
     );
 }
+
+#[test]
+fn go_builtin_slice_handles_strings_lists_and_three_indexes() {
+    assert_eq!(
+        render(r#"{{ slice "abcd" 1 3 }}|{{ slice "abcd" 2 }}|{{ slice .list 1 }}|{{ slice .list 0 1 2 }}|{{ slice .list }}"#).as_deref(),
+        Ok("bc|cd|[2]|[1]|[1 2]")
+    );
+    let err = |src: &str| render(src).unwrap_err();
+    assert!(
+        err(r#"{{ slice "abc" 0 1 2 }}"#)
+            .ends_with("error calling slice: cannot 3-index slice a string")
+    );
+    assert!(
+        err(r#"{{ slice "abc" 2 1 }}"#)
+            .ends_with("error calling slice: invalid slice index: 2 > 1")
+    );
+    assert!(
+        err(r#"{{ slice .missing 1 }}"#).ends_with("error calling slice: slice of untyped nil")
+    );
+    assert!(
+        err(r#"{{ slice 3 1 }}"#).ends_with("error calling slice: can't slice item of type int")
+    );
+    assert!(
+        err(r#"{{ slice .list 0 1 1 1 }}"#)
+            .ends_with("error calling slice: too many slice indexes: 4")
+    );
+    assert!(
+        err(r#"{{ slice .list 0 5 }}"#).ends_with("error calling slice: index out of range: 5")
+    );
+}
