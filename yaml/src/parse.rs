@@ -690,6 +690,39 @@ fn is_anchor_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
+/// A `:` where a block mapping wants its next key: saphyr reads an empty key, libyaml's
+/// parser wants a key token first (unless `?` introduced an explicit empty key).
+fn check_empty_block_key(
+    src: &str,
+    cursor: &mut CharCursor,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    span: &saphyr_parser::Span,
+) -> Result<(), Failure> {
+    let Some(parent) = doc.and_then(|d| stack.last().and_then(|&i| d.nodes.get(i))) else {
+        return Ok(());
+    };
+    let Kind::Map(children) = &parent.kind else {
+        return Ok(());
+    };
+    if parent.flow || children.len() % 2 != 0 {
+        return Ok(());
+    }
+    let at = cursor.byte_at(src, span.start.index());
+    if !src[at..].starts_with(':') {
+        return Ok(());
+    }
+    let before = src[..at].trim_end_matches([' ', '\t', '\r', '\n']);
+    if before.ends_with('?') {
+        return Ok(());
+    }
+    let line0 = span.start.line().saturating_sub(1);
+    Err(Failure::Other(Error::yaml(
+        (line0 != 0).then_some(line0),
+        "did not find expected key",
+    )))
+}
+
 /// After a block scalar in a block mapping at column `C`, libyaml wants the next line at a
 /// column up to `C`; a line between `C` and the scalar's indentation ends the scalar and then
 /// is no key. saphyr may read further before failing, so the error is reported here.
@@ -1184,6 +1217,15 @@ fn parse_docs_once(
                         )
                         .into());
                     }
+                }
+                if value.is_empty() && style == ScalarStyle::Plain && anchor == 0 && tag.is_none() {
+                    check_empty_block_key(
+                        src_for_parser,
+                        &mut cursor,
+                        cur.as_ref(),
+                        &stack,
+                        &span,
+                    )?;
                 }
                 if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded) {
                     check_after_block_scalar(
