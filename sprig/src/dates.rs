@@ -46,7 +46,19 @@ fn zone_lookup(tz: Tz, unix: i64) -> (String, i32) {
     };
     let off = tz.offset_from_utc_datetime(&dt.naive_utc());
     let secs = off.fix().local_minus_utc();
-    let name = off.abbreviation().unwrap_or_default().to_string();
+    let name = match off.abbreviation() {
+        Some(name) => name.to_string(),
+        // tzdata's numeric abbreviations (`+11`, `-03`, `+0545`), which chrono-tz omits.
+        None => {
+            let sign = if secs < 0 { '-' } else { '+' };
+            let (h, m) = (secs.abs() / 3600, secs.abs() / 60 % 60);
+            if m == 0 {
+                format!("{sign}{h:02}")
+            } else {
+                format!("{sign}{h:02}{m:02}")
+            }
+        }
+    };
     (name, secs)
 }
 
@@ -1316,18 +1328,14 @@ fn round_duration(d: Duration, m: Duration) -> Duration {
         if less_than_half(r, m) {
             return d + r;
         }
-        return match (d - m).checked_add(r) {
-            Some(d1) if d1 < d => d1,
-            _ => i64::MIN,
-        };
+        let d1 = d.wrapping_sub(m).wrapping_add(r);
+        return if d1 < d { d1 } else { i64::MIN };
     }
     if less_than_half(r, m) {
         return d - r;
     }
-    match d.checked_add(m - r) {
-        Some(d1) if d1 > d => d1,
-        _ => i64::MAX,
-    }
+    let d1 = d.wrapping_add(m - r);
+    if d1 > d { d1 } else { i64::MAX }
 }
 
 /// The Go type name of time objects.
