@@ -161,7 +161,7 @@ impl<'f> Shared<'f> {
 
 /// The address of a local: how deep the stack currently is (compared, never dereferenced).
 #[inline(never)]
-fn stack_position() -> usize {
+pub(crate) fn stack_position() -> usize {
     let probe = 0u8;
     std::hint::black_box(std::ptr::addr_of!(probe)) as usize
 }

