@@ -119,6 +119,7 @@ ok_cases!(
     and_or_short_circuit_and_return_the_deciding_value,
     break_and_continue,
     break_inside_nested_with_and_if,
+    bytes_of_strings_are_uint8,
     chained_index_results,
     comments_produce_nothing,
     comparisons,
