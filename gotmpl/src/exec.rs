@@ -253,13 +253,25 @@ pub(crate) fn run_template(
     tmpl: &Template,
     dot: Ev,
 ) -> Result<String, Error> {
+    run_template_into(shared, set, tmpl, dot, String::new())
+}
+
+/// Runs one template invocation, appending to `out` (nested `{{template}}` calls write into
+/// their caller's buffer instead of copying it at every level).
+fn run_template_into(
+    shared: &mut Shared<'_>,
+    set: &TemplateSet,
+    tmpl: &Template,
+    dot: Ev,
+    out: String,
+) -> Result<String, Error> {
     let mut frame = Frame {
         shared,
         set,
         tmpl,
         cur: Cur::None,
         vars: Vec::new(),
-        out: String::new(),
+        out,
     };
     frame.enter_template()?;
     frame.vars.push(("$", dot.clone()));
@@ -753,8 +765,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         };
         self.cur = Cur::Node(node, pos);
         let set = self.set;
-        let out = run_template(self.shared, set, tmpl, new_dot)?;
-        self.out.push_str(&out);
+        let buffer = std::mem::take(&mut self.out);
+        self.out = run_template_into(self.shared, set, tmpl, new_dot, buffer)?;
         Ok(())
     }
 

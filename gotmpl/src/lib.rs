@@ -139,7 +139,8 @@ pub struct ExecOptions {
     /// `exceeded maximum template depth (stack budget of N bytes)` instead of overflowing.
     /// Run executions on threads with at least twice this much stack.
     pub max_stack_bytes: usize,
-    /// Maximum bytes written by one execution, nested `include`s included.
+    /// Maximum bytes written by one execution, counted at every level: text an `include`d
+    /// template produces counts once when produced and again when its caller prints it.
     pub max_output_bytes: usize,
     /// Maximum execution steps (nodes walked plus loop iterations), or unlimited.
     pub max_steps: Option<u64>,
