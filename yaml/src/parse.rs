@@ -27,9 +27,11 @@ impl CharCursor {
     }
 
     fn char_at(&mut self, src: &str, char_index: usize) -> Option<char> {
-        if char_index < self.chars {
-            self.chars = 0;
-            self.bytes = 0;
+        // Walk back from the current position when asked for an earlier character.
+        while char_index < self.chars {
+            let prev = src.get(..self.bytes)?.chars().next_back()?;
+            self.bytes -= prev.len_utf8();
+            self.chars -= 1;
         }
         let rest = src.get(self.bytes..)?;
         for (n, (b, c)) in (self.chars..).zip(rest.char_indices()) {
@@ -239,7 +241,11 @@ fn byte_offset(src: &str, char_index: usize) -> usize {
 
 /// The anchor or alias name starting at `char_index` (pointing at `&` or `*`).
 fn name_at(src: &str, char_index: usize) -> String {
-    let start = byte_offset(src, char_index);
+    name_at_byte(src, byte_offset(src, char_index))
+}
+
+/// [`name_at`] for a byte offset.
+fn name_at_byte(src: &str, start: usize) -> String {
     let rest = src.get(start..).unwrap_or("");
     let rest = rest.strip_prefix(['*', '&']).unwrap_or(rest);
     rest.chars()
@@ -690,6 +696,41 @@ fn is_anchor_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
+/// libyaml skips tabs before a token only in flow context or after an indicator on the same
+/// line: a tab in the indentation of a block line cannot start a token.
+fn check_leading_tab(
+    src: &str,
+    cursor: &mut CharCursor,
+    doc: Option<&Doc>,
+    stack: &[usize],
+    event: &Event<'_>,
+    span: &saphyr_parser::Span,
+) -> Result<(), Failure> {
+    if !matches!(
+        event,
+        Event::Scalar(..) | Event::Alias(_) | Event::SequenceStart(..) | Event::MappingStart(..)
+    ) {
+        return Ok(());
+    }
+    let in_flow = doc
+        .and_then(|d| stack.last().and_then(|&i| d.nodes.get(i)))
+        .is_some_and(|n| n.flow);
+    if in_flow {
+        return Ok(());
+    }
+    let at = cursor.byte_at(src, span.start.index());
+    let line_start = src[..at].rfind('\n').map_or(0, |n| n + 1);
+    let lead = &src[line_start..at];
+    if !lead.contains('\t') || !lead.chars().all(|c| c == ' ' || c == '\t') {
+        return Ok(());
+    }
+    let line0 = src[..line_start].matches('\n').count();
+    Err(Failure::Other(Error::yaml(
+        (line0 != 0).then_some(line0 + 1),
+        "found character that cannot start any token",
+    )))
+}
+
 /// A `:` where a block mapping wants its next key: saphyr reads an empty key, libyaml's
 /// parser wants a key token first (unless `?` introduced an explicit empty key).
 fn check_empty_block_key(
@@ -741,14 +782,17 @@ fn check_after_block_scalar(
     }
     let end = cursor.byte_at(src, span.end.index());
     let mut line_start = src[..end].rfind('\n').map_or(0, |n| n + 1);
+    let mut line0 = span.end.line().saturating_sub(1);
     if !src[line_start..end].chars().all(|c| c == ' ') {
         // The scalar ends inside its last line: look from the next one.
         match src[end..].find('\n') {
-            Some(n) => line_start = end + n + 1,
+            Some(n) => {
+                line_start = end + n + 1;
+                line0 += 1;
+            }
             None => return Ok(()),
         }
     }
-    let mut line0 = src[..line_start].matches('\n').count();
     for line in src[line_start..].split('\n') {
         let trimmed = line.trim_start_matches(' ');
         let t = trimmed.trim_end_matches(['\r', ' ', '\t']);
@@ -850,14 +894,17 @@ fn check_anchor_token(
         .sum();
     let name: String = rest.chars().take_while(|c| is_anchor_char(*c)).collect();
     let follower = rest[name.len()..].chars().next();
-    let line0 = src[..at].matches('\n').count();
-    let scanner_line = (line0 != 0).then_some(line0 + 1);
+    // The line is only needed for an error; counting is linear, so it is done lazily.
+    let scanner_line = || {
+        let line0 = src[..at].matches('\n').count();
+        (line0 != 0).then_some(line0 + 1)
+    };
     let follower_ok = follower.is_none_or(|c| {
         c.is_whitespace() || matches!(c, '?' | ':' | ',' | ']' | '}' | '%' | '@' | '`')
     });
     if name.is_empty() || !follower_ok {
         return Err(Failure::Other(Error::yaml(
-            scanner_line,
+            scanner_line(),
             "did not find expected alphabetic or numeric character",
         )));
     }
@@ -871,7 +918,7 @@ fn check_anchor_token(
         match follower {
             Some('%' | '@' | '`') => {
                 return Err(Failure::Other(Error::yaml(
-                    scanner_line,
+                    scanner_line(),
                     "found character that cannot start any token",
                 )));
             }
@@ -1159,6 +1206,14 @@ fn parse_docs_once(
             return Err(stale_key_error(src_for_parser, line).into());
         }
         last_end = span.end.index();
+        check_leading_tab(
+            src_for_parser,
+            &mut cursor,
+            cur.as_ref(),
+            &stack,
+            &event,
+            &span,
+        )?;
         check_event_anchor(
             src_for_parser,
             &mut cursor,
@@ -1302,7 +1357,8 @@ fn parse_docs_once(
                 stack.pop();
             }
             Event::Alias(id) => {
-                let name = name_at(src_for_parser, span.start.index());
+                let at = cursor.byte_at(src_for_parser, span.start.index());
+                let name = name_at_byte(src_for_parser, at);
                 let Some(&target) = anchors.get(&id) else {
                     return Err(
                         Error::yaml(None, format!("unknown anchor '{name}' referenced")).into(),
