@@ -156,6 +156,7 @@ ok_cases!(
     printf_type_and_bool_verbs,
     printf_v_variants,
     printf_width_unicode_and_padding,
+    quoting_special_unicode,
     range_assign_updates_outer_variables,
     range_else_runs_for_empty_and_missing,
     range_over_int,
