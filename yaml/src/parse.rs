@@ -589,6 +589,15 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 text = fixed;
             }
             Err(Failure::Scan(e, ctx, block_col)) => {
+                if first_only
+                    && e.info() == "invalid content after document end marker"
+                    && let Some(end) = document_end_marker(&text, &e)
+                {
+                    // libyaml ends the first document at `...`; yaml.Unmarshal reads no
+                    // further.
+                    text.truncate(end);
+                    continue;
+                }
                 if may_repair(repairs, text.len())
                     && let Some(fixed) = repair(&text, &e, placeholder, block_col)
                 {
@@ -600,6 +609,15 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
             }
         }
     }
+}
+
+/// Byte offset just past the `...` that starts the line of `e`.
+fn document_end_marker(src: &str, e: &ScanError) -> Option<usize> {
+    let at = byte_offset(src, e.marker().index());
+    let line_start = src[..at].rfind('\n').map_or(0, |n| n + 1);
+    src[line_start..]
+        .starts_with("...")
+        .then_some(line_start + 3)
 }
 
 /// How many saphyr-vs-libyaml differences one input may need smoothing over.
@@ -1153,6 +1171,7 @@ fn parse_docs_once(
         .next()
         .unwrap_or_default();
     let ends_inside_content = !last_line.trim_matches([' ', '\t']).is_empty();
+    let ends_with_break = src_for_parser.ends_with(['\n', '\r']);
     while let Some(next) = parser.next_event() {
         let (event, span) = match next {
             Ok(x) => x,
@@ -1264,6 +1283,21 @@ fn parse_docs_once(
                         .last()
                         .and_then(|&i| cur.as_ref().and_then(|d| d.nodes.get(i)))
                         .is_some_and(|n| n.flow);
+                    let in_flow_seq = flow
+                        && stack
+                            .last()
+                            .and_then(|&i| cur.as_ref().and_then(|d| d.nodes.get(i)))
+                            .is_some_and(|n| matches!(n.kind, Kind::Seq(_)));
+                    if c == ':' && in_flow_seq {
+                        // libyaml reads `:` in flow context as a value indicator, which a
+                        // flow sequence entry cannot start with.
+                        let line0 = span.start.line().saturating_sub(1);
+                        return Err(Error::yaml(
+                            (line0 != 0).then_some(line0),
+                            "did not find expected node content",
+                        )
+                        .into());
+                    }
                     if cannot_start_token(c, flow) {
                         let line0 = span.start.line().saturating_sub(1);
                         return Err(Error::yaml(
@@ -1298,11 +1332,19 @@ fn parse_docs_once(
                     value = value.replace(p, "-");
                 }
                 if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
-                    && ends_inside_content
                     && span.end.index() >= total_chars
-                    && value.ends_with('\n')
+                    && !ends_with_break
                 {
-                    value.pop();
+                    // The last line has no line break: libyaml adds none for it, saphyr
+                    // does (a blank last line even counts as one more line for saphyr).
+                    let extra = if ends_inside_content {
+                        value.ends_with('\n')
+                    } else {
+                        value.ends_with("\n\n")
+                    };
+                    if extra {
+                        value.pop();
+                    }
                 }
                 let tag = tag_string(tag.as_deref());
                 let implicit = (style == ScalarStyle::Plain && tag.is_empty()) || tag == "!";
