@@ -132,6 +132,31 @@ pub enum LoadError {
     /// A directory given where a file was expected.
     #[error("cannot load a directory")]
     IsDirectory,
+    /// The directory has no readable Chart.yaml.
+    #[error("unable to detect chart at {path}: {message}")]
+    Detect {
+        /// Chart.yaml path.
+        path: String,
+        /// Go's error text.
+        message: String,
+    },
+    /// `apiVersion` other than v1/v2.
+    #[error("unsupported chart version")]
+    UnsupportedVersion,
+    /// Archive without Chart.yaml (CLI form).
+    #[error("unable to detect chart version, no Chart.yaml found")]
+    NoChartYaml,
+    /// Any archive error (CLI form: Helm hides the detail).
+    #[error("unable to load chart archive")]
+    UnableToLoadArchive,
+    /// Not a gzip stream (CLI form).
+    #[error("file '{name}' does not appear to be a valid chart file (details: {details})")]
+    InvalidChartFile {
+        /// The file.
+        name: String,
+        /// gzip's error.
+        details: String,
+    },
 }
 
 /// A file read from a chart before classification (`archive.BufferedFile`).
@@ -145,17 +170,68 @@ pub struct BufferedFile {
     pub mod_time: Option<GoTime>,
 }
 
-/// `loader.Load`: a directory or an archive file.
+/// `pkg/chart/loader.Load`, what the Helm CLI calls: a directory or an archive file,
+/// dispatched on `Chart.yaml`'s `apiVersion` (`v1`, `v2` or none load as chart v2; anything
+/// else, including the experimental `v3`, is `unsupported chart version`). Archive errors
+/// are reported as Helm's CLI does (`unable to load chart archive`); [`load_dir`],
+/// [`load_file`] and [`load_archive`] keep the detailed v2 loader errors.
 pub fn load(path: &Path) -> Result<Chart, LoadError> {
     let md = std::fs::metadata(path).map_err(|e| LoadError::Io {
         path: path.display().to_string(),
         source: e,
     })?;
     if md.is_dir() {
-        load_dir(path)
-    } else {
-        load_file(path)
+        let name = std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .join("Chart.yaml");
+        let data = std::fs::read(&name).map_err(|e| LoadError::Detect {
+            path: name.display().to_string(),
+            message: go_io_error("open", &name, &e),
+        })?;
+        check_api_version(&data)?;
+        return load_dir(path);
     }
+    let name = path.display().to_string();
+    let data = std::fs::read(path).map_err(|e| LoadError::Io {
+        path: name.clone(),
+        source: e,
+    })?;
+    ensure_archive(&name, &data)?;
+    let files = load_archive_files(&data).map_err(|e| match e {
+        LoadError::Archive(m) if m == "gzip: invalid header" => LoadError::InvalidChartFile {
+            name: name.clone(),
+            details: m,
+        },
+        _ => LoadError::UnableToLoadArchive,
+    })?;
+    let chart_yaml = files
+        .iter()
+        .find(|f| f.name == "Chart.yaml")
+        .ok_or(LoadError::NoChartYaml)?;
+    check_api_version(&chart_yaml.data)?;
+    load_files(files)
+}
+
+fn check_api_version(chart_yaml: &[u8]) -> Result<(), LoadError> {
+    let md = Metadata::from_yaml(chart_yaml).map_err(|e| LoadError::Decode {
+        file: "Chart.yaml",
+        source: e,
+    })?;
+    match md.api_version.as_str() {
+        "" | "v1" | "v2" => Ok(()),
+        _ => Err(LoadError::UnsupportedVersion),
+    }
+}
+
+/// An IO error as Go's `*PathError` prints it (`open /x: no such file or directory`).
+fn go_io_error(op: &str, path: &Path, e: &std::io::Error) -> String {
+    let what = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        std::io::ErrorKind::IsADirectory => "is a directory".to_owned(),
+        _ => e.to_string(),
+    };
+    format!("{op} {}: {what}", path.display())
 }
 
 /// `loader.LoadDir`: walks the directory (following symlinks), applies `.helmignore` plus

@@ -23,6 +23,7 @@ enum Mode<'r> {
     String,
     Json,
     File(&'r mut dyn FnMut(&str) -> Result<Value, String>),
+    Literal,
 }
 
 #[derive(Debug)]
@@ -71,6 +72,12 @@ pub fn parse_into_file(
     reader: &mut dyn FnMut(&str) -> Result<Value, String>,
 ) -> Result<(), StrvalsError> {
     run(s, dest, Mode::File(reader))
+}
+
+/// `strvals.ParseLiteralInto` (`--set-literal`): no escapes, no lists, the value is the
+/// rest of the string.
+pub fn parse_literal_into(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
+    run(s, dest, Mode::Literal)
 }
 
 /// `strvals.Parse`: a fresh map from one `--set` string.
@@ -178,7 +185,7 @@ impl Parser<'_, '_> {
             match self.read() {
                 None => return (v, None),
                 Some(c) if stop.contains(&c) => return (v, Some(c)),
-                Some('\\') => match self.read() {
+                Some('\\') if !matches!(self.mode, Mode::Literal) => match self.read() {
                     None => return (v, None),
                     Some(n) => v.push(n),
                 },
@@ -192,12 +199,26 @@ impl Parser<'_, '_> {
             Mode::Typed => Ok(typed_val(rs, false)),
             Mode::String => Ok(typed_val(rs, true)),
             Mode::Json => Ok(typed_val(rs, false)),
+            Mode::Literal => Ok(Value::String(rs.to_owned())),
             Mode::File(f) => f(rs).map_err(err),
         }
     }
 
+    /// The rest of the input (a `--set-literal` value).
+    fn rest(&mut self) -> String {
+        let v: String = self.chars[self.pos..].iter().collect();
+        self.pos = self.chars.len();
+        v
+    }
+
     fn key(&mut self, data: &mut Values, nested: usize) -> Result<(), Stop> {
-        let (k, last) = self.until(&['=', '[', ',', '.']);
+        let literal = matches!(self.mode, Mode::Literal);
+        let stop: &[char] = if literal {
+            &['=', '[', '.']
+        } else {
+            &['=', '[', ',', '.']
+        };
+        let (k, last) = self.until(stop);
         match last {
             None => {
                 if k.is_empty() {
@@ -224,6 +245,11 @@ impl Parser<'_, '_> {
                 r
             }
             Some('=') => {
+                if literal {
+                    let v = self.rest();
+                    set(data, &k, Value::String(v));
+                    return Ok(());
+                }
                 if matches!(self.mode, Mode::Json) {
                     if self.empty_val() {
                         set(data, &k, Value::Null);
@@ -334,6 +360,10 @@ impl Parser<'_, '_> {
         match last {
             None => Err(Stop::Eof),
             Some('=') => {
+                if matches!(self.mode, Mode::Literal) {
+                    let v = self.rest();
+                    return set_index(list, i, Value::String(v));
+                }
                 if matches!(self.mode, Mode::Json) {
                     if self.empty_val() {
                         return set_index(list, i, Value::Null);
@@ -474,6 +504,8 @@ pub struct ValueOptions {
     pub string_values: Vec<String>,
     /// `--set-file` (`key=path`); paths are read by the reader given to [`ValueOptions::merge`].
     pub file_values: Vec<String>,
+    /// `--set-literal`.
+    pub literal_values: Vec<String>,
 }
 
 /// An error assembling user values, in the Helm CLI's words.
@@ -497,11 +529,14 @@ pub enum OptionsError {
     /// `--set-file`.
     #[error("failed parsing --set-file data: {0}")]
     SetFile(StrvalsError),
+    /// `--set-literal`.
+    #[error("failed parsing --set-literal data: {0}")]
+    SetLiteral(StrvalsError),
 }
 
 impl ValueOptions {
     /// `values.Options.MergeValues`: `-f` files merged in order (later wins, maps merged
-    /// deeply), then `--set-json`, `--set`, `--set-string`, `--set-file`.
+    /// deeply), then `--set-json`, `--set`, `--set-string`, `--set-file`, `--set-literal`.
     pub fn merge(
         &self,
         read_file: &mut dyn FnMut(&str) -> Result<Value, String>,
@@ -536,6 +571,9 @@ impl ValueOptions {
         }
         for value in &self.file_values {
             parse_into_file(value, &mut base, read_file).map_err(OptionsError::SetFile)?;
+        }
+        for value in &self.literal_values {
+            parse_literal_into(value, &mut base).map_err(OptionsError::SetLiteral)?;
         }
         Ok(base)
     }
@@ -609,6 +647,23 @@ mod tests {
     }
 
     #[test]
+    fn literal_form_keeps_the_rest_verbatim() {
+        let mut m = Values::new();
+        parse_literal_into(r"a.b=x,y=\1{2}", &mut m).unwrap();
+        parse_literal_into("l[1]=z=z", &mut m).unwrap();
+        assert_eq!(
+            Value::Object(m),
+            json!({"a": {"b": r"x,y=\1{2}"}, "l": [null, "z=z"]})
+        );
+        assert_eq!(
+            parse_literal_into("a", &mut Values::new())
+                .unwrap_err()
+                .to_string(),
+            "key \"a\" has no value"
+        );
+    }
+
+    #[test]
     fn string_and_json_forms() {
         let mut m = Values::new();
         parse_into_string("a=1,b=true", &mut m).unwrap();
@@ -633,13 +688,14 @@ mod tests {
             values: vec!["a.z=5".into()],
             string_values: vec!["s=1".into()],
             file_values: vec!["f=path".into()],
+            literal_values: vec!["lit=a,b".into()],
         };
         let v = o
             .merge(&mut |p| Ok(Value::String(format!("contents of {p}"))))
             .unwrap();
         assert_eq!(
             Value::Object(v),
-            json!({"a": {"x": 2.0, "z": 5}, "l": [1.0], "j": {"k": 1.0}, "s": "1", "f": "contents of path"})
+            json!({"a": {"x": 2.0, "z": 5}, "l": [1.0], "j": {"k": 1.0}, "s": "1", "f": "contents of path", "lit": "a,b"})
         );
         let bad = ValueOptions {
             value_files: vec![("bad.yaml".into(), b"- 1\n".to_vec())],

@@ -225,3 +225,36 @@ fn symlinked_files_are_followed() {
     let c = flotilla_chart::load_dir(dir.path()).unwrap();
     assert_eq!(c.templates[0].name, "templates/a.yaml");
 }
+
+#[test]
+fn cli_loader_dispatches_on_api_version_and_hides_archive_details() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.starts_with("unable to detect chart at ")
+            && e.ends_with("Chart.yaml: open ".to_owned().as_str())
+            || e.contains("Chart.yaml: no such file or directory"),
+        "{e}"
+    );
+    std::fs::write(
+        dir.path().join("Chart.yaml"),
+        b"apiVersion: v9\nname: x\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    assert_eq!(
+        load(dir.path()).unwrap_err().to_string(),
+        "unsupported chart version"
+    );
+    let bad = dir.path().join("bad.tgz");
+    std::fs::write(&bad, tgz(&[("t/../../x", b"x")])).unwrap();
+    assert_eq!(
+        load(&bad).unwrap_err().to_string(),
+        "unable to load chart archive"
+    );
+    let none = dir.path().join("none.tgz");
+    std::fs::write(&none, tgz(&[("t/values.yaml", b"a: 1\n")])).unwrap();
+    assert_eq!(
+        load(&none).unwrap_err().to_string(),
+        "unable to detect chart version, no Chart.yaml found"
+    );
+}
