@@ -44,7 +44,12 @@
 //!
 //! Known gaps: raw U+2028 and U+2029 are line breaks to libyaml (YAML 1.1) but not to saphyr,
 //! so documents containing them unescaped may read differently (escaped forms are fine; raw
-//! U+0085 is handled); a tab on the last line after a block scalar is accepted.
+//! U+0085 is handled); a tab on the last line after a block scalar is accepted; `?x` inside a
+//! flow collection is a plain scalar here, a key to libyaml; some malformed documents fail
+//! with a different message or line than go-yaml's (about 4–6% of random mutations); map key
+//! sorting classifies non-ASCII letters and digits with Rust's Unicode properties, close to
+//! but not exactly Go's `unicode.IsLetter`/`IsDigit`; nesting is limited to [`MAX_DEPTH`]
+//! (go-yaml v2 has no limit).
 //! Not here: yaml.v3 (`toYamlPretty`), Go's `time.Time` and `float32` values, comments.
 
 mod emit;

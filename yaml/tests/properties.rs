@@ -153,6 +153,12 @@ proptest! {
     }
 
     #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = flotilla_yaml::from_slice(&bytes);
+        let _ = sigs::unmarshal_bytes(&bytes);
+    }
+
+    #[test]
     fn emitter_never_panics(v in value(), k in scalar()) {
         let mut m = Mapping::new();
         m.insert(k, v.clone());
