@@ -287,10 +287,38 @@ pub fn check_dependencies(chart: &Chart) -> Result<(), MissingDependencies> {
     }
 }
 
+/// A chart that cannot be installed or rendered as the top-level chart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("library charts are not installable")]
+pub struct NotInstallable;
+
+/// `IsChartInstallable`: library charts are refused (`helm install`/`template` of one).
+pub fn check_installable(chart: &Chart) -> Result<(), NotInstallable> {
+    if chart.is_library() {
+        Err(NotInstallable)
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metadata::Metadata;
+
+    #[test]
+    fn library_charts_are_not_installable() {
+        let mut c = Chart::new(Metadata {
+            name: "l".into(),
+            ..Metadata::default()
+        });
+        assert!(check_installable(&c).is_ok());
+        c.metadata.chart_type = "library".into();
+        assert_eq!(
+            check_installable(&c).unwrap_err().to_string(),
+            "library charts are not installable"
+        );
+    }
 
     #[test]
     fn missing_dependencies_are_reported_in_helms_words() {
