@@ -13,13 +13,25 @@ use crate::time::GoTime;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Maintainer {
     /// Name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub name: String,
     /// E-mail.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub email: String,
     /// URL.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub url: String,
 }
 
@@ -30,16 +42,28 @@ pub struct Dependency {
     #[serde(default)]
     pub name: String,
     /// Version range.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub version: String,
     /// Repository URL or alias (always written).
     #[serde(default)]
     pub repository: String,
     /// Comma-separated YAML paths to bools.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub condition: String,
     /// Tags.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub tags: Vec<String>,
     /// Whether enabled (set while dependencies are processed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -52,7 +76,11 @@ pub struct Dependency {
     )]
     pub import_values: Vec<serde_json::Value>,
     /// Alias.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub alias: String,
 }
 
@@ -60,28 +88,60 @@ pub struct Dependency {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metadata {
     /// Chart name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub name: String,
     /// Home page.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub home: String,
     /// Source URLs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub sources: Vec<String>,
     /// SemVer 2 version.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub version: String,
     /// Description.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub description: String,
     /// Keywords.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub keywords: Vec<String>,
     /// Maintainers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub maintainers: Vec<Maintainer>,
     /// Icon URL.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub icon: String,
     /// `v1` or `v2`.
     #[serde(
@@ -91,10 +151,18 @@ pub struct Metadata {
     )]
     pub api_version: String,
     /// Legacy condition.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub condition: String,
     /// Legacy tags (one string).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub tags: String,
     /// App version.
     #[serde(
@@ -107,7 +175,11 @@ pub struct Metadata {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deprecated: bool,
     /// Annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub annotations: BTreeMap<String, String>,
     /// Kubernetes version constraint.
     #[serde(
@@ -128,6 +200,13 @@ pub struct Metadata {
     pub(crate) null_node: Option<&'static str>,
 }
 
+/// JSON `null` (Go's nil slice/map/zero string) reads as the default.
+fn null_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 fn opt_vec_empty<T>(v: &Option<Vec<T>>) -> bool {
     v.as_ref().is_none_or(Vec::is_empty)
 }
@@ -139,7 +218,7 @@ pub struct Lock {
     #[serde(default = "zero_time")]
     pub generated: GoTime,
     /// Digest of the requirements.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub digest: String,
     /// Resolved dependencies.
     #[serde(default)]

@@ -668,6 +668,21 @@ mod tests {
     }
 
     #[test]
+    fn nulls_written_by_go_decode() {
+        let r: Release = serde_json::from_str(
+            r#"{"name":"x","chart":{"metadata":{"name":"c","version":"1.0.0","maintainers":null,"sources":null,"annotations":null,"dependencies":null},"lock":null,"templates":null,"values":null,"schema":null,"files":null},"config":null,"hooks":null,"version":1}"#,
+        )
+        .unwrap();
+        let c = r.chart.as_ref().unwrap();
+        assert_eq!(c.metadata.as_ref().unwrap().name, "c");
+        assert!(c.templates.is_none() && c.values.is_none() && c.schema.is_none());
+        assert_eq!(
+            String::from_utf8(to_json(&r).unwrap()).unwrap(),
+            r#"{"name":"x","chart":{"metadata":{"name":"c","version":"1.0.0"},"lock":null,"templates":null,"values":null,"schema":null,"schemamodtime":"0001-01-01T00:00:00Z","files":null},"version":1}"#
+        );
+    }
+
+    #[test]
     fn v3_empty_times_decode_as_zero() {
         let r: Release = serde_json::from_str(
             r#"{"name":"x","info":{"first_deployed":"","last_deployed":"2020-01-01T00:00:00Z","deleted":"","status":"superseded"},"hooks":[{"last_run":{"started_at":"","completed_at":"","phase":""}}]}"#,
