@@ -460,6 +460,20 @@ mod tests {
     }
 
     #[test]
+    fn user_table_over_chart_scalar_warns_like_helm() {
+        // helm v4.1.4 prints exactly this line; a user scalar over a chart table is silent.
+        let c = chart("cw", json!({"scalar": "x", "table": {"a": 1}}), vec![]);
+        let mut w = Vec::new();
+        let v = coalesce_values(&c, &obj(json!({"scalar": {"a": 1}, "table": 5})), &mut w).unwrap();
+        assert_eq!(Value::Object(v), json!({"scalar": {"a": 1}, "table": 5}));
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            w[0].to_string(),
+            "level=INFO msg=\"warning: skipped value for cw.scalar: Not a table.\""
+        );
+    }
+
+    #[test]
     fn merge_keeps_nulls() {
         let c = chart("top", json!({"a": 1, "b": null}), vec![]);
         let mut w = Vec::new();
