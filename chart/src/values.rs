@@ -16,8 +16,8 @@ pub enum ValuesError {
     /// The YAML did not parse, or a document is not a map.
     #[error("cannot unmarshal yaml document: {0}")]
     Unmarshal(String),
-    /// A file could not be read.
-    #[error("{path}: {message}")]
+    /// A file could not be read (Go's `open PATH: reason`).
+    #[error("open {path}: {message}")]
     Io {
         /// The file.
         path: String,
@@ -183,7 +183,12 @@ pub fn path_value<'a>(values: &'a Values, path: &str) -> Result<&'a Value, PathE
 pub fn read_values_file(path: &std::path::Path) -> Result<Values, ValuesError> {
     let data = std::fs::read(path).map_err(|e| ValuesError::Io {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            std::io::ErrorKind::IsADirectory => "is a directory".to_owned(),
+            _ => e.to_string(),
+        },
     })?;
     load_values_bytes(&data).map_err(|e| ValuesError::File {
         path: path.display().to_string(),
@@ -245,6 +250,15 @@ mod tests {
         assert_eq!(
             Value::Object(m),
             json!({"a": {"x": 1, "y": [2], "z": null}, "b": {"c": 1}})
+        );
+    }
+
+    #[test]
+    fn missing_values_file_reads_like_go() {
+        let e = read_values_file(std::path::Path::new("/nonexistent/v.yaml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "open /nonexistent/v.yaml: no such file or directory"
         );
     }
 
