@@ -136,3 +136,32 @@ fn helmignore_applies_inside_templates_and_dot_files_are_skipped() {
     assert_eq!(gamma.values()["win"], Value::String("crlf".into()));
     assert!(chart.dependencies.iter().any(|d| d.is_library()));
 }
+
+/// helm v4.1.4: a chart in charts/ whose version misses the Chart.yaml range is not matched to
+/// its dependency entry, but a disabled entry still removes every chart of that name
+/// (`helm template` renders no `kind: Sub` here, and renders it with `--set sub.enabled=true`).
+#[test]
+fn version_mismatch_chart_is_still_removed_by_a_false_condition() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir_all(p.join("charts/sub/templates")).unwrap();
+    std::fs::write(
+        p.join("Chart.yaml"),
+        "apiVersion: v2\nname: vm\nversion: 0.1.0\ndependencies:\n  - name: sub\n    version: \"2.x\"\n    repository: file://charts/sub\n    condition: sub.enabled\n",
+    )
+    .unwrap();
+    std::fs::write(p.join("values.yaml"), "sub:\n  enabled: false\n").unwrap();
+    std::fs::write(
+        p.join("charts/sub/Chart.yaml"),
+        "apiVersion: v2\nname: sub\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    let chart = flotilla_chart::load_dir(p).unwrap();
+    let mut c = chart.clone();
+    process_dependencies(&mut c, &serde_json::Map::new(), &mut Vec::new()).unwrap();
+    assert!(c.dependencies.is_empty());
+    let mut c = chart;
+    let on = flotilla_chart::strvals::parse("sub.enabled=true").unwrap();
+    process_dependencies(&mut c, &on, &mut Vec::new()).unwrap();
+    assert_eq!(c.dependencies.len(), 1);
+}
