@@ -15,7 +15,11 @@ use super::der;
 pub(crate) enum PrivKey {
     Rsa(Box<rsa::RsaPrivateKey>),
     Ec(p256::SecretKey),
+    /// A P-384 key (accepted from PEM; Go signs with ECDSA-SHA384).
+    Ec384(p384::SecretKey),
     Ed(ed25519_dalek::SigningKey),
+    /// An X25519 key (PKCS#8): Go parses it, but it cannot sign.
+    X25519([u8; 32]),
     /// DSA components `p q g y x` as big-endian magnitudes (Go cannot sign certificates
     /// with DSA, so nothing else is needed).
     Dsa(Box<[Vec<u8>; 5]>),
@@ -26,7 +30,10 @@ const OID_SHA256_RSA: &[u64] = &[1, 2, 840, 113_549, 1, 1, 11];
 const OID_EC_PUBLIC_KEY: &[u64] = &[1, 2, 840, 10045, 2, 1];
 const OID_P256: &[u64] = &[1, 2, 840, 10045, 3, 1, 7];
 const OID_ECDSA_SHA256: &[u64] = &[1, 2, 840, 10045, 4, 3, 2];
+const OID_P384: &[u64] = &[1, 3, 132, 0, 34];
+const OID_ECDSA_SHA384: &[u64] = &[1, 2, 840, 10045, 4, 3, 3];
 const OID_ED25519: &[u64] = &[1, 3, 101, 112];
+const OID_X25519: &[u64] = &[1, 3, 101, 110];
 
 /// `rsa.GenerateKey(rand.Reader, bits)`.
 pub(crate) fn generate_rsa(bits: usize) -> Result<PrivKey, String> {
@@ -71,6 +78,16 @@ impl PrivKey {
                 der::pem_encode("RSA PRIVATE KEY", doc.as_bytes())
             }
             PrivKey::Ec(k) => der::pem_encode("EC PRIVATE KEY", &ec_private_der(k)),
+            PrivKey::Ec384(k) => {
+                let point = k.public_key().to_encoded_point(false);
+                let body = der::seq(&[
+                    der::small_int(1),
+                    der::tlv(der::OCTET_STRING, &k.to_bytes()),
+                    der::tlv(0xa0, &der::oid(OID_P384)),
+                    der::tlv(0xa1, &der::bit_string(point.as_bytes())),
+                ]);
+                der::pem_encode("EC PRIVATE KEY", &body)
+            }
             PrivKey::Ed(k) => {
                 let body = der::seq(&[
                     der::small_int(0),
@@ -79,6 +96,14 @@ impl PrivKey {
                         der::OCTET_STRING,
                         &der::tlv(der::OCTET_STRING, &k.to_bytes()),
                     ),
+                ]);
+                der::pem_encode("PRIVATE KEY", &body)
+            }
+            PrivKey::X25519(seed) => {
+                let body = der::seq(&[
+                    der::small_int(0),
+                    der::seq(&[der::oid(OID_X25519)]),
+                    der::tlv(der::OCTET_STRING, &der::tlv(der::OCTET_STRING, seed)),
                 ]);
                 der::pem_encode("PRIVATE KEY", &body)
             }
@@ -105,12 +130,19 @@ impl PrivKey {
                 der::seq(&[der::oid(OID_EC_PUBLIC_KEY), der::oid(OID_P256)]),
                 k.public_key().to_encoded_point(false).as_bytes().to_vec(),
             ),
+            PrivKey::Ec384(k) => (
+                der::seq(&[der::oid(OID_EC_PUBLIC_KEY), der::oid(OID_P384)]),
+                k.public_key().to_encoded_point(false).as_bytes().to_vec(),
+            ),
             PrivKey::Ed(k) => (
                 der::seq(&[der::oid(OID_ED25519)]),
                 k.verifying_key().to_bytes().to_vec(),
             ),
             PrivKey::Dsa(_) => {
                 return Err("x509: unsupported public key type: *dsa.PublicKey".into());
+            }
+            PrivKey::X25519(_) => {
+                return Err("x509: unsupported public key type: *ecdh.PublicKey".into());
             }
         };
         Ok((der::seq(&[alg, der::bit_string(&bits)]), bits))
@@ -124,8 +156,9 @@ impl PrivKey {
                 der::tlv(der::NULL, &[]),
             ])),
             PrivKey::Ec(_) => Ok(der::seq(&[der::oid(OID_ECDSA_SHA256)])),
+            PrivKey::Ec384(_) => Ok(der::seq(&[der::oid(OID_ECDSA_SHA384)])),
             PrivKey::Ed(_) => Ok(der::seq(&[der::oid(OID_ED25519)])),
-            PrivKey::Dsa(_) => {
+            PrivKey::Dsa(_) | PrivKey::X25519(_) => {
                 Err("x509: certificate private key does not implement crypto.Signer".into())
             }
         }
@@ -145,8 +178,14 @@ impl PrivKey {
                     signer.try_sign(msg).map_err(|e| e.to_string())?;
                 Ok(sig.to_der().as_bytes().to_vec())
             }
+            PrivKey::Ec384(k) => {
+                let signer = p384::ecdsa::SigningKey::from(k);
+                let sig: p384::ecdsa::Signature =
+                    signer.try_sign(msg).map_err(|e| e.to_string())?;
+                Ok(sig.to_der().as_bytes().to_vec())
+            }
             PrivKey::Ed(k) => Ok(k.sign(msg).to_bytes().to_vec()),
-            PrivKey::Dsa(_) => {
+            PrivKey::Dsa(_) | PrivKey::X25519(_) => {
                 Err("x509: certificate private key does not implement crypto.Signer".into())
             }
         }
@@ -164,38 +203,144 @@ fn ec_private_der(k: &p256::SecretKey) -> Vec<u8> {
     ])
 }
 
+/// Go's `encoding/asn1` error for a top-level value that is not the expected SEQUENCE (or
+/// is cut short), naming the Go type being decoded.
+fn asn1_error(bytes: &[u8], type_name: &str) -> String {
+    const TRUNCATED: &str = "asn1: syntax error: data truncated";
+    let (Some(&b), Some(&l)) = (bytes.first(), bytes.get(1)) else {
+        return TRUNCATED.into();
+    };
+    let (class, compound, tag) = (b >> 6, b & 0x20 != 0, b & 0x1f);
+    let (len, offset) = if l < 0x80 {
+        (usize::from(l), 2)
+    } else {
+        let n = usize::from(l & 0x7f);
+        if n == 0 || n > 4 || bytes.len() < 2 + n {
+            return TRUNCATED.into();
+        }
+        let len = bytes[2..2 + n]
+            .iter()
+            .fold(0usize, |acc, &x| (acc << 8) | usize::from(x));
+        (len, 2 + n)
+    };
+    if tag == 0x1f || bytes.len() < offset + len {
+        return TRUNCATED.into();
+    }
+    if class == 0 && tag == 16 && compound {
+        return format!("asn1: structure error: malformed {type_name}");
+    }
+    format!(
+        "asn1: structure error: tags don't match (16 vs {{class:{class} tag:{tag} length:{len} isCompound:{compound}}}) {{optional:false explicit:false application:false private:false defaultValue:<nil> tag:<nil> stringType:0 timeType:0 set:false omitEmpty:false}} {type_name} @{offset}"
+    )
+}
+
+/// The algorithm OID of a PKCS#8 structure, if `bytes` is one.
+fn pkcs8_algorithm(bytes: &[u8]) -> Option<Vec<u8>> {
+    let (outer, _) = der::read_tlv(bytes)?;
+    let items = der::children(outer.content)?;
+    if items.len() < 3 || items[0].tag != der::INTEGER || items[1].tag != der::SEQUENCE {
+        return None;
+    }
+    let alg_items = der::children(items[1].content)?;
+    let oid = alg_items.first().filter(|t| t.tag == der::OID)?;
+    Some(oid.content.to_vec())
+}
+
+fn oid_body(arcs: &[u64]) -> Vec<u8> {
+    der::oid(arcs)[2..].to_vec()
+}
+
+fn dotted_oid(body: &[u8]) -> String {
+    let mut arcs = Vec::new();
+    let mut v: u64 = 0;
+    for &b in body {
+        v = (v << 7) | u64::from(b & 0x7f);
+        if b & 0x80 == 0 {
+            if arcs.is_empty() {
+                let first = (v / 40).min(2);
+                arcs.push(first);
+                arcs.push(v - first * 40);
+            } else {
+                arcs.push(v);
+            }
+            v = 0;
+        }
+    }
+    arcs.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn parse_pkcs1(bytes: &[u8]) -> Option<PrivKey> {
+    rsa::RsaPrivateKey::from_pkcs1_der(bytes)
+        .ok()
+        .map(|k| PrivKey::Rsa(Box::new(k)))
+}
+
+/// A SEC 1 `ECPrivateKey` on a curve this crate supports.
+fn parse_sec1(bytes: &[u8]) -> Option<PrivKey> {
+    if let Ok(k) = p256::SecretKey::from_sec1_der(bytes) {
+        return Some(PrivKey::Ec(k));
+    }
+    p384::SecretKey::from_sec1_der(bytes)
+        .ok()
+        .map(PrivKey::Ec384)
+}
+
 fn parse_pkcs8(bytes: &[u8]) -> Result<PrivKey, String> {
-    let malformed = || "x509: failed to parse private key".to_string();
-    let (outer, _) = der::read_tlv(bytes).ok_or_else(malformed)?;
-    let items = der::children(outer.content).ok_or_else(malformed)?;
-    let alg = items.get(1).ok_or_else(malformed)?;
-    let alg_items = der::children(alg.content).ok_or_else(malformed)?;
-    let alg_oid = alg_items.first().ok_or_else(malformed)?;
-    let oid_of = |arcs: &[u64]| der::oid(arcs)[2..].to_vec();
-    if alg_oid.content == oid_of(OID_RSA).as_slice() {
+    let Some(alg) = pkcs8_algorithm(bytes) else {
+        if parse_pkcs1(bytes).is_some() {
+            return Err(
+                "x509: failed to parse private key (use ParsePKCS1PrivateKey instead for this key format)"
+                    .into(),
+            );
+        }
+        if parse_sec1(bytes).is_some() {
+            return Err(
+                "x509: failed to parse private key (use ParseECPrivateKey instead for this key format)"
+                    .into(),
+            );
+        }
+        return Err(asn1_error(bytes, "pkcs8"));
+    };
+    if alg == oid_body(OID_RSA) {
         use rsa::pkcs8::DecodePrivateKey;
         return rsa::RsaPrivateKey::from_pkcs8_der(bytes)
             .map(|k| PrivKey::Rsa(Box::new(k)))
             .map_err(|e| format!("x509: failed to parse RSA private key embedded in PKCS#8: {e}"));
     }
-    if alg_oid.content == oid_of(OID_EC_PUBLIC_KEY).as_slice() {
-        use p256::pkcs8::DecodePrivateKey;
-        return p256::SecretKey::from_pkcs8_der(bytes)
-            .map(PrivKey::Ec)
-            .map_err(|e| format!("x509: failed to parse EC private key embedded in PKCS#8: {e}"));
+    if alg == oid_body(OID_EC_PUBLIC_KEY) {
+        if let Ok(k) = p256::SecretKey::from_pkcs8_der(bytes) {
+            return Ok(PrivKey::Ec(k));
+        }
+        use p384::pkcs8::DecodePrivateKey;
+        return p384::SecretKey::from_pkcs8_der(bytes)
+            .map(PrivKey::Ec384)
+            .map_err(|_| "x509: failed to parse EC private key embedded in PKCS#8: x509: unknown elliptic curve".to_string());
     }
-    if alg_oid.content == oid_of(OID_ED25519).as_slice() {
+    if alg == oid_body(OID_ED25519) || alg == oid_body(OID_X25519) {
+        let x25519 = alg == oid_body(OID_X25519);
+        let malformed = || "x509: invalid Ed25519 private key".to_string();
+        let (outer, _) = der::read_tlv(bytes).ok_or_else(malformed)?;
+        let items = der::children(outer.content).ok_or_else(malformed)?;
         let inner = items.get(2).ok_or_else(malformed)?;
         let (seed, _) = der::read_tlv(inner.content).ok_or_else(malformed)?;
         let seed: [u8; 32] = seed.content.try_into().map_err(|_| {
             format!(
-                "x509: invalid Ed25519 private key: ed25519: bad private key length: {}",
+                "x509: invalid Ed25519 private key length: {}",
                 seed.content.len()
             )
         })?;
+        if x25519 {
+            return Ok(PrivKey::X25519(seed));
+        }
         return Ok(PrivKey::Ed(ed25519_dalek::SigningKey::from_bytes(&seed)));
     }
-    Err("x509: PKCS#8 wrapping contained private key with unknown algorithm".into())
+    Err(format!(
+        "x509: PKCS#8 wrapping contained private key with unknown algorithm: {}",
+        dotted_oid(&alg)
+    ))
 }
 
 /// Sprig's `parsePrivateKeyPEM`.
@@ -209,15 +354,40 @@ pub(crate) fn parse_private_key_pem(pem: &str) -> Result<PrivKey, String> {
     let Some(kind) = label.strip_suffix(" PRIVATE KEY") else {
         return Err(format!("no private key data in PEM block of type {label}"));
     };
+    let use_instead = |other: &str| {
+        format!("x509: failed to parse private key (use {other} instead for this key format)")
+    };
     match kind {
-        "RSA" => rsa::RsaPrivateKey::from_pkcs1_der(&bytes)
-            .map(|k| PrivKey::Rsa(Box::new(k)))
-            .map_err(|e| format!("parsing RSA private key from PEM: x509: {e}")),
-        "EC" => p256::SecretKey::from_sec1_der(&bytes)
-            .map(PrivKey::Ec)
-            .map_err(|e| format!("parsing EC private key from PEM: x509: {e}")),
+        "RSA" => parse_pkcs1(&bytes).ok_or_else(|| {
+            let e = if pkcs8_algorithm(&bytes).is_some() {
+                use_instead("ParsePKCS8PrivateKey")
+            } else if parse_sec1(&bytes).is_some() {
+                use_instead("ParseECPrivateKey")
+            } else {
+                asn1_error(&bytes, "pkcs1PrivateKey")
+            };
+            format!("parsing RSA private key from PEM: {e}")
+        }),
+        "EC" => parse_sec1(&bytes).ok_or_else(|| {
+            let e = if pkcs8_algorithm(&bytes).is_some() {
+                use_instead("ParsePKCS8PrivateKey")
+            } else if parse_pkcs1(&bytes).is_some() {
+                use_instead("ParsePKCS1PrivateKey")
+            } else {
+                format!(
+                    "x509: failed to parse EC private key: {}",
+                    asn1_error(&bytes, "ecPrivateKey")
+                )
+            };
+            format!("parsing EC private key from PEM: {e}")
+        }),
         "DSA" => {
-            let bad = || "parsing DSA private key from PEM: asn1: structure error".to_string();
+            let bad = || {
+                format!(
+                    "parsing DSA private key from PEM: {}",
+                    asn1_error(&bytes, "DSAKeyFormat")
+                )
+            };
             let (outer, _) = der::read_tlv(&bytes).ok_or_else(bad)?;
             let items = der::children(outer.content).ok_or_else(bad)?;
             if items.len() < 6 || items.iter().any(|t| t.tag != der::INTEGER) {
