@@ -61,7 +61,14 @@ fn validate_tree(chart: &Chart, values: &Values) -> String {
 /// `ValidateAgainstSingleSchema`: the causes text (`- at …` lines, final newline) or the
 /// schema's own parse error.
 pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String> {
-    let schema: Value = serde_json::from_slice(schema_json).map_err(|e| e.to_string())?;
+    let schema: Value =
+        serde_json::from_slice(schema_json).map_err(|e| go_json_syntax_error(schema_json, &e))?;
+    let walker = Walker::new(&schema);
+    if let Some(r) = walker.unresolved_local_ref(&schema) {
+        return Err(format!(
+            "json-pointer in \"file:///values.schema.json{r}\" not found"
+        ));
+    }
     let instance = Value::Object(values.clone());
     let crate_validator = jsonschema::validator_for(&schema);
     if let Ok(v) = &crate_validator {
@@ -69,7 +76,6 @@ pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String
             return Ok(());
         }
     }
-    let walker = Walker::new(&schema);
     let ours = walker.validate(&schema, &instance, &mut Vec::new());
     let causes = match ours {
         Some(node) => match node.kind {
@@ -949,6 +955,82 @@ impl<'s> Walker<'s> {
                     errs.extend(self.validate(e, v, loc));
                 }
             }
+        }
+    }
+}
+
+/// encoding/json's syntax error text for what serde_json reports.
+fn go_json_syntax_error(src: &[u8], e: &serde_json::Error) -> String {
+    // The library reads with a json.Decoder: io.EOF / io.ErrUnexpectedEOF.
+    if e.is_eof() {
+        let empty = src.iter().all(u8::is_ascii_whitespace);
+        return if empty { "EOF" } else { "unexpected EOF" }.to_owned();
+    }
+    // serde_json's line/column (1-based, column in bytes) to the offending byte.
+    let mut line = 1;
+    let mut offset = src.len();
+    let mut line_start = 0;
+    for (i, b) in src.iter().enumerate() {
+        if line == e.line() {
+            offset = (line_start + e.column()).saturating_sub(1).min(src.len());
+            break;
+        }
+        if *b == b'\n' {
+            line += 1;
+            line_start = i + 1;
+        }
+    }
+    if line == e.line() && offset == src.len() {
+        offset = (line_start + e.column()).saturating_sub(1).min(src.len());
+    }
+    let c = std::str::from_utf8(&src[offset.min(src.len())..])
+        .ok()
+        .and_then(|s| s.chars().next())
+        .unwrap_or('\u{fffd}');
+    let quoted = match c {
+        '\'' => "'\\''".to_owned(),
+        '"' => "'\"'".to_owned(),
+        c => {
+            let q = crate::gofmt::go_quote(&c.to_string());
+            format!("'{}'", &q[1..q.len() - 1])
+        }
+    };
+    let msg = e.to_string();
+    let context = if msg.starts_with("expected `:`") {
+        "after object key"
+    } else if msg.starts_with("expected `,` or `}`") {
+        "after object key:value pair"
+    } else if msg.starts_with("expected `,` or `]`") {
+        "after array element"
+    } else if msg.starts_with("key must be a string") {
+        "looking for beginning of object key string"
+    } else if msg.starts_with("trailing characters") {
+        "after top-level value"
+    } else {
+        "looking for beginning of value"
+    };
+    format!("invalid character {quoted} {context}")
+}
+
+impl Walker<'_> {
+    /// The first local `$ref` (`#/...`) that points nowhere, as the library refuses to compile
+    /// such a schema.
+    fn unresolved_local_ref(&self, v: &Value) -> Option<String> {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    if r.starts_with("#/") && self.resolve(r).is_none() {
+                        return Some(r.clone());
+                    }
+                }
+                m.iter()
+                    .filter(|(k, _)| {
+                        !matches!(k.as_str(), "enum" | "const" | "default" | "examples")
+                    })
+                    .find_map(|(_, v)| self.unresolved_local_ref(v))
+            }
+            Value::Array(a) => a.iter().find_map(|v| self.unresolved_local_ref(v)),
+            _ => None,
         }
     }
 }

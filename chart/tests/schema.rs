@@ -137,3 +137,24 @@ fn corpus_schemas_report_invalid_values_like_helm() {
     }
     assert!(n >= 6);
 }
+
+/// Texts checked against helm v4.1.4 with the same schema files.
+#[test]
+fn broken_schemas_are_reported_like_helm() {
+    let vals = serde_json::Map::new();
+    let e = flotilla_chart::schema::validate_single(&vals, br#"{ "type": }"#).unwrap_err();
+    assert_eq!(e, "invalid character '}' looking for beginning of value");
+    let e = flotilla_chart::schema::validate_single(
+        &vals,
+        br##"{"type": "object", "properties": {"a": {"$ref": "#/nope"}}}"##,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "json-pointer in \"file:///values.schema.json#/nope\" not found"
+    );
+    let e = flotilla_chart::schema::validate_single(&vals, br#"{"a" 1}"#).unwrap_err();
+    assert_eq!(e, "invalid character '1' after object key");
+    let e = flotilla_chart::schema::validate_single(&vals, br#"{"a": 1"#).unwrap_err();
+    assert_eq!(e, "unexpected EOF");
+}
