@@ -5,11 +5,13 @@
 //! `golang.org/x/text` English form (`1,000`, `1×10⁰⁶`). This module walks the schema the way
 //! that library does (keyword order, `validation failed` groups, `'allOf' failed`…, `$ref`
 //! wrappers that disappear when they hold one cause, draft ≤ 7 ignoring `$ref` siblings) for
-//! the standard vocabulary with local `$ref`s. Validity itself is also checked with the
-//! `jsonschema` crate: when our walk finds nothing but the crate does (a keyword we do not
-//! walk, e.g. `unevaluatedProperties` or `$dynamicRef`), the crate's findings are printed
-//! in the same `- at '…': …` shape with the crate's message. Objects are walked in sorted
-//! key order (Go's map order is random, so Helm's order varies from run to run).
+//! the standard vocabulary with local `$ref`s. When our walk finds nothing, the `jsonschema`
+//! crate checks the values too: if it finds errors (a keyword we do not walk, e.g.
+//! `unevaluatedProperties` or `$dynamicRef`), they are printed in the same `- at '…': …`
+//! shape with the crate's message. Of `format`, only `email` is asserted here (drafts ≤ 7,
+//! as the library does); other formats are left to the crate. Objects are walked in sorted
+//! key order (Go's map order is random, so Helm's order varies from run to run). Remote
+//! `$ref`s are not fetched: a schema that needs one is an error.
 
 // The walk mirrors the Go library keyword by keyword; nested `if`s keep that shape readable.
 #![allow(clippy::collapsible_if)]
@@ -70,19 +72,29 @@ pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String
         ));
     }
     let instance = Value::Object(values.clone());
-    let crate_validator = jsonschema::validator_for(&schema);
-    if let Ok(v) = &crate_validator {
-        if v.is_valid(&instance) {
-            return Ok(());
-        }
-    }
+    // Our walk decides first (it asserts what the Go library asserts, e.g. `format` for
+    // drafts up to 7); the crate covers keywords the walk does not know.
     let ours = walker.validate(&schema, &instance, &mut Vec::new());
+    let crate_validator = if ours.is_none() {
+        let v = jsonschema::validator_for(&schema);
+        if let Ok(v) = &v {
+            if v.is_valid(&instance) {
+                return Ok(());
+            }
+        }
+        Some(v)
+    } else {
+        None
+    };
     let causes = match ours {
         Some(node) => match node.kind {
             Kind::Group => node.causes,
             _ => vec![node],
         },
-        None => match &crate_validator {
+        None => match crate_validator
+            .as_ref()
+            .expect("computed when our walk found nothing")
+        {
             Ok(v) => v
                 .iter_errors(&instance)
                 .map(|e| {
