@@ -451,6 +451,34 @@ impl From<&Chart> for RecordChart {
     }
 }
 
+fn chart_files(files: Option<&Vec<RecordFile>>) -> Vec<File> {
+    files
+        .into_iter()
+        .flatten()
+        .map(|f| File {
+            name: f.name.clone(),
+            data: f.data.clone(),
+            mod_time: (!f.modtime.is_zero()).then_some(f.modtime),
+        })
+        .collect()
+}
+
+impl From<&RecordChart> for Chart {
+    /// The chart a stored release describes (what rollback and `helm get` work from): no
+    /// subcharts, since Helm does not store them; their defaults are in `values`.
+    fn from(r: &RecordChart) -> Self {
+        let mut c = Chart::new(r.metadata.clone().unwrap_or_default());
+        c.lock = r.lock.clone();
+        c.templates = chart_files(r.templates.as_ref());
+        c.values = r.values.clone();
+        c.schema = r.schema.clone();
+        c.schema_mod_time = (!r.schemamodtime.is_zero()).then_some(r.schemamodtime);
+        c.files = chart_files(r.files.as_ref());
+        c.mod_time = (!r.modtime.is_zero()).then_some(r.modtime);
+        c
+    }
+}
+
 /// A release.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Release {

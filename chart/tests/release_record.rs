@@ -116,6 +116,16 @@ fn helm_records_have_the_expected_shape_and_secret_metadata() {
     assert_eq!(ours.name, v1.name);
 }
 
+#[test]
+fn stored_chart_converts_back_to_the_same_record() {
+    let rls = decode_release(&captured(2).release_value).unwrap();
+    let stored = rls.chart.unwrap();
+    let chart = flotilla_chart::Chart::from(&stored);
+    assert!(chart.dependencies.is_empty());
+    assert_eq!(chart.name(), "relfix");
+    assert_eq!(RecordChart::from(&chart), stored);
+}
+
 fn zero_modtimes(c: &mut RecordChart) {
     c.modtime = GoTime::ZERO;
     c.schemamodtime = GoTime::ZERO;
