@@ -4,10 +4,13 @@
 //! `values.schema.json` validation and the Helm release record codec.
 //!
 //! Where to start:
-//! - [`load::load`] turns a path into a [`Chart`].
-//! - [`dependencies::process_dependencies`] then [`coalesce::coalesce_values`] compute the
-//!   values a render sees; [`schema::validate_against_schema`] checks them.
-//! - [`strvals`] and [`values::merge_maps`] build user values from CLI-style inputs.
+//! - [`load::load`] turns a path into a [`Chart`] (Helm CLI errors; [`load_dir`] and
+//!   [`load_archive`] keep the detailed loader errors).
+//! - [`dependencies::check_dependencies`], then [`dependencies::process_dependencies`], then
+//!   [`coalesce::coalesce_values`] compute the values a render sees;
+//!   [`schema::validate_against_schema`] checks them. Warnings Helm logs are returned as
+//!   [`Warning`]s whose `Display` is Helm's stderr line.
+//! - [`strvals::ValueOptions`] assembles user values from `-f`/`--set*` inputs.
 //! - [`release`] encodes and decodes `sh.helm.release.v1.*` records.
 //!
 //! Values are `serde_json` values with Go's number rules: YAML/JSON numbers are f64, `--set`
@@ -30,6 +33,7 @@ pub mod time;
 pub mod values;
 
 pub use chart::{Chart, File};
+pub use coalesce::{Warning, Warnings};
 pub use load::{LoadError, load, load_archive, load_dir};
 pub use metadata::{Dependency, Lock, Maintainer, Metadata};
 pub use values::Values;
