@@ -159,4 +159,6 @@ macro_rules! families {
     };
 }
 
-families!(strings);
+families!(
+    defaults, dicts, encoding, lists, math, paths, reflection, regex, strings
+);

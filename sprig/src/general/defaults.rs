@@ -43,12 +43,17 @@ pub(crate) fn register(map: &mut FuncMap) {
     );
     add(map, "compact", Signature::fixed([Any]), compact);
     add(map, "mustCompact", Signature::fixed([Any]), compact);
-    add(map, "deepCopy", Signature::fixed([Any]), |a| {
-        deep_copy(&a[0], 0)
-    });
-    add(map, "mustDeepCopy", Signature::fixed([Any]), |a| {
-        deep_copy(&a[0], 0)
-    });
+    for name in ["deepCopy", "mustDeepCopy"] {
+        add(map, name, Signature::fixed([Any]), |a| {
+            if a[0].is_nil() {
+                // copystructure panics on a nil interface.
+                return Err(FuncError::new(
+                    "reflect: call of reflect.Value.Type on zero Value",
+                ));
+            }
+            deep_copy(&a[0], 0)
+        });
+    }
 }
 
 fn compact(a: &[Value]) -> Result<Value, FuncError> {

@@ -152,6 +152,10 @@ fn merge_into(dst: &Map, src: &Map, overwrite: bool, depth: usize) -> Result<(),
                 continue;
             }
         }
+        if slice_items(&sv).is_some() && overwrite {
+            dst.insert(key, sv);
+            continue;
+        }
         if slice_items(&sv).is_some() && dv.as_ref().is_some_and(|d| !is_empty(d)) {
             continue;
         }

@@ -115,7 +115,14 @@ pub(crate) fn register(map: &mut FuncMap) {
         Ok(Value::Float(to_float64(&a[0])))
     });
     add(map, "atoi", Signature::fixed([ArgType::String]), |a| {
-        Ok(Value::Int(parse_int(arg_str(a, 0), 10).unwrap_or(0)))
+        // strconv.Atoi returns the clamped value with its range error; Sprig keeps it.
+        let s = arg_str(a, 0);
+        Ok(Value::Int(match parse_int(s, 10) {
+            Ok(n) => n,
+            Err(super::NumErr::Range) if s.starts_with('-') => i64::MIN,
+            Err(super::NumErr::Range) => i64::MAX,
+            Err(super::NumErr::Syntax) => 0,
+        }))
     });
     add(map, "toDecimal", Signature::fixed([Any]), |a| {
         Ok(Value::Int64(
@@ -416,7 +423,7 @@ impl Decimal {
     /// 16 decimal places.
     fn div(&self, o: &Decimal) -> Result<Decimal, FuncError> {
         if o.digits.is_empty() {
-            return Err(FuncError::new("decimal division by zero"));
+            return Err(FuncError::new("decimal division by 0"));
         }
         if self.digits.is_empty() {
             return Ok(self.clone());

@@ -197,11 +197,9 @@ fn translate(p: &str) -> Result<String, String> {
                             lit.push(chars[i]);
                             i += 1;
                         }
-                        out.push_str("(?:");
                         for l in lit.chars() {
                             push_hex(&mut out, l);
                         }
-                        out.push(')');
                     }
                     _ => i = escape(&chars, i, e, &mut out, false)?,
                 }
@@ -534,6 +532,19 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
         match c {
             '[' if chars.get(i + 1) == Some(&':') => {
                 let rest: String = chars[i..].iter().collect();
+                let known = |name: &str| {
+                    let name = name.strip_prefix('^').unwrap_or(name);
+                    [
+                        "alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower",
+                        "print", "punct", "space", "upper", "word", "xdigit",
+                    ]
+                    .contains(&name)
+                };
+                if let Some(end) = rest.find(":]")
+                    && !known(&rest[2..end])
+                {
+                    return Err(syntax("invalid character class range", &rest[..end + 2]));
+                }
                 match rest.find(":]") {
                     Some(end) => {
                         let len = rest[..end + 2].chars().count();
@@ -573,6 +584,19 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
                 i += 1;
             }
             _ => {
+                // A literal range lo-hi must be ordered.
+                if chars.get(i + 1) == Some(&'-')
+                    && let Some(&hi) = chars.get(i + 2)
+                    && hi != ']'
+                    && hi != '\\'
+                    && hi != '['
+                    && hi < c
+                {
+                    return Err(syntax(
+                        "invalid character class range",
+                        &chars[i..i + 3].iter().collect::<String>(),
+                    ));
+                }
                 out.push(c);
                 i += 1;
             }
