@@ -40,7 +40,7 @@ static LOCAL: LazyLock<Option<Tz>> = LazyLock::new(|| {
     tz.parse::<Tz>().ok()
 });
 
-fn zone_lookup(tz: Tz, unix: i64) -> (String, i32) {
+fn zone_lookup_table(tz: Tz, unix: i64) -> (String, i32) {
     let Some(dt) = chrono::DateTime::from_timestamp(unix, 0) else {
         return ("UTC".into(), 0);
     };
@@ -60,6 +60,78 @@ fn zone_lookup(tz: Tz, unix: i64) -> (String, i32) {
         }
     };
     (name, secs)
+}
+
+fn zone_lookup(tz: Tz, unix: i64) -> (String, i32) {
+    extended_lookup(tz, unix).unwrap_or_else(|| zone_lookup_table(tz, unix))
+}
+
+/// chrono-tz knows explicit transitions only up to 2037; Go goes on with the zone's POSIX
+/// rule. For a zone that still switched in 2037 and has no table data for the asked year,
+/// derive the rule (month, week, weekday, local time) from 2037's two transitions and apply
+/// it to that year.
+fn extended_lookup(tz: Tz, unix: i64) -> Option<(String, i32)> {
+    const JAN_2037: i64 = 2_114_380_800;
+    const JAN_2038: i64 = 2_145_916_800;
+    const HALF_YEAR: i64 = 181 * 86_400;
+    if unix < JAN_2038 {
+        return None;
+    }
+    let at = |t: i64| zone_lookup_table(tz, t);
+    if at(JAN_2037).1 == at(JAN_2037 + HALF_YEAR).1 {
+        return None;
+    }
+    let (year, _, _) = civil_from_days(unix.div_euclid(86_400));
+    let jan = days_from_civil(year, 1, 1).checked_mul(86_400)?;
+    if at(jan).1 != at(jan + HALF_YEAR).1 {
+        return None;
+    }
+    let find = |mut lo: i64, mut hi: i64| {
+        let start = at(lo).1;
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if at(mid).1 == start {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        hi
+    };
+    let t1 = find(JAN_2037, JAN_2037 + HALF_YEAR);
+    let t2 = find(JAN_2037 + HALF_YEAR, JAN_2038 - 1);
+    let first = at(t1 - 1);
+    let second = at(t1);
+    let third = at(t2);
+    let rule = |t: i64, off_before: i32| {
+        let wall = t + i64::from(off_before);
+        let days = wall.div_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        let weekday = (4 + days).rem_euclid(7);
+        let week = if d + 7 > days_in(m, y) {
+            5
+        } else {
+            (d - 1) / 7 + 1
+        };
+        (m, week, weekday, wall.rem_euclid(86_400))
+    };
+    let apply = |(m, week, weekday, sod): (i64, i64, i64, i64), off_before: i32| {
+        let first_day = days_from_civil(year, m, 1);
+        let mut day = 1 + (weekday - (4 + first_day).rem_euclid(7)).rem_euclid(7) + (week - 1) * 7;
+        while day > days_in(m, year) {
+            day -= 7;
+        }
+        days_from_civil(year, m, day) * 86_400 + sod - i64::from(off_before)
+    };
+    let y1 = apply(rule(t1, first.1), first.1);
+    let y2 = apply(rule(t2, second.1), second.1);
+    Some(if unix < y1 {
+        first
+    } else if unix < y2 {
+        second
+    } else {
+        third
+    })
 }
 
 impl Location {

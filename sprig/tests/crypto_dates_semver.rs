@@ -166,6 +166,11 @@ fn dates_match_helm() {
 }
 
 #[test]
+fn dates_fuzz_matches_helm() {
+    run_family("dates-fuzz");
+}
+
+#[test]
 fn crypto_matches_helm() {
     run_family("crypto");
 }
