@@ -7,9 +7,12 @@
 use flotilla_gotmpl::gofmt::sprint_value;
 use flotilla_gotmpl::{ArgType, ElemType, FuncError, FuncMap, List, Signature, Value};
 
-use super::{MAX_BUILD, add, arg_int, arg_str, parse_int, random_below, to_float64, to_int64};
+use super::{add, arg_int, arg_str, parse_int, random_below, to_float64, to_int64};
 
 use ArgType::{Any, Int};
+
+/// Longest list `until`/`untilStep`/`seq` build (Go would allocate any size).
+const MAX_LIST: usize = 10_000_000;
 
 const DIV_ZERO: &str = "runtime error: integer divide by zero";
 
@@ -212,7 +215,7 @@ fn until_step(start: i64, stop: i64, step: i64) -> Result<Vec<i64>, FuncError> {
         }
         let mut i = start;
         while i > stop {
-            if v.len() >= MAX_BUILD / 8 {
+            if v.len() >= MAX_LIST {
                 return Err(too_big());
             }
             v.push(i);
@@ -228,7 +231,7 @@ fn until_step(start: i64, stop: i64, step: i64) -> Result<Vec<i64>, FuncError> {
     }
     let mut i = start;
     while i < stop {
-        if v.len() >= MAX_BUILD / 8 {
+        if v.len() >= MAX_LIST {
             return Err(too_big());
         }
         v.push(i);
