@@ -26,7 +26,8 @@ fn ok(text: &str) -> String {
 
 #[test]
 fn random_strings_have_the_requested_length_and_alphabet() {
-    let cases: [(&str, fn(char) -> bool); 4] = [
+    type Allowed = fn(char) -> bool;
+    let cases: [(&str, Allowed); 4] = [
         ("randAlphaNum", |c| c.is_ascii_alphanumeric()),
         ("randAlpha", |c| c.is_ascii_alphabetic()),
         ("randNumeric", |c| c.is_ascii_digit()),
