@@ -160,5 +160,5 @@ macro_rules! families {
 }
 
 families!(
-    defaults, dicts, encoding, lists, math, paths, reflection, regex, strings, url
+    defaults, dicts, encoding, lists, math, paths, reflection, regex, json, strings, url
 );

@@ -13,6 +13,7 @@ mod conv;
 mod defaults;
 mod dicts;
 mod encoding;
+mod json;
 mod lists;
 mod math;
 mod network;
@@ -32,6 +33,7 @@ pub(crate) fn register(map: &mut FuncMap) {
     defaults::register(map);
     dicts::register(map);
     encoding::register(map);
+    json::register(map);
     lists::register(map);
     math::register(map);
     network::register(map);
