@@ -34,6 +34,7 @@ pub(crate) fn register(map: &mut FuncMap) {
     dicts::register(map);
     encoding::register(map);
     json::register(map);
+    json::register_decode(map);
     lists::register(map);
     math::register(map);
     network::register(map);
