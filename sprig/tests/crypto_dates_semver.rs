@@ -161,6 +161,11 @@ fn semver_matches_helm() {
 }
 
 #[test]
+fn semver_fuzz_matches_helm() {
+    run_family("semver-fuzz");
+}
+
+#[test]
 fn dates_match_helm() {
     run_family("dates");
 }
