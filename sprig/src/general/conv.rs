@@ -341,7 +341,13 @@ pub(crate) fn to_lower(c: char) -> char {
 
 /// `unicode.IsUpper` (category Lu).
 pub(crate) fn is_upper(c: char) -> bool {
-    c.is_uppercase() && to_lower(c) != c || c.is_ascii_uppercase()
+    // Rust's Uppercase property also covers Other_Uppercase (Roman numerals, circled and
+    // squared letters), which are not in category Lu.
+    c.is_ascii_uppercase()
+        || c.is_uppercase()
+            && to_lower(c) != c
+            && !c.is_numeric()
+            && !matches!(c as u32, 0x24B6..=0x24CF | 0x1F130..=0x1F189)
 }
 
 /// `unicode.IsLower` (category Ll).
