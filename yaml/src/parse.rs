@@ -600,6 +600,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 }
                 if may_repair(repairs, text.len())
                     && let Some(fixed) = repair(&text, &e, placeholder, block_col)
+                    && fixed != text
                 {
                     repairs += 1;
                     text = fixed;
@@ -623,10 +624,13 @@ fn document_end_marker(src: &str, e: &ScanError) -> Option<usize> {
 /// How many saphyr-vs-libyaml differences one input may need smoothing over.
 const MAX_REPAIRS: usize = 64;
 
+/// Hard cap on repairs, whatever the input size.
+const MAX_REPAIRS_TOTAL: usize = 2000;
+
 /// Each repair re-reads the whole input: beyond [`MAX_REPAIRS`], repairs continue while
-/// the text re-read stays under 256 MiB in total.
+/// the text re-read stays under 32 MiB in total, up to [`MAX_REPAIRS_TOTAL`].
 fn may_repair(done: usize, len: usize) -> bool {
-    done < MAX_REPAIRS || done.saturating_mul(len.max(1)) < 256 << 20
+    done < MAX_REPAIRS || (done < MAX_REPAIRS_TOTAL && done.saturating_mul(len.max(1)) < 32 << 20)
 }
 
 enum Failure {
@@ -986,6 +990,7 @@ fn repair_quoted_indentation(src: &str, at: usize) -> Option<String> {
     }
     let end = end?;
     let inner = &body[..end];
+    let mut changed = false;
     for (n, line) in inner.split('\n').enumerate() {
         if n > 0 {
             out.push('\n');
@@ -995,14 +1000,16 @@ fn repair_quoted_indentation(src: &str, at: usize) -> Option<String> {
             {
                 return None; // libyaml: unexpected document indicator
             }
-            if !line.trim().is_empty() {
-                out.push_str(&pad);
+            let have = line.chars().take_while(|c| *c == ' ').count();
+            if !line.trim().is_empty() && have < pad.len() {
+                out.push_str(&pad[have..]);
+                changed = true;
             }
         }
         out.push_str(line);
     }
     out.push_str(&body[end..]);
-    Some(out)
+    changed.then_some(out)
 }
 
 /// Rewrites `src` where saphyr (YAML 1.2) refuses what libyaml (YAML 1.1, go-yaml v2)

@@ -235,3 +235,14 @@ fn many_libyaml_only_constructs_still_read() {
     assert_eq!(v.as_map().map(Mapping::len), Some(500));
     assert_eq!(v.get("k499"), Some(&s("v499")));
 }
+
+#[test]
+fn quoted_continuation_lines_need_no_indentation() {
+    // libyaml folds `"a\nb"` even when `b"` starts at column 0; each one is a repair here.
+    let src: String = (0..300).map(|i| format!("k{i}: \"a\nb\"\n")).collect();
+    let v = from_str(&src).unwrap();
+    assert_eq!(v.get("k299"), Some(&s("a b")));
+    // Bounded work on input that keeps needing repairs.
+    let hostile: String = (0..5000).map(|i| format!("k{i}:\tv\n")).collect();
+    let _ = from_str(&hostile);
+}
