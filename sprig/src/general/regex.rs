@@ -162,6 +162,7 @@ fn translate(p: &str) -> Result<String, String> {
     // operator when it was one (for nested-repetition errors).
     let mut can_repeat = false;
     let mut last_op: Option<String> = None;
+    let mut names: Vec<String> = Vec::new();
     while i < chars.len() {
         let c = chars[i];
         match c {
@@ -222,7 +223,8 @@ fn translate(p: &str) -> Result<String, String> {
                                 j += 1;
                             }
                             if chars.get(j) != Some(&'<') {
-                                let end = (j + 1).min(chars.len());
+                                // Go reads `P` as an unknown flag and stops there.
+                                let end = j.min(chars.len());
                                 return Err(syntax(
                                     "invalid or unsupported Perl syntax",
                                     &chars[start..end].iter().collect::<String>(),
@@ -245,7 +247,14 @@ fn translate(p: &str) -> Result<String, String> {
                                     &chars[start..end].iter().collect::<String>(),
                                 ));
                             }
-                            out.push_str(&format!("(?P<{name}>"));
+                            // Go allows a name twice (the first group wins in
+                            // replacements); the regex crate does not.
+                            if names.contains(&name) {
+                                out.push_str(&format!("(?P<flotilla_dup_{}>", names.len()));
+                            } else {
+                                out.push_str(&format!("(?P<{name}>"));
+                            }
+                            names.push(name);
                             i = k + 1;
                             depth += 1;
                             can_repeat = false;
