@@ -82,7 +82,10 @@ fn extended_lookup(tz: Tz, unix: i64) -> Option<(String, i32)> {
         return None;
     }
     let (year, _, _) = civil_from_days(unix.div_euclid(86_400));
-    let jan = days_from_civil(year, 1, 1).checked_mul(86_400)?;
+    if year > 1_000_000 {
+        return None;
+    }
+    let jan = days_from_civil(year, 1, 1) * 86_400;
     if at(jan).1 != at(jan + HALF_YEAR).1 {
         return None;
     }

@@ -504,3 +504,76 @@ fn render_with_shims(text: &str) -> Result<String, String> {
     set.execute("t", &Value::Map(Map::new()), &funcs, &ExecOptions::helm())
         .map_err(|e| e.to_string())
 }
+
+/// Hostile inputs: every function returns a value or an error, never panics.
+#[test]
+fn hostile_inputs_never_panic() {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let alphabet: Vec<char> =
+        "0123456789.-+xX*^~=<>!|, vV_:TZMSJanMonPMpm\"\\é\n-----BEGIN PRIVATE KEY"
+            .chars()
+            .collect();
+    let mut random_string = |n: usize| -> String {
+        (0..n)
+            .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+            .collect()
+    };
+    let quote = |s: &str| format!("{s:?}");
+    let mut texts = Vec::new();
+    for _ in 0..300 {
+        let (a, b) = (random_string(12), random_string(12));
+        texts.push(format!(
+            "{{{{ semverCompare {} {} }}}}",
+            quote(&a),
+            quote(&b)
+        ));
+        texts.push(format!("{{{{ semver {} }}}}", quote(&a)));
+        texts.push(format!("{{{{ mustToDate {} {} }}}}", quote(&a), quote(&b)));
+        texts.push(format!(
+            "{{{{ mustDateModify {} (toDate \"2006\" \"2024\") }}}}",
+            quote(&a)
+        ));
+        texts.push(format!("{{{{ decryptAES {} {} }}}}", quote(&a), quote(&b)));
+        texts.push(format!("{{{{ genCAWithKey \"x\" 1 {} }}}}", quote(&a)));
+        texts.push(format!(
+            "{{{{ buildCustomCert {} {} }}}}",
+            quote(&a),
+            quote(&b)
+        ));
+        texts.push(format!("{{{{ date {} 1700000000 }}}}", quote(&a)));
+    }
+    for t in [
+        i64::MIN,
+        i64::MIN + 1,
+        -1,
+        0,
+        i64::MAX - 1,
+        i64::MAX,
+        253_402_300_800,
+    ] {
+        for zone in ["UTC", "America/New_York", "Europe/Dublin", "Local"] {
+            texts.push(format!(
+                "{{{{ dateInZone \"2006-01-02 15:04:05.000 Z07:00 MST Mon __2\" {t} \"{zone}\" }}}}"
+            ));
+        }
+        texts.push(format!("{{{{ ago {t} }}}} {{{{ durationRound {t} }}}}"));
+        texts.push(format!(
+            "{{{{ duration \"{t}\" }}}} {{{{ durationRound \"{t}ns\" }}}}"
+        ));
+        texts.push(
+            "{{ dateModify \"2562047h\" (toDate \"2006\" \"9999\") | unixEpoch }}".to_string(),
+        );
+    }
+    texts.push("{{ genSelfSignedCert \"x\" nil nil 9223372036854775807 }}".into());
+    texts.push("{{ genSelfSignedCert \"x\" nil nil -9223372036854775808 }}".into());
+    texts.push("{{ randBytes -9223372036854775808 }}".into());
+    for text in texts {
+        let _ = render_with_shims(&text);
+    }
+}
