@@ -149,11 +149,16 @@ pub(crate) fn register(map: &mut FuncMap) {
         indent(arg_int(a, 0), arg_str(a, 1)).map(|s| Value::from(format!("\n{s}")))
     });
     add(map, "replace", Signature::fixed([Str, Str, Str]), |a| {
-        Ok(Value::from(go_replace(
-            arg_str(a, 2),
-            arg_str(a, 0),
-            arg_str(a, 1),
-        )))
+        let (src, old, new) = (arg_str(a, 2), arg_str(a, 0), arg_str(a, 1));
+        let count = if old.is_empty() {
+            src.chars().count() + 1
+        } else {
+            src.matches(old).count()
+        };
+        if (count as u128) * (new.len() as u128) + src.len() as u128 > MAX_BUILD as u128 {
+            return Err(FuncError::new("strings: Replace output length overflow"));
+        }
+        Ok(Value::from(go_replace(src, old, new)))
     });
     add(map, "plural", Signature::fixed([Str, Str, Int]), |a| {
         Ok(Value::from(if arg_int(a, 2) == 1 {
@@ -505,10 +510,21 @@ fn random_string(count: i64, set: RandSet) -> Result<String, FuncError> {
         RandSet::Numeric => (b'0'..=b'9').collect(),
         RandSet::Ascii => (32u8..=126).collect(),
     };
+    // Uniform choice by rejection over random bytes (every alphabet is shorter than 256).
+    let n = alphabet.len();
+    let zone = 256 - 256 % n;
     let mut out = String::with_capacity(count as usize);
-    for _ in 0..count {
-        let i = super::random_below(alphabet.len() as u64)? as usize;
-        out.push(char::from(alphabet[i]));
+    let mut buf = vec![0u8; (count as usize).clamp(16, 1 << 16)];
+    while out.len() < count as usize {
+        super::random_fill(&mut buf)?;
+        for &b in &buf {
+            if usize::from(b) < zone {
+                out.push(char::from(alphabet[usize::from(b) % n]));
+                if out.len() == count as usize {
+                    break;
+                }
+            }
+        }
     }
     Ok(out)
 }
