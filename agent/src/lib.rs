@@ -10,3 +10,4 @@
 //! [`kube::ClusterApi`].
 
 pub mod kube;
+pub mod storage;
