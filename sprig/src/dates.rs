@@ -1432,6 +1432,10 @@ impl Object for Time {
                 Some(Signature::fixed([]))
             }
             "Format" => Some(Signature::fixed([ArgType::String])),
+            "Before" | "After" | "Equal" | "Compare" => {
+                Some(Signature::fixed([ArgType::Object(TIME_TYPE)]))
+            }
+            "AddDate" => Some(Signature::fixed([ArgType::Int, ArgType::Int, ArgType::Int])),
             _ => None,
         }
     }
@@ -1460,6 +1464,42 @@ impl Object for Time {
             "Local" => Value::Object(Arc::new(self.in_location(Location::Local))),
             "IsZero" => Value::Bool(self.unix == ZERO_TIME_UNIX && self.nsec == 0),
             "Format" => Value::string(self.format(args[0].as_str().unwrap_or_default())),
+            "Before" | "After" | "Equal" | "Compare" => {
+                let u = args.first().and_then(as_time).unwrap_or_else(Time::zero);
+                let ord = (self.unix, self.nsec).cmp(&(u.unix, u.nsec));
+                match name {
+                    "Before" => Value::Bool(ord.is_lt()),
+                    "After" => Value::Bool(ord.is_gt()),
+                    "Equal" => Value::Bool(ord.is_eq()),
+                    _ => Value::Int(ord as i64),
+                }
+            }
+            "AddDate" => {
+                let n = |i: usize| match args.get(i) {
+                    Some(Value::Int(v)) => *v,
+                    _ => 0,
+                };
+                let (y, m, d) = civil_from_days(days);
+                let months = (m - 1).saturating_add(n(1));
+                let year = y
+                    .saturating_add(n(0))
+                    .saturating_add(months.div_euclid(12))
+                    .clamp(-1_000_000_000, 1_000_000_000);
+                let month = months.rem_euclid(12) + 1;
+                let day_count = days_from_civil(year, month, 1)
+                    .saturating_add(d - 1)
+                    .saturating_add(n(2).clamp(-1 << 40, 1 << 40));
+                let wall = day_count.saturating_mul(86_400).saturating_add(sod);
+                let (_, off1) = self.loc.lookup(wall);
+                let utc = wall - i64::from(off1);
+                let (_, off2) = self.loc.lookup(utc);
+                Value::Object(Arc::new(Time {
+                    unix: wall - i64::from(off2),
+                    nsec: self.nsec,
+                    loc: self.loc.clone(),
+                    mono: None,
+                }))
+            }
             _ => return Err(FuncError::new(format!("method {name} not implemented"))),
         })
     }
