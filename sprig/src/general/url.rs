@@ -353,6 +353,13 @@ fn parse_host(host: &str) -> Result<String, String> {
         if !valid_optional_port(colon_port) {
             return Err(format!("invalid port {} after host", quote(colon_port)));
         }
+        // Go 1.25 checks the IP literal with netip.ParseAddr.
+        let literal = host[1..i].replacen("%25", "%", 1);
+        match parse_addr(&literal) {
+            Err(e) => return Err(format!("invalid host: {e}")),
+            Ok(true) => return Err("invalid IP-literal".to_string()),
+            Ok(false) => {}
+        }
     } else if let Some(i) = host.rfind(':') {
         let colon_port = &host[i..];
         if !valid_optional_port(colon_port) {
@@ -432,4 +439,165 @@ impl Url {
         }
         escape(&self.path, Mode::Path)
     }
+}
+
+/// `netip.ParseAddr`: `Ok(true)` for IPv4, `Ok(false)` for IPv6, or Go's error text.
+fn parse_addr(s: &str) -> Result<bool, String> {
+    let err = |msg: &str, at: Option<&str>| match at {
+        Some(at) => format!("ParseAddr({}): {msg} (at {})", quote(s), quote(at)),
+        None => format!("ParseAddr({}): {msg}", quote(s)),
+    };
+    for b in s.bytes() {
+        match b {
+            b'.' => {
+                return parse_ipv4_fields(s, 0, s.len())
+                    .map(|()| true)
+                    .map_err(|(m, at)| err(m, at));
+            }
+            b':' => return parse_ipv6(s).map(|()| false).map_err(|(m, at)| err(m, at)),
+            b'%' => return Err(err("missing IPv6 address", None)),
+            _ => {}
+        }
+    }
+    Err(err("unable to parse IP", None))
+}
+
+type AddrErr<'a> = (&'static str, Option<&'a str>);
+
+fn parse_ipv4_fields(input: &str, off: usize, end: usize) -> Result<(), AddrErr<'_>> {
+    let s = &input[off..end];
+    let b = s.as_bytes();
+    let (mut val, mut pos, mut dig) = (0u32, 0, 0);
+    for i in 0..b.len() {
+        match b[i] {
+            b'0'..=b'9' => {
+                if dig == 1 && val == 0 {
+                    return Err(("IPv4 field has octet with leading zero", None));
+                }
+                val = val * 10 + u32::from(b[i] - b'0');
+                dig += 1;
+                if val > 255 {
+                    return Err(("IPv4 field has value >255", None));
+                }
+            }
+            b'.' => {
+                if i == 0 || i == b.len() - 1 || b[i - 1] == b'.' {
+                    return Err(("IPv4 field must have at least one digit", Some(&s[i..])));
+                }
+                if pos == 3 {
+                    return Err(("IPv4 address too long", None));
+                }
+                pos += 1;
+                val = 0;
+                dig = 0;
+            }
+            _ => return Err(("unexpected character", Some(&s[i..]))),
+        }
+    }
+    if pos < 3 {
+        return Err(("IPv4 address too short", None));
+    }
+    Ok(())
+}
+
+fn parse_ipv6(input: &str) -> Result<(), AddrErr<'_>> {
+    let mut s = input;
+    let mut zone = "";
+    if let Some(i) = s.find('%') {
+        zone = &input[i + 1..];
+        s = &input[..i];
+        if zone.is_empty() {
+            return Err(("zone must be a non-empty string", None));
+        }
+    }
+    let mut ellipsis: i32 = -1;
+    if s.starts_with("::") {
+        ellipsis = 0;
+        s = &s[2..];
+        if s.is_empty() {
+            return Ok(());
+        }
+    }
+    let mut i = 0;
+    while i < 16 {
+        let b = s.as_bytes();
+        let mut off = 0;
+        let mut acc: u32 = 0;
+        while off < b.len() {
+            let d = match b[off] {
+                c @ b'0'..=b'9' => c - b'0',
+                c @ b'a'..=b'f' => c - b'a' + 10,
+                c @ b'A'..=b'F' => c - b'A' + 10,
+                _ => break,
+            };
+            acc = (acc << 4) + u32::from(d);
+            if off > 3 {
+                return Err(("each group must have 4 or less digits", Some(s)));
+            }
+            if acc > 0xffff {
+                return Err(("IPv6 field has value >=2^16", Some(s)));
+            }
+            off += 1;
+        }
+        if off == 0 {
+            return Err((
+                "each colon-separated field must have at least one digit",
+                Some(s),
+            ));
+        }
+        if off < b.len() && b[off] == b'.' {
+            if ellipsis < 0 && i != 12 {
+                return Err((
+                    "embedded IPv4 address must replace the final 2 fields of the address",
+                    Some(s),
+                ));
+            }
+            if i + 4 > 16 {
+                return Err((
+                    "too many hex fields to fit an embedded IPv4 at the end of the address",
+                    Some(s),
+                ));
+            }
+            let mut end = input.len();
+            if !zone.is_empty() {
+                end -= zone.len() + 1;
+            }
+            parse_ipv4_fields(input, end - s.len(), end)?;
+            s = "";
+            i += 4;
+            break;
+        }
+        i += 2;
+        s = &s[off..];
+        if s.is_empty() {
+            break;
+        }
+        if !s.starts_with(':') {
+            return Err(("unexpected character, want colon", Some(s)));
+        } else if s.len() == 1 {
+            return Err(("colon must be followed by more characters", Some(s)));
+        }
+        s = &s[1..];
+        if s.starts_with(':') {
+            if ellipsis >= 0 {
+                return Err(("multiple :: in address", Some(s)));
+            }
+            ellipsis = i;
+            s = &s[1..];
+            if s.is_empty() {
+                break;
+            }
+        }
+    }
+    if !s.is_empty() {
+        return Err(("trailing garbage after address", Some(s)));
+    }
+    if i < 16 {
+        if ellipsis < 0 {
+            return Err(("address string too short", None));
+        }
+    } else if ellipsis >= 0 {
+        return Err(("the :: must expand to at least one field of zeros", None));
+    }
+    Ok(())
 }
