@@ -8,6 +8,22 @@
 //!   (or values) in sorted key order.
 //! * Go strings may hold invalid UTF-8 (`substr`/`trunc` in the middle of a rune, `b64dec` of
 //!   binary data); [`Value::String`] cannot, so such bytes become U+FFFD.
+//! * `chunk` returns a `[]interface {}` of lists (Go: `[][]interface {}`, which only `typeOf`
+//!   can tell apart).
+//! * Where Go would allocate without bound (`repeat`, `indent`, `replace`, random strings:
+//!   256 MiB; `until`/`untilStep`/`seq`: 10 million items) the call fails instead.
+//! * `merge`/`deepCopy`/JSON encoding stop at `MAX_VALUE_DEPTH` nesting (Go overflows its
+//!   stack on cyclic maps).
+//! * Unicode classes (`unicode.IsUpper`, `IsPunct`, …) come from Rust's `char` properties,
+//!   adjusted to Go's categories where they differ; exact for ASCII.
+//! * Regular expressions are Go RE2 patterns translated for the `regex` crate; Go's parse
+//!   errors are reproduced for the common mistakes, other invalid patterns report the `regex`
+//!   crate's reason in Go's `error parsing regexp: …: `…`` frame.
+//! * `getHostByName` returns `""` (Helm without `--enable-dns`).
+//!
+//! Not here: `env`/`expandenv` (Helm removes them), and the functions Helm replaces with its
+//! own (`fail`, `toJson`, `fromJson`, `mustToJson`, `required`, …) which live in
+//! `flotilla-chart`.
 
 mod conv;
 mod defaults;
