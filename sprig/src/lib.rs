@@ -7,8 +7,8 @@
 
 mod crypto;
 mod dates;
-mod semver;
 mod general;
+mod semver;
 
 use flotilla_gotmpl::FuncMap;
 
