@@ -8,7 +8,7 @@
 mod crypto;
 mod dates;
 mod general;
-mod semver;
+pub mod semver;
 
 use flotilla_gotmpl::FuncMap;
 
