@@ -742,3 +742,147 @@ async fn a_garbled_secret_with_helms_labels_is_an_error_naming_it_and_is_never_d
     assert_eq!(history.first().map(|h| h.0), Some(1), "{history:?}");
     Ok(())
 }
+
+/// Standard base64 with padding (what Helm's `encodeRelease` ends with).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0_u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A record in Helm v3's shape: zero times written as `""`, `deleted` always present, plain
+/// (not gzipped) JSON, which both Helm versions accept.
+fn helm_v3_record(name: &str) -> String {
+    let manifest = hello_manifest(name, 1);
+    json!({
+        "name": name,
+        "info": {
+            "first_deployed": "2021-03-04T05:06:07.123456789+01:00",
+            "last_deployed": "2021-03-04T05:06:07.123456789+01:00",
+            "deleted": "",
+            "description": "Install complete",
+            "status": "deployed",
+            "notes": "v3 notes"
+        },
+        "chart": {
+            "metadata": {"name": "hello", "version": "0.1.0", "appVersion": "1.0.0", "apiVersion": "v2", "type": "application"},
+            "lock": null,
+            "templates": [],
+            "values": {"replicaCount": 2, "image": "ghcr.io/stefanprodan/podinfo:6.5.0", "testOutcome": "pass"},
+            "schema": null,
+            "files": []
+        },
+        "config": {"replicaCount": 1},
+        "manifest": manifest,
+        "hooks": [{
+            "name": format!("{name}-hello-test"),
+            "kind": "Pod",
+            "path": "hello/templates/test-connection.yaml",
+            "manifest": "apiVersion: v1\nkind: Pod",
+            "events": ["test"],
+            "last_run": {"started_at": "", "completed_at": "", "phase": ""},
+            "delete_policies": ["before-hook-creation"]
+        }],
+        "version": 1,
+        "namespace": NS
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_record_in_helm_v3_shape_is_read_superseded_and_uninstalled_keeping_history()
+-> anyhow::Result<()> {
+    let (cluster, _api, storage) = start("storage-v3").await?;
+    let kubeconfig = cluster.kubeconfig();
+    let secrets: Api<Secret> = Api::namespaced(cluster.client().await?, NS);
+    let v3 = Secret {
+        metadata: ObjectMeta {
+            name: Some("sh.helm.release.v1.old.v1".to_owned()),
+            labels: Some(BTreeMap::from(
+                [
+                    ("name", "old"),
+                    ("owner", "helm"),
+                    ("status", "deployed"),
+                    ("version", "1"),
+                    ("modifiedAt", "1614830767"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            )),
+            ..ObjectMeta::default()
+        },
+        type_: Some("helm.sh/release.v1".to_owned()),
+        data: Some(BTreeMap::from([(
+            "release".to_owned(),
+            ByteString(base64(helm_v3_record("old").as_bytes()).into_bytes()),
+        )])),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &v3).await?;
+
+    let old = storage.get("old", 1).await?;
+    let info = old.info.clone().unwrap_or_default();
+    assert_eq!(status_of(&old), Status::Deployed);
+    assert!(info.deleted.is_zero());
+    assert_eq!(
+        info.first_deployed.to_rfc3339_nano(),
+        "2021-03-04T05:06:07.123456789+01:00"
+    );
+    assert!(old.hooks[0].last_run.started_at.is_zero());
+    assert_eq!(old.hooks[0].last_run.phase, None);
+    assert_eq!(old.config.get("replicaCount").and_then(number), Some(1.0));
+    assert!(old.labels.is_empty(), "{:?}", old.labels);
+    assert_eq!(storage.deployed("old").await?.map(|r| r.version), Some(1));
+
+    // The agent upgrades it (revision 2 supersedes 1) ...
+    let mut next = hello_release("old", 2, 2, Status::PendingUpgrade)?;
+    next.labels.clear();
+    storage.create_with_max_history(&next, 5).await?;
+    assert_eq!(
+        storage.mark_deployed(&mut next, UPGRADE_COMPLETE).await?,
+        [1]
+    );
+    // ... then uninstalls it keeping history, as `helm uninstall --keep-history` does.
+    let mut last = storage.last("old").await?.expect("two revisions");
+    storage.mark_uninstalling(&mut last, GoTime::now()).await?;
+    assert_eq!(
+        helm_history("old", kubeconfig)?[1],
+        row(2, "uninstalling", transitions::UNINSTALL_IN_PROGRESS)
+    );
+    storage.finish_uninstall(&mut last, true).await?;
+    assert_eq!(
+        helm_history("old", kubeconfig)?,
+        [
+            row(1, "superseded", INSTALL_COMPLETE),
+            row(2, "uninstalled", transitions::UNINSTALL_COMPLETE),
+        ]
+    );
+    let status = helm_ok(&["status", "old"], kubeconfig)?;
+    assert!(status.contains("STATUS: uninstalled"), "{status}");
+    let refused = helm(&["uninstall", "old", "--keep-history"], kubeconfig)?;
+    assert!(
+        text(&refused).contains("is already deleted"),
+        "{}",
+        text(&refused)
+    );
+
+    // Without history: every record goes.
+    assert_eq!(storage.purge("old").await?, [1, 2]);
+    assert!(
+        helm_history("old", kubeconfig).is_err(),
+        "helm: release not found"
+    );
+    Ok(())
+}
