@@ -10,4 +10,5 @@
 //! [`kube::ClusterApi`].
 
 pub mod kube;
+pub mod reconcile;
 pub mod storage;

@@ -1,0 +1,342 @@
+//! The agent's reconcile of one release plan: observe, decide, act.
+//!
+//! ```text
+//! begin_reconcile(plan, status)                 core: counters reset, target change
+//! loop {
+//!     observed = observe(ctx, plan, drift)      IO: Helm storage, persisted state
+//!     step = atomic.step(plan, observed)        core: decide and record the decision
+//!     persist status
+//!     outcome = executor.run(action)            IO: render, hooks, apply, wait, records
+//!     atomic.complete(plan, action, outcome)    core: snapshots, counters, conditions
+//!     persist status
+//! }
+//! finish_reconcile; persist; report            observedGeneration, events
+//! ```
+//!
+//! - [`observe`] reads the newest release record and the rollback target from Helm storage
+//!   ([`records`]) and the controller state from its Secret ([`state`]).
+//! - `flotilla_core::release` decides; [`actions::Executor`] runs install, upgrade, test,
+//!   rollback, uninstall and unlock, writing release records with Helm's statuses.
+//! - The controller state is persisted after every decision and every outcome, so an agent
+//!   killed mid-reconcile resumes from the last one (and a release left `pending-*` is
+//!   unlocked by the state machine).
+//! - Rendering is behind [`render::Renderer`].
+//! - [`plan_file`] reads the plan files of `flotilla-agent apply`.
+//!
+//! Not here yet: drift detection and correction (a plan with `driftDetection.mode` set to
+//! `enabled` or `warn` gets `Ready=False StateError` saying so), Kubernetes Events (the
+//! report carries them; nothing posts them), ServiceAccount impersonation
+//! (`spec.serviceAccountName`), `upgrade.preserveValues`, client-side apply and `force`,
+//! hook output logs, the inventory in the status, and post-renderers.
+
+pub mod actions;
+pub mod plan_file;
+pub mod records;
+pub mod render;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_chart::Chart;
+use flotilla_core::meta::Timestamp;
+use flotilla_core::plan::{DriftObservation, Observed, ReleasePlan};
+use flotilla_core::release::{
+    self, Action, AtomicRelease, Begin, Event, Step, apply_outcome, finish_reconcile,
+};
+use flotilla_core::spec::DriftDetectionMode;
+use flotilla_core::status::HelmReleaseStatus;
+use kube::Client;
+
+use crate::kube::ClusterApi;
+use actions::{Executor, record_of};
+use records::{RecordStore, RecordStoreError};
+use render::Renderer;
+use state::{StateError, StateStore};
+
+/// How many decisions one reconcile may take before it gives up (a guard: core's loop
+/// ends on its own well before).
+const MAX_STEPS: usize = 16;
+
+/// What a reconcile needs besides the plan and chart.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The workload cluster.
+    pub cluster: ClusterApi,
+    /// Controller state Secrets in the agent's namespace.
+    pub state: StateStore,
+    /// The renderer.
+    pub renderer: Arc<dyn Renderer>,
+}
+
+impl Context {
+    /// A context for a cluster client, keeping controller state in `agent_namespace`.
+    pub fn new(client: Client, agent_namespace: &str, renderer: Arc<dyn Renderer>) -> Context {
+        Context {
+            cluster: ClusterApi::new(client.clone()),
+            state: StateStore::new(client, agent_namespace),
+            renderer,
+        }
+    }
+}
+
+/// Errors that stop a reconcile before the state machine could finish it. Action
+/// failures are not errors: they are outcomes recorded in the status.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The controller state could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Helm storage could not be read.
+    #[error("HelmRelease {object}: reading Helm storage")]
+    Storage {
+        /// `namespace/name` of the HelmRelease.
+        object: String,
+        /// What failed.
+        #[source]
+        source: RecordStoreError,
+    },
+    /// A stored release could not be summarized.
+    #[error("HelmRelease {object}: {message}")]
+    Record {
+        /// `namespace/name` of the HelmRelease.
+        object: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The state machine did not settle within [`MAX_STEPS`] decisions.
+    #[error("HelmRelease {object}: reconcile did not settle after {MAX_STEPS} decisions")]
+    NotSettled {
+        /// `namespace/name` of the HelmRelease.
+        object: String,
+    },
+}
+
+impl ReconcileError {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReconcileError::State(e) => e.kind(),
+            ReconcileError::Storage { source, .. } => source.kind(),
+            ReconcileError::Record { .. } => "record",
+            ReconcileError::NotSettled { .. } => "not_settled",
+        }
+    }
+
+    /// Whether retrying with backoff may help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReconcileError::State(e) => e.is_transient(),
+            ReconcileError::Storage { source, .. } => source.is_transient(),
+            ReconcileError::Record { .. } => false,
+            ReconcileError::NotSettled { .. } => true,
+        }
+    }
+}
+
+/// What one reconcile did.
+#[derive(Debug, Clone)]
+pub struct ReconcileReport {
+    /// How it ended: `Done` (requeue after `spec.interval`), `Requeue` (backoff),
+    /// `RetryAfter`, `Stalled` (wait for a change) or `Failed` (backoff).
+    pub step: Step,
+    /// The status after it (also persisted).
+    pub status: HelmReleaseStatus,
+    /// The actions run, in order (`install`, `upgrade`, `test`, ...).
+    pub actions: Vec<&'static str>,
+    /// The Kubernetes Events Flux would record.
+    pub events: Vec<Event>,
+}
+
+impl ReconcileReport {
+    /// When to reconcile again: `None` for a stall (only a change helps).
+    pub fn requeue_after(&self, interval: Duration, backoff: Duration) -> Option<Duration> {
+        match &self.step {
+            Step::Done => Some(interval),
+            Step::RetryAfter(d) => Some(d.get()),
+            Step::Requeue | Step::Failed(_) | Step::Run { .. } => Some(backoff),
+            Step::Stalled => None,
+        }
+    }
+}
+
+fn object_key(plan: &ReleasePlan) -> String {
+    format!("{}/{}", plan.object.namespace, plan.object.name)
+}
+
+/// Now, as core wants it (whole seconds, UTC).
+pub fn now() -> Timestamp {
+    let t = k8s_openapi::jiff::Timestamp::now().to_string();
+    Timestamp::new(t)
+        .map(|t| t.to_kubernetes())
+        .unwrap_or_else(|_| Timestamp::new("1970-01-01T00:00:00Z").expect("a valid timestamp"))
+}
+
+/// Reads what a decision needs: the newest release record and the rollback target from
+/// Helm storage, the controller state from its Secret, and the drift result given.
+pub async fn observe(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    drift: DriftObservation,
+) -> Result<Observed, ReconcileError> {
+    let status = ctx
+        .state
+        .load(&plan.object)
+        .await?
+        .map(|s| s.status)
+        .unwrap_or_default();
+    let records = RecordStore::new(
+        ctx.cluster.client().clone(),
+        plan.release.storage_namespace.as_str(),
+    );
+    let storage_error = |source| ReconcileError::Storage {
+        object: object_key(plan),
+        source,
+    };
+    let record_error = |message| ReconcileError::Record {
+        object: object_key(plan),
+        message,
+    };
+    let current = records
+        .last(plan.release.name.as_str())
+        .await
+        .map_err(storage_error)?
+        .map(|r| record_of(&r, &status))
+        .transpose()
+        .map_err(record_error)?;
+    let rollback_target = match release::rollback_candidate(plan, &status) {
+        Some(snap) => records
+            .get(plan.release.name.as_str(), i64::from(snap.version))
+            .await
+            .map_err(storage_error)?
+            .map(|r| record_of(&r, &status))
+            .transpose()
+            .map_err(record_error)?,
+        None => None,
+    };
+    Ok(Observed {
+        current,
+        rollback_target,
+        drift,
+        status,
+    })
+}
+
+/// One reconcile of a plan with its chart: core's `AtomicRelease` loop, with every
+/// decision and outcome persisted.
+#[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
+pub async fn reconcile(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    chart: &Chart,
+) -> Result<ReconcileReport, ReconcileError> {
+    let mut status = ctx
+        .state
+        .load(&plan.object)
+        .await?
+        .map(|s| s.status)
+        .unwrap_or_default();
+    let executor = |storage_namespace: &str| Executor {
+        cluster: &ctx.cluster,
+        records: RecordStore::new(ctx.cluster.client().clone(), storage_namespace),
+        renderer: ctx.renderer.as_ref(),
+        plan,
+        chart,
+    };
+    let mut actions = Vec::new();
+    let mut events = Vec::new();
+    match release::begin_reconcile(plan, &mut status) {
+        Begin::Suspended => {
+            ctx.state.save(plan, &status).await?;
+            return Ok(ReconcileReport {
+                step: Step::Done,
+                status,
+                actions,
+                events,
+            });
+        }
+        Begin::UninstallPrevious(action) => {
+            let timeout = action.timeout(plan).get();
+            ctx.state.save(plan, &status).await?;
+            let outcome = executor(plan.release.storage_namespace.as_str())
+                .run(&action, timeout, &status)
+                .await;
+            actions.push(action.name());
+            let applied = apply_outcome(plan, &action, &outcome, &mut status, &now());
+            events.extend(applied.events);
+            let step = Step::Requeue;
+            finish_reconcile(plan, &mut status, &step);
+            ctx.state.save(plan, &status).await?;
+            return Ok(ReconcileReport {
+                step,
+                status,
+                actions,
+                events,
+            });
+        }
+        Begin::Proceed { reset } => {
+            if let Some(reset) = reset {
+                tracing::info!(%reset, "failure counters reset");
+            }
+        }
+    }
+    ctx.state.save(plan, &status).await?;
+    let exec = executor(plan.release.storage_namespace.as_str());
+    let mut atomic = AtomicRelease::new();
+    let mut drift = DriftObservation::NotChecked;
+    let mut steps = 0;
+    let stop = loop {
+        steps += 1;
+        if steps > MAX_STEPS {
+            return Err(ReconcileError::NotSettled {
+                object: object_key(plan),
+            });
+        }
+        let mut observed = observe(ctx, plan, drift.clone()).await?;
+        let step = atomic.step(plan, &mut observed, &now());
+        status = observed.status;
+        ctx.state.save(plan, &status).await?;
+        match step {
+            Step::Run {
+                action: Action::DetectDrift,
+                ..
+            } => {
+                drift = detect_drift(plan);
+            }
+            Step::Run { action, timeout } => {
+                tracing::info!(action = action.name(), "running action");
+                let outcome = exec.run(&action, timeout.get(), &status).await;
+                actions.push(action.name());
+                drift = DriftObservation::NotChecked;
+                let done = atomic.complete(plan, &action, &outcome, &mut status, &now());
+                ctx.state.save(plan, &status).await?;
+                if let Some(stop) = done {
+                    break stop;
+                }
+            }
+            stop => break stop,
+        }
+    };
+    finish_reconcile(plan, &mut status, &stop);
+    ctx.state.save(plan, &status).await?;
+    events.extend(atomic.take_events());
+    for e in &events {
+        tracing::info!(reason = %e.reason, "event");
+    }
+    Ok(ReconcileReport {
+        step: stop,
+        status,
+        actions,
+        events,
+    })
+}
+
+/// Drift detection is not implemented: say so through core's error path.
+fn detect_drift(plan: &ReleasePlan) -> DriftObservation {
+    match plan.options.drift_detection.mode() {
+        DriftDetectionMode::Disabled => DriftObservation::NoDrift,
+        _ => DriftObservation::Error {
+            message: "drift detection is not implemented by this agent".to_owned(),
+        },
+    }
+}

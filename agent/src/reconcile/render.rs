@@ -1,0 +1,271 @@
+//! What the executor needs from rendering, behind a small trait so it does not depend on
+//! the render pipeline's internals: chart + values + release options in, manifest text,
+//! hooks, notes and CRDs out.
+//!
+//! [`LiteralRenderer`] is the one implementation here: it takes a chart's templates as they
+//! are and refuses any template that uses template actions (`{{`). It serves charts of
+//! plain manifests (the tests' charts, and `flotilla-agent apply` on such charts) until
+//! `flotilla_chart::render` lands and a renderer on top of it joins this module.
+//! [`split_rendered`] does Helm's part after rendering: hooks are separated by their
+//! `helm.sh/hook` annotation and the rest becomes the release manifest in install order.
+
+// Errors name their object for people; they are built on the failure path only, so their
+// size does not matter.
+#![allow(clippy::result_large_err)]
+
+use flotilla_chart::Chart;
+use flotilla_chart::Values;
+use flotilla_chart::release::{
+    HOOK_ANNOTATION, HOOK_DELETE_ANNOTATION, HOOK_OUTPUT_LOG_ANNOTATION, HOOK_WEIGHT_ANNOTATION,
+    Hook, HookDeletePolicy, HookEvent, HookOutputLogPolicy,
+};
+use kube::ResourceExt as _;
+
+use crate::kube::manifest::{KindOrder, ManifestError, parse_document, split_documents};
+
+/// The release a chart is rendered for (Helm's `.Release`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// `.Release.Name`.
+    pub release_name: String,
+    /// `.Release.Namespace`.
+    pub namespace: String,
+    /// `.Release.Revision`.
+    pub revision: i64,
+    /// `.Release.IsInstall`.
+    pub is_install: bool,
+    /// `.Release.IsUpgrade`.
+    pub is_upgrade: bool,
+}
+
+/// One file of the chart's `crds/` directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrdFile {
+    /// Path in the chart (`crds/x.yaml`).
+    pub name: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// A rendered chart, split as Helm stores it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rendered {
+    /// The release manifest: non-hook documents in install order, each as
+    /// `---\n# Source: <path>\n<document>\n`.
+    pub manifest: String,
+    /// Hooks, ordered by weight then name.
+    pub hooks: Vec<Hook>,
+    /// Rendered `NOTES.txt`.
+    pub notes: String,
+    /// CRDs from `crds/` (never templated).
+    pub crds: Vec<CrdFile>,
+}
+
+/// Why a chart could not be rendered; each names the chart and template.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The renderer cannot render this template.
+    #[error("chart {chart}: template {file}: {reason}")]
+    Template {
+        /// Chart name.
+        chart: String,
+        /// Template path.
+        file: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A rendered document is not a Kubernetes object.
+    #[error("chart {chart}: rendered manifest")]
+    Manifest {
+        /// Chart name.
+        chart: String,
+        /// The parse error (names the template).
+        #[source]
+        source: ManifestError,
+    },
+}
+
+/// Renders a chart for a release.
+pub trait Renderer: Send + Sync + std::fmt::Debug {
+    /// Renders `chart` with the user-supplied `values` for the release `options`.
+    fn render(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        options: &RenderOptions,
+    ) -> Result<Rendered, RenderError>;
+}
+
+/// Takes templates literally; refuses templates with actions (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LiteralRenderer;
+
+impl Renderer for LiteralRenderer {
+    fn render(
+        &self,
+        chart: &Chart,
+        _values: &Values,
+        _options: &RenderOptions,
+    ) -> Result<Rendered, RenderError> {
+        let chart_name = chart.name().to_owned();
+        let mut files = Vec::new();
+        let mut notes = String::new();
+        for t in &chart.templates {
+            let base = t.name.rsplit('/').next().unwrap_or(&t.name);
+            let text = String::from_utf8_lossy(&t.data).into_owned();
+            if base.starts_with('_') {
+                continue;
+            }
+            if text.contains("{{") {
+                return Err(RenderError::Template {
+                    chart: chart_name,
+                    file: format!("{}/{}", chart.name(), t.name),
+                    reason: "uses template actions, which this agent cannot render yet".into(),
+                });
+            }
+            if base == "NOTES.txt" {
+                notes = text;
+                continue;
+            }
+            files.push((format!("{}/{}", chart.name(), t.name), text));
+        }
+        let mut rendered = split_rendered(&chart_name, &files)?;
+        rendered.notes = notes;
+        rendered.crds = chart
+            .crd_files()
+            .map(|f| CrdFile {
+                name: f.name.clone(),
+                text: String::from_utf8_lossy(&f.data).into_owned(),
+            })
+            .collect();
+        Ok(rendered)
+    }
+}
+
+/// Helm's `SortManifests` on rendered files (`(path, text)`): documents annotated
+/// `helm.sh/hook` become hooks (unknown events dropped, weight parsed as an integer, 0 when
+/// it is not one); the others form the manifest in install order.
+pub fn split_rendered(chart: &str, files: &[(String, String)]) -> Result<Rendered, RenderError> {
+    let mut docs: Vec<(String, String, String)> = Vec::new(); // (kind, path, text)
+    let mut hooks = Vec::new();
+    for (path, text) in files {
+        for doc in split_documents(text) {
+            let Some(obj) = parse_document(doc.text, Some(path), path).map_err(|source| {
+                RenderError::Manifest {
+                    chart: chart.to_owned(),
+                    source,
+                }
+            })?
+            else {
+                continue;
+            };
+            let body = doc.text.trim_end().to_owned();
+            let annotations = obj.object.annotations();
+            let Some(events) = annotations.get(HOOK_ANNOTATION) else {
+                docs.push((obj.gvk.kind.clone(), path.clone(), body));
+                continue;
+            };
+            let events: Vec<HookEvent> = events
+                .split(',')
+                .map(|e| HookEvent::parse(e.trim()))
+                .filter(|e| !matches!(e, HookEvent::Other(_)))
+                .collect();
+            let list = |key: &str| -> Vec<String> {
+                annotations
+                    .get(key)
+                    .map(|v| {
+                        v.split(',')
+                            .map(|p| p.trim().to_owned())
+                            .filter(|p| !p.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            hooks.push(Hook {
+                name: obj.object.name_any(),
+                kind: obj.gvk.kind.clone(),
+                path: path.clone(),
+                manifest: body,
+                events,
+                last_run: Default::default(),
+                weight: annotations
+                    .get(HOOK_WEIGHT_ANNOTATION)
+                    .and_then(|w| w.trim().parse().ok())
+                    .unwrap_or(0),
+                delete_policies: list(HOOK_DELETE_ANNOTATION)
+                    .iter()
+                    .map(|p| HookDeletePolicy::parse(p))
+                    .filter(|p| !matches!(p, HookDeletePolicy::Other(_)))
+                    .collect(),
+                output_log_policies: list(HOOK_OUTPUT_LOG_ANNOTATION)
+                    .iter()
+                    .map(|p| HookOutputLogPolicy::parse(p))
+                    .filter(|p| !matches!(p, HookOutputLogPolicy::Other(_)))
+                    .collect(),
+            });
+        }
+    }
+    KindOrder::Install.sort(&mut docs, |d| d.0.as_str());
+    hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
+    let mut manifest = String::new();
+    for (_, path, text) in &docs {
+        manifest.push_str(&format!("---\n# Source: {path}\n{text}\n"));
+    }
+    Ok(Rendered {
+        manifest,
+        hooks,
+        notes: String::new(),
+        crds: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_are_split_from_the_manifest_and_ordered_by_weight_then_name() {
+        let files = vec![(
+            "demo/templates/all.yaml".to_owned(),
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b-test\n  annotations:\n    helm.sh/hook: test,bogus\n---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: a-migrate\n  annotations:\n    helm.sh/hook: pre-install,pre-upgrade\n    helm.sh/hook-weight: \"5\"\n    helm.sh/hook-delete-policy: hook-succeeded\n"
+                .to_owned(),
+        )];
+        let r = split_rendered("demo", &files).unwrap();
+        assert_eq!(
+            r.manifest,
+            "---\n# Source: demo/templates/all.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n---\n# Source: demo/templates/all.yaml\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n"
+        );
+        let names: Vec<&str> = r.hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["b-test", "a-migrate"]);
+        assert_eq!(r.hooks[0].events, [HookEvent::Test]);
+        assert_eq!(r.hooks[1].weight, 5);
+        assert_eq!(
+            r.hooks[1].delete_policies,
+            [HookDeletePolicy::HookSucceeded]
+        );
+    }
+
+    #[test]
+    fn a_template_with_actions_is_refused_naming_the_file() {
+        let mut metadata = flotilla_chart::Metadata::default();
+        metadata.name = "demo".into();
+        metadata.version = "0.1.0".into();
+        let mut chart = Chart::new(metadata);
+        chart.templates.push(flotilla_chart::File {
+            name: "templates/cm.yaml".into(),
+            data: b"kind: ConfigMap\nname: {{ .Release.Name }}\n".to_vec(),
+            mod_time: None,
+        });
+        let options = RenderOptions {
+            release_name: "r".into(),
+            namespace: "default".into(),
+            revision: 1,
+            is_install: true,
+            is_upgrade: false,
+        };
+        let err = LiteralRenderer
+            .render(&chart, &Values::new(), &options)
+            .unwrap_err();
+        assert!(err.to_string().contains("demo/templates/cm.yaml"), "{err}");
+    }
+}

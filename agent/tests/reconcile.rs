@@ -1,0 +1,315 @@
+//! The reconcile executor against real local clusters: plan files with the plain charts of
+//! `tests/charts`, core's state machine deciding, Helm storage and the controller state
+//! kept in the cluster. Each test starts its own cluster.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::records::{RecordStore, set_status, status_of};
+use flotilla_agent::reconcile::render::LiteralRenderer;
+use flotilla_agent::reconcile::state::{StateStore, secret_name};
+use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
+use flotilla_chart::release::{HookEvent, HookPhase, Status};
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
+use flotilla_core::release::Step;
+use flotilla_tests::{Cluster, ClusterOptions};
+
+fn charts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
+}
+
+/// A plan file for HelmRelease `default/demo` with `chart` and extra spec lines.
+fn plan(chart: &str, generation: i64, spec: &str) -> PlanFile {
+    let text = format!(
+        "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: demo
+  namespace: default
+  generation: {generation}
+spec:
+  interval: 1m
+  timeout: 20s
+{spec}
+chart:
+  path: {chart}
+"
+    );
+    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
+        Ok(p) => p,
+        Err(e) => panic!("plan file: {e}"),
+    }
+}
+
+async fn start(name: &str) -> anyhow::Result<(Cluster, Context)> {
+    let cluster = Cluster::start(ClusterOptions::named(name)).await?;
+    let ctx = context(&cluster).await?;
+    Ok((cluster, ctx))
+}
+
+/// A fresh context (as a restarted agent would build it).
+async fn context(cluster: &Cluster) -> anyhow::Result<Context> {
+    Ok(Context::new(
+        cluster.client().await?,
+        "default",
+        Arc::new(LiteralRenderer),
+    ))
+}
+
+async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
+    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
+}
+
+fn cond<'a>(report: &'a ReconcileReport, type_: &str) -> (&'a str, ConditionStatus, &'a str) {
+    match report.status.conditions.get_condition(type_) {
+        Some(c) => (c.reason.as_str(), c.status, c.message.as_str()),
+        None => panic!("no {type_} condition in {:#?}", report.status.conditions),
+    }
+}
+
+async fn storage(ctx: &Context) -> anyhow::Result<Vec<(i64, String, String)>> {
+    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    Ok(store
+        .history("demo")
+        .await?
+        .into_iter()
+        .map(|r| {
+            let info = r.info.clone().unwrap_or_default();
+            (
+                r.version,
+                status_of(&r).map(|s| s.to_string()).unwrap_or_default(),
+                info.description,
+            )
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn install_then_upgrade_on_a_values_change() -> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-upgrade").await?;
+    let first = plan("ok", 1, "  values:\n    greeting: hello");
+    let report = run(&ctx, &first).await?;
+    assert_eq!(report.actions, ["install"]);
+    assert_eq!(report.step, Step::Done);
+    assert_eq!(
+        cond(&report, condition::READY),
+        (
+            reason::INSTALL_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm install succeeded for release default/demo.v1 with chart demo@0.1.0"
+        )
+    );
+    assert_eq!(
+        storage(&ctx).await?,
+        [(1, "deployed".into(), "Install complete".into())]
+    );
+
+    let second = plan("ok", 2, "  values:\n    greeting: bonjour");
+    let report = run(&ctx, &second).await?;
+    assert_eq!(report.actions, ["upgrade"]);
+    assert_eq!(
+        cond(&report, condition::RELEASED),
+        (
+            reason::UPGRADE_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm upgrade succeeded for release default/demo.v2 with chart demo@0.1.0"
+        )
+    );
+    assert_eq!(report.status.observed_generation, 2);
+    assert_eq!(
+        storage(&ctx).await?,
+        [
+            (1, "superseded".into(), "Install complete".into()),
+            (2, "deployed".into(), "Upgrade complete".into())
+        ]
+    );
+    // Nothing changed: the next reconcile does nothing.
+    let report = run(&ctx, &second).await?;
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_pre_install_hook_fails_the_install_is_remediated_then_stalls_across_a_restart()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-hook").await?;
+    let p = plan(
+        "pre-install-fails",
+        1,
+        "  install:\n    remediation:\n      retries: 1",
+    );
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install", "uninstall"]);
+    assert_eq!(report.step, Step::Requeue);
+    let (r, st, msg) = cond(&report, condition::RELEASED);
+    assert_eq!((r, st), (reason::INSTALL_FAILED, ConditionStatus::False));
+    assert!(
+        msg.starts_with("Helm install failed for release default/demo with chart demo@0.1.2: failed pre-install: Pod default/demo-migrate"),
+        "{msg}"
+    );
+    assert_eq!(
+        cond(&report, condition::REMEDIATED).0,
+        reason::UNINSTALL_SUCCEEDED
+    );
+    assert_eq!(report.status.install_failures, 1);
+    assert!(
+        storage(&ctx).await?.is_empty(),
+        "the uninstall remediation purged the history"
+    );
+
+    // An agent restart: a new context reads the counters back from the state Secret.
+    drop(ctx);
+    let ctx = context(&cluster).await?;
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install"]);
+    assert_eq!(report.step, Step::Stalled);
+    assert_eq!(report.status.install_failures, 2);
+    assert_eq!(
+        cond(&report, condition::STALLED),
+        (
+            reason::RETRIES_EXCEEDED,
+            ConditionStatus::True,
+            "Failed to install after 2 attempt(s)"
+        )
+    );
+    let stored = storage(&ctx).await?;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].1, "failed");
+    assert!(
+        stored[0]
+            .2
+            .starts_with("Release \"demo\" failed: failed pre-install"),
+        "{}",
+        stored[0].2
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_test_pod_is_test_failed_and_recorded_in_the_release() -> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-test").await?;
+    let p = plan("test-fails", 1, "  test:\n    enable: true");
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install", "test"]);
+    let (r, st, msg) = cond(&report, condition::TEST_SUCCESS);
+    assert_eq!((r, st), (reason::TEST_FAILED, ConditionStatus::False));
+    assert!(
+        msg.starts_with("Helm test failed for release default/demo.v1 with chart demo@0.1.1: failed test: Pod default/demo-test"),
+        "{msg}"
+    );
+    assert_eq!(cond(&report, condition::READY).0, reason::TEST_FAILED);
+    let snapshot = &report.status.history[0];
+    let hooks = snapshot.test_hooks.clone().unwrap_or_default();
+    assert_eq!(
+        hooks.get("demo-test").and_then(|h| h.phase),
+        Some(flotilla_core::status::HookPhase::Failed)
+    );
+    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    let rls = store.last("demo").await?.expect("the release");
+    let hook = rls
+        .hooks
+        .iter()
+        .find(|h| h.events.contains(&HookEvent::Test))
+        .expect("the test hook");
+    assert_eq!(hook.last_run.phase, Some(HookPhase::Failed));
+    assert!(!hook.last_run.started_at.is_zero() && !hook.last_run.completed_at.is_zero());
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_upgrade_wait_timeout_names_the_object_and_is_remediated_by_rollback()
+-> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-rollback").await?;
+    let report = run(&ctx, &plan("ok", 1, "")).await?;
+    assert_eq!(report.actions, ["install"]);
+
+    let broken = plan(
+        "never-ready",
+        2,
+        "  upgrade:\n    timeout: 6s\n    remediation:\n      retries: 1",
+    );
+    let report = run(&ctx, &broken).await?;
+    assert_eq!(report.actions, ["upgrade", "rollback"]);
+    assert_eq!(report.step, Step::Requeue);
+    let (r, _, msg) = cond(&report, condition::RELEASED);
+    assert_eq!(r, reason::UPGRADE_FAILED);
+    assert!(
+        msg.contains("timeout waiting for: [Deployment default/demo"),
+        "{msg}"
+    );
+    assert_eq!(
+        cond(&report, condition::REMEDIATED),
+        (
+            reason::ROLLBACK_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm rollback to previous release default/demo.v1 with chart demo@0.1.0 succeeded"
+        )
+    );
+    let stored = storage(&ctx).await?;
+    assert_eq!(
+        stored
+            .iter()
+            .map(|(v, s, _)| (*v, s.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, "superseded"), (2, "failed"), (3, "deployed")]
+    );
+    assert_eq!(stored[2].2, "Rollback to 1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pending_upgrade_left_by_a_crash_is_unlocked_then_upgraded_without_rollback()
+-> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-pending").await?;
+    let p = plan("ok", 1, "");
+    run(&ctx, &p).await?;
+    // The crash: an upgrade wrote its pending record and died.
+    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    let mut pending = store.last("demo").await?.expect("v1");
+    pending.version = 2;
+    set_status(&mut pending, Status::PendingUpgrade, "Preparing upgrade");
+    store.create(&pending, 0).await?;
+
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["unlock", "upgrade"]);
+    assert_eq!(report.step, Step::Done);
+    assert_eq!(cond(&report, condition::READY).1, ConditionStatus::True);
+    assert_eq!(
+        storage(&ctx).await?,
+        [
+            (1, "superseded".into(), "Install complete".into()),
+            (
+                2,
+                "failed".into(),
+                "Release unlocked from stale 'pending-upgrade' state".into()
+            ),
+            (3, "deployed".into(), "Upgrade complete".into()),
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_restarted_agent_resumes_from_the_persisted_state() -> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-restart").await?;
+    let p = plan("ok", 1, "  test:\n    enable: true");
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install", "test"]);
+    assert_eq!(cond(&report, condition::READY).1, ConditionStatus::True);
+
+    drop(ctx);
+    let ctx = context(&cluster).await?;
+    let state = StateStore::new(cluster.client().await?, "default");
+    let persisted = state.load(&p.plan.object).await?.expect("state Secret");
+    assert_eq!(persisted.status, report.status);
+    assert_eq!(secret_name(&p.plan.object), "flotilla-release-default-demo");
+    let again = run(&ctx, &p).await?;
+    assert!(
+        again.actions.is_empty(),
+        "no action after a restart: {:?}",
+        again.actions
+    );
+    assert_eq!(again.status.history, report.status.history);
+    Ok(())
+}
