@@ -280,6 +280,42 @@ pub fn decode_secret(secret: &Secret, namespace: &str) -> Result<Release, Storag
     Ok(rls)
 }
 
+/// The Secret holding `rls` in `namespace`, as Helm's `newSecretsObject` builds it for a
+/// create or an update (labels: the release's own, then the system labels, then `createdAt`
+/// or `modifiedAt`).
+pub fn record_secret(
+    rls: &Release,
+    namespace: &str,
+    op: StorageOp,
+) -> Result<Secret, StorageError> {
+    check_name(&rls.name)?;
+    if rls.version < 1 {
+        return Err(StorageError::InvalidVersion {
+            name: rls.name.clone(),
+            version: rls.version,
+        });
+    }
+    let parts = record::secret_for(rls, op).map_err(|source| StorageError::Encode {
+        name: rls.name.clone(),
+        version: rls.version,
+        source,
+    })?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(parts.name),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(parts.labels),
+            ..ObjectMeta::default()
+        },
+        type_: Some(parts.secret_type.to_owned()),
+        data: Some(BTreeMap::from([(
+            RELEASE_KEY.to_owned(),
+            ByteString(parts.release.into_bytes()),
+        )])),
+        ..Secret::default()
+    })
+}
+
 fn secret_ref(namespace: &str, name: &str) -> ObjectRef {
     ObjectRef {
         api_version: "v1".to_owned(),
@@ -310,35 +346,6 @@ impl SecretStorage {
     /// How messages name the record of `name` at `version`.
     pub fn secret_ref(&self, name: &str, version: i64) -> ObjectRef {
         secret_ref(&self.namespace, &record::secret_name(name, version))
-    }
-
-    fn secret_for(&self, rls: &Release, op: StorageOp) -> Result<Secret, StorageError> {
-        check_name(&rls.name)?;
-        if rls.version < 1 {
-            return Err(StorageError::InvalidVersion {
-                name: rls.name.clone(),
-                version: rls.version,
-            });
-        }
-        let parts = record::secret_for(rls, op).map_err(|source| StorageError::Encode {
-            name: rls.name.clone(),
-            version: rls.version,
-            source,
-        })?;
-        Ok(Secret {
-            metadata: ObjectMeta {
-                name: Some(parts.name),
-                namespace: Some(self.namespace.clone()),
-                labels: Some(parts.labels),
-                ..ObjectMeta::default()
-            },
-            type_: Some(parts.secret_type.to_owned()),
-            data: Some(BTreeMap::from([(
-                RELEASE_KEY.to_owned(),
-                ByteString(parts.release.into_bytes()),
-            )])),
-            ..Secret::default()
-        })
     }
 
     /// `Get`: the record of `name` at `version`, with Helm's system labels filtered out of
@@ -439,7 +446,7 @@ impl SecretStorage {
     /// `Create`: a new record (label `createdAt`). Fails with
     /// [`StorageError::AlreadyExists`] when the revision is taken.
     pub async fn create(&self, rls: &Release) -> Result<(), StorageError> {
-        let secret = self.secret_for(rls, StorageOp::Create { at: unix_now() })?;
+        let secret = record_secret(rls, &self.namespace, StorageOp::Create { at: unix_now() })?;
         let secret_ref = self.secret_ref(&rls.name, rls.version);
         match self.api.create(&PostParams::default(), &secret).await {
             Ok(_) => Ok(()),
@@ -513,7 +520,7 @@ impl SecretStorage {
 
     /// `Update`: rewrites the record (label `modifiedAt`), replacing the whole Secret.
     pub async fn update(&self, rls: &Release) -> Result<(), StorageError> {
-        let secret = self.secret_for(rls, StorageOp::Update { at: unix_now() })?;
+        let secret = record_secret(rls, &self.namespace, StorageOp::Update { at: unix_now() })?;
         let secret_ref = self.secret_ref(&rls.name, rls.version);
         match self
             .api
@@ -638,6 +645,64 @@ mod tests {
             err.to_string(),
             "Secret a/sh.helm.release.v1.x.v4: holds the record of sh.helm.release.v1.x.v3"
         );
+    }
+
+    #[test]
+    fn a_record_secret_carries_helms_labels_over_the_releases_own() {
+        let mut r = release("web", 4);
+        r.labels = BTreeMap::from(
+            [("team", "payments"), ("status", "mine"), ("createdAt", "1")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        );
+        let s = record_secret(&r, "apps", StorageOp::Create { at: 1_763_700_000 }).unwrap();
+        assert_eq!(
+            s.metadata.name.as_deref(),
+            Some("sh.helm.release.v1.web.v4")
+        );
+        assert_eq!(s.metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!(s.type_.as_deref(), Some("helm.sh/release.v1"));
+        let labels = s.metadata.labels.clone().unwrap_or_default();
+        let want = [
+            ("createdAt", "1763700000"),
+            ("name", "web"),
+            ("owner", "helm"),
+            ("status", "deployed"),
+            ("team", "payments"),
+            ("version", "4"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert_eq!(labels, BTreeMap::from(want));
+        let mut back = decode_secret(&s, "apps").unwrap();
+        assert!(back.labels.is_empty(), "labels are not in the JSON");
+        back.labels = r.labels.clone();
+        assert_eq!(back, r);
+
+        let update = record_secret(&r, "apps", StorageOp::Update { at: 7 }).unwrap();
+        let labels = update.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("modifiedAt").map(String::as_str), Some("7"));
+        assert_eq!(
+            labels.get("createdAt").map(String::as_str),
+            Some("1"),
+            "a createdAt carried in the release's labels stays, as with Helm"
+        );
+    }
+
+    #[test]
+    fn records_that_no_label_can_name_are_refused_before_any_request() {
+        for (name, version, want) in [
+            ("", 1, "release name \"\": must not be empty"),
+            (
+                "Web_",
+                1,
+                "release name \"Web_\": a label value must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+            ),
+            ("web", 0, "release \"web\": invalid revision 0"),
+        ] {
+            let err = record_secret(&release(name, version), "apps", StorageOp::Create { at: 0 })
+                .unwrap_err();
+            assert_eq!(err.to_string(), want);
+            assert_eq!(err.kind(), "invalid");
+        }
     }
 
     #[test]
