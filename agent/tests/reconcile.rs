@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use flotilla_agent::reconcile::plan_file::{self, PlanFile};
-use flotilla_agent::reconcile::records::{RecordStore, set_status, status_of};
 use flotilla_agent::reconcile::render::LiteralRenderer;
 use flotilla_agent::reconcile::state::{StateStore, secret_name};
 use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
+use flotilla_agent::storage::transitions::set_status;
+use flotilla_agent::storage::{SecretStorage, status_of};
 use flotilla_chart::release::{HookEvent, HookPhase, Status};
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
 use flotilla_core::release::Step;
@@ -69,18 +70,14 @@ fn cond<'a>(report: &'a ReconcileReport, type_: &str) -> (&'a str, ConditionStat
 }
 
 async fn storage(ctx: &Context) -> anyhow::Result<Vec<(i64, String, String)>> {
-    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
     Ok(store
         .history("demo")
         .await?
         .into_iter()
         .map(|r| {
             let info = r.info.clone().unwrap_or_default();
-            (
-                r.version,
-                status_of(&r).map(|s| s.to_string()).unwrap_or_default(),
-                info.description,
-            )
+            (r.version, status_of(&r).to_string(), info.description)
         })
         .collect())
 }
@@ -205,7 +202,7 @@ async fn a_failing_test_pod_is_test_failed_and_recorded_in_the_release() -> anyh
         hooks.get("demo-test").and_then(|h| h.phase),
         Some(flotilla_core::status::HookPhase::Failed)
     );
-    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
     let rls = store.last("demo").await?.expect("the release");
     let hook = rls
         .hooks
@@ -265,11 +262,11 @@ async fn a_pending_upgrade_left_by_a_crash_is_unlocked_then_upgraded_without_rol
     let p = plan("ok", 1, "");
     run(&ctx, &p).await?;
     // The crash: an upgrade wrote its pending record and died.
-    let store = RecordStore::new(ctx.cluster.client().clone(), "default");
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
     let mut pending = store.last("demo").await?.expect("v1");
     pending.version = 2;
     set_status(&mut pending, Status::PendingUpgrade, "Preparing upgrade");
-    store.create(&pending, 0).await?;
+    store.create(&pending).await?;
 
     let report = run(&ctx, &p).await?;
     assert_eq!(report.actions, ["unlock", "upgrade"]);

@@ -25,7 +25,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::time::Instant;
 
-use super::records::{RecordStore, set_status, status_of};
 use super::render::{RenderOptions, Rendered, Renderer};
 use crate::kube::apply::{ApplyOptions, HelmReleaseRef, ReleaseRef};
 use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
@@ -33,6 +32,8 @@ use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
 use crate::kube::wait::WaitOptions;
 use crate::kube::{ClusterApi, Resource, error_chain};
+use crate::storage::transitions::set_status;
+use crate::storage::{SecretStorage, status_of};
 
 /// Runs actions for one plan.
 #[derive(Debug)]
@@ -40,7 +41,7 @@ pub struct Executor<'a> {
     /// The workload cluster.
     pub cluster: &'a ClusterApi,
     /// Helm storage in the plan's storage namespace.
-    pub records: RecordStore,
+    pub records: SecretStorage,
     /// The renderer.
     pub renderer: &'a dyn Renderer,
     /// The plan.
@@ -118,8 +119,9 @@ impl Executor<'_> {
         }
     }
 
-    fn max_history(&self) -> i32 {
-        self.plan.options.max_history.unwrap_or(5)
+    /// `spec.maxHistory` (default 5; 0 or less keeps every record).
+    fn max_history(&self) -> usize {
+        usize::try_from(self.plan.options.max_history.unwrap_or(5)).unwrap_or(0)
     }
 
     /// Runs one action and reports what it did. `status` is the controller state before
@@ -150,7 +152,7 @@ impl Executor<'_> {
                 storage_namespace,
                 ..
             } => {
-                let records = RecordStore::new(self.cluster.client().clone(), storage_namespace);
+                let records = SecretStorage::new(self.cluster.client().clone(), storage_namespace);
                 self.uninstall(&records, name, timeout, &mut writes).await
             }
             Action::Unlock { .. } => self.unlock(&mut writes).await,
@@ -231,7 +233,7 @@ impl Executor<'_> {
 
     async fn create(&self, rls: &Release, writes: &mut Writes) -> Result<(), String> {
         self.records
-            .create(rls, self.max_history())
+            .create_with_max_history(rls, self.max_history())
             .await
             .map_err(|e| error_chain(&e))?;
         writes.push(rls);
@@ -240,7 +242,7 @@ impl Executor<'_> {
 
     async fn update(
         &self,
-        records: &RecordStore,
+        records: &SecretStorage,
         rls: &Release,
         writes: &mut Writes,
     ) -> Result<(), String> {
@@ -334,7 +336,7 @@ impl Executor<'_> {
     /// Runs the hooks of `event` in weight order, persisting each hook's `last_run`.
     async fn run_hooks(
         &self,
-        records: &RecordStore,
+        records: &SecretStorage,
         rls: &mut Release,
         event: HookEvent,
         timeout: Duration,
@@ -563,13 +565,13 @@ impl Executor<'_> {
         let Some(last) = history.last() else {
             return Err(format!("\"{name}\" has no deployed releases"));
         };
-        if status_of(last).is_some_and(Status::is_pending) {
+        if status_of(last).is_pending() {
             return Err("another operation (install/upgrade/rollback) is in progress".to_owned());
         }
         let mut current = history
             .iter()
             .rev()
-            .find(|r| status_of(r) == Some(&Status::Deployed))
+            .find(|r| status_of(r) == Status::Deployed)
             .unwrap_or(last)
             .clone();
         let version = last.version + 1;
@@ -634,7 +636,7 @@ impl Executor<'_> {
         .await;
         match result {
             Ok(()) => {
-                if status_of(&current) == Some(&Status::Deployed) {
+                if status_of(&current) == Status::Deployed {
                     set_superseded(&mut current);
                     self.update(&self.records, &current, writes).await?;
                 }
@@ -754,7 +756,7 @@ impl Executor<'_> {
             Ok(()) => {
                 for mut r in history
                     .into_iter()
-                    .filter(|r| status_of(r) == Some(&Status::Deployed))
+                    .filter(|r| status_of(r) == Status::Deployed)
                 {
                     set_superseded(&mut r);
                     self.update(&self.records, &r, writes).await?;
@@ -767,7 +769,7 @@ impl Executor<'_> {
                 self.update(&self.records, &rls, writes).await
             }
             Err(e) => {
-                if status_of(&current) == Some(&Status::Deployed) {
+                if status_of(&current) == Status::Deployed {
                     set_superseded(&mut current);
                     self.update(&self.records, &current, writes).await?;
                 }
@@ -784,7 +786,7 @@ impl Executor<'_> {
 
     async fn uninstall(
         &self,
-        records: &RecordStore,
+        records: &SecretStorage,
         name: &str,
         timeout: Duration,
         writes: &mut Writes,
@@ -794,16 +796,17 @@ impl Executor<'_> {
         let Some(mut rls) = history.last().cloned() else {
             return Err(NOT_FOUND.to_owned());
         };
-        let purge = async |records: &RecordStore| -> Result<(), String> {
+        let purge = async |records: &SecretStorage| -> Result<(), String> {
             for r in &history {
-                records
-                    .delete(&r.name, r.version)
-                    .await
-                    .map_err(|e| error_chain(&e))?;
+                match records.delete(&r.name, r.version).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(error_chain(&e)),
+                }
             }
             Ok(())
         };
-        if status_of(&rls) == Some(&Status::Uninstalled) {
+        if status_of(&rls) == Status::Uninstalled {
             if o.keep_history {
                 return Err(format!("the release named \"{name}\" is already deleted"));
             }
@@ -874,7 +877,7 @@ impl Executor<'_> {
         if o.keep_history {
             for mut r in history
                 .iter()
-                .filter(|r| r.version != rls.version && status_of(r) == Some(&Status::Deployed))
+                .filter(|r| r.version != rls.version && status_of(r) == Status::Deployed)
                 .cloned()
             {
                 set_superseded(&mut r);
@@ -906,9 +909,10 @@ impl Executor<'_> {
         else {
             return Err(NOT_FOUND.to_owned());
         };
-        let Some(pending) = status_of(&rls).filter(|s| s.is_pending()).cloned() else {
+        let pending = status_of(&rls);
+        if !pending.is_pending() {
             return Ok(());
-        };
+        }
         set_status(
             &mut rls,
             Status::Failed,

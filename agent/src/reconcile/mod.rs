@@ -14,7 +14,7 @@
 //! ```
 //!
 //! - [`observe`] reads the newest release record and the rollback target from Helm storage
-//!   ([`records`]) and the controller state from its Secret ([`state`]).
+//!   ([`crate::storage`]) and the controller state from its Secret ([`state`]).
 //! - `flotilla_core::release` decides; [`actions::Executor`] runs install, upgrade, test,
 //!   rollback, uninstall and unlock, writing release records with Helm's statuses.
 //! - The controller state is persisted after every decision and every outcome, so an agent
@@ -31,7 +31,6 @@
 
 pub mod actions;
 pub mod plan_file;
-pub mod records;
 pub mod render;
 pub mod state;
 
@@ -49,8 +48,8 @@ use flotilla_core::status::HelmReleaseStatus;
 use kube::Client;
 
 use crate::kube::ClusterApi;
+use crate::storage::{SecretStorage, StorageError};
 use actions::{Executor, record_of};
-use records::{RecordStore, RecordStoreError};
 use render::Renderer;
 use state::{StateError, StateStore};
 
@@ -94,7 +93,7 @@ pub enum ReconcileError {
         object: String,
         /// What failed.
         #[source]
-        source: RecordStoreError,
+        source: StorageError,
     },
     /// A stored release could not be summarized.
     #[error("HelmRelease {object}: {message}")]
@@ -185,7 +184,7 @@ pub async fn observe(
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
-    let records = RecordStore::new(
+    let records = SecretStorage::new(
         ctx.cluster.client().clone(),
         plan.release.storage_namespace.as_str(),
     );
@@ -205,13 +204,14 @@ pub async fn observe(
         .transpose()
         .map_err(record_error)?;
     let rollback_target = match release::rollback_candidate(plan, &status) {
-        Some(snap) => records
+        Some(snap) => match records
             .get(plan.release.name.as_str(), i64::from(snap.version))
             .await
-            .map_err(storage_error)?
-            .map(|r| record_of(&r, &status))
-            .transpose()
-            .map_err(record_error)?,
+        {
+            Ok(r) => Some(record_of(&r, &status).map_err(record_error)?),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(storage_error(e)),
+        },
         None => None,
     };
     Ok(Observed {
@@ -238,7 +238,7 @@ pub async fn reconcile(
         .unwrap_or_default();
     let executor = |storage_namespace: &str| Executor {
         cluster: &ctx.cluster,
-        records: RecordStore::new(ctx.cluster.client().clone(), storage_namespace),
+        records: SecretStorage::new(ctx.cluster.client().clone(), storage_namespace),
         renderer: ctx.renderer.as_ref(),
         plan,
         chart,
