@@ -572,6 +572,27 @@ async fn pruning_with_max_history_leaves_the_revisions_helm_leaves() -> anyhow::
         .create_with_max_history(&hello_release("ours", 7, 1, Status::PendingUpgrade)?, 1)
         .await?;
     assert_eq!(versions(our_history(&storage, "ours").await?), [2, 7]);
+
+    // A revision another writer already took, and records that are not there.
+    let seventh = hello_release("ours", 7, 1, Status::PendingUpgrade)?;
+    let err = storage.create(&seventh).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Secret default/sh.helm.release.v1.ours.v7: already exists"
+    );
+    assert!(
+        err.is_transient(),
+        "re-reading the history picks the next revision"
+    );
+    let missing = hello_release("ours", 9, 1, Status::Deployed)?;
+    let err = storage.update(&missing).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let err = storage.get("ours", 9).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Secret default/sh.helm.release.v1.ours.v9: not found"
+    );
+    assert!(storage.delete("ours", 9).await.unwrap_err().is_not_found());
     Ok(())
 }
 
