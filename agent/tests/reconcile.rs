@@ -8,7 +8,7 @@ use std::sync::Arc;
 use flotilla_agent::reconcile::plan_file::{self, PlanFile};
 use flotilla_agent::reconcile::render::LiteralRenderer;
 use flotilla_agent::reconcile::state::{StateStore, secret_name};
-use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
+use flotilla_agent::reconcile::{Context, ReconcileReport, delete_release, reconcile};
 use flotilla_agent::storage::transitions::set_status;
 use flotilla_agent::storage::{SecretStorage, status_of};
 use flotilla_chart::release::{HookEvent, HookPhase, Status};
@@ -308,5 +308,36 @@ async fn a_restarted_agent_resumes_from_the_persisted_state() -> anyhow::Result<
         again.actions
     );
     assert_eq!(again.status.history, report.status.history);
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_the_helm_release_uninstalls_the_release_and_forgets_its_state()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-delete").await?;
+    let p = plan("ok", 1, "");
+    assert_eq!(run(&ctx, &p).await?.actions, ["install"]);
+    let configs: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(cluster.client().await?, "default");
+    assert!(configs.get_opt("demo-config").await?.is_some());
+
+    let report = delete_release(&ctx, &p.plan, &p.chart).await?;
+    assert_eq!(report.actions, ["uninstall"]);
+    assert_eq!(report.step, Step::Done);
+    assert_eq!(
+        cond(&report, condition::RELEASED),
+        (
+            reason::UNINSTALL_SUCCEEDED,
+            ConditionStatus::False,
+            "Helm uninstall succeeded for release default/demo.v1 with chart demo@0.1.0"
+        )
+    );
+    assert!(storage(&ctx).await?.is_empty(), "history purged");
+    assert!(configs.get_opt("demo-config").await?.is_none());
+    let state = StateStore::new(cluster.client().await?, "default");
+    assert!(
+        state.load(&p.plan.object).await?.is_none(),
+        "state forgotten"
+    );
     Ok(())
 }

@@ -21,6 +21,7 @@
 //!   killed mid-reconcile resumes from the last one (and a release left `pending-*` is
 //!   unlocked by the state machine).
 //! - Rendering is behind [`render::Renderer`].
+//! - [`delete_release`] uninstalls the release of a deleted HelmRelease and forgets it.
 //! - [`plan_file`] reads the plan files of `flotilla-agent apply`.
 //!
 //! Not here yet: drift detection and correction (a plan with `driftDetection.mode` set to
@@ -328,6 +329,66 @@ pub async fn reconcile(
         status,
         actions,
         events,
+    })
+}
+
+/// The HelmRelease is gone (Flux's `reconcileDelete`): uninstalls its release with
+/// `spec.uninstall`, then forgets its controller state. When the uninstall fails, the state
+/// is kept with the failure recorded and the report's step is `Failed` (retry later).
+#[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
+pub async fn delete_release(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    chart: &Chart,
+) -> Result<ReconcileReport, ReconcileError> {
+    let mut status = ctx
+        .state
+        .load(&plan.object)
+        .await?
+        .map(|s| s.status)
+        .unwrap_or_default();
+    let Some(action) = release::uninstall_for_deletion(plan, &status) else {
+        ctx.state.delete(&plan.object).await?;
+        return Ok(ReconcileReport {
+            step: Step::Done,
+            status,
+            actions: Vec::new(),
+            events: Vec::new(),
+        });
+    };
+    let storage_namespace = match &action {
+        Action::Uninstall {
+            storage_namespace, ..
+        } => storage_namespace.clone(),
+        _ => plan.release.storage_namespace.to_string(),
+    };
+    let exec = Executor {
+        cluster: &ctx.cluster,
+        records: SecretStorage::new(ctx.cluster.client().clone(), &storage_namespace),
+        renderer: ctx.renderer.as_ref(),
+        plan,
+        chart,
+    };
+    let outcome = exec.run(&action, action.timeout(plan).get(), &status).await;
+    let applied = apply_outcome(plan, &action, &outcome, &mut status, &now());
+    let step = match applied.returned_error {
+        Some(message) => {
+            ctx.state.save(plan, &status).await?;
+            Step::Failed(release::ReconcileError::Action {
+                action: action.name(),
+                message,
+            })
+        }
+        None => {
+            ctx.state.delete(&plan.object).await?;
+            Step::Done
+        }
+    };
+    Ok(ReconcileReport {
+        step,
+        status,
+        actions: vec![action.name()],
+        events: applied.events,
     })
 }
 
