@@ -341,3 +341,43 @@ async fn deleting_the_helm_release_uninstalls_the_release_and_forgets_its_state(
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn install_creates_the_target_namespace_and_the_chart_crds_before_the_custom_resources()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-crds").await?;
+    let p = plan(
+        "with-crd",
+        1,
+        "  targetNamespace: apps\n  install:\n    createNamespace: true",
+    );
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install"]);
+    assert_eq!(
+        cond(&report, condition::READY),
+        (
+            reason::INSTALL_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm install succeeded for release apps/apps-demo.v1 with chart widgets@1.0.0"
+        )
+    );
+    let client = cluster.client().await?;
+    let widget = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "example.flotilla.dev",
+        "v1",
+        "Widget",
+    ));
+    let widgets: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client, "apps", &widget);
+    let gizmo = widgets.get("gizmo").await?;
+    assert_eq!(gizmo.data["spec"]["size"], 3);
+    // The release lives in the target namespace, its storage beside the HelmRelease.
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
+    let rls = store.last("apps-demo").await?.expect("the release record");
+    assert_eq!(rls.namespace, "apps");
+    assert!(
+        !rls.manifest.contains("CustomResourceDefinition"),
+        "CRDs are not in the manifest"
+    );
+    Ok(())
+}
