@@ -381,3 +381,44 @@ async fn install_creates_the_target_namespace_and_the_chart_crds_before_the_cust
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_upgrade_deletes_the_objects_the_new_chart_no_longer_has() -> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-removed").await?;
+    assert_eq!(run(&ctx, &plan("ok", 1, "")).await?.actions, ["install"]);
+    let configs: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(cluster.client().await?, "default");
+    assert!(configs.get_opt("demo-config").await?.is_some());
+    let report = run(&ctx, &plan("smaller", 2, "")).await?;
+    assert_eq!(report.actions, ["upgrade"]);
+    assert_eq!(cond(&report, condition::READY).0, reason::UPGRADE_SUCCEEDED);
+    assert!(configs.get_opt("demo-config").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn test_filters_leave_out_excluded_test_hooks() -> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-filter").await?;
+    let p = plan(
+        "test-fails",
+        1,
+        "  test:\n    enable: true\n    filters:\n    - name: demo-test\n      exclude: true",
+    );
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install", "test"]);
+    assert_eq!(
+        cond(&report, condition::TEST_SUCCESS),
+        (
+            reason::TEST_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm test succeeded for release default/demo.v1 with chart demo@0.1.1: no test hooks"
+        )
+    );
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
+    let rls = store.last("demo").await?.expect("the release");
+    assert_eq!(
+        rls.hooks[0].last_run.phase, None,
+        "the excluded test never ran"
+    );
+    Ok(())
+}
