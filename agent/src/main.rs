@@ -71,6 +71,8 @@ async fn apply(
     .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
     let client = kube::Client::try_from(config)?;
     let ctx = Context::new(client, state_namespace, Arc::new(LiteralRenderer));
+    // Signal handlers first, so a signal during the first reconcile is not lost.
+    let mut signals = Signals::new()?;
     let interval = file.helm_release.spec.interval.get();
     let mut backoff = Duration::from_secs(1);
     loop {
@@ -102,25 +104,40 @@ async fn apply(
             }
             Err(e) => return Err(e.into()),
         };
-        if !wait_or_signal(next).await? {
+        if !signals.wait(next).await {
             return Ok(());
         }
     }
 }
 
-/// Waits `next` (forever when `None`); false when a signal came first.
-async fn wait_or_signal(next: Option<Duration>) -> anyhow::Result<bool> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let sleep = async {
-        match next {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
+/// SIGINT and SIGTERM, registered once.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Waits `next` (forever when `None`); false when a signal came first.
+    async fn wait(&mut self, next: Option<Duration>) -> bool {
+        let sleep = async {
+            match next {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => true,
+            _ = self.interrupt.recv() => false,
+            _ = self.terminate.recv() => false,
         }
-    };
-    tokio::select! {
-        _ = sleep => Ok(true),
-        _ = tokio::signal::ctrl_c() => Ok(false),
-        _ = term.recv() => Ok(false),
     }
 }
 

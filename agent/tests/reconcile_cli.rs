@@ -61,3 +61,52 @@ fn apply_refuses_a_bad_plan_file_naming_the_field() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn apply_watch_reconciles_until_sigterm() -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let cluster = Cluster::start(ClusterOptions::named("rec-watch")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let plan = plans().join("demo.yaml");
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla-agent"))
+            .arg("apply")
+            .arg("--watch")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg(&plan)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut seen = false;
+        for line in BufReader::new(stdout).lines() {
+            if line?.contains("reason: InstallSucceeded") {
+                seen = true;
+                break;
+            }
+        }
+        assert!(seen, "the first reconcile printed its status");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(exit) = child.try_wait()? {
+                assert!(exit.success(), "exit on SIGTERM: {exit}");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                child.kill()?;
+                anyhow::bail!("still running 20s after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await??;
+    Ok(())
+}
