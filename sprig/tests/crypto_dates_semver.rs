@@ -189,33 +189,6 @@ fn render_plain(text: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Our outputs that helm must accept: `tests/fixtures/crypto/values.yaml` holds them under
-/// `ours` (and helm-generated material under `helm`). Run with `--ignored --nocapture` to
-/// print fresh ones.
-#[test]
-#[ignore = "prints inputs for tests/fixtures/crypto/values.yaml"]
-fn print_our_crypto_inputs() {
-    use base64::Engine;
-    let out = render_plain(concat!(
-        r#"{{ $ca := genCA "flotilla-ca" 36500 }}"#,
-        r#"{{ $leaf := genSignedCert "leaf.flotilla" nil nil 36500 $ca }}"#,
-        r#"{{ $ca.Cert }}@@{{ $ca.Key }}@@{{ $leaf.Cert }}@@{{ $leaf.Key }}@@"#,
-        r#"{{ genPrivateKey "ecdsa" }}@@{{ genPrivateKey "ed25519" }}@@{{ genPrivateKey "rsa" }}@@"#,
-        r#"{{ genPrivateKey "dsa" }}@@{{ encryptAES "pw" "hello world ✓" }}@@"#,
-        r#"{{ encryptAES "a-password-longer-than-thirty-two-bytes" "exactly sixteen!" }}"#
-    ))
-    .expect("render");
-    let parts: Vec<&str> = out.split("@@").collect();
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let json = serde_json::json!({
-        "caCert64": b64(parts[0]), "caKey64": b64(parts[1]),
-        "leafCert64": b64(parts[2]), "leafKey64": b64(parts[3]),
-        "ecKey": parts[4], "edKey": parts[5], "rsaKey": parts[6], "dsaKey": parts[7],
-        "cipher": parts[8], "cipherLongKey": parts[9],
-    });
-    println!("{}", serde_json::to_string_pretty(&json).expect("json"));
-}
-
 mod structure {
     //! Nondeterministic outputs: parsed and checked for the properties Sprig guarantees.
 
