@@ -422,3 +422,31 @@ async fn test_filters_leave_out_excluded_test_hooks() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_failed_upgrade_with_cleanup_on_fail_deletes_what_it_created_and_stalls()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("rec-cleanup").await?;
+    assert_eq!(run(&ctx, &plan("ok", 1, "")).await?.actions, ["install"]);
+    let broken = plan(
+        "never-ready",
+        2,
+        "  upgrade:\n    timeout: 4s\n    cleanupOnFail: true",
+    );
+    let report = run(&ctx, &broken).await?;
+    assert_eq!(report.actions, ["upgrade"]);
+    assert_eq!(report.step, Step::Stalled);
+    assert_eq!(cond(&report, condition::RELEASED).0, reason::UPGRADE_FAILED);
+    assert_eq!(
+        cond(&report, condition::STALLED).2,
+        "Failed to upgrade after 1 attempt(s)"
+    );
+    let configs: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(cluster.client().await?, "default");
+    assert!(
+        configs.get_opt("demo-extra").await?.is_none(),
+        "the object the failed upgrade created is gone"
+    );
+    assert!(configs.get_opt("demo-config").await?.is_some());
+    Ok(())
+}
