@@ -26,6 +26,7 @@ pub mod ignore;
 pub mod load;
 pub mod metadata;
 pub mod release;
+pub mod render;
 pub mod schema;
 pub mod semver;
 pub mod strvals;

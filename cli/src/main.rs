@@ -1,13 +1,8 @@
-//! The `flotilla` command line. Subcommands land with their issues (`template` first).
+//! The `flotilla` command line: parse, run (see the library for the subcommands).
 
 use clap::Parser;
 
-/// Flotilla: Helm releases across a fleet of Kubernetes clusters.
-#[derive(Debug, Parser)]
-#[command(name = "flotilla", version)]
-struct Cli {}
-
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+fn main() {
+    let cli = flotilla_cli::Cli::parse();
+    std::process::exit(flotilla_cli::run(cli));
 }

@@ -5,6 +5,7 @@
 //! certificates and data directory, and tears all of it down when dropped.
 
 pub mod cluster;
+pub mod conformance;
 pub mod pki;
 pub mod process;
 pub mod tools;

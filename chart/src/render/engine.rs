@@ -1,0 +1,331 @@
+//! Helm's engine (`pkg/engine/engine.go`): one template set for the whole chart tree, one
+//! scope object per chart, every non-partial template executed in Helm's order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use flotilla_gotmpl::{ExecOptions, Map, MapType, MissingKey, TemplateSet, Value};
+
+use super::convert::{VALUES_TYPE, values_map};
+use super::errors::{cleanup_parse_error, reformat_exec_error};
+use super::funcs::{FuncOptions, Lookup, helm_funcs};
+use super::objects::{Capabilities, CapabilitiesObject, FilesObject};
+use crate::chart::Chart;
+use crate::metadata::Metadata;
+use crate::values::Values;
+
+/// `.Release` (`common.ReleaseOptions` plus `Service`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseOptions {
+    /// Release name.
+    pub name: String,
+    /// Release namespace.
+    pub namespace: String,
+    /// Revision (1 for an install).
+    pub revision: i64,
+    /// `.Release.IsInstall`.
+    pub is_install: bool,
+    /// `.Release.IsUpgrade`.
+    pub is_upgrade: bool,
+}
+
+/// A rendering failure, in Helm's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RenderError(pub String);
+
+/// Stack given to the rendering thread, and the share of it the executor may use: deep
+/// `include` recursion (Helm allows 1000 levels of one name) needs far more than the default
+/// 2 MiB. Untouched stack pages cost nothing.
+const RENDER_STACK_BYTES: usize = 512 << 20;
+const EXEC_STACK_BUDGET: usize = 384 << 20;
+
+/// The engine: options that shape the function map.
+#[derive(Debug, Clone, Default)]
+pub struct Engine {
+    /// `missingkey=error` (Helm SDK's `Strict`).
+    pub strict: bool,
+    /// `helm lint` mode: `required`/`fail` do not fail, `lookup` is the stub.
+    pub lint_mode: bool,
+    /// Keep Sprig's `getHostByName` instead of Helm's stub returning `""`.
+    pub enable_dns: bool,
+    /// The cluster for `lookup` (none: every lookup returns an empty map).
+    pub lookup: Option<Arc<dyn Lookup>>,
+}
+
+/// One template to execute: its path, source and the scope map of its chart.
+struct Renderable<'c> {
+    path: String,
+    source: std::borrow::Cow<'c, str>,
+    scope: Map,
+    base_path: String,
+}
+
+impl Engine {
+    /// `Engine.Render(chart, values)`: every template of the chart tree rendered, keyed by
+    /// path (`root/templates/x.yaml`, `root/charts/sub/templates/y.yaml`), `<no value>`
+    /// removed. Partials (`_*`) are parsed but not rendered. `values` are the coalesced
+    /// values of the root chart.
+    pub fn render(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        release: &ReleaseOptions,
+        caps: &Capabilities,
+    ) -> Result<BTreeMap<String, String>, RenderError> {
+        std::thread::scope(|scope| {
+            let handle = std::thread::Builder::new()
+                .name("flotilla-render".to_string())
+                .stack_size(RENDER_STACK_BYTES)
+                .spawn_scoped(scope, || self.render_here(chart, values, release, caps));
+            match handle {
+                Ok(h) => h.join().unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "panic".to_string());
+                    Err(RenderError(format!("rendering template failed: {msg}")))
+                }),
+                Err(e) => Err(RenderError(format!(
+                    "rendering template failed: cannot start the render thread: {e}"
+                ))),
+            }
+        })
+    }
+
+    fn render_here(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        release: &ReleaseOptions,
+        caps: &Capabilities,
+    ) -> Result<BTreeMap<String, String>, RenderError> {
+        let funcs = helm_funcs(&FuncOptions {
+            lint_mode: self.lint_mode,
+            enable_dns: self.enable_dns,
+            lookup: self.lookup.clone(),
+        });
+        let release_map = Map::new();
+        release_map.insert("Name", Value::string(&release.name));
+        release_map.insert("Namespace", Value::string(&release.namespace));
+        release_map.insert("IsUpgrade", Value::Bool(release.is_upgrade));
+        release_map.insert("IsInstall", Value::Bool(release.is_install));
+        release_map.insert("Revision", Value::Int(release.revision));
+        release_map.insert("Service", Value::string("Helm"));
+        let shared = Shared {
+            release: Value::Map(release_map),
+            caps: Value::Object(Arc::new(CapabilitiesObject::new(caps))),
+        };
+        let mut templates = Vec::new();
+        let root_values = Value::Map(values_map(values));
+        collect(chart, None, &root_values, &shared, &mut templates);
+
+        let mut order: Vec<usize> = (0..templates.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&templates[a].path, &templates[b].path);
+            let (sa, sb) = (a.matches('/').count(), b.matches('/').count());
+            sb.cmp(&sa).then_with(|| b.cmp(a))
+        });
+
+        let mut set = TemplateSet::new("gotpl");
+        for &i in &order {
+            let t = &templates[i];
+            set.parse(&t.path, &t.source, &funcs)
+                .map_err(|e| RenderError(cleanup_parse_error(&t.path, &e.to_string())))?;
+        }
+        let opts = ExecOptions {
+            missing_key: if self.strict {
+                MissingKey::Error
+            } else {
+                MissingKey::Zero
+            },
+            max_stack_bytes: EXEC_STACK_BUDGET,
+            ..ExecOptions::helm()
+        };
+        let mut rendered = BTreeMap::new();
+        for &i in &order {
+            let t = &templates[i];
+            let base = t.path.rsplit('/').next().unwrap_or(&t.path);
+            if base.starts_with('_') {
+                continue;
+            }
+            let tmpl = Map::new();
+            tmpl.insert("Name", Value::string(&t.path));
+            tmpl.insert("BasePath", Value::string(&t.base_path));
+            t.scope.insert(
+                "Template",
+                Value::Map(tmpl.with_type(MapType::Named(Arc::from(VALUES_TYPE)))),
+            );
+            let out = set
+                .execute(
+                    &t.path,
+                    &Value::Map(t.scope.with_type(MapType::Named(Arc::from(VALUES_TYPE)))),
+                    &funcs,
+                    &opts,
+                )
+                .map_err(|e| match e {
+                    flotilla_gotmpl::Error::Exec(msg) => {
+                        RenderError(reformat_exec_error(&t.path, &msg))
+                    }
+                    flotilla_gotmpl::Error::Parse(msg) => RenderError(msg),
+                })?;
+            rendered.insert(t.path.clone(), out.replace("<no value>", ""));
+        }
+        Ok(rendered)
+    }
+}
+
+struct Shared {
+    release: Value,
+    caps: Value,
+}
+
+/// `MetadataAsMap()`: Chart.yaml with Go field names, nil slices as empty lists.
+pub(crate) fn metadata_map(md: &Metadata) -> Map {
+    fn s(x: &str) -> Value {
+        Value::string(x)
+    }
+    let strings = |v: &[String]| Value::list(v.iter().map(|x| s(x)).collect());
+    let m = Map::new();
+    m.insert("Name", s(&md.name));
+    m.insert("Home", s(&md.home));
+    m.insert("Sources", strings(&md.sources));
+    m.insert("Version", s(&md.version));
+    m.insert("Description", s(&md.description));
+    m.insert("Keywords", strings(&md.keywords));
+    m.insert(
+        "Maintainers",
+        Value::list(
+            md.maintainers
+                .iter()
+                .map(|x| {
+                    let mm = Map::new();
+                    mm.insert("Name", s(&x.name));
+                    mm.insert("Email", s(&x.email));
+                    mm.insert("URL", s(&x.url));
+                    Value::Map(mm)
+                })
+                .collect(),
+        ),
+    );
+    m.insert("Icon", s(&md.icon));
+    m.insert("APIVersion", s(&md.api_version));
+    m.insert("Condition", s(&md.condition));
+    m.insert("Tags", s(&md.tags));
+    m.insert("AppVersion", s(&md.app_version));
+    m.insert("Deprecated", Value::Bool(md.deprecated));
+    m.insert(
+        "Annotations",
+        Value::Map(Map::typed(
+            md.annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), s(v)))
+                .collect(),
+            MapType::StringValues,
+        )),
+    );
+    m.insert("KubeVersion", s(&md.kube_version));
+    m.insert(
+        "Dependencies",
+        Value::list(
+            md.dependencies
+                .iter()
+                .flatten()
+                .map(|d| {
+                    let dm = Map::new();
+                    dm.insert("Name", s(&d.name));
+                    dm.insert("Version", s(&d.version));
+                    dm.insert("Repository", s(&d.repository));
+                    dm.insert("Condition", s(&d.condition));
+                    dm.insert("Tags", strings(&d.tags));
+                    dm.insert("Enabled", Value::Bool(d.enabled));
+                    dm.insert(
+                        "ImportValues",
+                        Value::list(
+                            d.import_values
+                                .iter()
+                                .map(super::convert::json_to_value)
+                                .collect(),
+                        ),
+                    );
+                    dm.insert("Alias", s(&d.alias));
+                    Value::Map(dm)
+                })
+                .collect(),
+        ),
+    );
+    m.insert("Type", s(&md.chart_type));
+    m
+}
+
+/// `Values.Table(path)`: the map at a dotted path below `values`, shared with it.
+fn table(values: &Value, path: &[&str]) -> Option<Map> {
+    let mut cur = values.as_map()?.clone();
+    for key in path {
+        match cur.get(key) {
+            Some(Value::Map(m)) => cur = m,
+            _ => return None,
+        }
+    }
+    Some(cur)
+}
+
+/// `recAllTpls`: builds the scope map of `chart` and registers its templates; returns the
+/// scope (it becomes `.Subcharts.<name>` of the parent).
+fn collect<'c>(
+    chart: &'c Chart,
+    parent: Option<(&str, &Map)>,
+    root_values: &Value,
+    shared: &Shared,
+    out: &mut Vec<Renderable<'c>>,
+) -> Map {
+    let chart_map = metadata_map(&chart.metadata);
+    chart_map.insert("IsRoot", Value::Bool(parent.is_none()));
+    let subcharts = Map::new();
+    let scope = Map::new();
+    scope.insert("Chart", Value::Map(chart_map));
+    scope.insert(
+        "Files",
+        Value::Object(Arc::new(FilesObject::new(&chart.files))),
+    );
+    scope.insert("Release", shared.release.clone());
+    scope.insert("Capabilities", shared.caps.clone());
+    scope.insert("Subcharts", Value::Map(subcharts.clone()));
+    let values = match parent {
+        None => root_values.clone(),
+        Some((_, parent_scope)) => {
+            let mut path = vec!["Values"];
+            path.extend(chart.name().split('.'));
+            let found = table(&Value::Map(parent_scope.clone()), &path)
+                .unwrap_or_default()
+                .with_type(MapType::Named(Arc::from(VALUES_TYPE)));
+            Value::Map(found)
+        }
+    };
+    scope.insert("Values", values);
+
+    let full_path = match parent {
+        None => chart.name().to_string(),
+        Some((parent_path, _)) => format!("{parent_path}/charts/{}", chart.name()),
+    };
+    for dep in &chart.dependencies {
+        let sub = collect(dep, Some((&full_path, &scope)), root_values, shared, out);
+        subcharts.insert(dep.name(), Value::Map(sub));
+    }
+    let library = chart.is_library();
+    for t in &chart.templates {
+        let base = t.name.rsplit('/').next().unwrap_or(&t.name);
+        if library && !base.starts_with('_') {
+            continue;
+        }
+        out.push(Renderable {
+            path: format!("{full_path}/{}", t.name),
+            // Go keeps invalid UTF-8 bytes as they are; here they become U+FFFD.
+            source: String::from_utf8_lossy(&t.data),
+            scope: scope.clone(),
+            base_path: format!("{full_path}/templates"),
+        });
+    }
+    scope
+}

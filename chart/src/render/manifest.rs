@@ -1,0 +1,469 @@
+//! Helm's manifest post-processing (`pkg/release/v1/util`, Helm v4.1): splitting rendered
+//! files into YAML documents, reading each document's head, separating hooks from ordinary
+//! manifests, and sorting both by kind in install order.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::release::{Hook, HookDeletePolicy, HookEvent, HookOutputLogPolicy};
+
+/// `helm.sh/hook`
+pub const HOOK_ANNOTATION: &str = "helm.sh/hook";
+/// `helm.sh/hook-weight`
+pub const HOOK_WEIGHT_ANNOTATION: &str = "helm.sh/hook-weight";
+/// `helm.sh/hook-delete-policy`
+pub const HOOK_DELETE_ANNOTATION: &str = "helm.sh/hook-delete-policy";
+/// `helm.sh/hook-output-log-policy`
+pub const HOOK_OUTPUT_LOG_ANNOTATION: &str = "helm.sh/hook-output-log-policy";
+
+/// Helm's `InstallOrder`: kinds earlier in the list are applied first.
+pub const INSTALL_ORDER: &[&str] = &[
+    "PriorityClass",
+    "Namespace",
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "PodSecurityPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "SecretList",
+    "ConfigMap",
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleList",
+    "ClusterRoleBinding",
+    "ClusterRoleBindingList",
+    "Role",
+    "RoleList",
+    "RoleBinding",
+    "RoleBindingList",
+    "Service",
+    "DaemonSet",
+    "Pod",
+    "ReplicationController",
+    "ReplicaSet",
+    "Deployment",
+    "HorizontalPodAutoscaler",
+    "StatefulSet",
+    "Job",
+    "CronJob",
+    "IngressClass",
+    "Ingress",
+    "APIService",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+];
+
+/// Helm's `UninstallOrder`.
+pub const UNINSTALL_ORDER: &[&str] = &[
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "APIService",
+    "Ingress",
+    "IngressClass",
+    "Service",
+    "CronJob",
+    "Job",
+    "StatefulSet",
+    "HorizontalPodAutoscaler",
+    "Deployment",
+    "ReplicaSet",
+    "ReplicationController",
+    "Pod",
+    "DaemonSet",
+    "RoleBindingList",
+    "RoleBinding",
+    "RoleList",
+    "Role",
+    "ClusterRoleBindingList",
+    "ClusterRoleBinding",
+    "ClusterRoleList",
+    "ClusterRole",
+    "CustomResourceDefinition",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "ConfigMap",
+    "SecretList",
+    "Secret",
+    "ServiceAccount",
+    "PodDisruptionBudget",
+    "PodSecurityPolicy",
+    "LimitRange",
+    "ResourceQuota",
+    "NetworkPolicy",
+    "Namespace",
+    "PriorityClass",
+];
+
+static SEPARATOR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[\t\n\x0C\r ]*\n)---[\t\n\x0C\r ]*").expect("the separator regex is valid")
+});
+
+/// `SplitManifests` (Helm v3 and v4.0–4.1): documents split on `---` lines, the input and
+/// every document trimmed, empty pieces dropped. Returned in input order.
+pub fn split_manifests(big_file: &str) -> Vec<String> {
+    let trimmed = big_file.trim();
+    let mut out = Vec::new();
+    let mut last = 0;
+    let mut push = |piece: &str| {
+        if !piece.is_empty() {
+            out.push(piece.trim().to_string());
+        }
+    };
+    for m in SEPARATOR.find_iter(trimmed) {
+        push(&trimmed[last..m.start()]);
+        last = m.end();
+    }
+    push(&trimmed[last..]);
+    out
+}
+
+/// `SimpleHead`: what Helm reads of each document.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimpleHead {
+    /// `apiVersion`
+    pub version: String,
+    /// `kind`
+    pub kind: String,
+    /// `metadata`, when present and not null.
+    pub metadata: Option<HeadMetadata>,
+}
+
+/// `SimpleHead.Metadata`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadMetadata {
+    /// `metadata.name`
+    pub name: String,
+    /// `metadata.annotations` (`None` when absent or null).
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+fn json_kind(v: &flotilla_yaml::Value) -> &'static str {
+    use flotilla_yaml::Value as Y;
+    match v {
+        Y::Seq(_) => "array",
+        Y::Map(_) => "object",
+        Y::String(_) | Y::Bytes(_) => "string",
+        Y::Bool(_) => "bool",
+        _ => "number",
+    }
+}
+
+fn unmarshal_error(kind: &str, field: &str, ty: &str) -> String {
+    format!(
+        "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {kind} into Go struct field {field} of type {ty}"
+    )
+}
+
+/// A YAML scalar read into a Go `string` field by `sigs.k8s.io/yaml` (numbers and bools are
+/// converted to their text).
+fn string_field(v: Option<&flotilla_yaml::Value>, field: &str) -> Result<String, String> {
+    use flotilla_yaml::Value as Y;
+    Ok(match v {
+        None | Some(Y::Null) => String::new(),
+        Some(Y::String(s)) => s.clone(),
+        Some(Y::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Y::Bool(b)) => b.to_string(),
+        Some(Y::Int(i)) => i.to_string(),
+        Some(Y::Uint(u)) => u.to_string(),
+        Some(Y::Float(f)) => {
+            // strconv.FormatFloat(f, 'g', -1, 32): the shortest float32 digits.
+            let short: f64 = format!("{:e}", *f as f32).parse().unwrap_or(*f);
+            flotilla_gotmpl::gofmt::format_float(short, 'g', None)
+        }
+        Some(other) => return Err(unmarshal_error(json_kind(other), field, "string")),
+    })
+}
+
+fn get<'a>(m: &'a flotilla_yaml::Mapping, key: &str) -> Option<&'a flotilla_yaml::Value> {
+    m.get_str(key)
+}
+
+/// Reads a document's head as `yaml.Unmarshal(doc, &SimpleHead{})` does; the error is
+/// Helm's text (without the `YAML parse error on FILE: ` prefix).
+pub fn parse_head(doc: &str) -> Result<SimpleHead, String> {
+    use flotilla_yaml::Value as Y;
+    let v =
+        flotilla_yaml::from_str(doc).map_err(|e| format!("error converting YAML to JSON: {e}"))?;
+    let m = match &v {
+        Y::Null => return Ok(SimpleHead::default()),
+        Y::Map(m) => m,
+        other => {
+            return Err(format!(
+                "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {} into Go value of type util.SimpleHead",
+                json_kind(other)
+            ));
+        }
+    };
+    let mut head = SimpleHead {
+        version: string_field(get(m, "apiVersion"), "SimpleHead.apiVersion")?,
+        kind: string_field(get(m, "kind"), "SimpleHead.kind")?,
+        metadata: None,
+    };
+    let md_type = "struct { Name string \"json:\\\"name\\\"\"; Annotations map[string]string \"json:\\\"annotations\\\"\" }";
+    match get(m, "metadata") {
+        None | Some(Y::Null) => {}
+        Some(Y::Map(md)) => {
+            let name = string_field(get(md, "name"), "SimpleHead.metadata.name")?;
+            let annotations = match get(md, "annotations") {
+                None | Some(Y::Null) => None,
+                Some(Y::Map(a)) => {
+                    let mut out = BTreeMap::new();
+                    for (k, v) in a.iter() {
+                        let key = string_field(Some(k), "SimpleHead.metadata.annotations")
+                            .unwrap_or_default();
+                        out.insert(
+                            key,
+                            string_field(Some(v), "SimpleHead.metadata.annotations")?,
+                        );
+                    }
+                    Some(out)
+                }
+                Some(other) => {
+                    return Err(unmarshal_error(
+                        json_kind(other),
+                        "SimpleHead.metadata.annotations",
+                        "map[string]string",
+                    ));
+                }
+            };
+            head.metadata = Some(HeadMetadata { name, annotations });
+        }
+        Some(other) => {
+            return Err(unmarshal_error(
+                json_kind(other),
+                "SimpleHead.metadata",
+                md_type,
+            ));
+        }
+    }
+    Ok(head)
+}
+
+/// An ordinary (non-hook) manifest: one document of one rendered file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The template path it came from.
+    pub name: String,
+    /// The document text (trimmed).
+    pub content: String,
+    /// Its head.
+    pub head: SimpleHead,
+}
+
+/// What [`sort_manifests`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SortedManifests {
+    /// Hooks, sorted by kind (install order), otherwise in file and document order.
+    pub hooks: Vec<Hook>,
+    /// Ordinary manifests, sorted by kind (install order), otherwise in file and document
+    /// order.
+    pub manifests: Vec<Manifest>,
+    /// Messages Helm logs while sorting (`skipping unknown hooks`), as `slog` prints them.
+    pub warnings: Vec<String>,
+}
+
+/// A manifest could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("YAML parse error on {path}: {message}")]
+pub struct SortError {
+    /// The template path.
+    pub path: String,
+    /// The parser's message.
+    pub message: String,
+}
+
+fn hook_event(s: &str) -> Option<HookEvent> {
+    let e = match s {
+        "pre-install" | "post-install" | "pre-delete" | "post-delete" | "pre-upgrade"
+        | "post-upgrade" | "pre-rollback" | "post-rollback" | "test" => HookEvent::parse(s),
+        "test-success" => HookEvent::parse("test"),
+        _ => return None,
+    };
+    Some(e)
+}
+
+/// `slog`'s text form of a value: quoted when it needs to be.
+pub(crate) fn slog_value(s: &str) -> String {
+    let needs = s.is_empty()
+        || s.chars()
+            .any(|c| c == ' ' || c == '=' || c == '"' || !flotilla_gotmpl::gofmt::is_print(c));
+    if needs {
+        flotilla_gotmpl::gofmt::quote(s)
+    } else {
+        s.to_string()
+    }
+}
+
+/// `SortManifests(files, InstallOrder)`: files in path order, partials and blank files
+/// skipped, each split into documents; documents with a `helm.sh/hook` annotation become
+/// hooks (documents naming an unknown hook event are dropped), the rest manifests.
+pub fn sort_manifests(
+    files: &BTreeMap<String, String>,
+    order: &[&str],
+) -> Result<SortedManifests, SortError> {
+    let mut result = SortedManifests::default();
+    for (path, content) in files {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        if base.starts_with('_') || content.trim().is_empty() {
+            continue;
+        }
+        for doc in split_manifests(content) {
+            let head = parse_head(&doc).map_err(|message| SortError {
+                path: path.clone(),
+                message,
+            })?;
+            let annotations = head
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .filter(|a| !a.is_empty());
+            let Some(hook_types) = annotations.and_then(|a| a.get(HOOK_ANNOTATION)).cloned() else {
+                result.manifests.push(Manifest {
+                    name: path.clone(),
+                    content: doc,
+                    head,
+                });
+                continue;
+            };
+            let annotations = annotations.cloned().unwrap_or_default();
+            let mut events = Vec::new();
+            let mut unknown = false;
+            for t in hook_types.split(',') {
+                match hook_event(&t.trim().to_lowercase()) {
+                    Some(e) => events.push(e),
+                    None => {
+                        unknown = true;
+                        break;
+                    }
+                }
+            }
+            if unknown {
+                result.warnings.push(format!(
+                    "level=INFO msg=\"skipping unknown hooks\" hookTypes={}",
+                    slog_value(&hook_types)
+                ));
+                continue;
+            }
+            let list = |key: &str| -> Vec<String> {
+                annotations
+                    .get(key)
+                    .map(|v| v.split(',').map(|p| p.trim().to_lowercase()).collect())
+                    .unwrap_or_default()
+            };
+            let metadata = head.metadata.clone().unwrap_or_default();
+            result.hooks.push(Hook {
+                name: metadata.name,
+                kind: head.kind.clone(),
+                path: path.clone(),
+                manifest: doc,
+                events,
+                weight: annotations
+                    .get(HOOK_WEIGHT_ANNOTATION)
+                    .and_then(|w| go_atoi(w))
+                    .unwrap_or(0),
+                delete_policies: list(HOOK_DELETE_ANNOTATION)
+                    .iter()
+                    .map(|p| HookDeletePolicy::parse(p))
+                    .collect(),
+                output_log_policies: list(HOOK_OUTPUT_LOG_ANNOTATION)
+                    .iter()
+                    .map(|p| HookOutputLogPolicy::parse(p))
+                    .collect(),
+                ..Hook::default()
+            });
+        }
+    }
+    result
+        .hooks
+        .sort_by(|a, b| kind_cmp(&a.kind, &b.kind, order));
+    result
+        .manifests
+        .sort_by(|a, b| kind_cmp(&a.head.kind, &b.head.kind, order));
+    Ok(result)
+}
+
+/// `strconv.Atoi`: optional sign, decimal digits, within `int64`.
+fn go_atoi(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// `lessByKind` as an ordering: known kinds by their position, unknown kinds after them in
+/// alphabetical order.
+pub fn kind_cmp(a: &str, b: &str, order: &[&str]) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let pa = order.iter().position(|k| *k == a);
+    let pb = order.iter().position(|k| *k == b);
+    match (pa, pb) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_trims_documents_and_drops_empty_ones() {
+        let docs = split_manifests("\n---\na: 1\n---   \n\nb: 2\n  \n---\n");
+        assert_eq!(docs, vec!["a: 1".to_string(), "b: 2".to_string()]);
+        // A `---` right after a separator stays in the document, as in Helm.
+        assert_eq!(split_manifests("a\n---\n---\nb"), vec!["a", "---\nb"]);
+    }
+
+    #[test]
+    fn heads_stringify_scalars_and_reject_non_maps() {
+        let h = parse_head("apiVersion: v1\nkind: Pod\nmetadata:\n  name: 5\n  annotations:\n    helm.sh/hook-weight: 3\n").expect("head");
+        let md = h.metadata.expect("metadata");
+        assert_eq!(md.name, "5");
+        assert_eq!(
+            md.annotations.expect("annotations")["helm.sh/hook-weight"],
+            "3"
+        );
+        assert_eq!(
+            parse_head("- a").unwrap_err(),
+            "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal array into Go value of type util.SimpleHead"
+        );
+    }
+
+    #[test]
+    fn hooks_are_split_out_and_unknown_hooks_dropped() {
+        let mut files = BTreeMap::new();
+        files.insert(
+            "c/templates/a.yaml".to_string(),
+            "kind: Job\nmetadata:\n  name: j\n  annotations:\n    helm.sh/hook: pre-install, Post-Upgrade\n    helm.sh/hook-weight: \"-5\"\n---\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    helm.sh/hook: bogus\n---\nkind: Deployment\n---\nkind: Service\n".to_string(),
+        );
+        files.insert("c/templates/_h.tpl".to_string(), "kind: X".to_string());
+        let r = sort_manifests(&files, INSTALL_ORDER).expect("sorts");
+        assert_eq!(r.hooks.len(), 1);
+        assert_eq!(r.hooks[0].weight, -5);
+        assert_eq!(r.hooks[0].events.len(), 2);
+        let kinds: Vec<_> = r.manifests.iter().map(|m| m.head.kind.as_str()).collect();
+        assert_eq!(kinds, vec!["Service", "Deployment"]);
+        assert_eq!(
+            r.warnings,
+            vec!["level=INFO msg=\"skipping unknown hooks\" hookTypes=bogus".to_string()]
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_sort_last_alphabetically() {
+        let mut kinds = vec!["Zed", "Service", "Alpha", "Namespace"];
+        kinds.sort_by(|a, b| kind_cmp(a, b, INSTALL_ORDER));
+        assert_eq!(kinds, vec!["Namespace", "Service", "Alpha", "Zed"]);
+    }
+}

@@ -1,0 +1,501 @@
+//! The `helm template` action (`pkg/cmd/template.go`, `pkg/cmd/install.go runInstall`,
+//! `pkg/action/install.go` in client-only dry-run mode, `pkg/action/action.go
+//! renderResources`): user values, chart checks, dependencies, coalescing, schema, render,
+//! notes, hooks, kind order, CRDs and the exact stdout Helm prints.
+
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
+
+use regex::Regex;
+
+use super::engine::{Engine, ReleaseOptions};
+use super::funcs::Lookup;
+use super::manifest::{INSTALL_ORDER, Manifest, slog_value, sort_manifests};
+use super::objects::{Capabilities, KubeVersion};
+use crate::chart::Chart;
+use crate::release::{Hook, HookEvent};
+use crate::strvals::ValueOptions;
+use crate::values::Values;
+
+/// Everything `helm template NAME CHART [flags]` takes that this renderer supports.
+#[derive(Debug, Clone, Default)]
+pub struct TemplateOptions {
+    /// Release name (`NAME`).
+    pub release_name: String,
+    /// `--namespace` (empty: `default`).
+    pub namespace: String,
+    /// `-f` files, in order.
+    pub value_files: Vec<String>,
+    /// `--set`.
+    pub set: Vec<String>,
+    /// `--set-string`.
+    pub set_string: Vec<String>,
+    /// `--set-json`.
+    pub set_json: Vec<String>,
+    /// `--set-file`.
+    pub set_file: Vec<String>,
+    /// `--kube-version`.
+    pub kube_version: Option<String>,
+    /// `--api-versions` (each may hold several, comma-separated).
+    pub api_versions: Vec<String>,
+    /// `--include-crds`.
+    pub include_crds: bool,
+    /// `--skip-tests`.
+    pub skip_tests: bool,
+    /// `--no-hooks`.
+    pub no_hooks: bool,
+    /// `--show-only`.
+    pub show_only: Vec<String>,
+    /// `--is-upgrade`.
+    pub is_upgrade: bool,
+    /// `--skip-schema-validation`.
+    pub skip_schema_validation: bool,
+}
+
+/// A successful run: what Helm prints on stdout, and the log lines it prints on stderr.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateOutput {
+    /// stdout, byte for byte.
+    pub stdout: String,
+    /// stderr lines (`level=INFO msg=...`), in order.
+    pub warnings: Vec<String>,
+}
+
+/// A failed run: the message Helm prints after `Error: `, and the log lines before it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TemplateError {
+    /// The error message (without `Error: `).
+    pub message: String,
+    /// stderr lines printed before the error.
+    pub warnings: Vec<String>,
+}
+
+/// What an install renders (`renderResources`): the release manifest, hooks and notes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RenderedRelease {
+    /// `release.Manifest`: `---\n# Source: PATH\nDOC\n` per manifest in install order
+    /// (CRDs from `crds/` first when asked for).
+    pub manifest: String,
+    /// Hooks, in kind order (execution order by weight is the executor's business).
+    pub hooks: Vec<Hook>,
+    /// The root chart's rendered `NOTES.txt`.
+    pub notes: String,
+    /// The ordinary manifests, sorted.
+    pub manifests: Vec<Manifest>,
+}
+
+/// Inputs of [`render_release`] beyond the chart and values.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    /// `.Release`.
+    pub release: ReleaseOptions,
+    /// `.Capabilities`.
+    pub capabilities: Capabilities,
+    /// Put `crds/` files at the head of the manifest (`helm template --include-crds`).
+    pub include_crds: bool,
+    /// Skip `values.schema.json` validation.
+    pub skip_schema_validation: bool,
+    /// The cluster behind `lookup` (none: empty results, as `helm template`).
+    pub lookup: Option<Arc<dyn Lookup>>,
+}
+
+/// Where a failure happened: before the release existed, or while rendering it (Helm then
+/// still has a release to show, which `helm template` mentions).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseRenderError {
+    /// Dependencies, coalescing or schema validation failed.
+    #[error("{0}")]
+    Values(String),
+    /// Rendering, notes or manifest sorting failed.
+    #[error("{0}")]
+    Render(String),
+}
+
+static RELEASE_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+        .expect("the release name regex is valid")
+});
+
+/// `chartutil.ValidateReleaseName`.
+pub fn validate_release_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 53 || !RELEASE_NAME.is_match(name) {
+        return Err("invalid release name, must match regex ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$ and the length must not be longer than 53".to_string());
+    }
+    Ok(())
+}
+
+/// `CRDObjects()`: `crds/` files of the chart and its subcharts, with their full paths.
+pub fn crd_objects(chart: &Chart) -> Vec<(String, &crate::File)> {
+    fn rec<'a>(c: &'a Chart, full: &str, out: &mut Vec<(String, &'a crate::File)>) {
+        for f in c.crd_files() {
+            out.push((format!("{full}/{}", f.name), f));
+        }
+        for d in &c.dependencies {
+            rec(d, &format!("{full}/charts/{}", d.name()), out);
+        }
+    }
+    let mut out = Vec::new();
+    rec(chart, chart.name(), &mut out);
+    out
+}
+
+/// Install's rendering half on an already dependency-processed chart: coalesce `user`
+/// values, validate them, render, extract notes, sort hooks and manifests, build the
+/// release manifest. `warnings` receives Helm's log lines.
+pub fn render_release(
+    chart: &Chart,
+    user: &Values,
+    opts: &RenderOptions,
+    warnings: &mut Vec<String>,
+) -> Result<RenderedRelease, ReleaseRenderError> {
+    let mut coalesce_warnings = Vec::new();
+    let values = crate::coalesce::coalesce_values(chart, user, &mut coalesce_warnings);
+    warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
+    let values = values.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
+    if !opts.skip_schema_validation {
+        crate::schema::validate_against_schema(chart, &values)
+            .map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
+    }
+
+    let caps = &opts.capabilities;
+    let kv = &chart.metadata.kube_version;
+    if !kv.is_empty() && !crate::semver::is_compatible_range(kv, caps.kube_version.string()) {
+        return Err(ReleaseRenderError::Render(format!(
+            "chart requires kubeVersion: {kv} which is incompatible with Kubernetes {}",
+            caps.kube_version.version
+        )));
+    }
+    let engine = Engine {
+        lookup: opts.lookup.clone(),
+        ..Engine::default()
+    };
+    let mut files = engine
+        .render(chart, &values, &opts.release, caps)
+        .map_err(|e| ReleaseRenderError::Render(e.0))?;
+
+    let root_notes = format!("{}/templates/NOTES.txt", chart.name());
+    let notes = files.remove(&root_notes).unwrap_or_default();
+    files.retain(|k, _| !k.ends_with("NOTES.txt"));
+
+    let sorted = sort_manifests(&files, INSTALL_ORDER)
+        .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
+    warnings.extend(sorted.warnings);
+
+    let mut manifest = String::new();
+    if opts.include_crds {
+        for (path, f) in crd_objects(chart) {
+            manifest.push_str("---\n# Source: ");
+            manifest.push_str(&path);
+            manifest.push('\n');
+            manifest.push_str(&String::from_utf8_lossy(&f.data));
+            manifest.push('\n');
+        }
+    }
+    for m in &sorted.manifests {
+        manifest.push_str("---\n# Source: ");
+        manifest.push_str(&m.name);
+        manifest.push('\n');
+        manifest.push_str(&m.content);
+        manifest.push('\n');
+    }
+    Ok(RenderedRelease {
+        manifest,
+        hooks: sorted.hooks,
+        notes,
+        manifests: sorted.manifests,
+    })
+}
+
+fn io_error_text(op: &str, path: &str, e: &std::io::Error) -> String {
+    let why = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::IsADirectory => return format!("read {path}: is a directory"),
+        _ => e.to_string(),
+    };
+    format!("{op} {path}: {why}")
+}
+
+/// `LocateChart` for a local path.
+fn locate_chart(reference: &str) -> Result<&Path, String> {
+    let p = Path::new(reference);
+    if p.exists() {
+        return Ok(p);
+    }
+    if p.is_absolute() || reference.starts_with('.') {
+        return Err(format!(
+            "path {} not found",
+            flotilla_gotmpl::gofmt::quote(reference)
+        ));
+    }
+    match reference.split_once('/') {
+        None => Err(format!(
+            "non-absolute URLs should be in form of repo_name/path_to_chart, got: {reference}"
+        )),
+        Some((repo, _)) => Err(format!("repo {repo} not found")),
+    }
+}
+
+/// The user values of a Helm command (`values.Options.MergeValues`), reading `-f` and
+/// `--set-file` files.
+pub fn merge_user_values(opts: &TemplateOptions) -> Result<Values, String> {
+    let mut vo = ValueOptions {
+        json_values: opts.set_json.clone(),
+        values: opts.set.clone(),
+        string_values: opts.set_string.clone(),
+        file_values: opts.set_file.clone(),
+        ..ValueOptions::default()
+    };
+    let mut read_failure = None;
+    for path in &opts.value_files {
+        let data = if path == "-" {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+                .map(|_| buf)
+                .map_err(|e| e.to_string())
+        } else {
+            std::fs::read(path).map_err(|e| io_error_text("open", path, &e))
+        };
+        match data {
+            Ok(d) => vo.value_files.push((path.clone(), d)),
+            Err(e) => {
+                read_failure = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = read_failure {
+        // Files before the unreadable one were parsed first.
+        let earlier = ValueOptions {
+            value_files: vo.value_files.clone(),
+            ..ValueOptions::default()
+        };
+        earlier
+            .merge(&mut |_| Ok(serde_json::Value::Null))
+            .map_err(|e| e.to_string())?;
+        return Err(e);
+    }
+    vo.merge(&mut |path: &str| {
+        std::fs::read(path)
+            .map(|d| serde_json::Value::String(String::from_utf8_lossy(&d).into_owned()))
+            .map_err(|e| io_error_text("open", path, &e))
+    })
+    .map_err(|e| e.to_string())
+}
+
+fn fail(message: impl Into<String>, warnings: &[String]) -> TemplateError {
+    TemplateError {
+        message: message.into(),
+        warnings: warnings.to_vec(),
+    }
+}
+
+/// `CheckDependencies`: every dependency named in Chart.yaml must be present in `charts/`.
+fn check_dependencies(chart: &Chart) -> Result<(), String> {
+    let Some(reqs) = chart
+        .metadata
+        .dependencies
+        .as_ref()
+        .filter(|r| !r.is_empty())
+    else {
+        return Ok(());
+    };
+    let missing: Vec<&str> = reqs
+        .iter()
+        .filter(|r| !chart.dependencies.iter().any(|d| d.name() == r.name))
+        .map(|r| r.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "an error occurred while checking for chart dependencies. You may need to run `helm dependency build` to fetch missing dependencies: found in Chart.yaml, but missing in charts/ directory: {}",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// `helm template NAME CHART [flags]` for a chart on disk, without a cluster.
+pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutput, TemplateError> {
+    let mut warnings: Vec<String> = Vec::new();
+    let kube_version = match &opts.kube_version {
+        Some(v) if !v.is_empty() => Some(
+            KubeVersion::parse(v)
+                .map_err(|e| fail(format!("invalid kube version '{v}': {e}"), &warnings))?,
+        ),
+        _ => None,
+    };
+    let path = locate_chart(chart_ref).map_err(|e| fail(e, &warnings))?;
+    let user = merge_user_values(opts).map_err(|e| fail(e, &warnings))?;
+    let chart = crate::load::load(path).map_err(|e| fail(e.to_string(), &warnings))?;
+    let chart_type = chart.metadata.chart_type.as_str();
+    if !matches!(chart_type, "" | "application") {
+        return Err(fail(
+            format!("{chart_type} charts are not installable"),
+            &warnings,
+        ));
+    }
+    if chart.metadata.deprecated {
+        warnings.push("level=WARN msg=\"this chart is deprecated\"".to_string());
+    }
+    check_dependencies(&chart).map_err(|e| fail(e, &warnings))?;
+    render_template_chart(chart, user, kube_version, opts, warnings)
+}
+
+/// [`template`] for an already loaded chart and merged user values.
+pub fn render_template_chart(
+    mut chart: Chart,
+    user: Values,
+    kube_version: Option<KubeVersion>,
+    opts: &TemplateOptions,
+    mut warnings: Vec<String>,
+) -> Result<TemplateOutput, TemplateError> {
+    let name = &opts.release_name;
+    if let Err(e) = validate_release_name(name) {
+        let msg = format!("release name {}: {e}", flotilla_gotmpl::gofmt::quote(name));
+        warnings.push(format!(
+            "level=ERROR msg=\"release name check failed\" error={}",
+            slog_value(&msg)
+        ));
+        return Err(fail(format!("release name check failed: {msg}"), &warnings));
+    }
+    let mut dep_warnings = Vec::new();
+    let processed = crate::dependencies::process_dependencies(&mut chart, &user, &mut dep_warnings);
+    warnings.extend(dep_warnings.iter().map(|w| w.to_string()));
+    if let Err(e) = processed {
+        let msg = e.to_string();
+        warnings.push(format!(
+            "level=ERROR msg=\"chart dependencies processing failed\" error={}",
+            slog_value(&msg)
+        ));
+        return Err(fail(
+            format!("chart dependencies processing failed: {msg}"),
+            &warnings,
+        ));
+    }
+    let mut caps = Capabilities::helm_template_default();
+    if let Some(kv) = kube_version {
+        caps.kube_version = kv;
+    }
+    for a in &opts.api_versions {
+        caps.api_versions
+            .extend(a.split(',').filter(|s| !s.is_empty()).map(str::to_string));
+    }
+    let namespace = if opts.namespace.is_empty() {
+        "default".to_string()
+    } else {
+        opts.namespace.clone()
+    };
+    let render_opts = RenderOptions {
+        release: ReleaseOptions {
+            name: name.clone(),
+            namespace,
+            revision: 1,
+            is_install: !opts.is_upgrade,
+            is_upgrade: opts.is_upgrade,
+        },
+        capabilities: caps,
+        include_crds: opts.include_crds,
+        skip_schema_validation: opts.skip_schema_validation,
+        lookup: None,
+    };
+    let rel = match render_release(&chart, &user, &render_opts, &mut warnings) {
+        Ok(r) => r,
+        Err(ReleaseRenderError::Values(e)) => return Err(fail(e, &warnings)),
+        Err(ReleaseRenderError::Render(e)) => {
+            return Err(fail(
+                format!("{e}\n\nUse --debug flag to render out invalid YAML"),
+                &warnings,
+            ));
+        }
+    };
+
+    let mut out = String::new();
+    out.push_str(rel.manifest.trim());
+    out.push('\n');
+    if !opts.no_hooks {
+        for h in &rel.hooks {
+            if opts.skip_tests && h.events.contains(&HookEvent::parse("test")) {
+                continue;
+            }
+            out.push_str("---\n# Source: ");
+            out.push_str(&h.path);
+            out.push('\n');
+            out.push_str(&h.manifest);
+            out.push('\n');
+        }
+    }
+    if opts.show_only.is_empty() {
+        return Ok(TemplateOutput {
+            stdout: out,
+            warnings,
+        });
+    }
+    let stdout = show_only(&out, &opts.show_only).map_err(|e| fail(e, &warnings))?;
+    Ok(TemplateOutput { stdout, warnings })
+}
+
+static SOURCE_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"# Source: [^/]+/(.+)").expect("the source regex is valid"));
+
+/// `--show-only`: the documents whose `# Source:` path (without the chart name) matches
+/// one of the patterns (`filepath.Match`), pattern by pattern.
+fn show_only(out: &str, patterns: &[String]) -> Result<String, String> {
+    let docs = super::manifest::split_manifests(out);
+    let mut selected: Vec<&str> = Vec::new();
+    for f in patterns {
+        let f = f.replace('\\', "/");
+        let mut missing = true;
+        for doc in &docs {
+            let Some(c) = SOURCE_LINE.captures(doc) else {
+                continue;
+            };
+            let path = c.get(1).map_or("", |m| m.as_str());
+            if crate::ignore::go_match(&f, path).unwrap_or(false) {
+                selected.push(doc);
+                missing = false;
+            }
+        }
+        if missing {
+            return Err(format!("could not find template {f} in chart"));
+        }
+    }
+    let mut s = String::new();
+    for d in selected {
+        s.push_str("---\n");
+        s.push_str(d);
+        s.push('\n');
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_names_follow_helm() {
+        assert!(validate_release_name("my-release.v1").is_ok());
+        assert!(validate_release_name("Bad_Name").is_err());
+        assert!(validate_release_name(&"a".repeat(54)).is_err());
+    }
+
+    #[test]
+    fn show_only_selects_by_path_without_chart_name() {
+        let out =
+            "---\n# Source: c/templates/a.yaml\na: 1\n---\n# Source: c/templates/b.yaml\nb: 2\n";
+        assert_eq!(
+            show_only(out, &["templates/b.yaml".to_string()]).expect("found"),
+            "---\n# Source: c/templates/b.yaml\nb: 2\n"
+        );
+        assert_eq!(
+            show_only(out, &["templates/*.yaml".to_string()]).expect("found"),
+            out
+        );
+        assert_eq!(
+            show_only(out, &["templates/x.yaml".to_string()]).unwrap_err(),
+            "could not find template templates/x.yaml in chart"
+        );
+    }
+}
