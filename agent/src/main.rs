@@ -69,8 +69,7 @@ async fn apply(
     )
     .await
     .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
-    let client = kube::Client::try_from(config)?;
-    let ctx = Context::new(client, state_namespace, Arc::new(LiteralRenderer));
+    let ctx = Context::from_config(config, state_namespace, Arc::new(LiteralRenderer))?;
     // Signal handlers first, so a signal during the first reconcile is not lost.
     let mut signals = Signals::new()?;
     let interval = file.helm_release.spec.interval.get();

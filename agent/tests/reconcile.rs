@@ -450,3 +450,32 @@ async fn a_failed_upgrade_with_cleanup_on_fail_deletes_what_it_created_and_stall
     assert!(configs.get_opt("demo-config").await?.is_some());
     Ok(())
 }
+
+#[tokio::test]
+async fn actions_run_as_the_service_account_the_plan_names() -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("rec-sa")).await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig())?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let ctx = Context::from_config(config, "default", Arc::new(LiteralRenderer))?;
+    // A ServiceAccount without any RBAC: its install is refused by the API server.
+    let p = plan("ok", 1, "  serviceAccountName: nobody");
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install"]);
+    assert!(matches!(report.step, Step::Failed(_)), "{:?}", report.step);
+    let (r, _, msg) = cond(&report, condition::RELEASED);
+    assert_eq!(r, reason::INSTALL_FAILED);
+    assert!(
+        msg.contains("system:serviceaccount:default:nobody"),
+        "{msg}"
+    );
+    assert!(storage(&ctx).await?.is_empty(), "nothing was written");
+
+    // Without a configuration to impersonate from, the plan is refused outright.
+    let plain = context(&cluster).await?;
+    let err = run(&plain, &p).await.expect_err("refused");
+    assert!(err.to_string().contains("spec.serviceAccountName"), "{err}");
+    Ok(())
+}

@@ -21,14 +21,19 @@
 //!   killed mid-reconcile resumes from the last one (and a release left `pending-*` is
 //!   unlocked by the state machine).
 //! - Rendering is behind [`render::Renderer`].
+//! - With `spec.serviceAccountName`, actions (and their Helm storage writes) run as that
+//!   ServiceAccount ([`Context::action_cluster`]); observing uses the agent's identity.
 //! - [`delete_release`] uninstalls the release of a deleted HelmRelease and forgets it.
 //! - [`plan_file`] reads the plan files of `flotilla-agent apply`.
 //!
 //! Not here yet: drift detection and correction (a plan with `driftDetection.mode` set to
 //! `enabled` or `warn` gets `Ready=False StateError` saying so), Kubernetes Events (the
-//! report carries them; nothing posts them), ServiceAccount impersonation
-//! (`spec.serviceAccountName`), `upgrade.preserveValues`, client-side apply and `force`,
+//! report carries them; nothing posts them), `upgrade.preserveValues`, client-side apply and `force`,
 //! hook output logs, the inventory in the status, and post-renderers.
+
+// Errors name their object for people; they are built on the failure path only, so their
+// size does not matter.
+#![allow(clippy::result_large_err)]
 
 pub mod actions;
 pub mod plan_file;
@@ -67,16 +72,62 @@ pub struct Context {
     pub state: StateStore,
     /// The renderer.
     pub renderer: Arc<dyn Renderer>,
+    /// The configuration `cluster` was built from, to impersonate a plan's
+    /// `spec.serviceAccountName`; `None` refuses plans that name one.
+    pub config: Option<kube::Config>,
 }
 
 impl Context {
     /// A context for a cluster client, keeping controller state in `agent_namespace`.
+    /// Plans naming a ServiceAccount are refused (no configuration to impersonate from).
     pub fn new(client: Client, agent_namespace: &str, renderer: Arc<dyn Renderer>) -> Context {
         Context {
             cluster: ClusterApi::new(client.clone()),
             state: StateStore::new(client, agent_namespace),
             renderer,
+            config: None,
         }
+    }
+
+    /// A context for a client configuration; actions of plans naming a ServiceAccount run
+    /// as that ServiceAccount.
+    pub fn from_config(
+        config: kube::Config,
+        agent_namespace: &str,
+        renderer: Arc<dyn Renderer>,
+    ) -> Result<Context, kube::Error> {
+        let client = Client::try_from(config.clone())?;
+        Ok(Context {
+            config: Some(config),
+            ..Context::new(client, agent_namespace, renderer)
+        })
+    }
+
+    /// The cluster a plan's actions run against: impersonating `spec.serviceAccountName`
+    /// (in the HelmRelease's namespace) when it is set, else the agent's own identity.
+    /// Helm storage is written with the same identity.
+    pub fn action_cluster(&self, plan: &ReleasePlan) -> Result<ClusterApi, ReconcileError> {
+        let Some(sa) = plan.options.service_account_name.as_deref() else {
+            return Ok(self.cluster.clone());
+        };
+        let Some(config) = &self.config else {
+            return Err(ReconcileError::Impersonation {
+                object: object_key(plan),
+                message: format!(
+                    "spec.serviceAccountName: cannot act as {sa:?}: this agent has no client configuration to impersonate from"
+                ),
+            });
+        };
+        let client = crate::kube::impersonate::service_account_client(
+            config,
+            plan.object.namespace.as_str(),
+            sa,
+        )
+        .map_err(|e| ReconcileError::Impersonation {
+            object: object_key(plan),
+            message: format!("spec.serviceAccountName: {}", crate::kube::error_chain(&e)),
+        })?;
+        Ok(ClusterApi::new(client))
     }
 }
 
@@ -104,6 +155,14 @@ pub enum ReconcileError {
         /// What is wrong with it.
         message: String,
     },
+    /// The ServiceAccount of `spec.serviceAccountName` cannot be impersonated.
+    #[error("HelmRelease {object}: {message}")]
+    Impersonation {
+        /// `namespace/name` of the HelmRelease.
+        object: String,
+        /// Why.
+        message: String,
+    },
     /// The state machine did not settle within [`MAX_STEPS`] decisions.
     #[error("HelmRelease {object}: reconcile did not settle after {MAX_STEPS} decisions")]
     NotSettled {
@@ -119,6 +178,7 @@ impl ReconcileError {
             ReconcileError::State(e) => e.kind(),
             ReconcileError::Storage { source, .. } => source.kind(),
             ReconcileError::Record { .. } => "record",
+            ReconcileError::Impersonation { .. } => "impersonation",
             ReconcileError::NotSettled { .. } => "not_settled",
         }
     }
@@ -128,7 +188,7 @@ impl ReconcileError {
         match self {
             ReconcileError::State(e) => e.is_transient(),
             ReconcileError::Storage { source, .. } => source.is_transient(),
-            ReconcileError::Record { .. } => false,
+            ReconcileError::Record { .. } | ReconcileError::Impersonation { .. } => false,
             ReconcileError::NotSettled { .. } => true,
         }
     }
@@ -237,9 +297,10 @@ pub async fn reconcile(
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
+    let cluster = ctx.action_cluster(plan)?;
     let executor = |storage_namespace: &str| Executor {
-        cluster: &ctx.cluster,
-        records: SecretStorage::new(ctx.cluster.client().clone(), storage_namespace),
+        cluster: &cluster,
+        records: SecretStorage::new(cluster.client().clone(), storage_namespace),
         renderer: ctx.renderer.as_ref(),
         plan,
         chart,
@@ -362,9 +423,10 @@ pub async fn delete_release(
         } => storage_namespace.clone(),
         _ => plan.release.storage_namespace.to_string(),
     };
+    let cluster = ctx.action_cluster(plan)?;
     let exec = Executor {
-        cluster: &ctx.cluster,
-        records: SecretStorage::new(ctx.cluster.client().clone(), &storage_namespace),
+        cluster: &cluster,
+        records: SecretStorage::new(cluster.client().clone(), &storage_namespace),
         renderer: ctx.renderer.as_ref(),
         plan,
         chart,
