@@ -1,0 +1,1 @@
+{{- define "lib.label" -}}lib-of-{{ .Chart.Name }}{{- end -}}
