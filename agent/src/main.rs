@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use flotilla_agent::reconcile::render::LiteralRenderer;
+use flotilla_agent::reconcile::render::ChartRenderer;
 use flotilla_agent::reconcile::{Context, ReconcileReport, plan_file, reconcile};
 use flotilla_core::release::Step;
 
@@ -69,7 +69,7 @@ async fn apply(
     )
     .await
     .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
-    let ctx = Context::from_config(config, state_namespace, Arc::new(LiteralRenderer))?;
+    let ctx = Context::from_config(config, state_namespace, Arc::new(ChartRenderer::default()))?;
     // Signal handlers first, so a signal during the first reconcile is not lost.
     let mut signals = Signals::new()?;
     let interval = file.helm_release.spec.interval.get();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use flotilla_agent::reconcile::plan_file::{self, PlanFile};
-use flotilla_agent::reconcile::render::LiteralRenderer;
+use flotilla_agent::reconcile::render::{ChartRenderer, LiteralRenderer};
 use flotilla_agent::reconcile::state::{StateStore, secret_name};
 use flotilla_agent::reconcile::{Context, ReconcileReport, delete_release, reconcile};
 use flotilla_agent::storage::transitions::set_status;
@@ -477,5 +477,42 @@ async fn actions_run_as_the_service_account_the_plan_names() -> anyhow::Result<(
     let plain = context(&cluster).await?;
     let err = run(&plain, &p).await.expect_err("refused");
     assert!(err.to_string().contains("spec.serviceAccountName"), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_templated_chart_is_rendered_with_its_values_installed_and_tested() -> anyhow::Result<()>
+{
+    let cluster = Cluster::start(ClusterOptions::named("rec-render")).await?;
+    let ctx = Context::new(
+        cluster.client().await?,
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let p = plan(
+        "../../../tests/charts/hello",
+        1,
+        "  test:\n    enable: true\n  values:\n    testOutcome: fail",
+    );
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install", "test"]);
+    assert_eq!(
+        cond(&report, condition::RELEASED).0,
+        reason::INSTALL_SUCCEEDED
+    );
+    let (r, _, msg) = cond(&report, condition::TEST_SUCCESS);
+    assert_eq!(
+        r,
+        reason::TEST_FAILED,
+        "the value labelled the test pod to fail"
+    );
+    assert!(msg.contains("Pod default/demo-hello-test"), "{msg}");
+    let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
+    let rls = store.last("demo").await?.expect("the release");
+    assert!(
+        rls.manifest
+            .contains("# Source: hello/templates/deployment.yaml")
+    );
+    assert_eq!(rls.config["testOutcome"], "fail");
     Ok(())
 }

@@ -2,10 +2,9 @@
 //! the render pipeline's internals: chart + values + release options in, manifest text,
 //! hooks, notes and CRDs out.
 //!
-//! [`LiteralRenderer`] is the one implementation here: it takes a chart's templates as they
-//! are and refuses any template that uses template actions (`{{`). It serves charts of
-//! plain manifests (the tests' charts, and `flotilla-agent apply` on such charts) until
-//! `flotilla_chart::render` lands and a renderer on top of it joins this module.
+//! [`ChartRenderer`] renders with `flotilla_chart::render` (Helm's engine).
+//! [`LiteralRenderer`] takes a chart's templates as they are and refuses any template that
+//! uses template actions (`{{`): the tests' plain charts use it.
 //! [`split_rendered`] does Helm's part after rendering: hooks are separated by their
 //! `helm.sh/hook` annotation and the rest becomes the release manifest in install order.
 
@@ -219,6 +218,79 @@ pub fn split_rendered(chart: &str, files: &[(String, String)]) -> Result<Rendere
     })
 }
 
+/// Renders with `flotilla_chart::render` (Helm's engine): dependencies processed with the
+/// user values, values coalesced with the chart's and validated against its schema,
+/// templates rendered, hooks and manifests sorted. `.Capabilities` are `helm template`'s
+/// defaults (not the cluster's) and `lookup` finds nothing.
+#[derive(Debug, Clone)]
+pub struct ChartRenderer {
+    /// `.Capabilities`.
+    pub capabilities: flotilla_chart::render::Capabilities,
+}
+
+impl Default for ChartRenderer {
+    fn default() -> Self {
+        ChartRenderer {
+            capabilities: flotilla_chart::render::Capabilities::helm_template_default(),
+        }
+    }
+}
+
+impl Renderer for ChartRenderer {
+    fn render(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        options: &RenderOptions,
+    ) -> Result<Rendered, RenderError> {
+        use flotilla_chart::render::{ReleaseOptions, RenderOptions as ChartOptions};
+        let error = |file: &str, reason: String| RenderError::Template {
+            chart: chart.name().to_owned(),
+            file: file.to_owned(),
+            reason,
+        };
+        let mut chart = chart.clone();
+        let mut warnings = Vec::new();
+        flotilla_chart::dependencies::process_dependencies(&mut chart, values, &mut warnings)
+            .map_err(|e| {
+                error(
+                    "Chart.yaml",
+                    format!("chart dependencies processing failed: {e}"),
+                )
+            })?;
+        let opts = ChartOptions {
+            release: ReleaseOptions {
+                name: options.release_name.clone(),
+                namespace: options.namespace.clone(),
+                revision: options.revision,
+                is_install: options.is_install,
+                is_upgrade: options.is_upgrade,
+            },
+            capabilities: self.capabilities.clone(),
+            include_crds: false,
+            skip_schema_validation: false,
+            lookup: None,
+        };
+        let mut log = Vec::new();
+        let rendered = flotilla_chart::render::render_release(&chart, values, &opts, &mut log)
+            .map_err(|e| error("templates", e.to_string()))?;
+        let mut hooks = rendered.hooks;
+        hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
+        Ok(Rendered {
+            manifest: rendered.manifest,
+            hooks,
+            notes: rendered.notes,
+            crds: flotilla_chart::render::template::crd_objects(&chart)
+                .into_iter()
+                .map(|(name, f)| CrdFile {
+                    name,
+                    text: String::from_utf8_lossy(&f.data).into_owned(),
+                })
+                .collect(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +339,36 @@ mod tests {
             .render(&chart, &Values::new(), &options)
             .unwrap_err();
         assert!(err.to_string().contains("demo/templates/cm.yaml"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod chart_renderer_tests {
+    use super::*;
+
+    #[test]
+    fn the_hello_chart_renders_with_the_release_name_and_a_test_hook() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/charts/hello");
+        let chart = flotilla_chart::load(&dir).unwrap();
+        let options = RenderOptions {
+            release_name: "web".into(),
+            namespace: "apps".into(),
+            revision: 1,
+            is_install: true,
+            is_upgrade: false,
+        };
+        let r = ChartRenderer::default()
+            .render(&chart, &Values::new(), &options)
+            .unwrap();
+        assert!(
+            r.manifest
+                .contains("# Source: hello/templates/deployment.yaml"),
+            "{}",
+            r.manifest
+        );
+        assert!(r.manifest.contains("web-hello"), "{}", r.manifest);
+        assert_eq!(r.hooks.len(), 1);
+        assert_eq!(r.hooks[0].name, "web-hello-test");
+        assert_eq!(r.hooks[0].events, [HookEvent::Test]);
     }
 }
