@@ -526,6 +526,9 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
         i += 1;
     }
     let mut first = true;
+    // After a class shorthand (`\w`, `[:alpha:]`) a `-` cannot start a range: Go reads it as
+    // a literal hyphen (`[\w-.]`), while Rust would read a range, so it is escaped.
+    let mut after_shorthand = false;
     loop {
         let Some(&c) = chars.get(i) else {
             return Err(syntax(
@@ -538,6 +541,13 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
             return Ok(i + 1);
         }
         first = false;
+        if c == '-' && after_shorthand {
+            out.push_str("\\-");
+            i += 1;
+            after_shorthand = false;
+            continue;
+        }
+        after_shorthand = false;
         match c {
             '[' if chars.get(i + 1) == Some(&':') => {
                 let rest: String = chars[i..].iter().collect();
@@ -559,6 +569,7 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
                         let len = rest[..end + 2].chars().count();
                         out.extend(&chars[i..i + len]);
                         i += len;
+                        after_shorthand = true;
                     }
                     None => {
                         out.push_str("\\[");
@@ -574,6 +585,7 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
                     ));
                 };
                 i += 2;
+                after_shorthand = matches!(e, 'd' | 'D' | 's' | 'S' | 'w' | 'W');
                 match e {
                     'd' => out.push_str("0-9"),
                     'D' => out.push_str("[^0-9]"),
