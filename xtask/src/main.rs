@@ -1,7 +1,8 @@
 //! `cargo xtask`: the one entry point for the project's chores, used by people and by CI.
 //!
 //! - `cargo xtask test`: everything CI checks: installs what the tests need, then format,
-//!   lints, the dependency-direction guard, the whole test suite.
+//!   generated code, the dependency-direction guard, lints, the whole test suite and the
+//!   rendering conformance run over `../shared/charts`.
 //! - `cargo xtask up [--count N]`: the local environment (N clusters, kept running).
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
@@ -91,6 +92,20 @@ fn test(root: &Path) -> anyhow::Result<()> {
     step("cargo test", || {
         run(Command::new("cargo").args(["test", "--workspace", "--locked"]))
     })?;
+    step(
+        "conformance (../shared/charts against helm v4.1.4 goldens)",
+        || {
+            run(Command::new("cargo").args([
+                "run",
+                "--quiet",
+                "--locked",
+                "-p",
+                "flotilla-tests",
+                "--bin",
+                "conformance",
+            ]))
+        },
+    )?;
     eprintln!("xtask: all checks passed in {:.0?}", started.elapsed());
     Ok(())
 }
