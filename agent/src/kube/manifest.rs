@@ -5,6 +5,7 @@
 // only, so their size does not matter.
 #![allow(clippy::result_large_err)]
 
+use flotilla_chart::render::manifest::{INSTALL_ORDER, UNINSTALL_ORDER};
 use flotilla_yaml::Value as YamlValue;
 use kube::api::{DynamicObject, GroupVersionKind};
 use kube::core::TypeMeta;
@@ -308,88 +309,6 @@ pub enum KindOrder {
     /// `UninstallOrder`: webhooks and workloads first, namespaces last.
     Uninstall,
 }
-
-const INSTALL_ORDER: &[&str] = &[
-    "PriorityClass",
-    "Namespace",
-    "NetworkPolicy",
-    "ResourceQuota",
-    "LimitRange",
-    "PodSecurityPolicy",
-    "PodDisruptionBudget",
-    "ServiceAccount",
-    "Secret",
-    "SecretList",
-    "ConfigMap",
-    "StorageClass",
-    "PersistentVolume",
-    "PersistentVolumeClaim",
-    "CustomResourceDefinition",
-    "ClusterRole",
-    "ClusterRoleList",
-    "ClusterRoleBinding",
-    "ClusterRoleBindingList",
-    "Role",
-    "RoleList",
-    "RoleBinding",
-    "RoleBindingList",
-    "Service",
-    "DaemonSet",
-    "Pod",
-    "ReplicationController",
-    "ReplicaSet",
-    "Deployment",
-    "HorizontalPodAutoscaler",
-    "StatefulSet",
-    "Job",
-    "CronJob",
-    "IngressClass",
-    "Ingress",
-    "APIService",
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-];
-
-const UNINSTALL_ORDER: &[&str] = &[
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-    "APIService",
-    "Ingress",
-    "IngressClass",
-    "Service",
-    "CronJob",
-    "Job",
-    "StatefulSet",
-    "HorizontalPodAutoscaler",
-    "Deployment",
-    "ReplicaSet",
-    "ReplicationController",
-    "Pod",
-    "DaemonSet",
-    "RoleBindingList",
-    "RoleBinding",
-    "RoleList",
-    "Role",
-    "ClusterRoleBindingList",
-    "ClusterRoleBinding",
-    "ClusterRoleList",
-    "ClusterRole",
-    "CustomResourceDefinition",
-    "PersistentVolumeClaim",
-    "PersistentVolume",
-    "StorageClass",
-    "ConfigMap",
-    "SecretList",
-    "Secret",
-    "ServiceAccount",
-    "PodDisruptionBudget",
-    "PodSecurityPolicy",
-    "LimitRange",
-    "ResourceQuota",
-    "NetworkPolicy",
-    "Namespace",
-    "PriorityClass",
-];
 
 impl KindOrder {
     fn list(self) -> &'static [&'static str] {
