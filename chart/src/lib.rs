@@ -14,8 +14,9 @@
 //! - [`release`] encodes and decodes `sh.helm.release.v1.*` records.
 //!
 //! Values are `serde_json` values with Go's number rules: YAML/JSON numbers are f64, `--set`
-//! integers i64. Rendering lives elsewhere; nothing here does IO except reading the chart
-//! and values files a caller names.
+//! integers i64. [`render`] is Helm's engine and `helm template` pipeline on top of
+//! `flotilla-gotmpl` and `flotilla-sprig`. Nothing here does IO except reading the chart and
+//! values files a caller names.
 
 pub mod chart;
 pub mod coalesce;
