@@ -7,8 +7,11 @@
 //! What exists today is [`kube`]: the Kubernetes executor primitives (manifest to objects,
 //! API discovery, server-side apply with Helm's ownership rules, deletion, kstatus readiness
 //! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
-//! [`kube::ClusterApi`].
+//! [`kube::ClusterApi`]. [`reconcile`] runs a plan through core's state machine,
+//! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events.
 
+pub mod drift;
+pub mod events;
 pub mod kube;
 pub mod reconcile;
 pub mod storage;

@@ -20,10 +20,12 @@
 //! sources. [`impersonate`] builds clients acting as a ServiceAccount
 //! (`spec.serviceAccountName`).
 //!
+//! [`crate::drift`] builds drift detection on [`ClusterApi::dry_run_apply`].
+//!
 //! Not here (yet): hook ordering by event and weight and persisting `last_run` (the caller
 //! drives [`ClusterApi::run_hook`]), hook output logs (`helm.sh/hook-output-log-policy`),
 //! Helm 4's retry of applies that hit ResourceQuota conflicts, client-side apply and
-//! `--force-replace`, and the drift diff itself ([`ClusterApi::dry_run_apply`] is its input).
+//! `--force-replace`.
 
 pub mod apply;
 pub mod delete;

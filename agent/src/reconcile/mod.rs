@@ -26,9 +26,12 @@
 //! - [`delete_release`] uninstalls the release of a deleted HelmRelease and forgets it.
 //! - [`plan_file`] reads the plan files of `flotilla-agent apply`.
 //!
-//! Not here yet: drift detection and correction (a plan with `driftDetection.mode` set to
-//! `enabled` or `warn` gets `Ready=False StateError` saying so), Kubernetes Events (the
-//! report carries them; nothing posts them), `upgrade.preserveValues`, client-side apply and `force`,
+//! - Drift detection and correction ([`crate::drift`]) run when core asks for them
+//!   (`DetectDrift`, `CorrectDrift`), as the plan's actions' identity; the diffs found by
+//!   detection are what the correction applies.
+//! - The report's events are posted as Kubernetes Events ([`crate::events`]).
+//!
+//! Not here yet: `upgrade.preserveValues`, client-side apply and `force`,
 //! hook output logs, the inventory in the status, and post-renderers.
 
 // Errors name their object for people; they are built on the failure path only, so their
@@ -49,7 +52,6 @@ use flotilla_core::plan::{DriftObservation, Observed, ReleasePlan};
 use flotilla_core::release::{
     self, Action, AtomicRelease, Begin, Event, Step, apply_outcome, finish_reconcile,
 };
-use flotilla_core::spec::DriftDetectionMode;
 use flotilla_core::status::HelmReleaseStatus;
 use kube::Client;
 
@@ -329,6 +331,7 @@ pub async fn reconcile(
             let step = Step::Requeue;
             finish_reconcile(plan, &mut status, &step);
             ctx.state.save(plan, &status).await?;
+            post_events(ctx, plan, &events).await;
             return Ok(ReconcileReport {
                 step,
                 status,
@@ -346,6 +349,7 @@ pub async fn reconcile(
     let exec = executor(plan.release.storage_namespace.as_str());
     let mut atomic = AtomicRelease::new();
     let mut drift = DriftObservation::NotChecked;
+    let mut drift_set = None;
     let mut steps = 0;
     let stop = loop {
         steps += 1;
@@ -363,11 +367,16 @@ pub async fn reconcile(
                 action: Action::DetectDrift,
                 ..
             } => {
-                drift = detect_drift(plan);
+                (drift, drift_set) = detect_drift(ctx, &cluster, plan).await;
             }
             Step::Run { action, timeout } => {
                 tracing::info!(action = action.name(), "running action");
-                let outcome = exec.run(&action, timeout.get(), &status).await;
+                let outcome = match (&action, &drift_set) {
+                    (Action::CorrectDrift { .. }, Some(set)) => {
+                        crate::drift::correct(&cluster, set, timeout.get()).await
+                    }
+                    _ => exec.run(&action, timeout.get(), &status).await,
+                };
                 actions.push(action.name());
                 drift = DriftObservation::NotChecked;
                 let done = atomic.complete(plan, &action, &outcome, &mut status, &now());
@@ -382,9 +391,7 @@ pub async fn reconcile(
     finish_reconcile(plan, &mut status, &stop);
     ctx.state.save(plan, &status).await?;
     events.extend(atomic.take_events());
-    for e in &events {
-        tracing::info!(reason = %e.reason, "event");
-    }
+    post_events(ctx, plan, &events).await;
     Ok(ReconcileReport {
         step: stop,
         status,
@@ -446,6 +453,7 @@ pub async fn delete_release(
             Step::Done
         }
     };
+    post_events(ctx, plan, &applied.events).await;
     Ok(ReconcileReport {
         step,
         status,
@@ -454,12 +462,34 @@ pub async fn delete_release(
     })
 }
 
-/// Drift detection is not implemented: say so through core's error path.
-fn detect_drift(plan: &ReleasePlan) -> DriftObservation {
-    match plan.options.drift_detection.mode() {
-        DriftDetectionMode::Disabled => DriftObservation::NoDrift,
-        _ => DriftObservation::Error {
-            message: "drift detection is not implemented by this agent".to_owned(),
-        },
+/// Logs the events and posts them to the workload cluster ([`crate::events`]; failures are
+/// logged, never returned).
+async fn post_events(ctx: &Context, plan: &ReleasePlan, events: &[Event]) {
+    for e in events {
+        tracing::info!(reason = %e.reason, "event");
+    }
+    crate::events::record(ctx.cluster.client(), ctx.state.namespace(), plan, events).await;
+}
+
+/// Drift detection of the current release ([`crate::drift::detect`]): what core is told,
+/// and the diffs a correction applies.
+async fn detect_drift(
+    ctx: &Context,
+    cluster: &ClusterApi,
+    plan: &ReleasePlan,
+) -> (DriftObservation, Option<crate::drift::DriftSet>) {
+    let error = |message: String| (DriftObservation::Error { message }, None);
+    let records = SecretStorage::new(
+        ctx.cluster.client().clone(),
+        plan.release.storage_namespace.as_str(),
+    );
+    let rls = match records.last(plan.release.name.as_str()).await {
+        Ok(Some(rls)) => rls,
+        Ok(None) => return error("no release in storage".to_owned()),
+        Err(e) => return error(crate::kube::error_chain(&e)),
+    };
+    match crate::drift::detect(cluster, plan, &rls).await {
+        Ok(set) => (set.observation(), Some(set)),
+        Err(message) => error(message),
     }
 }

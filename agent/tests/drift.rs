@@ -1,0 +1,677 @@
+//! Drift detection and correction against real local clusters: objects of an installed
+//! release changed or deleted with the real `kubectl`, then reconciled with each
+//! `driftDetection` mode and with ignore rules; the conditions, the Events posted to the
+//! cluster and the live objects (read back with `kubectl`) checked. Each test starts its
+//! own cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::render::LiteralRenderer;
+use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
+use flotilla_core::release::Step;
+use flotilla_tests::{Cluster, ClusterOptions};
+
+fn charts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
+}
+
+/// A plan file for HelmRelease `<namespace>/demo` with the `drift` chart and extra spec
+/// lines.
+fn plan_text(namespace: &str, spec: &str) -> PlanFile {
+    let text = format!(
+        "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: demo
+  namespace: {namespace}
+  generation: 1
+spec:
+  interval: 1m
+  timeout: 20s
+{spec}
+chart:
+  path: drift
+"
+    );
+    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
+        Ok(p) => p,
+        Err(e) => panic!("plan file: {e}"),
+    }
+}
+
+/// HelmRelease `default/demo`, release `default/demo`.
+fn plan(spec: &str) -> PlanFile {
+    plan_text("default", spec)
+}
+
+/// HelmRelease `<namespace>/demo` for release `default/demo`.
+fn plan_in(namespace: &str, spec: &str) -> PlanFile {
+    plan_text(
+        namespace,
+        &format!(
+            "  releaseName: demo\n  targetNamespace: default\n  storageNamespace: default\n{spec}"
+        ),
+    )
+}
+
+async fn start(name: &str) -> anyhow::Result<(Cluster, Context)> {
+    let cluster = Cluster::start(ClusterOptions::named(name)).await?;
+    let ctx = Context::new(
+        cluster.client().await?,
+        "default",
+        Arc::new(LiteralRenderer),
+    );
+    Ok((cluster, ctx))
+}
+
+async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
+    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
+}
+
+fn cond(report: &ReconcileReport, type_: &str) -> Option<(String, ConditionStatus, String)> {
+    report
+        .status
+        .conditions
+        .get_condition(type_)
+        .map(|c| (c.reason.clone(), c.status, c.message.clone()))
+}
+
+/// Runs the real kubectl against the cluster; its stdout.
+fn kubectl(cluster: &Cluster, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(flotilla_tests::tools::kubectl()?)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(args)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+fn jsonpath(cluster: &Cluster, object: &str, path: &str) -> anyhow::Result<String> {
+    kubectl(
+        cluster,
+        &[
+            "get",
+            object,
+            "-n",
+            "default",
+            "-o",
+            &format!("jsonpath={path}"),
+        ],
+    )
+}
+
+/// `(type, reason, message, count)` of the Events about HelmRelease `demo` in `namespace`,
+/// oldest first, as kubectl lists them.
+fn events(
+    cluster: &Cluster,
+    namespace: &str,
+) -> anyhow::Result<Vec<(String, String, String, i64)>> {
+    let json = kubectl(cluster, &["get", "events", "-n", namespace, "-o", "json"])?;
+    let list: serde_json::Value = serde_json::from_str(&json)?;
+    let mut out = Vec::new();
+    for e in list["items"].as_array().into_iter().flatten() {
+        let involved = &e["involvedObject"];
+        if involved["kind"] != "HelmRelease" || involved["name"] != "demo" {
+            continue;
+        }
+        out.push((
+            e["lastTimestamp"].as_str().unwrap_or("").to_owned(),
+            e["type"].as_str().unwrap_or("").to_owned(),
+            e["reason"].as_str().unwrap_or("").to_owned(),
+            e["message"].as_str().unwrap_or("").to_owned(),
+            e["count"].as_i64().unwrap_or(0),
+        ));
+    }
+    out.sort();
+    Ok(out
+        .into_iter()
+        .map(|(_, t, r, m, c)| (t, r, m, c))
+        .collect())
+}
+
+fn event_with<'a>(
+    events: &'a [(String, String, String, i64)],
+    reason: &str,
+) -> &'a (String, String, String, i64) {
+    match events.iter().find(|e| e.1 == reason) {
+        Some(e) => e,
+        None => panic!("no {reason} event in {events:#?}"),
+    }
+}
+
+#[tokio::test]
+async fn enabled_mode_patches_changed_objects_back_and_recreates_deleted_ones() -> anyhow::Result<()>
+{
+    let (cluster, ctx) = start("drift-enabled").await?;
+    let p = plan("  driftDetection:\n    mode: enabled");
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install"]);
+    assert_eq!(
+        cond(&report, condition::DRIFTED),
+        Some((
+            reason::NO_DRIFT_DETECTED.to_owned(),
+            ConditionStatus::False,
+            "No drift detected against the cluster state".to_owned()
+        )),
+        "detection ran right after the install and found nothing"
+    );
+
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+    kubectl(
+        &cluster,
+        &[
+            "set",
+            "image",
+            "deployment/demo",
+            "-n",
+            "default",
+            "app=example.com/demo:2",
+        ],
+    )?;
+    kubectl(
+        &cluster,
+        &[
+            "annotate",
+            "configmap/demo-config",
+            "-n",
+            "default",
+            "note=added-by-hand",
+        ],
+    )?;
+    kubectl(
+        &cluster,
+        &[
+            "label",
+            "configmap/demo-config",
+            "-n",
+            "default",
+            "--overwrite",
+            "tier=edited",
+        ],
+    )?;
+    kubectl(&cluster, &["delete", "service/demo", "-n", "default"])?;
+    kubectl(
+        &cluster,
+        &[
+            "patch",
+            "configmap/demo-pinned",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"greeting":"changed"}}"#,
+        ],
+    )?;
+
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["correct cluster drift"]);
+    assert_eq!(report.step, Step::Done);
+    let detected = "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
+        ConfigMap/default/demo-config changed (0 additions, 1 changes, 0 removals)\n\
+        ConfigMap/default/demo-pinned excluded\n\
+        Service/default/demo removed\n\
+        Deployment/default/demo changed (0 additions, 2 changes, 0 removals)";
+    let corrected = "Cluster state of release default/demo.v1 has been corrected:\n\
+        Service/default/demo created\n\
+        ConfigMap/default/demo-config configured\n\
+        Deployment/default/demo configured";
+    let reasons: Vec<(&str, &str)> = report
+        .events
+        .iter()
+        .map(|e| (e.reason.as_str(), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [("DriftDetected", detected), ("DriftCorrected", corrected)]
+    );
+    assert_eq!(
+        cond(&report, condition::DRIFTED).map(|c| (c.0, c.1)),
+        Some((reason::NO_DRIFT_DETECTED.to_owned(), ConditionStatus::False)),
+        "detection after the correction found nothing left"
+    );
+    assert_eq!(
+        cond(&report, condition::READY).map(|c| c.1),
+        Some(ConditionStatus::True)
+    );
+
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "1"
+    );
+    assert_eq!(
+        jsonpath(
+            &cluster,
+            "deployment/demo",
+            "{.spec.template.spec.containers[0].image}"
+        )?,
+        "example.com/demo:1"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "configmap/demo-config", "{.metadata.labels.tier}")?,
+        "config"
+    );
+    assert_eq!(
+        jsonpath(
+            &cluster,
+            "configmap/demo-config",
+            "{.metadata.annotations.note}"
+        )?,
+        "added-by-hand",
+        "annotations others add are no drift"
+    );
+    assert_eq!(
+        jsonpath(
+            &cluster,
+            "service/demo",
+            "{.metadata.annotations.meta\\.helm\\.sh/release-name}"
+        )?,
+        "demo",
+        "the recreated object carries the release metadata"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "configmap/demo-pinned", "{.data.greeting}")?,
+        "changed",
+        "an object with driftDetection disabled is left alone"
+    );
+    // No new release revision: drift correction is not an upgrade.
+    assert_eq!(report.status.history.len(), 1);
+    assert_eq!(report.status.history[0].version, 1);
+
+    // The same events, posted to the cluster about the HelmRelease.
+    let posted = events(&cluster, "default")?;
+    let e = event_with(&posted, "DriftDetected");
+    assert_eq!((e.0.as_str(), e.2.as_str(), e.3), ("Warning", detected, 1));
+    let e = event_with(&posted, "DriftCorrected");
+    assert_eq!((e.0.as_str(), e.2.as_str(), e.3), ("Normal", corrected, 1));
+    assert_eq!(event_with(&posted, "InstallSucceeded").0, "Normal");
+
+    // In sync: the next reconcile does nothing.
+    let report = run(&ctx, &p).await?;
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    assert!(report.events.is_empty(), "{:?}", report.events);
+    Ok(())
+}
+
+#[tokio::test]
+async fn warn_mode_reports_drift_and_changes_nothing_and_a_repeat_is_counted() -> anyhow::Result<()>
+{
+    let (cluster, ctx) = start("drift-warn").await?;
+    let p = plan("  driftDetection:\n    mode: warn");
+    run(&ctx, &p).await?;
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+
+    let report = run(&ctx, &p).await?;
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    assert_eq!(report.step, Step::Done);
+    let msg = "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
+        ConfigMap/default/demo-pinned excluded\n\
+        Deployment/default/demo changed (0 additions, 1 changes, 0 removals)";
+    assert_eq!(
+        cond(&report, condition::DRIFTED),
+        Some((
+            reason::DRIFT_DETECTED.to_owned(),
+            ConditionStatus::True,
+            msg.to_owned()
+        ))
+    );
+    assert_eq!(
+        cond(&report, condition::READY).map(|c| (c.0, c.1)),
+        Some((reason::INSTALL_SUCCEEDED.to_owned(), ConditionStatus::True)),
+        "warn mode leaves Ready alone"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "3"
+    );
+
+    // The same drift on the next reconcile: the same Event, counted twice.
+    run(&ctx, &p).await?;
+    let posted = events(&cluster, "default")?;
+    let e = event_with(&posted, "DriftDetected");
+    assert_eq!((e.0.as_str(), e.2.as_str(), e.3), ("Warning", msg, 2));
+    assert!(
+        posted.iter().all(|e| e.1 != "DriftCorrected"),
+        "{posted:#?}"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "3"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn disabled_mode_checks_nothing() -> anyhow::Result<()> {
+    let (cluster, ctx) = start("drift-disabled").await?;
+    let p = plan("  driftDetection:\n    mode: disabled");
+    run(&ctx, &p).await?;
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+    kubectl(
+        &cluster,
+        &["delete", "configmap/demo-config", "-n", "default"],
+    )?;
+    let report = run(&ctx, &p).await?;
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    assert!(report.events.is_empty(), "{:?}", report.events);
+    assert_eq!(cond(&report, condition::DRIFTED), None);
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "3"
+    );
+    let missing = kubectl(
+        &cluster,
+        &["get", "configmap", "-n", "default", "-o", "name"],
+    )?;
+    assert!(!missing.contains("demo-config"), "{missing}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn ignore_rules_leave_their_paths_alone_on_the_objects_they_target() -> anyhow::Result<()> {
+    let (cluster, ctx) = start("drift-ignore").await?;
+    let p = plan(
+        r#"  driftDetection:
+    mode: enabled
+    ignore:
+    - paths: ["/spec/replicas"]
+      target:
+        kind: Deploy.*
+        labelSelector: app=demo
+    - paths: ["/data/greeting"]
+      target:
+        kind: ConfigMap
+        name: other
+    - paths: ["/metadata/labels/tier"]
+      target:
+        group: ""
+        version: v1
+        kind: ConfigMap
+        annotationSelector: "!helm.flotilla.dev/driftDetection""#,
+    );
+    run(&ctx, &p).await?;
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+    kubectl(
+        &cluster,
+        &[
+            "set",
+            "image",
+            "deployment/demo",
+            "-n",
+            "default",
+            "app=example.com/demo:2",
+        ],
+    )?;
+    kubectl(
+        &cluster,
+        &[
+            "patch",
+            "configmap/demo-config",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"greeting":"changed"},"metadata":{"labels":{"tier":"edited"}}}"#,
+        ],
+    )?;
+
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["correct cluster drift"]);
+    assert_eq!(
+        report.events[0].message,
+        "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
+         ConfigMap/default/demo-config changed (0 additions, 1 changes, 0 removals)\n\
+         ConfigMap/default/demo-pinned excluded\n\
+         Deployment/default/demo changed (0 additions, 1 changes, 0 removals)"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "3",
+        "the ignored path keeps its drift"
+    );
+    assert_eq!(
+        jsonpath(
+            &cluster,
+            "deployment/demo",
+            "{.spec.template.spec.containers[0].image}"
+        )?,
+        "example.com/demo:1",
+        "the rest of the object is corrected"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "configmap/demo-config", "{.data.greeting}")?,
+        "hello",
+        "a rule whose target does not match ignores nothing"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "configmap/demo-config", "{.metadata.labels.tier}")?,
+        "edited"
+    );
+    assert_eq!(
+        cond(&report, condition::DRIFTED).map(|c| c.0),
+        Some(reason::NO_DRIFT_DETECTED.to_owned())
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn objects_labelled_with_fluxs_key_on_the_cluster_are_skipped_and_bad_rules_are_state_errors()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("drift-exclude").await?;
+    let p = plan("  driftDetection:\n    mode: enabled");
+    run(&ctx, &p).await?;
+    kubectl(
+        &cluster,
+        &[
+            "label",
+            "deployment/demo",
+            "-n",
+            "default",
+            "helm.toolkit.fluxcd.io/driftDetection=Disabled",
+        ],
+    )?;
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+    let report = run(&ctx, &p).await?;
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    assert_eq!(
+        cond(&report, condition::DRIFTED).map(|c| c.0),
+        Some(reason::NO_DRIFT_DETECTED.to_owned()),
+        "excluded objects alone are no drift"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "3"
+    );
+
+    let bad = plan(
+        "  driftDetection:\n    mode: enabled\n    ignore:\n    - paths: [\"/spec/replicas\"]\n      target:\n        kind: \"Deploy(\"",
+    );
+    let report = run(&ctx, &bad).await?;
+    assert!(matches!(report.step, Step::Failed(_)), "{:?}", report.step);
+    let (r, st, msg) = cond(&report, condition::READY).expect("a Ready condition");
+    assert_eq!(
+        (r.as_str(), st),
+        (reason::STATE_ERROR, ConditionStatus::False)
+    );
+    assert!(
+        msg.starts_with(
+            "Could not determine release state: unable to determine cluster state: \
+             spec.driftDetection.ignore[0].target.kind: invalid regular expression \"Deploy(\""
+        ),
+        "{msg}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn events_about_a_helm_release_of_a_namespace_the_cluster_lacks_go_to_the_agent_namespace()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("drift-events").await?;
+    let p = plan_in("flux-system", "  driftDetection:\n    mode: enabled");
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["install"]);
+    let posted = events(&cluster, "default")?;
+    let e = event_with(&posted, "InstallSucceeded");
+    assert_eq!(
+        (e.0.as_str(), e.2.as_str(), e.3),
+        (
+            "Normal",
+            "Helm install succeeded for release default/demo.v1 with chart drift@0.1.0",
+            1
+        )
+    );
+    let json = kubectl(&cluster, &["get", "events", "-n", "default", "-o", "json"])?;
+    let list: serde_json::Value = serde_json::from_str(&json)?;
+    let event = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["reason"] == "InstallSucceeded")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(event["involvedObject"]["namespace"], "flux-system");
+    assert_eq!(
+        event["involvedObject"]["apiVersion"],
+        "helm.toolkit.fluxcd.io/v2"
+    );
+    assert_eq!(event["source"]["component"], "flotilla-agent");
+    assert_eq!(
+        event["metadata"]["annotations"]["helm.toolkit.fluxcd.io/revision"],
+        "0.1.0"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn apply_watch_checks_drift_every_interval_and_corrects_it() -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    let cluster = Cluster::start(ClusterOptions::named("drift-watch")).await?;
+    let dir = tempfile::tempdir()?;
+    let plan_path = dir.path().join("plan.yaml");
+    std::fs::write(
+        &plan_path,
+        format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: demo
+  namespace: default
+spec:
+  interval: 2s
+  timeout: 20s
+  driftDetection:
+    mode: enabled
+chart:
+  path: {}
+",
+            charts().join("drift").display()
+        ),
+    )?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla-agent"))
+        .arg("apply")
+        .arg("--watch")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .arg(&plan_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let printed = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let printed = Arc::clone(&printed);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut p = printed.lock().expect("not poisoned");
+                p.push_str(&line);
+                p.push('\n');
+            }
+        })
+    };
+    let result = async {
+        let wait_for =
+            |what: &str, check: &dyn Fn() -> anyhow::Result<bool>| -> anyhow::Result<()> {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !check()? {
+                    anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Ok(())
+            };
+        wait_for("the install", &|| {
+            Ok(printed
+                .lock()
+                .expect("not poisoned")
+                .contains("reason: InstallSucceeded"))
+        })?;
+        kubectl(
+            &cluster,
+            &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+        )?;
+        wait_for("the correction", &|| {
+            Ok(events(&cluster, "default")?
+                .iter()
+                .any(|e| e.1 == "DriftCorrected"))
+        })?;
+        assert_eq!(
+            jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+            "1"
+        );
+        let posted = events(&cluster, "default")?;
+        assert_eq!(
+            event_with(&posted, "DriftCorrected").2,
+            "Cluster state of release default/demo.v1 has been corrected:\n\
+             Deployment/default/demo configured"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(exit) = child.try_wait()? {
+            break exit;
+        }
+        if Instant::now() > deadline {
+            child.kill()?;
+            anyhow::bail!("still running 20s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    reader.join().expect("the reader thread does not panic");
+    result?;
+    assert!(
+        status.success() && exit.success(),
+        "exit on SIGTERM: {exit}"
+    );
+    Ok(())
+}
