@@ -635,3 +635,76 @@ pub async fn correct(cluster: &ClusterApi, set: &DriftSet, timeout: Duration) ->
         ..Outcome::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn op(kind: OpKind, path: &str, old: Option<Value>, new: Option<Value>) -> Operation {
+        let mut o = Operation::remove(path);
+        o.op = kind;
+        o.old_value = old;
+        o.value = new;
+        o
+    }
+
+    #[test]
+    fn secret_values_are_masked_before_and_after() {
+        let mut changed = op(
+            OpKind::Replace,
+            "/data/password",
+            Some(json!("b2xk")),
+            Some(json!("bmV3")),
+        );
+        mask_secret_op(&mut changed);
+        assert_eq!(changed.value, Some(json!("*** (after)")));
+        assert_eq!(changed.old_value, Some(json!("*** (before)")));
+        let mut added = op(OpKind::Add, "/data/token", None, Some(json!("c2VjcmV0")));
+        mask_secret_op(&mut added);
+        assert_eq!(added.value, Some(json!("***")));
+        let mut whole = op(
+            OpKind::Replace,
+            "/data",
+            Some(json!({"a": "x"})),
+            Some(json!({"a": "y", "b": "z"})),
+        );
+        mask_secret_op(&mut whole);
+        assert_eq!(whole.value, Some(json!({"a": "*** (after)", "b": "***"})));
+        let mut other = op(OpKind::Replace, "/type", Some(json!("a")), Some(json!("b")));
+        mask_secret_op(&mut other);
+        assert_eq!(other.value, Some(json!("b")), "only data is masked");
+    }
+
+    #[test]
+    fn errors_aggregate_as_go_prints_them() {
+        assert_eq!(aggregate(&[]), None);
+        assert_eq!(aggregate(&["a".into()]).as_deref(), Some("a"));
+        assert_eq!(
+            aggregate(&["a".into(), "b".into()]).as_deref(),
+            Some("[a, b]")
+        );
+    }
+
+    #[test]
+    fn only_the_last_untargeted_ignore_rule_counts_as_in_flux() {
+        let rules: Vec<IgnoreRule> = serde_json::from_value(json!([
+            {"paths": ["/a"]},
+            {"paths": ["/b"], "target": {"kind": "ConfigMap"}},
+            {"paths": ["/c"]},
+        ]))
+        .unwrap();
+        let compiled = IgnoreRules::compile(&rules).unwrap();
+        assert_eq!(compiled.rules.len(), 2);
+        assert_eq!(compiled.rules[1].1, ["/c"]);
+    }
+
+    #[test]
+    fn kinds_are_corrected_in_fluxs_order() {
+        assert!(kind_rank("Namespace") < kind_rank("ConfigMap"));
+        assert!(kind_rank("ConfigMap") < kind_rank("Deployment"));
+        assert!(kind_rank("Deployment") < kind_rank("Ingress"));
+        assert!(kind_rank("Ingress") < kind_rank("ValidatingWebhookConfiguration"));
+    }
+}
