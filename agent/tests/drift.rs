@@ -1,8 +1,10 @@
 //! Drift detection and correction against real local clusters: objects of an installed
 //! release changed or deleted with the real `kubectl`, then reconciled with each
 //! `driftDetection` mode and with ignore rules; the conditions, the Events posted to the
-//! cluster and the live objects (read back with `kubectl`) checked. Each test starts its
-//! own cluster.
+//! cluster and the live objects (read back with `kubectl`) checked. Before each reconcile
+//! that finds drift, Flux's own diff code (`tests/reference/flux-drift`) runs against the
+//! same cluster and the drift message must equal the one it gives. Each test starts its own
+//! cluster.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,6 +150,105 @@ fn event_with<'a>(
     }
 }
 
+/// Flux's own drift detection of release `default/demo` against the cluster, as
+/// helm-controller summarizes it: `agent/tests/reference/flux-drift` (Flux's
+/// `fluxcd/pkg/ssa` code), built once per source into the Flotilla cache. `ignore` is
+/// `spec.driftDetection.ignore` as JSON. Returns the summary and the error.
+fn flux_drift(cluster: &Cluster, ignore: &str) -> anyhow::Result<(String, Option<String>)> {
+    static BUILT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    let bin = {
+        let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+        match &*built {
+            Some(bin) => bin.clone(),
+            None => {
+                let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/flux-drift");
+                let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+                for f in ["main.go", "go.mod", "go.sum"] {
+                    for b in std::fs::read(src.join(f))? {
+                        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                    }
+                }
+                let cache = match (
+                    std::env::var_os("FLOTILLA_CACHE"),
+                    std::env::var_os("XDG_CACHE_HOME"),
+                ) {
+                    (Some(dir), _) => PathBuf::from(dir),
+                    (None, Some(xdg)) => PathBuf::from(xdg).join("flotilla"),
+                    (None, None) => PathBuf::from(std::env::var("HOME")?).join(".cache/flotilla"),
+                };
+                let dir = cache.join(format!("flux-drift-reference/{hash:016x}"));
+                let bin = dir.join("flux-drift");
+                if !bin.exists() {
+                    std::fs::create_dir_all(&dir)?;
+                    let tmp = dir.join(format!("flux-drift.{}", std::process::id()));
+                    let out = Command::new("go")
+                        .args(["build", "-o"])
+                        .arg(&tmp)
+                        .arg(".")
+                        .current_dir(&src)
+                        .output()?;
+                    anyhow::ensure!(
+                        out.status.success(),
+                        "building {}: {}",
+                        src.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    std::fs::rename(&tmp, &bin)?;
+                }
+                *built = Some(bin.clone());
+                bin
+            }
+        }
+    };
+    let manifest = Command::new(flotilla_tests::tools::helm()?)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["get", "manifest", "demo", "-n", "default"])
+        .output()?;
+    anyhow::ensure!(manifest.status.success(), "helm get manifest failed");
+    let dir = tempfile::tempdir()?;
+    let manifest_path = dir.path().join("manifest.yaml");
+    std::fs::write(&manifest_path, &manifest.stdout)?;
+    let out = Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .arg("--manifest")
+        .arg(&manifest_path)
+        .args([
+            "--release-name",
+            "demo",
+            "--release-namespace",
+            "default",
+            "--labels",
+            "helm.flotilla.dev/name=demo,helm.flotilla.dev/namespace=default",
+            "--field-owner",
+            "flotilla",
+            "--ignore",
+            ignore,
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "flux-drift: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok((
+        result["summary"].as_str().unwrap_or_default().to_owned(),
+        result["error"].as_str().map(str::to_owned),
+    ))
+}
+
+/// Flux's drift message for release `default/demo.v1`, from [`flux_drift`]; fails on a
+/// Flux error.
+fn flux_drift_message(cluster: &Cluster, ignore: &str) -> anyhow::Result<String> {
+    let (summary, error) = flux_drift(cluster, ignore)?;
+    anyhow::ensure!(error.is_none(), "Flux's diff failed: {error:?}");
+    Ok(format!(
+        "Cluster state of release default/demo.v1 has drifted from the desired state:\n{summary}"
+    ))
+}
+
 #[tokio::test]
 async fn enabled_mode_patches_changed_objects_back_and_recreates_deleted_ones() -> anyhow::Result<()>
 {
@@ -215,9 +316,11 @@ async fn enabled_mode_patches_changed_objects_back_and_recreates_deleted_ones() 
         ],
     )?;
 
+    let flux = flux_drift_message(&cluster, "[]")?;
     let report = run(&ctx, &p).await?;
     assert_eq!(report.actions, ["correct cluster drift"]);
     assert_eq!(report.step, Step::Done);
+    assert_eq!(report.events[0].message, flux, "what Flux's own diff finds");
     let detected = "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
         ConfigMap/default/demo-config changed (0 additions, 1 changes, 0 removals)\n\
         ConfigMap/default/demo-pinned excluded\n\
@@ -315,9 +418,11 @@ async fn warn_mode_reports_drift_and_changes_nothing_and_a_repeat_is_counted() -
         &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
     )?;
 
+    let flux = flux_drift_message(&cluster, "[]")?;
     let report = run(&ctx, &p).await?;
     assert!(report.actions.is_empty(), "{:?}", report.actions);
     assert_eq!(report.step, Step::Done);
+    assert_eq!(report.events[0].message, flux, "what Flux's own diff finds");
     let msg = "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
         ConfigMap/default/demo-pinned excluded\n\
         Deployment/default/demo changed (0 additions, 1 changes, 0 removals)";
@@ -435,8 +540,16 @@ async fn ignore_rules_leave_their_paths_alone_on_the_objects_they_target() -> an
         ],
     )?;
 
+    let flux = flux_drift_message(
+        &cluster,
+        r#"[{"paths": ["/spec/replicas"], "target": {"kind": "Deploy.*", "labelSelector": "app=demo"}},
+            {"paths": ["/data/greeting"], "target": {"kind": "ConfigMap", "name": "other"}},
+            {"paths": ["/metadata/labels/tier"], "target": {"group": "", "version": "v1", "kind": "ConfigMap",
+             "annotationSelector": "!helm.flotilla.dev/driftDetection"}}]"#,
+    )?;
     let report = run(&ctx, &p).await?;
     assert_eq!(report.actions, ["correct cluster drift"]);
+    assert_eq!(report.events[0].message, flux, "what Flux's own diff finds");
     assert_eq!(
         report.events[0].message,
         "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
@@ -494,6 +607,14 @@ async fn objects_labelled_with_fluxs_key_on_the_cluster_are_skipped_and_bad_rule
         &cluster,
         &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
     )?;
+    assert_eq!(
+        flux_drift(&cluster, "[]")?,
+        (
+            "ConfigMap/default/demo-pinned excluded\nDeployment/default/demo excluded".to_owned(),
+            None
+        ),
+        "Flux's own diff excludes both and finds no change"
+    );
     let report = run(&ctx, &p).await?;
     assert!(report.actions.is_empty(), "{:?}", report.actions);
     assert_eq!(
