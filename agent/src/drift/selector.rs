@@ -106,6 +106,9 @@ impl LabelSelector {
     /// Parses `a=b,c!=d,e in (x,y),f notin (z),g,!h,i>1,j<2`.
     pub fn parse(expr: &str) -> Result<LabelSelector, String> {
         let mut reqs = Vec::new();
+        if expr.trim().is_empty() {
+            return Ok(LabelSelector(reqs));
+        }
         for part in split_requirements(expr)? {
             let part = part.trim();
             if part.is_empty() {
@@ -162,12 +165,38 @@ fn split_requirements(expr: &str) -> Result<Vec<&str>, String> {
     Ok(parts)
 }
 
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters.
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A DNS-1123 subdomain: lowercase labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` joined by dots,
+/// at most 253 characters.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+/// A label key: an optional DNS subdomain prefix and `/`, then a name.
 fn check_key(key: &str) -> Result<String, String> {
     let key = key.trim();
-    let valid = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    let valid = match key.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_name(name),
+        None => is_label_name(key),
+    };
     if valid {
         Ok(key.to_owned())
     } else {
@@ -175,15 +204,14 @@ fn check_key(key: &str) -> Result<String, String> {
     }
 }
 
+/// A label value: empty, or a name.
 fn check_value(value: &str) -> Result<String, String> {
     let value = value.trim();
-    if value
-        .chars()
-        .any(|c| c.is_whitespace() || matches!(c, ',' | '(' | ')' | '=' | '!'))
-    {
-        return Err(format!("invalid value {value:?}"));
+    if value.is_empty() || is_label_name(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(format!("invalid value {value:?}"))
     }
-    Ok(value.to_owned())
 }
 
 fn parse_set(rest: &str) -> Result<Vec<String>, String> {
@@ -207,8 +235,7 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
     }
     for (op, greater) in [('>', true), ('<', false)] {
         if let Some((k, v)) = part.split_once(op) {
-            let n: i64 = v
-                .trim()
+            let n: i64 = check_value(v)?
                 .parse()
                 .map_err(|_| format!("{op} needs an integer, found {:?}", v.trim()))?;
             let k = check_key(k)?;
