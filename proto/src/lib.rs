@@ -4,8 +4,11 @@
 //! is generated from it by `cargo xtask gen` (prost and tonic, compiled with protox, so no
 //! system `protoc` is needed) and committed; `cargo xtask gen-check` fails when it is stale.
 //!
-//! Wire types stop at the edge: conversions to the domain types of `flotilla-core` live next
-//! to the handlers, and no prost type travels further.
+//! Wire types stop at the edge: [`convert`] turns them into the domain types of
+//! `flotilla-core` (`TryFrom<v1::ReleasePlan> for ReleasePlan`, refusing bad input with an
+//! [`convert::InvalidMessage`] naming the field) and back, and no prost type travels further.
+
+pub mod convert;
 
 /// Messages and the `Hub` service of `flotilla.agent.v1`.
 #[allow(

@@ -191,6 +191,10 @@ pub struct ReleasePlan {
     pub options_json: ::prost::alloc::vec::Vec<u8>,
     #[prost(message, optional, tag = "11")]
     pub requests: ::core::option::Option<RequestTokens>,
+    /// The target ManagedCluster (`spec.clusterRef.name`); empty for kubeConfig or in-cluster
+    /// targets.
+    #[prost(string, tag = "12")]
+    pub cluster_id: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ReleaseTarget {
@@ -289,6 +293,10 @@ pub struct ReleaseStatus {
     pub observed_common_metadata_digest: ::prost::alloc::string::String,
     #[prost(message, repeated, tag = "19")]
     pub inventory: ::prost::alloc::vec::Vec<InventoryEntry>,
+    /// Set when an inventory was recorded, even an empty one (`inventory` alone cannot tell an
+    /// empty inventory from none).
+    #[prost(bool, tag = "20")]
+    pub has_inventory: bool,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Condition {
@@ -342,6 +350,10 @@ pub struct Snapshot {
     pub oci_digest: ::prost::alloc::string::String,
     #[prost(string, tag = "16")]
     pub action: ::prost::alloc::string::String,
+    /// Set when test hooks were recorded, even none: an empty `test_hooks` with this set means
+    /// "tested, the chart has no test hooks"; unset means "never tested".
+    #[prost(bool, tag = "17")]
+    pub has_test_hooks: bool,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct TestHookStatus {
