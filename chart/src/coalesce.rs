@@ -58,7 +58,7 @@ fn slog_value(s: &str) -> String {
         || s.chars()
             .any(|c| c == ' ' || c == '=' || c == '"' || c.is_control() || c.is_whitespace());
     if needs {
-        crate::gofmt::go_quote(s)
+        flotilla_gotmpl::gofmt::quote(s)
     } else {
         s.to_owned()
     }
@@ -275,7 +275,7 @@ fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
                     }
                     Some(_) => w.push(Warning::info(format!(
                         "Conflict: cannot merge map onto non-map for {}. Skipping.",
-                        crate::gofmt::go_quote(key)
+                        flotilla_gotmpl::gofmt::quote(key)
                     ))),
                 }
             } else if dg.get(key).is_some_and(Value::is_object) {

@@ -1,5 +1,5 @@
-//! The few Go `fmt` renderings Helm's messages contain: `%v` of decoded values, `%q` of
-//! strings.
+//! The few Go `fmt` renderings Helm's messages contain about decoded JSON values: `%v`,
+//! `%T`, `%t`. Quoting (`%q`) is `flotilla_gotmpl::gofmt::quote`.
 
 use serde_json::Value;
 
@@ -85,51 +85,6 @@ pub fn go_t(v: &Value) -> String {
     }
 }
 
-/// Go's `strconv.Quote` (what `%q` prints for a string).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        push_quoted_char(&mut out, c, '"');
-    }
-    out.push('"');
-    out
-}
-
-/// `%q` of a rune.
-pub fn go_quote_rune(c: char) -> String {
-    let mut out = String::from("'");
-    push_quoted_char(&mut out, c, '\'');
-    out.push('\'');
-    out
-}
-
-fn push_quoted_char(out: &mut String, c: char, quote: char) {
-    match c {
-        '\\' => out.push_str("\\\\"),
-        c if c == quote => {
-            out.push('\\');
-            out.push(c);
-        }
-        '\u{7}' => out.push_str("\\a"),
-        '\u{8}' => out.push_str("\\b"),
-        '\u{c}' => out.push_str("\\f"),
-        '\n' => out.push_str("\\n"),
-        '\r' => out.push_str("\\r"),
-        '\t' => out.push_str("\\t"),
-        '\u{b}' => out.push_str("\\v"),
-        c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
-        c if c.is_control() || c == '\u{feff}' => {
-            if (c as u32) < 0x10000 {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            } else {
-                out.push_str(&format!("\\U{:08x}", c as u32));
-            }
-        }
-        c => out.push(c),
-    }
-}
-
 /// A non-string YAML key as `sigs.k8s.io/yaml` turns it into a JSON key (the library already
 /// does this; kept for keys that reach us unconverted).
 pub(crate) fn yaml_key_string(k: &flotilla_yaml::Value) -> String {
@@ -162,9 +117,7 @@ mod tests {
     }
 
     #[test]
-    fn quote_formats_like_go() {
-        assert_eq!(go_quote("a\"b\n\u{1}é"), "\"a\\\"b\\n\\x01é\"");
-        assert_eq!(go_quote_rune('a'), "'a'");
+    fn t_formats_like_go() {
         assert_eq!(go_t(&json!("x")), "%!t(string=x)");
     }
 }

@@ -22,7 +22,6 @@ pub mod chart;
 pub mod coalesce;
 pub mod dependencies;
 pub mod gofmt;
-pub mod gojson;
 pub mod ignore;
 pub mod load;
 pub mod metadata;

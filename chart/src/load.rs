@@ -49,10 +49,10 @@ pub enum LoadError {
     #[error("cannot load irregular file {0} as it has file mode type bits set")]
     Irregular(String),
     /// A file over 5 MiB in a directory.
-    #[error("chart file {} is larger than the maximum file size {}", crate::gofmt::go_quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
+    #[error("chart file {} is larger than the maximum file size {}", flotilla_gotmpl::gofmt::quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
     FileTooLarge(String),
     /// A file over 5 MiB in an archive.
-    #[error("decompressed chart file {} is larger than the maximum file size {}", crate::gofmt::go_quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
+    #[error("decompressed chart file {} is larger than the maximum file size {}", flotilla_gotmpl::gofmt::quote(.0), MAX_DECOMPRESSED_FILE_SIZE)]
     ArchiveFileTooLarge(String),
     /// The archive decompresses to more than 100 MiB.
     #[error(
@@ -78,7 +78,7 @@ pub enum LoadError {
     #[error("chart illegally contains absolute paths")]
     AbsolutePath,
     /// An entry outside the chart directory.
-    #[error("chart illegally contains content outside the base directory: {}", crate::gofmt::go_quote(.0))]
+    #[error("chart illegally contains content outside the base directory: {}", flotilla_gotmpl::gofmt::quote(.0))]
     OutsideBase(String),
     /// `..` in an archive path.
     #[error("chart illegally references parent directory")]

@@ -605,22 +605,22 @@ impl Metadata {
         if self.name == "." || self.name == ".." {
             return err(format!(
                 "chart.metadata.name {} is not allowed",
-                crate::gofmt::go_quote(&self.name)
+                flotilla_gotmpl::gofmt::quote(&self.name)
             ));
         }
         if go_base(&self.name) != self.name {
             return err(format!(
                 "chart.metadata.name {} is invalid",
-                crate::gofmt::go_quote(&self.name)
+                flotilla_gotmpl::gofmt::quote(&self.name)
             ));
         }
         if self.version.is_empty() {
             return err("chart.metadata.version is required".into());
         }
-        if crate::semver::Version::parse(&self.version).is_none() {
+        if crate::semver::Version::parse(&self.version).is_err() {
             return err(format!(
                 "chart.metadata.version {} is invalid",
-                crate::gofmt::go_quote(&self.version)
+                flotilla_gotmpl::gofmt::quote(&self.version)
             ));
         }
         if !matches!(self.chart_type.as_str(), "" | "application" | "library") {
@@ -654,7 +654,7 @@ impl Metadata {
             {
                 return err(format!(
                     "dependency {} has disallowed characters in the alias",
-                    crate::gofmt::go_quote(&d.name)
+                    flotilla_gotmpl::gofmt::quote(&d.name)
                 ));
             }
             let key = if d.alias.is_empty() {
@@ -665,7 +665,7 @@ impl Metadata {
             if !seen.insert(key.clone()) {
                 return err(format!(
                     "more than one dependency with name or alias {}",
-                    crate::gofmt::go_quote(&key)
+                    flotilla_gotmpl::gofmt::quote(&key)
                 ));
             }
         }

@@ -623,7 +623,7 @@ pub fn secret_for(rls: &Release, op: StorageOp) -> Result<ReleaseSecret, CodecEr
 
 /// `json.Marshal(release)`.
 pub fn to_json(rls: &Release) -> Result<Vec<u8>, CodecError> {
-    Ok(crate::gojson::to_vec(rls)?)
+    Ok(flotilla_yaml::gojson::to_vec(rls)?)
 }
 
 /// `encodeRelease`: `base64(gzip(json))`, gzip at best compression with Go's header

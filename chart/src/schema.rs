@@ -19,8 +19,9 @@
 use serde_json::{Map, Value};
 
 use crate::chart::Chart;
-use crate::gofmt::{go_quote, go_type};
+use crate::gofmt::go_type;
 use crate::values::Values;
+use flotilla_gotmpl::gofmt::quote as go_quote;
 
 /// Schema validation failed; `Display` is Helm's full message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -1003,7 +1004,7 @@ fn go_json_syntax_error(src: &[u8], e: &serde_json::Error) -> String {
         '\'' => "'\\''".to_owned(),
         '"' => "'\"'".to_owned(),
         c => {
-            let q = crate::gofmt::go_quote(&c.to_string());
+            let q = flotilla_gotmpl::gofmt::quote(&c.to_string());
             format!("'{}'", &q[1..q.len() - 1])
         }
     };

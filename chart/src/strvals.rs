@@ -4,8 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::gofmt::{go_quote, go_quote_rune, go_type};
+use crate::gofmt::go_type;
 use crate::values::{Values, ValuesError, merge_maps};
+use flotilla_gotmpl::gofmt::{quote as go_quote, quote_rune as go_quote_rune};
 
 /// Largest list index accepted.
 pub const MAX_INDEX: usize = 65536;

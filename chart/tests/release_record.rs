@@ -151,7 +151,7 @@ fn stored_chart_matches_the_chart_we_load_and_process() {
     zero_modtimes(&mut ours);
     zero_modtimes(&mut theirs);
     assert_eq!(
-        String::from_utf8(flotilla_chart::gojson::to_vec(&ours).unwrap()).unwrap(),
-        String::from_utf8(flotilla_chart::gojson::to_vec(&theirs).unwrap()).unwrap()
+        String::from_utf8(flotilla_yaml::gojson::to_vec(&ours).unwrap()).unwrap(),
+        String::from_utf8(flotilla_yaml::gojson::to_vec(&theirs).unwrap()).unwrap()
     );
 }

@@ -2,9 +2,10 @@
 //!
 //! - [`config_digest`]: the digest of release values. Flux (`chartutil.DigestValues`) hashes
 //!   the go-yaml v2 encoding of the values with keys sorted recursively; empty values hash
-//!   the empty input. This module reproduces that encoding (see the `goyaml` module for
-//!   what is covered), so digests match the ones the Go controller writes to
-//!   `status.history[].configDigest` and `status.lastAttemptedConfigDigest`.
+//!   the empty input. This module reproduces that encoding with `flotilla-yaml`'s go-yaml v2
+//!   emitter (the JSON values become `sigs.k8s.io/yaml`'s YAML objects: integral numbers
+//!   as ints, maps sorted by key bytes), so digests match the ones the Go controller writes
+//!   to `status.history[].configDigest` and `status.lastAttemptedConfigDigest`.
 //! - [`post_renderers_digest`] and [`common_metadata_digest`]: the digest of Go's
 //!   `encoding/json` output (HTML-escaped, trailing newline) of those spec fields, or `""`
 //!   when the field is unset.
@@ -13,14 +14,13 @@
 //!   applied to its [`crate::observation::Observation`].
 
 use std::fmt;
-use std::io;
 use std::str::FromStr;
 
+use flotilla_yaml::gojson::GoFormatter;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256, Sha384, Sha512};
 
-use crate::goyaml;
 use crate::ids::hex_lower;
 use crate::spec::{CommonMetadata, PostRenderer};
 
@@ -159,16 +159,70 @@ impl From<Digest> for String {
 /// empty string for empty values.
 pub fn canonical_values_yaml(values: &Value) -> String {
     match values {
-        Value::Object(m) if !m.is_empty() => goyaml::to_yaml(m),
+        Value::Object(m) if !m.is_empty() => sorted_values_yaml(m),
         Value::Object(_) | Value::Null => String::new(),
         // Values are always a map in Helm; anything else is hashed under a placeholder
         // key-less document so the function stays total.
         other => {
             let mut m = Map::new();
             m.insert(String::new(), other.clone());
-            goyaml::to_yaml(&m)
+            sorted_values_yaml(&m)
         }
     }
+}
+
+/// go-yaml v2's `Marshal` of the `yaml.MapSlice` Flux builds: every map sorted by key bytes.
+fn sorted_values_yaml(m: &Map<String, Value>) -> String {
+    flotilla_yaml::to_string_with(&yaml_object(m), flotilla_yaml::KeyOrder::Insertion)
+        // JSON values never nest deeper than the emitter allows (serde_json's own recursion
+        // limit is lower) and hold no invalid UTF-8, so encoding cannot fail.
+        .unwrap_or_default()
+}
+
+fn yaml_object(m: &Map<String, Value>) -> flotilla_yaml::Value {
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort();
+    flotilla_yaml::Value::Map(
+        keys.into_iter()
+            .map(|k| (flotilla_yaml::Value::from(k.as_str()), yaml_value(&m[k])))
+            .collect(),
+    )
+}
+
+/// `sigs.k8s.io/yaml`'s `JSONObjectToYAMLObject` for one value: a float64 that is a whole
+/// number becomes an int (a uint64 above int64's range), as go-yaml would read it back;
+/// other floats are written with Go's `%g`.
+fn yaml_value(v: &Value) -> flotilla_yaml::Value {
+    use flotilla_yaml::Value as Y;
+    match v {
+        Value::Null => Y::Null,
+        Value::Bool(b) => Y::Bool(*b),
+        // Flux decodes values into `float64` first, so big integers lose precision there too.
+        Value::Number(n) => whole_float(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Y::from(s.as_str()),
+        Value::Array(items) => Y::Seq(items.iter().map(yaml_value).collect()),
+        Value::Object(m) => yaml_object(m),
+    }
+}
+
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
+fn whole_float(f: f64) -> flotilla_yaml::Value {
+    use flotilla_yaml::Value as Y;
+    if f.fract() == 0.0 {
+        // 2^63 and 2^64 are exact in f64.
+        let two_63 = -(i64::MIN as f64);
+        if (-two_63..two_63).contains(&f) {
+            return Y::Int(f as i64);
+        }
+        if (0.0..2.0 * two_63).contains(&f) {
+            return Y::Uint(f as u64);
+        }
+    }
+    Y::Float(f)
 }
 
 /// Flux's config digest of release values with SHA-256.
@@ -260,60 +314,6 @@ pub fn common_metadata_digest(common_metadata: Option<&CommonMetadata>) -> Strin
     }
 }
 
-/// A serde_json formatter producing Go's `encoding/json` escaping and float format.
-struct GoFormatter;
-
-impl serde_json::ser::Formatter for GoFormatter {
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        let mut start = 0;
-        for (i, c) in fragment.char_indices() {
-            let esc = match c {
-                '<' => "\\u003c",
-                '>' => "\\u003e",
-                '&' => "\\u0026",
-                '\u{2028}' => "\\u2028",
-                '\u{2029}' => "\\u2029",
-                _ => continue,
-            };
-            writer.write_all(&fragment.as_bytes()[start..i])?;
-            writer.write_all(esc.as_bytes())?;
-            start = i + c.len_utf8();
-        }
-        writer.write_all(&fragment.as_bytes()[start..])
-    }
-
-    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
-        writer.write_all(go_json_float(value).as_bytes())
-    }
-
-    fn write_f32<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f32) -> io::Result<()> {
-        writer.write_all(go_json_float(f64::from(value)).as_bytes())
-    }
-}
-
-/// Go's `encoding/json` float64 format: `'f'` unless the exponent is below -6 or at least
-/// 21, then `'e'` with a two-digit minimum exponent cleaned of a leading zero when
-/// negative.
-fn go_json_float(f: f64) -> String {
-    let abs = f.abs();
-    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let sci = format!("{f:e}");
-        let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-        let exp: i32 = exp.parse().unwrap_or(0);
-        if exp < 0 {
-            format!("{mantissa}e-{}", exp.unsigned_abs())
-        } else {
-            format!("{mantissa}e+{exp:02}")
-        }
-    } else {
-        format!("{f}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,11 +399,12 @@ mod tests {
 
     #[test]
     fn go_json_formats_floats_like_go() {
-        assert_eq!(go_json_float(1e21), "1e+21");
-        assert_eq!(go_json_float(1e20), "100000000000000000000");
-        assert_eq!(go_json_float(0.0000001), "1e-7");
-        assert_eq!(go_json_float(0.5), "0.5");
-        assert_eq!(go_json_float(0.0), "0");
+        let json = |f: f64| String::from_utf8(go_json(&f).unwrap()).unwrap();
+        assert_eq!(json(1e21), "1e+21\n");
+        assert_eq!(json(1e20), "100000000000000000000\n");
+        assert_eq!(json(0.0000001), "1e-7\n");
+        assert_eq!(json(0.5), "0.5\n");
+        assert_eq!(json(0.0), "0\n");
     }
 
     #[test]

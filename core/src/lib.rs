@@ -45,7 +45,6 @@
 
 pub mod digest;
 pub mod duration;
-mod goyaml;
 pub mod ids;
 pub mod meta;
 pub mod observation;

@@ -196,6 +196,12 @@ pub fn quote(s: &str) -> String {
     quote_with(s, '"', false)
 }
 
+/// `strconv.QuoteRune`: a single-quoted Go rune literal (what `%q` prints for a rune).
+pub fn quote_rune(c: char) -> String {
+    let mut buf = [0u8; 4];
+    quote_with(c.encode_utf8(&mut buf), '\'', false)
+}
+
 /// `strconv.QuoteToASCII`.
 pub fn quote_ascii(s: &str) -> String {
     quote_with(s, '"', true)

@@ -1,11 +1,34 @@
-//! go-yaml v2's encoder (`encode.go`) and emitter (`emitterc.go`, a libyaml port), written
-//! as a walk over a [`Value`] tree that keeps the emitter's state variables and decisions.
+//! go-yaml's encoder (`encode.go`) and emitter (`emitterc.go`, a libyaml port), written as a
+//! walk over a [`Value`] tree that keeps the emitter's state variables and decisions.
+//!
+//! Both major versions are here, as a [`Flavor`]: they share the libyaml emitter and differ
+//! in a handful of decisions, each marked where it is taken:
+//! - width: v2 folds lines at 80 columns, v3 never folds (`best_width` left at -1);
+//! - indentation: v2 indents by 2 and writes a block sequence inside a mapping without
+//!   indenting it (`key:\n- a`); v3 indents by the encoder's `SetIndent` (4 by default),
+//!   aligns nested mappings and sequences to multiples of it, indents sequences inside
+//!   mappings (`key:\n  - a`) unless `CompactSeqIndent` is set, and indents anything nested
+//!   in a sequence item by 2 (past the `- `);
+//! - scalars: v3 treats a tab as allowed in block scalars (v2 escapes it in a double-quoted
+//!   string), and writes no space before an empty plain scalar;
+//! - key order: v3's `keyList.Less` differs after a run of equal digits ([`Sorter`]).
 
 use crate::resolve::{self, BINARY_TAG, Resolved};
+use crate::sort::Sorter;
 use crate::{Error, Value};
 
-const BEST_INDENT: i64 = 2;
-const BEST_WIDTH: i64 = 80;
+/// Which go-yaml's emitter to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// go-yaml v2 (`yaml.Marshal`): indent 2, width 80.
+    V2,
+    /// go-yaml v3's `Encoder`: `SetIndent(indent)` (clamped to 2..=9 as libyaml does), no
+    /// line folding, and `CompactSeqIndent` when `compact_seq` is set.
+    V3 { indent: u8, compact_seq: bool },
+}
+
+/// go-yaml v3's `best_width` of -1, which libyaml turns into the largest int.
+const UNLIMITED_WIDTH: i64 = (1 << 31) - 1;
 /// Deepest nesting the emitter walks (it recurses once per level).
 pub(crate) const MAX_EMIT_DEPTH: usize = 1000;
 
@@ -44,6 +67,9 @@ pub enum KeyOrder {
 }
 
 pub(crate) struct Emitter {
+    flavor: Flavor,
+    best_indent: i64,
+    best_width: i64,
     out: Vec<u8>,
     column: i64,
     indent: i64,
@@ -121,7 +147,9 @@ fn is_alpha(b: &[u8], i: usize) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
 }
 
-fn analyze_scalar(value: &[u8]) -> Analysis {
+/// `yaml_emitter_analyze_scalar`; `tabs_in_blocks` is v3's rule that a tab does not rule
+/// out a block scalar (v2 counts it as a special character).
+fn analyze_scalar(value: &[u8], tabs_in_blocks: bool) -> Analysis {
     if value.is_empty() {
         return Analysis {
             multiline: false,
@@ -148,6 +176,7 @@ fn analyze_scalar(value: &[u8]) -> Analysis {
         block_indicators = true;
         flow_indicators = true;
     }
+    let mut tab_characters = false;
     let mut preceded_by_whitespace = true;
     let mut i = 0;
     while i < value.len() {
@@ -188,7 +217,9 @@ fn analyze_scalar(value: &[u8]) -> Analysis {
                 _ => {}
             }
         }
-        if !is_printable(value, i) {
+        if tabs_in_blocks && value[i] == b'\t' {
+            tab_characters = true;
+        } else if !is_printable(value, i) {
             special_characters = true;
         }
         if is_space(value, i) {
@@ -242,10 +273,12 @@ fn analyze_scalar(value: &[u8]) -> Analysis {
         a.block_plain_allowed = false;
         a.single_quoted_allowed = false;
     }
-    if space_break || special_characters {
+    if space_break || tab_characters || special_characters {
         a.flow_plain_allowed = false;
         a.block_plain_allowed = false;
         a.single_quoted_allowed = false;
+    }
+    if space_break || special_characters {
         a.block_allowed = false;
     }
     if line_breaks {
@@ -306,7 +339,22 @@ fn encode_base64(data: &[u8]) -> String {
 
 impl Emitter {
     pub(crate) fn new(order: KeyOrder) -> Self {
+        Emitter::with_flavor(Flavor::V2, order)
+    }
+
+    pub(crate) fn with_flavor(flavor: Flavor, order: KeyOrder) -> Self {
+        let (best_indent, best_width) = match flavor {
+            Flavor::V2 => (2, 80),
+            // yaml_emitter_emit_stream_start: an indent outside 2..=9 becomes 2.
+            Flavor::V3 { indent, .. } if (2..=9).contains(&indent) => {
+                (i64::from(indent), UNLIMITED_WIDTH)
+            }
+            Flavor::V3 { .. } => (2, UNLIMITED_WIDTH),
+        };
         Emitter {
+            flavor,
+            best_indent,
+            best_width,
             out: Vec::new(),
             column: 0,
             indent: -1,
@@ -345,9 +393,12 @@ impl Emitter {
         self.column += 1;
     }
 
+    /// A line break; both versions end up with `indention` set after one (v3 sets it here,
+    /// v2 in every caller).
     fn put_break(&mut self) {
         self.out.push(b'\n');
         self.column = 0;
+        self.indention = true;
     }
 
     fn write(&mut self, s: &[u8], i: &mut usize) {
@@ -375,12 +426,29 @@ impl Emitter {
         }
     }
 
-    fn increase_indent(&mut self, flow: bool, indentless: bool) {
+    /// `yaml_emitter_increase_indent`. `compact_seq` is v3's `CompactSeqIndent` adjustment
+    /// for a block sequence that is a mapping value.
+    fn increase_indent(&mut self, flow: bool, indentless: bool, compact_seq: bool) {
         self.indents.push(self.indent);
         if self.indent < 0 {
-            self.indent = if flow { BEST_INDENT } else { 0 };
+            self.indent = if flow { self.best_indent } else { 0 };
         } else if !indentless {
-            self.indent += BEST_INDENT;
+            match self.flavor {
+                Flavor::V2 => self.indent += self.best_indent,
+                Flavor::V3 { .. } => {
+                    // The state on top of the stack is the parent's: inside a block sequence
+                    // item, content starts past the "- "; elsewhere it aligns to the indent.
+                    if self.sequence_context && self.flow_level == 0 {
+                        self.indent += 2;
+                    } else {
+                        self.indent = self.best_indent
+                            * ((self.indent + self.best_indent) / self.best_indent);
+                        if compact_seq {
+                            self.indent -= 2;
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -499,7 +567,7 @@ impl Emitter {
                 self.enter()?;
                 let mut entries: Vec<(&Value, &Value)> = m.iter().collect();
                 if self.order == KeyOrder::GoYaml {
-                    sort_refs(&mut entries);
+                    sort_refs(&mut entries, self.sorter());
                 }
                 if self.flow_level > 0 || entries.is_empty() {
                     self.flow_mapping(&entries)?;
@@ -517,6 +585,17 @@ impl Emitter {
         }
     }
 
+    fn tabs_in_blocks(&self) -> bool {
+        matches!(self.flavor, Flavor::V3 { .. })
+    }
+
+    fn sorter(&self) -> Sorter {
+        match self.flavor {
+            Flavor::V2 => Sorter::V2,
+            Flavor::V3 { .. } => Sorter::V3,
+        }
+    }
+
     fn enter(&mut self) -> Result<(), Error> {
         self.depth += 1;
         if self.depth > MAX_EMIT_DEPTH {
@@ -528,7 +607,16 @@ impl Emitter {
     }
 
     fn block_sequence(&mut self, items: &[Value]) -> Result<(), Error> {
-        self.increase_indent(false, self.mapping_context && !self.indention);
+        match self.flavor {
+            Flavor::V2 => {
+                self.increase_indent(false, self.mapping_context && !self.indention, false)
+            }
+            Flavor::V3 { compact_seq, .. } => {
+                let compact =
+                    self.mapping_context && (self.column == 0 || !self.indention) && compact_seq;
+                self.increase_indent(false, false, compact);
+            }
+        }
         for item in items {
             self.write_indent();
             self.write_indicator(b"-", true, false, true);
@@ -540,13 +628,13 @@ impl Emitter {
 
     fn flow_sequence(&mut self, items: &[Value]) -> Result<(), Error> {
         self.write_indicator(b"[", true, true, false);
-        self.increase_indent(true, false);
+        self.increase_indent(true, false, false);
         self.flow_level += 1;
         for (n, item) in items.iter().enumerate() {
             if n > 0 {
                 self.write_indicator(b",", false, false, false);
             }
-            if self.column > BEST_WIDTH {
+            if self.column > self.best_width {
                 self.write_indent();
             }
             self.emit_node(item, false, true, false, false)?;
@@ -558,10 +646,10 @@ impl Emitter {
     }
 
     fn block_mapping(&mut self, entries: &[(&Value, &Value)]) -> Result<(), Error> {
-        self.increase_indent(false, false);
+        self.increase_indent(false, false, false);
         for (k, v) in entries {
             self.write_indent();
-            if check_simple_key(k)? {
+            if check_simple_key(k, self.tabs_in_blocks())? {
                 self.emit_node(k, false, false, true, true)?;
                 self.write_indicator(b":", false, false, false);
             } else {
@@ -578,22 +666,22 @@ impl Emitter {
 
     fn flow_mapping(&mut self, entries: &[(&Value, &Value)]) -> Result<(), Error> {
         self.write_indicator(b"{", true, true, false);
-        self.increase_indent(true, false);
+        self.increase_indent(true, false, false);
         self.flow_level += 1;
         for (n, (k, v)) in entries.iter().enumerate() {
             if n > 0 {
                 self.write_indicator(b",", false, false, false);
             }
-            if self.column > BEST_WIDTH {
+            if self.column > self.best_width {
                 self.write_indent();
             }
-            if check_simple_key(k)? {
+            if check_simple_key(k, self.tabs_in_blocks())? {
                 self.emit_node(k, false, false, true, true)?;
                 self.write_indicator(b":", false, false, false);
             } else {
                 self.write_indicator(b"?", true, false, false);
                 self.emit_node(k, false, false, true, false)?;
-                if self.column > BEST_WIDTH {
+                if self.column > self.best_width {
                     self.write_indent();
                 }
                 self.write_indicator(b":", true, false, false);
@@ -607,7 +695,7 @@ impl Emitter {
     }
 
     fn emit_scalar(&mut self, ev: &Scalar) {
-        let analysis = analyze_scalar(&ev.value);
+        let analysis = analyze_scalar(&ev.value, self.tabs_in_blocks());
         // analyze_event: a tag is recorded only when the scalar is not implicit.
         let (mut handle, suffix): (&[u8], &[u8]) = if ev.tag.is_empty() {
             (b"", b"")
@@ -659,7 +747,7 @@ impl Emitter {
                 self.write_indicator(b">", false, false, false);
             }
         }
-        self.increase_indent(true, false);
+        self.increase_indent(true, false, false);
         let allow_breaks = !self.simple_key_context;
         match style {
             Style::Plain => self.write_plain(&ev.value, allow_breaks),
@@ -671,7 +759,9 @@ impl Emitter {
     }
 
     fn write_plain(&mut self, value: &[u8], allow_breaks: bool) {
-        if !self.whitespace {
+        // v3 writes nothing at all for an empty plain scalar.
+        let writes = !value.is_empty() || self.flavor == Flavor::V2;
+        if !self.whitespace && writes {
             self.put(b' ');
         }
         let mut spaces = false;
@@ -679,7 +769,11 @@ impl Emitter {
         let mut i = 0;
         while i < value.len() {
             if is_space(value, i) {
-                if allow_breaks && !spaces && self.column > BEST_WIDTH && !is_space(value, i + 1) {
+                if allow_breaks
+                    && !spaces
+                    && self.column > self.best_width
+                    && !is_space(value, i + 1)
+                {
                     self.write_indent();
                     i += 1;
                 } else {
@@ -703,7 +797,9 @@ impl Emitter {
                 breaks = false;
             }
         }
-        self.whitespace = false;
+        if writes {
+            self.whitespace = false;
+        }
         self.indention = false;
         if self.root_context {
             self.open_ended = true;
@@ -719,7 +815,7 @@ impl Emitter {
             if is_space(value, i) {
                 if allow_breaks
                     && !spaces
-                    && self.column > BEST_WIDTH
+                    && self.column > self.best_width
                     && i > 0
                     && i < value.len() - 1
                     && !is_space(value, i + 1)
@@ -824,7 +920,7 @@ impl Emitter {
             } else if is_space(value, i) {
                 if allow_breaks
                     && !spaces
-                    && self.column > BEST_WIDTH
+                    && self.column > self.best_width
                     && i > 0
                     && i < value.len() - 1
                 {
@@ -849,7 +945,7 @@ impl Emitter {
 
     fn write_block_scalar_hints(&mut self, value: &[u8]) {
         if is_space(value, 0) || is_break(value, 0) {
-            let hint = [b'0' + BEST_INDENT as u8];
+            let hint = [b'0' + u8::try_from(self.best_indent).unwrap_or(2)];
             self.write_indicator(&hint, false, false, false);
         }
         self.open_ended = false;
@@ -907,14 +1003,14 @@ impl Emitter {
     }
 }
 
-fn sort_refs(entries: &mut Vec<(&Value, &Value)>) {
+fn sort_refs(entries: &mut Vec<(&Value, &Value)>, sorter: Sorter) {
     // Reuse the owned sorter through indices to keep one implementation of Go's order.
     let mut keyed: Vec<(Value, Value)> = entries
         .iter()
         .enumerate()
         .map(|(n, (k, _))| ((*k).clone(), Value::Int(i64::try_from(n).unwrap_or(0))))
         .collect();
-    crate::sort::sort_entries(&mut keyed);
+    crate::sort::sort_entries_as(sorter, &mut keyed);
     let old = std::mem::take(entries);
     for (_, idx) in keyed {
         if let Value::Int(n) = idx
@@ -926,13 +1022,13 @@ fn sort_refs(entries: &mut Vec<(&Value, &Value)>) {
 }
 
 /// `check_simple_key` for a key node.
-fn check_simple_key(k: &Value) -> Result<bool, Error> {
+fn check_simple_key(k: &Value, tabs_in_blocks: bool) -> Result<bool, Error> {
     match k {
         Value::Seq(s) => Ok(s.is_empty()),
         Value::Map(m) => Ok(m.is_empty()),
         scalar => {
             let s = encode_scalar(scalar)?;
-            let a = analyze_scalar(&s.value);
+            let a = analyze_scalar(&s.value, tabs_in_blocks);
             if a.multiline {
                 return Ok(false);
             }

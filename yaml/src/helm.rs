@@ -1,11 +1,32 @@
-//! Helm's template functions built on `sigs.k8s.io/yaml` (`pkg/engine/funcs.go`), in the
-//! shape they have there: errors become values where Helm makes them values.
+//! Helm's template functions built on `sigs.k8s.io/yaml` and go-yaml v3
+//! (`pkg/engine/funcs.go`), in the shape they have there: errors become values where Helm
+//! makes them values.
 
 use crate::{Error, Mapping, Value, json};
 
 /// `toYaml`: the YAML without its final newline; `""` when marshalling fails.
 pub fn to_yaml(v: &Value) -> String {
     json::helm_to_yaml(v).unwrap_or_default()
+}
+
+/// `toYamlPretty` (Helm 4): a go-yaml v3 encoder with `SetIndent(2)`, without its final
+/// newline; `""` when encoding fails. The value is the Go value itself (no JSON round trip,
+/// unlike `toYaml`): callers keep ints, floats and byte slices as Go has them.
+pub fn to_yaml_pretty(v: &Value) -> String {
+    must_to_yaml_pretty(v).unwrap_or_default()
+}
+
+/// [`to_yaml_pretty`] with the error instead of `""`.
+pub fn must_to_yaml_pretty(v: &Value) -> Result<String, Error> {
+    let opts = crate::V3Options {
+        indent: 2,
+        ..crate::V3Options::default()
+    };
+    let mut s = crate::to_string_v3(v, opts)?;
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    Ok(s)
 }
 
 /// `mustToYaml`: as [`to_yaml`], with the error.

@@ -12,6 +12,9 @@
 //!   uses for values files and `fromYaml` (string keys, every number a float64).
 //! - [`sigs::marshal`], [`sigs::helm_to_yaml`]: `sigs.k8s.io/yaml.Marshal` and Helm's `toYaml`.
 //! - [`to_string`]: go-yaml v2 `yaml.Marshal` of a Go value directly.
+//! - [`to_string_v3`]: a go-yaml v3 `yaml.Encoder` (Helm's `toYamlPretty`, kyaml's output).
+//! - [`gojson`]: JSON text as Go's `encoding/json` writes it (a `serde_json` formatter), for
+//!   Helm's `toJson` and Flux's digests.
 //! - [`helm`]: Helm's `toYaml`, `mustToYaml`, `fromYaml`, `fromYamlArray` as Helm shapes them
 //!   (errors as values).
 //!
@@ -27,10 +30,12 @@
 //! `@`, `` ` ``, `%`). Error texts are go-yaml's, with its line numbering (1-based for scanner
 //! errors, 0-based for parser errors, none on the first line).
 //!
-//! How writing works: a port of go-yaml v2's encoder and libyaml emitter state (indentation,
+//! How writing works: a port of go-yaml's encoder and libyaml emitter state (indentation,
 //! `whitespace`/`indention` flags, 80-column folding, `analyze_scalar` and style selection,
 //! key order from `sorter.go` run through Go's pdqsort so even its non-transitive cases sort
-//! as Go sorts them), plus the JSON round trip `sigs.k8s.io/yaml` adds.
+//! as Go sorts them), plus the JSON round trip `sigs.k8s.io/yaml` adds. go-yaml v2 and v3
+//! share that emitter and differ in a few decisions (indentation of sequences in mappings,
+//! no folding in v3, tabs, one key-order rule), kept as one code path with a flavour.
 //!
 //! Fidelity, measured against the real helm binary (see `tests/`): every document of the
 //! shared chart corpus goldens (1175) and every YAML file of those charts (545) gives
@@ -51,11 +56,13 @@
 //! but not exactly Go's `unicode.IsLetter`/`IsDigit`; nesting is limited to [`MAX_DEPTH`]
 //! (go-yaml v2 has no limit); each rewrite re-reads the input, so their number is bounded
 //! (a few hundred to 2000, by input size) and an input needing more fails.
-//! Not here: yaml.v3 (`toYamlPretty`), Go's `time.Time` and `float32` values, comments.
+//! Not here: go-yaml v3's decoder and `yaml.Node` (comments, anchors, explicit styles), Go's
+//! `time.Time` and `float32` values.
 
 mod emit;
 mod error;
 mod goformat;
+pub mod gojson;
 pub mod helm;
 mod json;
 mod parse;
@@ -109,6 +116,43 @@ pub fn to_string(v: &Value) -> Result<String, Error> {
 /// [`to_string`] choosing the map order ([`KeyOrder::Insertion`] is go-yaml's `MapSlice`).
 pub fn to_string_with(v: &Value, order: KeyOrder) -> Result<String, Error> {
     let mut e = emit::Emitter::new(order);
+    e.document(v)?;
+    e.finish()
+}
+
+/// Settings of a go-yaml v3 `yaml.Encoder`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V3Options {
+    /// `SetIndent(n)`: `0` is go-yaml's default of 4; values outside `2..=9` become 2, as
+    /// libyaml clamps them.
+    pub indent: u8,
+    /// `CompactSeqIndent()`: a block sequence that is a mapping value starts at the key's
+    /// column (`key:\n- a`) instead of one indent further.
+    pub compact_seq_indent: bool,
+    /// Map order: [`KeyOrder::GoYaml`] is what encoding a Go map does (v3's `keyList`).
+    pub order: KeyOrder,
+}
+
+impl Default for V3Options {
+    fn default() -> Self {
+        V3Options {
+            indent: 4,
+            compact_seq_indent: false,
+            order: KeyOrder::GoYaml,
+        }
+    }
+}
+
+/// go-yaml v3: `yaml.NewEncoder(w)` with `opts`, then one `Encode(v)` of a Go value: block
+/// style, no line folding, final newline. Helm's `toYamlPretty` is this with indent 2
+/// ([`helm::to_yaml_pretty`]); kustomize's kyaml output is indent 2 with compact sequences.
+pub fn to_string_v3(v: &Value, opts: V3Options) -> Result<String, Error> {
+    let indent = if opts.indent == 0 { 4 } else { opts.indent };
+    let flavor = emit::Flavor::V3 {
+        indent,
+        compact_seq: opts.compact_seq_indent,
+    };
+    let mut e = emit::Emitter::with_flavor(flavor, opts.order);
     e.document(v)?;
     e.finish()
 }

@@ -1,6 +1,7 @@
-//! go-yaml v2's map key order (`sorter.go` `keyList.Less`): numbers and bools first by
-//! value, then by Go kind; strings compared rune by rune with letters after non-letters and
-//! runs of digits compared as numbers.
+//! go-yaml's map key order (`sorter.go` `keyList.Less`): numbers and bools first by value,
+//! then by Go kind; strings compared rune by rune with letters after non-letters and runs of
+//! digits compared as numbers. go-yaml v3 changed one rule: right after a run of equal
+//! digits, a letter sorts before a non-letter (`a1b` before `a1_`), see [`Sorter`].
 
 use crate::Value;
 use std::cmp::Ordering;
@@ -68,8 +69,22 @@ fn string_bytes(v: &Value) -> Vec<char> {
     }
 }
 
-/// `keyList.Less(a, b)`.
+/// Which go-yaml's `keyList.Less` to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sorter {
+    /// go-yaml v2: a letter always sorts after a non-letter.
+    V2,
+    /// go-yaml v3: as v2, except right after equal digits, where the letter comes first.
+    V3,
+}
+
+/// go-yaml v2's `keyList.Less(a, b)`.
 pub(crate) fn key_less(a: &Value, b: &Value) -> bool {
+    key_less_as(Sorter::V2, a, b)
+}
+
+/// `keyList.Less(a, b)` of the chosen go-yaml version.
+pub(crate) fn key_less_as(sorter: Sorter, a: &Value, b: &Value) -> bool {
     let (ak, bk) = (kind(a), kind(b));
     if let (Some(af), Some(bf)) = (key_float(a), key_float(b)) {
         if af != bf {
@@ -86,8 +101,11 @@ pub(crate) fn key_less(a: &Value, b: &Value) -> bool {
     let ar = string_bytes(a);
     let br = string_bytes(b);
     let mut i = 0;
+    // v3: whether the last equal rune was a digit.
+    let mut digits = false;
     while i < ar.len() && i < br.len() {
         if ar[i] == br[i] {
+            digits = is_digit(ar[i]);
             i += 1;
             continue;
         }
@@ -97,7 +115,11 @@ pub(crate) fn key_less(a: &Value, b: &Value) -> bool {
             return ar[i] < br[i];
         }
         if al || bl {
-            return bl;
+            return if sorter == Sorter::V3 && digits {
+                al
+            } else {
+                bl
+            };
         }
         let (mut an, mut bn): (i64, i64) = (0, 0);
         if ar[i] == '0' || br[i] == '0' {
@@ -138,6 +160,11 @@ pub(crate) fn key_less(a: &Value, b: &Value) -> bool {
 /// decides the output: this is Go's pattern-defeating quicksort, step for step. Never panics,
 /// whatever the comparator says.
 pub(crate) fn sort_entries(entries: &mut [(Value, Value)]) {
+    sort_entries_as(Sorter::V2, entries);
+}
+
+/// [`sort_entries`] with the chosen go-yaml version's `Less`.
+pub(crate) fn sort_entries_as(sorter: Sorter, entries: &mut [(Value, Value)]) {
     let n = entries.len();
     if n <= 1 {
         return;
@@ -145,7 +172,7 @@ pub(crate) fn sort_entries(entries: &mut [(Value, Value)]) {
     let limit = bit_len(n);
     let mut s = GoSort {
         data: entries,
-        less: |a: &(Value, Value), b: &(Value, Value)| key_less(&a.0, &b.0),
+        less: |a: &(Value, Value), b: &(Value, Value)| key_less_as(sorter, &a.0, &b.0),
     };
     s.pdqsort(0, n, limit);
 }
@@ -470,6 +497,23 @@ mod tests {
         assert_eq!(sorted(&["b", "a", "_x", "A"]), ["_x", "A", "a", "b"]);
         assert_eq!(sorted(&["ab", "a", "a_"]), ["a", "a_", "ab"]);
         assert_eq!(sorted(&["a01", "a1", "a001"]), ["a1", "a01", "a001"]);
+    }
+
+    #[test]
+    fn go_yaml_v3_puts_letters_first_after_equal_digits() {
+        let keys = ["a1_", "a1b", "a_", "ab"];
+        let order = |sorter| {
+            let mut e: Vec<(Value, Value)> = keys
+                .iter()
+                .map(|k| (Value::from(*k), Value::Null))
+                .collect();
+            sort_entries_as(sorter, &mut e);
+            e.into_iter()
+                .map(|(k, _)| k.as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(Sorter::V2), ["a_", "a1_", "a1b", "ab"]);
+        assert_eq!(order(Sorter::V3), ["a_", "a1b", "a1_", "ab"]);
     }
 
     #[test]

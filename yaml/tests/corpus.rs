@@ -19,9 +19,15 @@ fn fnv1a64(b: &[u8]) -> String {
     format!("{h:016x}")
 }
 
-fn charts_dir() -> Option<PathBuf> {
+/// The shared chart corpus beside the repository; its absence is a failure, not a skip.
+fn charts_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
-    dir.is_dir().then_some(dir)
+    assert!(
+        dir.is_dir(),
+        "the chart corpus is expected at {} (the shared directory beside the repository)",
+        dir.display()
+    );
+    dir
 }
 
 /// Splits a golden file on lines that are exactly `---`, as regenerate.sh does.
@@ -85,10 +91,7 @@ fn docs(charts: &std::path::Path, rows: &[Row]) -> Vec<String> {
 
 #[test]
 fn corpus_documents_read_and_print_like_helm() {
-    let Some(charts) = charts_dir() else {
-        eprintln!("shared/charts not found beside the repository; skipping");
-        return;
-    };
+    let charts = charts_dir();
     let rows = rows();
     assert!(rows.len() > 1000, "corpus.tsv has {} rows", rows.len());
     let mut json_bad = Vec::new();
@@ -126,10 +129,7 @@ fn corpus_documents_read_and_print_like_helm() {
 
 #[test]
 fn corpus_documents_survive_emit_and_reparse() {
-    let Some(charts) = charts_dir() else {
-        eprintln!("shared/charts not found beside the repository; skipping");
-        return;
-    };
+    let charts = charts_dir();
     let mut checked = 0;
     let rows = rows();
     for (row, src) in rows.iter().zip(docs(&charts, &rows)) {

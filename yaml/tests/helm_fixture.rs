@@ -79,6 +79,23 @@ fn to_yaml_of_values_matches_helm() {
     check_all("emit", cases);
 }
 
+/// Helm 4's `toYamlPretty` (go-yaml v3, indent 2) of the same values, as Helm holds them
+/// (`sigs.k8s.io/yaml` decoding: string keys, float64 numbers).
+#[test]
+fn to_yaml_pretty_of_values_matches_helm() {
+    let v = values();
+    let cases = section(&v, "emit")
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap_or_default().to_owned(),
+                flotilla_yaml::helm::to_yaml_pretty(v),
+            )
+        })
+        .collect();
+    check_all("pretty", cases);
+}
+
 #[test]
 fn from_yaml_then_to_yaml_matches_helm() {
     let cases = parse_cases()

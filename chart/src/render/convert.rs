@@ -119,6 +119,72 @@ fn to_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, EncodeErr
     })
 }
 
+/// A template value as go-yaml v3's encoder sees the Go value itself (`toYamlPretty`): no
+/// JSON round trip, so ints stay ints, floats keep Go's `%g` form (`1e+06`), NaN and
+/// infinities are written (`.nan`, `.inf`), and a `[]byte` is a sequence of numbers.
+/// Objects are encoded through their text form or entries; structs are not modelled, and a
+/// `time.Time` comes out quoted where go-yaml writes it plain (the YAML model has no
+/// timestamp scalar).
+pub(crate) fn value_to_go_yaml(v: &Value) -> Result<flotilla_yaml::Value, EncodeError> {
+    to_go_yaml_at(v, 0)
+}
+
+fn to_go_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, EncodeError> {
+    use flotilla_yaml::Value as Y;
+    if depth > MAX_VALUE_DEPTH {
+        return Err(EncodeError(format!(
+            "yaml: value nested deeper than {MAX_VALUE_DEPTH} levels"
+        )));
+    }
+    let map = |entries: Vec<(String, Value)>| -> Result<Y, EncodeError> {
+        let mut out = flotilla_yaml::Mapping::new();
+        for (k, x) in entries {
+            out.insert(Y::String(k), to_go_yaml_at(&x, depth + 1)?);
+        }
+        Ok(Y::Map(out))
+    };
+    Ok(match v {
+        Value::Nil => Y::Null,
+        Value::Bool(b) => Y::Bool(*b),
+        Value::Int(i) | Value::Int64(i) => Y::Int(*i),
+        Value::Uint64(u) => match i64::try_from(*u) {
+            Ok(i) => Y::Int(i),
+            Err(_) => Y::Uint(*u),
+        },
+        Value::Uint8(u) => Y::Int(i64::from(*u)),
+        Value::Float(f) => Y::Float(*f),
+        Value::String(s) => Y::String(s.to_string()),
+        Value::Bytes(b) => Y::Seq(b.iter().map(|x| Y::Int(i64::from(*x))).collect()),
+        Value::List(l) => Y::Seq(
+            l.items()
+                .iter()
+                .map(|x| to_go_yaml_at(x, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Map(m) => map(m.entries())?,
+        Value::Object(o) => {
+            if let Some(entries) = o.map_entries() {
+                map(entries)?
+            } else if let Some(items) = o.list_items() {
+                Y::Seq(
+                    items
+                        .iter()
+                        .map(|x| to_go_yaml_at(x, depth + 1))
+                        .collect::<Result<_, _>>()?,
+                )
+            } else if let Some(Value::String(s)) = o.marshal() {
+                // time.Time (RFC 3339 with nanoseconds) and text marshalers.
+                Y::String(s.to_string())
+            } else {
+                return Err(EncodeError(format!(
+                    "cannot marshal type: {}",
+                    o.type_name()
+                )));
+            }
+        }
+    })
+}
+
 /// A template value serialised the way Go's `encoding/json` sees it.
 pub(crate) struct GoJson<'a>(pub(crate) &'a Value, pub(crate) usize);
 
@@ -176,7 +242,7 @@ impl serde::Serialize for GoJson<'_> {
 
 /// Go's `json.Marshal(v)` as text.
 pub(crate) fn go_json(v: &Value) -> Result<String, String> {
-    crate::gojson::to_string(&GoJson(v, 0)).map_err(|e| e.to_string())
+    flotilla_yaml::gojson::to_string(&GoJson(v, 0)).map_err(|e| e.to_string())
 }
 
 /// Decodes JSON text as Go's `json.Unmarshal` into `interface{}` (numbers are `float64`),

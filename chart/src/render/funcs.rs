@@ -1,7 +1,7 @@
 //! Helm's template functions (`pkg/engine/funcs.go`, `engine.go initFunMap`) on top of Sprig:
 //! `include`, `tpl`, `required`, `fail`, `lookup`, `getHostByName`, and the serialisation
-//! functions `toYaml`, `mustToYaml`, `fromYaml`, `fromYamlArray`, `toJson`, `mustToJson`,
-//! `fromJson`, `fromJsonArray`, `toToml`, `fromToml`.
+//! functions `toYaml`, `mustToYaml`, `toYamlPretty`, `fromYaml`, `fromYamlArray`, `toJson`,
+//! `mustToJson`, `fromJson`, `fromJsonArray`, `toToml`, `fromToml`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Function, Map, Signature, Value};
 
-use super::convert::{go_json, go_json_decode, value_to_yaml};
+use super::convert::{go_json, go_json_decode, value_to_go_yaml, value_to_yaml};
 
 /// Nesting of one template name through `include`/`tpl` beyond which Helm stops
 /// (`recursionMaxNums`).
@@ -198,6 +198,12 @@ fn add_serialisation(f: &mut FuncMap) {
         }),
     );
     f.insert(
+        "toYamlPretty",
+        Function::new(any(), |a| {
+            Ok(Value::string(to_yaml_pretty(&a[0]).unwrap_or_default()))
+        }),
+    );
+    f.insert(
         "fromYaml",
         Function::new(string(), |a| Ok(Value::Map(from_yaml(str_arg(&a[0]))))),
     );
@@ -250,6 +256,13 @@ fn add_serialisation(f: &mut FuncMap) {
 pub(crate) fn to_yaml(v: &Value) -> Result<String, String> {
     let y = value_to_yaml(v).map_err(|e| format!("error marshaling into JSON: {}", e.0))?;
     flotilla_yaml::sigs::helm_to_yaml(&y).map_err(|e| e.to_string())
+}
+
+/// Helm 4's `toYamlPretty` without the error swallowing: a go-yaml v3 encoder with
+/// `SetIndent(2)` over the Go value, final newline trimmed.
+pub(crate) fn to_yaml_pretty(v: &Value) -> Result<String, String> {
+    let y = value_to_go_yaml(v).map_err(|e| e.0)?;
+    flotilla_yaml::helm::must_to_yaml_pretty(&y).map_err(|e| e.to_string())
 }
 
 /// A decoded YAML value (`sigs.k8s.io/yaml` output: string keys, float64 numbers) as a

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use base64::Engine as _;
+use flotilla_gotmpl::gofmt::quote as go_quote;
 use flotilla_gotmpl::{ArgType, FuncError, GoKind, List, Map, Object, Signature, Value};
 
 use super::glob::Glob;
@@ -165,10 +166,6 @@ impl KubeVersion {
             &self.normalized
         }
     }
-}
-
-fn go_quote(s: &str) -> String {
-    flotilla_gotmpl::gofmt::quote(s)
 }
 
 /// `.Capabilities.HelmVersion` (`version.BuildInfo`).

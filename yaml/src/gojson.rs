@@ -13,11 +13,11 @@ pub struct GoFormatter;
 
 impl Formatter for GoFormatter {
     fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
-        match flotilla_yaml::go_format_json_float(value) {
+        match crate::goformat::format_json_float(value) {
             Some(s) => writer.write_all(s.as_bytes()),
             None => Err(io::Error::other(format!(
                 "json: unsupported value: {}",
-                flotilla_yaml::go_format_float_g(value, false)
+                crate::goformat::format_g(value, false)
             ))),
         }
     }
