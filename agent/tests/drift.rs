@@ -796,3 +796,93 @@ chart:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_variety_of_edits_are_found_and_corrected_as_fluxs_own_diff_sees_them()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = start("drift-variety").await?;
+    let p = plan("  driftDetection:\n    mode: enabled");
+    run(&ctx, &p).await?;
+    let edits: [&[&str]; 6] = [
+        // Fields other managers add are theirs: no drift.
+        &[
+            "patch",
+            "deployment/demo",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/spec/template/spec/containers/0/env","value":[{"name":"X","value":"1"}]}]"#,
+        ],
+        &[
+            "patch",
+            "configmap/demo-config",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"added":"by-hand"}}"#,
+        ],
+        // Changes to fields the release owns: drift.
+        &[
+            "patch",
+            "service/demo",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/ports/0/targetPort","value":9090}]"#,
+        ],
+        &[
+            "patch",
+            "secret/demo-secret",
+            "--type=merge",
+            "-p",
+            r#"{"stringData":{"password":"changed"}}"#,
+        ],
+        &["label", "deployment/demo", "app-"],
+        &["delete", "configmap/demo-pinned"],
+    ];
+    for edit in edits {
+        let mut args = edit.to_vec();
+        args.extend(["-n", "default"]);
+        kubectl(&cluster, &args)?;
+    }
+    let flux = flux_drift_message(&cluster, "[]")?;
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["correct cluster drift"]);
+    assert_eq!(report.events[0].message, flux, "what Flux's own diff finds");
+    assert!(
+        flux.contains("Secret/default/demo-secret changed"),
+        "{flux}"
+    );
+    assert!(flux.contains("Service/default/demo changed"), "{flux}");
+    assert!(
+        flux.contains("ConfigMap/default/demo-pinned excluded"),
+        "an excluded object is not recreated either: {flux}"
+    );
+
+    assert_eq!(
+        jsonpath(&cluster, "service/demo", "{.spec.ports[0].targetPort}")?,
+        "8080"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "secret/demo-secret", "{.data.password}")?,
+        "aHVudGVyMg==",
+        "hunter2, as the chart's stringData says"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.metadata.labels.app}")?,
+        "demo"
+    );
+    assert_eq!(
+        jsonpath(
+            &cluster,
+            "deployment/demo",
+            "{.spec.template.spec.containers[0].env[0].name}"
+        )?,
+        "X",
+        "fields of other managers stay"
+    );
+    let (summary, error) = flux_drift(&cluster, "[]")?;
+    assert_eq!(
+        (summary.as_str(), error),
+        ("ConfigMap/default/demo-pinned excluded", None),
+        "Flux's own diff finds nothing left to correct"
+    );
+    Ok(())
+}

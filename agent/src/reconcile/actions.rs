@@ -156,9 +156,10 @@ impl Executor<'_> {
                 self.uninstall(&records, name, timeout, &mut writes).await
             }
             Action::Unlock { .. } => self.unlock(&mut writes).await,
-            Action::CorrectDrift { .. } => {
-                Err("drift correction is not implemented by this agent".to_owned())
-            }
+            Action::CorrectDrift { .. } => Err(
+                "drift correction applies the diffs detection found: run it with crate::drift::correct"
+                    .to_owned(),
+            ),
             Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => Ok(()),
         };
         let mut outcome = Outcome {
