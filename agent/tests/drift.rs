@@ -721,21 +721,29 @@ chart:
         .arg("--kubeconfig")
         .arg(cluster.kubeconfig())
         .arg(&plan_path)
+        .env("RUST_LOG", "flotilla_agent=debug")
+        .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()?;
     let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
     let printed = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let printed = Arc::clone(&printed);
+    let logged = Arc::new(Mutex::new(String::new()));
+    let collect = |from: Box<dyn std::io::Read + Send>, into: &Arc<Mutex<String>>| {
+        let into = Arc::clone(into);
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let mut p = printed.lock().expect("not poisoned");
+            for line in BufReader::new(from).lines().map_while(Result::ok) {
+                let mut p = into.lock().expect("not poisoned");
                 p.push_str(&line);
                 p.push('\n');
             }
         })
     };
+    let readers = [
+        collect(Box::new(stdout), &printed),
+        collect(Box::new(stderr), &logged),
+    ];
     let result = async {
         let wait_for =
             |what: &str, check: &dyn Fn() -> anyhow::Result<bool>| -> anyhow::Result<()> {
@@ -788,8 +796,20 @@ chart:
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    reader.join().expect("the reader thread does not panic");
+    for reader in readers {
+        reader.join().expect("the reader threads do not panic");
+    }
     result?;
+    let logged = logged.lock().expect("not poisoned");
+    let modified = logged
+        .lines()
+        .find(|l| l.contains("resource modified"))
+        .unwrap_or_else(|| panic!("no \"resource modified\" debug line in:\n{logged}"));
+    assert!(
+        modified.contains("resource=Deployment/default/demo")
+            && modified.contains(r#"patch=[{"op":"replace","path":"/spec/replicas","value":1}]"#),
+        "the JSON patch is logged at debug level: {modified}"
+    );
     assert!(
         status.success() && exit.success(),
         "exit on SIGTERM: {exit}"
