@@ -906,3 +906,140 @@ async fn a_variety_of_edits_are_found_and_corrected_as_fluxs_own_diff_sees_them(
     );
     Ok(())
 }
+
+/// A ValidatingAdmissionPolicy refusing, outside dry runs, any update that puts a
+/// ConfigMap's `tier` label back to `config`: dry runs pass, corrections of that label fail.
+const REFUSE_TIER_RESTORE: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: refuse-tier-restore
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["UPDATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: >-
+      request.dryRun == true ||
+      !has(object.metadata.labels) || !('tier' in object.metadata.labels) ||
+      object.metadata.labels['tier'] != 'config' ||
+      (has(oldObject.metadata.labels) && 'tier' in oldObject.metadata.labels &&
+       oldObject.metadata.labels['tier'] == 'config')
+    message: tier may not go back to config
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: refuse-tier-restore
+spec:
+  policyName: refuse-tier-restore
+  validationActions: [Deny]
+"#;
+
+#[tokio::test]
+async fn a_failed_correction_is_reported_with_the_corrections_that_worked_and_requeued()
+-> anyhow::Result<()> {
+    use std::time::{Duration, Instant};
+
+    let (cluster, ctx) = start("drift-fail").await?;
+    let p = plan("  driftDetection:\n    mode: enabled");
+    run(&ctx, &p).await?;
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, REFUSE_TIER_RESTORE)?;
+    kubectl(&cluster, &["apply", "-f", &policy.display().to_string()])?;
+    // Wait until the policy is enforced, with a probe ConfigMap.
+    kubectl(&cluster, &["create", "configmap", "probe", "-n", "default"])?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        kubectl(
+            &cluster,
+            &[
+                "label",
+                "configmap/probe",
+                "-n",
+                "default",
+                "--overwrite",
+                "tier=edited",
+            ],
+        )?;
+        let restored = kubectl(
+            &cluster,
+            &[
+                "label",
+                "configmap/probe",
+                "-n",
+                "default",
+                "--overwrite",
+                "tier=config",
+            ],
+        );
+        if restored.is_err() {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the policy is not enforced after 30s"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    kubectl(
+        &cluster,
+        &[
+            "label",
+            "configmap/demo-config",
+            "-n",
+            "default",
+            "--overwrite",
+            "tier=edited",
+        ],
+    )?;
+    kubectl(
+        &cluster,
+        &["scale", "deployment/demo", "-n", "default", "--replicas=3"],
+    )?;
+    let report = run(&ctx, &p).await?;
+    assert_eq!(report.actions, ["correct cluster drift"]);
+    assert_eq!(
+        report.step,
+        Step::Requeue,
+        "the drift left makes the reconcile requeue, as Flux's ErrMustRequeue"
+    );
+    let failed = report
+        .events
+        .iter()
+        .find(|e| e.reason == "DriftCorrectionFailed")
+        .unwrap_or_else(|| panic!("no DriftCorrectionFailed event in {:#?}", report.events));
+    let (head, rest) = failed
+        .message
+        .split_once("\nConfigMap/default/demo-config patch failure: ")
+        .unwrap_or_else(|| panic!("{}", failed.message));
+    assert_eq!(
+        head,
+        "Failed to partially correct cluster state of release default/demo.v1:"
+    );
+    let (error, successes) = rest
+        .split_once("\n\nSuccessful corrections:\n")
+        .unwrap_or_else(|| panic!("{}", failed.message));
+    assert!(
+        error.contains("refuse-tier-restore") && error.contains("tier may not go back to config"),
+        "the API server's refusal: {error}"
+    );
+    assert_eq!(successes, "Deployment/default/demo configured");
+    assert_eq!(
+        jsonpath(&cluster, "deployment/demo", "{.spec.replicas}")?,
+        "1"
+    );
+    assert_eq!(
+        jsonpath(&cluster, "configmap/demo-config", "{.metadata.labels.tier}")?,
+        "edited"
+    );
+    let posted = events(&cluster, "default")?;
+    assert_eq!(event_with(&posted, "DriftCorrectionFailed").0, "Warning");
+    Ok(())
+}
