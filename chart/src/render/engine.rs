@@ -51,6 +51,11 @@ pub struct Engine {
     pub enable_dns: bool,
     /// The cluster for `lookup` (none: every lookup returns an empty map).
     pub lookup: Option<Arc<dyn Lookup>>,
+    /// Bytes one template's execution may write (none: [`ExecOptions`]' default). Helm has
+    /// no such bound; callers rendering untrusted charts (the fuzzers) set one.
+    pub max_output_bytes: Option<usize>,
+    /// Execution steps one template may take (none: unlimited, as in Helm).
+    pub max_steps: Option<u64>,
 }
 
 /// One template to execute: its path, source and the scope map of its chart.
@@ -141,7 +146,12 @@ impl Engine {
                 MissingKey::Zero
             },
             max_stack_bytes: EXEC_STACK_BUDGET,
+            max_steps: self.max_steps,
             ..ExecOptions::helm()
+        };
+        let opts = ExecOptions {
+            max_output_bytes: self.max_output_bytes.unwrap_or(opts.max_output_bytes),
+            ..opts
         };
         let mut rendered = BTreeMap::new();
         for &i in &order {
@@ -328,4 +338,75 @@ fn collect<'c>(
         });
     }
     scope
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::File;
+
+    fn chart_with(template: &str) -> Chart {
+        let mut chart = Chart::new(Metadata {
+            name: "limits".to_string(),
+            version: "0.1.0".to_string(),
+            api_version: "v2".to_string(),
+            ..Metadata::default()
+        });
+        chart.templates.push(File {
+            name: "templates/t.yaml".to_string(),
+            data: template.as_bytes().to_vec(),
+            mod_time: None,
+        });
+        chart
+    }
+
+    fn release() -> ReleaseOptions {
+        ReleaseOptions {
+            name: "r".to_string(),
+            namespace: "default".to_string(),
+            revision: 1,
+            is_install: true,
+            is_upgrade: false,
+        }
+    }
+
+    #[test]
+    fn a_step_bound_stops_a_loop_that_helm_would_run_to_the_end() {
+        let engine = Engine {
+            max_steps: Some(10_000),
+            ..Engine::default()
+        };
+        let chart = chart_with("{{ range 100000000 }}{{ end }}");
+        let caps = Capabilities::helm_template_default();
+        let err = engine
+            .render(&chart, &Values::new(), &release(), &caps)
+            .expect_err("the loop exceeds the bound");
+        assert!(
+            err.0
+                .contains("exceeded maximum number of execution steps (10000)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_output_bound_stops_a_template_that_writes_too_much() {
+        let engine = Engine {
+            max_output_bytes: Some(1000),
+            ..Engine::default()
+        };
+        let chart = chart_with(r#"{{ range 2000 }}x{{ end }}"#);
+        let caps = Capabilities::helm_template_default();
+        let err = engine
+            .render(&chart, &Values::new(), &release(), &caps)
+            .expect_err("the output exceeds the bound");
+        assert!(
+            err.0.contains("output exceeds the limit of 1000 bytes"),
+            "{err}"
+        );
+        let small = chart_with(r#"{{ range 10 }}x{{ end }}"#);
+        let out = engine
+            .render(&small, &Values::new(), &release(), &caps)
+            .expect("small output renders");
+        assert_eq!(out["limits/templates/t.yaml"], "xxxxxxxxxx");
+    }
 }
