@@ -7,6 +7,9 @@
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
+//! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
+
+mod fuzz;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,6 +54,8 @@ enum Task {
         #[arg(long, default_value_t = 3)]
         count: usize,
     },
+    /// Run the cargo-fuzz targets of fuzz/ (installs cargo-fuzz when missing).
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Task::Up { count } => up(&root, count),
         Task::Down => down(&root),
         Task::MeasureClusters { count } => measure_clusters(count),
+        Task::Fuzz(args) => fuzz::fuzz(&root, &args),
     }
 }
 

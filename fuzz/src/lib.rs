@@ -1,0 +1,409 @@
+//! Shared drivers of the fuzz targets in `fuzz_targets/`: each target is one line calling a
+//! function here, so the same code can be replayed outside libFuzzer.
+//!
+//! Every driver feeds arbitrary bytes to the public APIs of the pure crates and checks only
+//! what must hold for any input: no panic, no hang (execution is bounded by steps and output
+//! size, as an agent rendering untrusted charts would bound it), and errors in the form Helm
+//! gives them.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use flotilla_chart::chart::{Chart, File};
+use flotilla_chart::coalesce::{coalesce_values, merge_values};
+use flotilla_chart::load::{BufferedFile, load_archive, load_files};
+use flotilla_chart::metadata::Metadata;
+use flotilla_chart::render::manifest::{INSTALL_ORDER, sort_manifests};
+use flotilla_chart::render::{Capabilities, Engine, ReleaseOptions};
+use flotilla_chart::strvals::{self, ValueOptions};
+use flotilla_chart::values::{Values, load_values_bytes};
+use flotilla_gotmpl::{ArgType, FuncMap, Function, Signature, TemplateSet, Value};
+use serde_json::json;
+
+/// Steps one template execution may take in the fuzzers: far more than any template of the
+/// shared chart corpus needs, few enough that one input runs in well under a second.
+pub const MAX_STEPS: u64 = 200_000;
+/// Bytes one template execution may write in the fuzzers.
+pub const MAX_OUTPUT_BYTES: usize = 4 << 20;
+
+/// Splits an input into NUL-separated parts (at most `max`; the last keeps the rest).
+fn parts(data: &[u8], max: usize) -> Vec<&[u8]> {
+    data.splitn(max, |&b| b == 0).collect()
+}
+
+/// Sprig plus Helm's function names (with permissive signatures), for parsing only: a parse
+/// checks that every function a template names exists.
+static PARSE_FUNCS: LazyLock<FuncMap> = LazyLock::new(|| {
+    let mut f = flotilla_sprig::funcs();
+    for name in [
+        "include",
+        "tpl",
+        "required",
+        "fail",
+        "lookup",
+        "toYaml",
+        "mustToYaml",
+        "fromYaml",
+        "fromYamlArray",
+        "toJson",
+        "mustToJson",
+        "fromJson",
+        "fromJsonArray",
+        "toToml",
+        "fromToml",
+    ] {
+        f.insert(
+            name,
+            Function::new(Signature::variadic([], ArgType::Any), |_| Ok(Value::Nil)),
+        );
+    }
+    f
+});
+
+/// Parses every NUL-separated part of `data` as one source of a template set, as Helm parses
+/// a chart's files into one set. A parse error must be Go's `template: NAME:LINE: ...`.
+pub fn template_parse(data: &[u8]) {
+    let mut set = TemplateSet::new("gotpl");
+    for (i, part) in parts(data, 8).into_iter().enumerate() {
+        let name = format!("fuzz/templates/t{i}.yaml");
+        let text = String::from_utf8_lossy(part);
+        if let Err(e) = set.parse(&name, &text, &PARSE_FUNCS) {
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("template: "),
+                "parse error not in Go's form: {msg:?}"
+            );
+        }
+    }
+    for name in set.names() {
+        let t = set.get(name).expect("a listed template exists");
+        assert_eq!(t.name(), name);
+    }
+}
+
+fn file(name: &str, data: &[u8]) -> File {
+    File {
+        name: name.to_string(),
+        data: data.to_vec(),
+        mod_time: None,
+    }
+}
+
+fn metadata(name: &str) -> Metadata {
+    let mut md = Metadata::default();
+    md.name = name.to_string();
+    md.version = "1.2.3".to_string();
+    md.api_version = "v2".to_string();
+    md.app_version = "4.5.6".to_string();
+    md
+}
+
+fn as_values(v: serde_json::Value) -> Values {
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => Values::new(),
+    }
+}
+
+/// The fixed values the template execution target renders with: every value shape.
+fn fixed_values() -> Values {
+    as_values(json!({
+        "replicaCount": 3.0,
+        "name": "demo",
+        "empty": "",
+        "enabled": true,
+        "nothing": null,
+        "ratio": 0.25,
+        "image": {"repository": "nginx", "tag": "1.27", "pullPolicy": "IfNotPresent"},
+        "ports": [80.0, 443.0],
+        "labels": {"app": "demo", "tier": "web"},
+        "list": [{"name": "a", "value": "1"}, {"name": "b", "value": "2"}],
+        "multiline": "line one\nline two\n",
+        "template": "{{ .Values.name }}-{{ .Release.Name }}",
+        "yaml": "a: 1\nb: [x, y]\n",
+        "json": "{\"k\": [1, 2, {\"z\": null}]}",
+        "global": {"env": "prod", "registry": "example.com"},
+        "sub": {"enabled": true, "port": 8080.0}
+    }))
+}
+
+fn release() -> ReleaseOptions {
+    ReleaseOptions {
+        name: "fuzz".to_string(),
+        namespace: "default".to_string(),
+        revision: 1,
+        is_install: true,
+        is_upgrade: false,
+    }
+}
+
+/// The engine the fuzzers render with: Helm's, with the step and output bounds.
+fn engine() -> Engine {
+    Engine {
+        max_steps: Some(MAX_STEPS),
+        max_output_bytes: Some(MAX_OUTPUT_BYTES),
+        ..Engine::default()
+    }
+}
+
+/// Renders a chart as an install does after loading (dependencies, coalescing, schema,
+/// kubeVersion, engine, manifest sorting), with the fuzzers' bounds. Errors are fine; they
+/// must not be empty.
+pub fn render_chart(mut chart: Chart, user: &Values) {
+    let mut warnings = Vec::new();
+    if let Err(e) = flotilla_chart::dependencies::check_dependencies(&chart) {
+        assert!(!e.to_string().is_empty());
+    }
+    if let Err(e) =
+        flotilla_chart::dependencies::process_dependencies(&mut chart, user, &mut warnings)
+    {
+        assert!(!e.to_string().is_empty());
+        return;
+    }
+    let values = match coalesce_values(&chart, user, &mut warnings) {
+        Ok(v) => v,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return;
+        }
+    };
+    if let Err(e) = flotilla_chart::schema::validate_against_schema(&chart, &values) {
+        assert!(!e.to_string().is_empty());
+    }
+    let caps = Capabilities::helm_template_default();
+    let kv = &chart.metadata.kube_version;
+    if !kv.is_empty() {
+        let _ = flotilla_chart::semver::is_compatible_range(kv, caps.kube_version.string());
+    }
+    match engine().render(&chart, &values, &release(), &caps) {
+        Ok(files) => sort_rendered(&files),
+        Err(e) => assert!(!e.0.is_empty(), "empty render error"),
+    }
+}
+
+fn sort_rendered(files: &BTreeMap<String, String>) {
+    match sort_manifests(files, INSTALL_ORDER) {
+        Ok(sorted) => {
+            for m in &sorted.manifests {
+                assert!(!m.name.is_empty());
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// Parses and executes the NUL-separated parts of `data` as templates of a chart (the first
+/// as `templates/t0.yaml`, then `templates/_helpers.tpl`, `templates/NOTES.txt`, a
+/// subchart's template and more templates), with fixed values, `.Files` and a subchart,
+/// through the render engine with Sprig and Helm's functions.
+pub fn template_exec(data: &[u8]) {
+    let mut chart = Chart::new(metadata("fuzz"));
+    chart.values = Some(fixed_values());
+    chart.files = vec![
+        file("config/app.yaml", b"key: value\nlist: [1, 2]\n"),
+        file("config/extra.properties", b"a=1\nb=2\n"),
+        file("README.md", b"# fuzz\n"),
+    ];
+    let mut sub = Chart::new(metadata("sub"));
+    sub.values = Some(as_values(json!({"port": 80.0, "name": "sub"})));
+    for (i, part) in parts(data, 6).into_iter().enumerate() {
+        match i {
+            0 => chart.templates.push(file("templates/t0.yaml", part)),
+            1 => chart.templates.push(file("templates/_helpers.tpl", part)),
+            2 => chart.templates.push(file("templates/NOTES.txt", part)),
+            3 => sub.templates.push(file("templates/s.yaml", part)),
+            n => chart
+                .templates
+                .push(file(&format!("templates/t{n}.yaml"), part)),
+        }
+    }
+    chart.dependencies.push(sub);
+    render_chart(chart, &Values::new());
+}
+
+/// Fixed defaults of the chart the values target coalesces into.
+fn chart_defaults() -> Values {
+    as_values(json!({
+        "a": {"b": 1.0, "c": [1.0, 2.0], "d": {"e": "f"}},
+        "name": "x",
+        "global": {"g": true},
+        "sub": {"enabled": false, "x": {"y": 1.0}}
+    }))
+}
+
+/// Decodes `data` as YAML every way Helm does (go-yaml v2, strict, every document,
+/// `sigs.k8s.io/yaml`, `fromYaml`), emits what decodes, then reads it as a values file and
+/// coalesces it with a chart's defaults, both ways round, and validates it against a schema
+/// made of the same bytes.
+pub fn yaml_values(data: &[u8]) {
+    if let Ok(v) = flotilla_yaml::from_slice(data) {
+        let _ = flotilla_yaml::to_string(&v);
+        let _ = flotilla_yaml::helm::must_to_yaml(&v);
+    }
+    let text = String::from_utf8_lossy(data);
+    let _ = flotilla_yaml::from_str_strict(&text);
+    if let Ok(docs) = flotilla_yaml::from_str_all(&text) {
+        for d in docs.iter().take(8) {
+            let _ = flotilla_yaml::to_string_with(d, flotilla_yaml::KeyOrder::Insertion);
+        }
+    }
+    if let Ok(v) = flotilla_yaml::sigs::unmarshal(&text) {
+        let _ = flotilla_yaml::sigs::marshal(&v);
+        let _ = flotilla_yaml::sigs::yaml_to_json(&text);
+    }
+    let m = flotilla_yaml::helm::from_yaml(&text);
+    let _ = flotilla_yaml::helm::to_yaml(&flotilla_yaml::Value::Map(m));
+    let _ = flotilla_yaml::helm::from_yaml_array(&text);
+
+    let user = match load_values_bytes(data) {
+        Ok(v) => v,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return;
+        }
+    };
+    let mut warnings = Vec::new();
+    let mut chart = Chart::new(metadata("values"));
+    chart.values = Some(chart_defaults());
+    let mut sub = Chart::new(metadata("sub"));
+    sub.values = Some(as_values(json!({"enabled": true, "x": {"z": 2.0}})));
+    chart.dependencies.push(sub);
+    let _ = coalesce_values(&chart, &user, &mut warnings);
+    let _ = merge_values(&chart, &user, &mut warnings);
+    chart.values = Some(user);
+    let defaults = chart_defaults();
+    let _ = coalesce_values(&chart, &defaults, &mut warnings);
+    for w in &warnings {
+        let _ = w.to_string();
+    }
+    chart.schema = Some(data.to_vec());
+    if let Err(e) = flotilla_chart::schema::validate_against_schema(&chart, &defaults) {
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+/// Parses `--set`-style arguments, one per line, the line's first character choosing the
+/// flag (`s`: `--set`, `S`: `--set-string`, `j`: `--set-json`, `f`: `--set-file`, `l`:
+/// `--set-literal`, any other by its code point modulo 5); then assembles
+/// the same arguments as the CLI does.
+pub fn set_values(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut dest = Values::new();
+    let mut opts = ValueOptions::default();
+    let mut read = |path: &str| -> Result<serde_json::Value, String> {
+        if path.ends_with(".missing") {
+            Err(format!("open {path}: no such file or directory"))
+        } else {
+            Ok(serde_json::Value::String(format!("contents of {path}")))
+        }
+    };
+    for line in text.split('\n').take(16) {
+        let mut chars = line.chars();
+        let Some(mode) = chars.next() else { continue };
+        let arg = chars.as_str();
+        let flag = match mode {
+            's' => 0,
+            'S' => 1,
+            'j' => 2,
+            'f' => 3,
+            'l' => 4,
+            other => u32::from(other) % 5,
+        };
+        let r = match flag {
+            0 => {
+                opts.values.push(arg.to_string());
+                strvals::parse_into(arg, &mut dest)
+            }
+            1 => {
+                opts.string_values.push(arg.to_string());
+                strvals::parse_into_string(arg, &mut dest)
+            }
+            2 => {
+                opts.json_values.push(arg.to_string());
+                strvals::parse_json(arg, &mut dest)
+            }
+            3 => {
+                opts.file_values.push(arg.to_string());
+                strvals::parse_into_file(arg, &mut dest, &mut read)
+            }
+            _ => {
+                opts.literal_values.push(arg.to_string());
+                strvals::parse_literal_into(arg, &mut dest)
+            }
+        };
+        if let Err(e) = r {
+            assert!(!e.to_string().is_empty());
+        }
+    }
+    if let Err(e) = opts.merge(&mut read) {
+        assert!(!e.to_string().is_empty());
+    }
+    let _ = strvals::parse(&text);
+}
+
+/// Builds a `.tgz` from NUL-separated name and content pairs, below a `fuzz/` directory.
+fn archive_of(data: &[u8]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut it = data.split(|&b| b == 0);
+    while let Some(name) = it.next() {
+        let content = it.next().unwrap_or_default();
+        let name = String::from_utf8_lossy(name);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        // Names the tar crate refuses (`..`, absolute) are written raw into the header.
+        if header.set_path(format!("fuzz/{name}")).is_err() {
+            let raw = format!("fuzz/{name}");
+            let bytes = raw.as_bytes();
+            let n = bytes.len().min(100);
+            header.as_old_mut().name[..n].copy_from_slice(&bytes[..n]);
+        }
+        header.set_cksum();
+        if builder.append(&header, content).is_err() {
+            break;
+        }
+    }
+    gzip(&builder.into_inner().unwrap_or_default())
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(data).expect("writing to a Vec cannot fail");
+    gz.finish().expect("writing to a Vec cannot fail")
+}
+
+/// Loads a chart from archive bytes and, when it loads, renders it. The first byte chooses
+/// what the rest is: a `.tgz` as is, a tar stream (gzipped here), or NUL-separated file
+/// names and contents (archived here), so mutations reach the loader's and the chart's
+/// logic rather than stopping at the gzip checksum.
+pub fn chart_archive(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let tgz = match mode % 3 {
+        0 => rest.to_vec(),
+        1 => gzip(rest),
+        _ => archive_of(rest),
+    };
+    match load_archive(&tgz) {
+        Ok(chart) => render_chart(chart, &Values::new()),
+        Err(e) => assert!(!e.to_string().is_empty(), "empty load error"),
+    }
+    if mode % 3 == 2 {
+        // The same files through the loader's classification alone.
+        let mut files = Vec::new();
+        let mut it = rest.split(|&b| b == 0);
+        while let Some(name) = it.next() {
+            files.push(BufferedFile {
+                name: String::from_utf8_lossy(name).into_owned(),
+                data: it.next().unwrap_or_default().to_vec(),
+                mod_time: None,
+            });
+        }
+        if let Err(e) = load_files(files) {
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}
