@@ -399,6 +399,26 @@ async fn enabled_mode_patches_changed_objects_back_and_recreates_deleted_ones() 
     let e = event_with(&posted, "DriftCorrected");
     assert_eq!((e.0.as_str(), e.2.as_str(), e.3), ("Normal", corrected, 1));
     assert_eq!(event_with(&posted, "InstallSucceeded").0, "Normal");
+    let json = kubectl(&cluster, &["get", "events", "-n", "default", "-o", "json"])?;
+    let list: serde_json::Value = serde_json::from_str(&json)?;
+    let annotations = |reason: &str| {
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["reason"] == reason)
+            .map(|e| e["metadata"]["annotations"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        annotations("DriftDetected"),
+        serde_json::Value::Null,
+        "Flux records DriftDetected without annotations"
+    );
+    assert_eq!(
+        annotations("DriftCorrected")["helm.toolkit.fluxcd.io/revision"],
+        "0.1.0"
+    );
 
     // In sync: the next reconcile does nothing.
     let report = run(&ctx, &p).await?;

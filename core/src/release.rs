@@ -856,14 +856,12 @@ pub fn apply_decision(
                 g,
                 now,
             );
+            // Flux records this one with a plain `Eventf`: no revision or token annotations.
             events.push(Event {
                 type_: EventType::Warning,
                 reason: reason::DRIFT_DETECTED.to_owned(),
                 message: msg,
-                annotations: latest
-                    .as_ref()
-                    .map(outcome::snapshot_meta)
-                    .unwrap_or_default(),
+                annotations: Default::default(),
             });
         }
         ReleaseState::Untested => replace_remediated_with_released(plan, status, now),

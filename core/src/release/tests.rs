@@ -1991,6 +1991,10 @@ fn drift_detection_and_correction_are_reported_as_events() {
         (events[0].type_, events[0].reason.as_str()),
         (EventType::Warning, "DriftDetected")
     );
+    assert!(
+        events[0].annotations.is_empty(),
+        "Flux records DriftDetected without annotations"
+    );
 
     let done = Outcome {
         changes: Some("Deployment/default/podinfo created".into()),
