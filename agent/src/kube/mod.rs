@@ -15,6 +15,9 @@
 //! 5. [`ClusterApi::run_hook`] runs one hook ([`hook`]); [`ClusterApi::delete`] removes
 //!    objects in Helm's uninstall order ([`delete`]).
 //!
+//! Rendering asks the cluster too: [`ClusterApi::capabilities`] and [`ClusterLookup`]
+//! ([`capabilities`]).
+//!
 //! Every error names the object it is about (`Deployment default/web: ...`); errors expose
 //! `kind()` (a bounded label) and `is_transient()`; [`error_chain`] prints an error with its
 //! sources. [`impersonate`] builds clients acting as a ServiceAccount
@@ -28,6 +31,7 @@
 //! `--force-replace`.
 
 pub mod apply;
+pub mod capabilities;
 pub mod delete;
 pub mod discovery;
 pub mod hook;
@@ -39,6 +43,7 @@ pub mod wait;
 mod object;
 
 pub use apply::{ApplyOptions, ApplyReport, HelmReleaseRef, ReleaseRef};
+pub use capabilities::ClusterLookup;
 pub use delete::{DeleteOptions, DeleteReport, Propagation};
 pub use discovery::ApiCatalog;
 pub use hook::{HookDeletePolicy, HookOptions, HookPhase, HookRun};

@@ -7,19 +7,21 @@
 //! the error and backs off); a failure after marks the new record `failed`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_chart::Chart;
+use flotilla_chart::coalesce::{Warnings, coalesce_tables, coalesce_values};
 use flotilla_chart::release::{
     Hook, HookDeletePolicy as RecordDeletePolicy, HookEvent, HookExecution,
     HookPhase as RecordPhase, Release, Status,
 };
 use flotilla_chart::time::GoTime;
+use flotilla_chart::{Chart, Values};
 use flotilla_core::duration::GoDuration;
 use flotilla_core::observation::Observation;
 use flotilla_core::plan::{ReleasePlan, ReleaseRecord};
 use flotilla_core::release::{Action, Outcome, observation_oci_digest};
-use flotilla_core::spec::{CrdsPolicy, DeletionPropagation};
+use flotilla_core::spec::{CommonMetadata, CrdsPolicy, DeletionPropagation, PostRenderStrategy};
 use flotilla_core::status::HelmReleaseStatus;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -31,7 +33,7 @@ use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
 use crate::kube::wait::WaitOptions;
-use crate::kube::{ClusterApi, Resource, error_chain};
+use crate::kube::{ClusterApi, ClusterLookup, Resource, error_chain};
 use crate::storage::transitions::set_status;
 use crate::storage::{SecretStorage, status_of};
 
@@ -43,7 +45,7 @@ pub struct Executor<'a> {
     /// Helm storage in the plan's storage namespace.
     pub records: SecretStorage,
     /// The renderer.
-    pub renderer: &'a dyn Renderer,
+    pub renderer: Arc<dyn Renderer>,
     /// The plan.
     pub plan: &'a ReleasePlan,
     /// The plan's chart.
@@ -186,27 +188,71 @@ impl Executor<'_> {
         outcome
     }
 
-    fn render(&self, revision: i64, is_install: bool) -> Result<Rendered, String> {
-        let values = match &self.plan.values {
-            serde_json::Value::Object(m) => m.clone(),
-            _ => Default::default(),
-        };
-        self.renderer
-            .render(
-                self.chart,
-                &values,
-                &RenderOptions {
-                    release_name: self.release_name().to_owned(),
-                    namespace: self.plan.release.namespace.to_string(),
-                    revision,
-                    is_install,
-                    is_upgrade: !is_install,
-                },
+    /// Renders the plan's chart as Helm's install and upgrade do: `.Capabilities` from the
+    /// cluster's discovery and `lookup` answered by the cluster, both with the action's
+    /// identity. Rendering is synchronous and its lookups block, so it runs on a blocking
+    /// thread.
+    /// Renders `chart` with `values` as Helm's install and upgrade do: `.Capabilities` from
+    /// the cluster's discovery and `lookup` answered by the cluster, both with the action's
+    /// identity, then `spec.commonMetadata`. Rendering is synchronous and its lookups block,
+    /// so it runs on a blocking thread.
+    async fn render(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        revision: i64,
+        is_install: bool,
+        skip_schema_validation: bool,
+    ) -> Result<Rendered, String> {
+        let capabilities = self.cluster.capabilities().await.map_err(|e| {
+            format!(
+                "discovering the cluster's capabilities: {}",
+                error_chain(&e)
             )
-            .map_err(|e| error_chain(&e))
+        })?;
+        let options = RenderOptions {
+            release_name: self.release_name().to_owned(),
+            namespace: self.plan.release.namespace.to_string(),
+            revision,
+            is_install,
+            is_upgrade: !is_install,
+            capabilities: Some(capabilities),
+            lookup: Some(Arc::new(ClusterLookup::new(self.cluster.clone()))),
+            skip_schema_validation,
+        };
+        let renderer = self.renderer.clone();
+        let chart = chart.clone();
+        let values = values.clone();
+        let mut rendered =
+            tokio::task::spawn_blocking(move || renderer.render(&chart, &values, &options))
+                .await
+                .map_err(|e| format!("rendering stopped: {e}"))?
+                .map_err(|e| error_chain(&e))?;
+        if let Some(metadata) = &self.plan.options.common_metadata {
+            let hooks_too =
+                self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks);
+            apply_common_metadata(&mut rendered, metadata, hooks_too)?;
+        }
+        Ok(rendered)
     }
 
-    fn new_release(&self, rendered: Rendered, version: i64, status: Status, desc: &str) -> Release {
+    /// The plan's values as a table.
+    fn plan_values(&self) -> Values {
+        match &self.plan.values {
+            serde_json::Value::Object(m) => m.clone(),
+            _ => Values::new(),
+        }
+    }
+
+    fn new_release(
+        &self,
+        chart: &Chart,
+        config: Values,
+        rendered: Rendered,
+        version: i64,
+        status: Status,
+        desc: &str,
+    ) -> Release {
         let t = now();
         Release {
             name: self.release_name().to_owned(),
@@ -218,11 +264,8 @@ impl Executor<'_> {
                 notes: rendered.notes,
                 ..Default::default()
             }),
-            chart: Some(self.chart.into()),
-            config: match &self.plan.values {
-                serde_json::Value::Object(m) => m.clone(),
-                _ => Default::default(),
-            },
+            chart: Some(chart.into()),
+            config,
             manifest: rendered.manifest,
             hooks: rendered.hooks,
             version,
@@ -483,6 +526,41 @@ impl Executor<'_> {
         }
     }
 
+    /// The part install, upgrade and rollback share once their pending record is stored:
+    /// pre hooks, apply (deleting what `previous` held and the new manifest does not) and
+    /// wait, `cleanupOnFail`, post hooks.
+    async fn roll_out(
+        &self,
+        rls: &mut Release,
+        timeout: Duration,
+        rollout: Rollout<'_>,
+        writes: &mut Writes,
+    ) -> Result<(), String> {
+        if let Some((pre, _)) = &rollout.hooks {
+            self.run_hooks(&self.records, rls, pre.clone(), timeout, &|_| true, writes)
+                .await?;
+        }
+        if let Err((e, created)) = self
+            .apply_and_wait(
+                &rls.manifest,
+                rollout.previous,
+                rollout.take_ownership,
+                rollout.wait,
+            )
+            .await
+        {
+            if rollout.cleanup_on_fail {
+                self.cleanup(&created).await;
+            }
+            return Err(e);
+        }
+        if let Some((_, post)) = rollout.hooks {
+            self.run_hooks(&self.records, rls, post, timeout, &|_| true, writes)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn install(&self, timeout: Duration, writes: &mut Writes) -> Result<(), String> {
         let o = &self.plan.options.install;
         let name = self.release_name().to_owned();
@@ -491,53 +569,59 @@ impl Executor<'_> {
             .last(&name)
             .await
             .map_err(|e| error_chain(&e))?;
+        // Helm's `availableName`: a name with history is taken, unless `replace` is set
+        // and the newest record is uninstalled or failed.
+        if let Some(last) = &last
+            && !(o.replace && matches!(status_of(last), Status::Uninstalled | Status::Failed))
+        {
+            return Err(
+                "release name check failed: cannot reuse a name that is still in use".to_owned(),
+            );
+        }
         let version = last.as_ref().map_or(1, |r| r.version + 1);
-        let rendered = self.render(version, true)?;
+        let values = self.plan_values();
+        let rendered = self
+            .render(
+                self.chart,
+                &values,
+                version,
+                true,
+                o.disable_schema_validation,
+            )
+            .await?;
         parse_manifest(&rendered.manifest).map_err(|e| error_chain(&e))?;
         if o.create_namespace {
             self.ensure_namespace().await?;
         }
         self.apply_crds(&rendered, o.crds()).await?;
         let mut rls = self.new_release(
+            self.chart,
+            values,
             rendered,
             version,
             Status::PendingInstall,
             "Initial install underway",
         );
-        self.create(&rls, writes).await?;
-        let result = async {
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PreInstall,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            let wait = (!o.disable_wait).then_some(WaitOptions {
-                timeout,
-                wait_for_jobs: !o.disable_wait_for_jobs,
-            });
-            self.apply_and_wait(&rls.manifest.clone(), None, !o.disable_take_ownership, wait)
-                .await
-                .map_err(|(e, _)| e)?;
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PostInstall,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            Ok::<(), String>(())
+        // `replace`: the record replaced is superseded, unless it failed.
+        if let Some(mut last) = last
+            && status_of(&last) != Status::Failed
+        {
+            set_status(&mut last, Status::Superseded, "superseded by new release");
+            self.update(&self.records, &last, writes).await?;
         }
-        .await;
+        self.create(&rls, writes).await?;
+        let wait = (!o.disable_wait).then_some(WaitOptions {
+            timeout,
+            wait_for_jobs: !o.disable_wait_for_jobs,
+        });
+        let rollout = Rollout {
+            hooks: (!o.disable_hooks).then_some((HookEvent::PreInstall, HookEvent::PostInstall)),
+            previous: None,
+            take_ownership: !o.disable_take_ownership,
+            wait,
+            cleanup_on_fail: false,
+        };
+        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
         match result {
             Ok(()) => {
                 set_status(&mut rls, Status::Deployed, "Install complete");
@@ -569,17 +653,32 @@ impl Executor<'_> {
         if status_of(last).is_pending() {
             return Err("another operation (install/upgrade/rollback) is in progress".to_owned());
         }
-        let mut current = history
+        // Helm's current release: the newest deployed one; without one, the newest record
+        // when it failed or was superseded.
+        let deployed = history
             .iter()
             .rev()
-            .find(|r| status_of(r) == Status::Deployed)
-            .unwrap_or(last)
-            .clone();
+            .find(|r| status_of(r) == Status::Deployed);
+        let mut current = match deployed {
+            Some(d) => d.clone(),
+            None if matches!(status_of(last), Status::Failed | Status::Superseded) => last.clone(),
+            None => return Err(format!("\"{name}\" has no deployed releases")),
+        };
         let version = last.version + 1;
-        let rendered = self.render(version, false)?;
+        let mut chart = self.chart.clone();
+        let values = if o.preserve_values {
+            reuse_values(&current, self.plan_values(), &mut chart)?
+        } else {
+            self.plan_values()
+        };
+        let rendered = self
+            .render(&chart, &values, version, false, o.disable_schema_validation)
+            .await?;
         parse_manifest(&rendered.manifest).map_err(|e| error_chain(&e))?;
         self.apply_crds(&rendered, o.crds()).await?;
         let mut rls = self.new_release(
+            &chart,
+            values,
             rendered,
             version,
             Status::PendingUpgrade,
@@ -591,50 +690,18 @@ impl Executor<'_> {
             info.first_deployed = first;
         }
         self.create(&rls, writes).await?;
-        let result = async {
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PreUpgrade,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            let wait = (!o.disable_wait).then_some(WaitOptions {
-                timeout,
-                wait_for_jobs: !o.disable_wait_for_jobs,
-            });
-            if let Err((e, created)) = self
-                .apply_and_wait(
-                    &rls.manifest.clone(),
-                    Some(&current.manifest),
-                    !o.disable_take_ownership,
-                    wait,
-                )
-                .await
-            {
-                if o.cleanup_on_fail {
-                    self.cleanup(&created).await;
-                }
-                return Err(e);
-            }
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PostUpgrade,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            Ok::<(), String>(())
-        }
-        .await;
+        let wait = (!o.disable_wait).then_some(WaitOptions {
+            timeout,
+            wait_for_jobs: !o.disable_wait_for_jobs,
+        });
+        let rollout = Rollout {
+            hooks: (!o.disable_hooks).then_some((HookEvent::PreUpgrade, HookEvent::PostUpgrade)),
+            previous: Some(&current.manifest),
+            take_ownership: !o.disable_take_ownership,
+            wait,
+            cleanup_on_fail: o.cleanup_on_fail,
+        };
+        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
         match result {
             Ok(()) => {
                 if status_of(&current) == Status::Deployed {
@@ -714,45 +781,18 @@ impl Executor<'_> {
             format!("Rollback to {target_version}"),
         );
         self.create(&rls, writes).await?;
-        let result = async {
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PreRollback,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            let wait = (!o.disable_wait).then_some(WaitOptions {
-                timeout,
-                wait_for_jobs: !o.disable_wait_for_jobs,
-            });
-            if let Err((e, created)) = self
-                .apply_and_wait(&rls.manifest.clone(), Some(&current.manifest), true, wait)
-                .await
-            {
-                if o.cleanup_on_fail {
-                    self.cleanup(&created).await;
-                }
-                return Err(e);
-            }
-            if !o.disable_hooks {
-                self.run_hooks(
-                    &self.records,
-                    &mut rls,
-                    HookEvent::PostRollback,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await?;
-            }
-            Ok::<(), String>(())
-        }
-        .await;
+        let wait = (!o.disable_wait).then_some(WaitOptions {
+            timeout,
+            wait_for_jobs: !o.disable_wait_for_jobs,
+        });
+        let rollout = Rollout {
+            hooks: (!o.disable_hooks).then_some((HookEvent::PreRollback, HookEvent::PostRollback)),
+            previous: Some(&current.manifest),
+            take_ownership: true,
+            wait,
+            cleanup_on_fail: o.cleanup_on_fail,
+        };
+        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
         match result {
             Ok(()) => {
                 for mut r in history
@@ -921,6 +961,94 @@ impl Executor<'_> {
         );
         self.update(&self.records, &rls, writes).await
     }
+}
+
+/// Helm's `ReuseValues` (Flux's `upgrade.preserveValues`): the values given are laid over
+/// the current release's user values, and the chart's defaults become the current
+/// release's coalesced values.
+fn reuse_values(current: &Release, given: Values, chart: &mut Chart) -> Result<Values, String> {
+    let mut warnings = Warnings::new();
+    let old_chart = current
+        .chart
+        .as_ref()
+        .map(Chart::from)
+        .unwrap_or_else(|| Chart::new(flotilla_chart::Metadata::default()));
+    let old_values = coalesce_values(&old_chart, &current.config, &mut warnings)
+        .map_err(|e| format!("failed to rebuild old values: {e}"))?;
+    let mut values = given;
+    coalesce_tables(&mut values, current.config.clone(), &mut warnings);
+    chart.values = Some(old_values);
+    Ok(values)
+}
+
+/// Flux's `CommonMetadata` post-renderer: `spec.commonMetadata` labels and annotations
+/// set on every rendered object (overwriting the chart's), hooks included unless the
+/// post-render strategy is `nohooks`.
+fn apply_common_metadata(
+    rendered: &mut Rendered,
+    metadata: &CommonMetadata,
+    hooks_too: bool,
+) -> Result<(), String> {
+    if metadata.labels.is_empty() && metadata.annotations.is_empty() {
+        return Ok(());
+    }
+    rendered.manifest =
+        super::render::map_manifest(&rendered.manifest, |doc| set_common_metadata(doc, metadata))
+            .map_err(|e| format!("post-render commonMetadata: {e}"))?;
+    if hooks_too {
+        for hook in &mut rendered.hooks {
+            hook.manifest = super::render::map_document(&hook.manifest, |doc| {
+                set_common_metadata(doc, metadata)
+            })
+            .map_err(|e| format!("post-render commonMetadata: hook {}: {e}", hook.name))?;
+        }
+    }
+    Ok(())
+}
+
+fn set_common_metadata(doc: &mut serde_json::Value, metadata: &CommonMetadata) {
+    let Some(object) = doc.as_object_mut() else {
+        return;
+    };
+    let meta = object
+        .entry("metadata")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if !meta.is_object() {
+        *meta = serde_json::Value::Object(Default::default());
+    }
+    let meta = meta.as_object_mut().expect("made an object above");
+    for (field, entries) in [
+        ("labels", &metadata.labels),
+        ("annotations", &metadata.annotations),
+    ] {
+        if entries.is_empty() {
+            continue;
+        }
+        let map = meta
+            .entry(field)
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if !map.is_object() {
+            *map = serde_json::Value::Object(Default::default());
+        }
+        let map = map.as_object_mut().expect("made an object above");
+        for (k, v) in entries {
+            map.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+    }
+}
+
+/// How [`Executor::roll_out`] runs a new release.
+struct Rollout<'a> {
+    /// The pre and post hook events; `None` when hooks are disabled.
+    hooks: Option<(HookEvent, HookEvent)>,
+    /// The manifest of the release being replaced.
+    previous: Option<&'a str>,
+    /// Adopt objects that exist without Helm's ownership metadata.
+    take_ownership: bool,
+    /// How to wait for the applied objects; `None`: no wait.
+    wait: Option<WaitOptions>,
+    /// Delete the objects this release created when it fails (`cleanupOnFail`).
+    cleanup_on_fail: bool,
 }
 
 /// Marker error: the release is not in storage (uninstall, unlock).

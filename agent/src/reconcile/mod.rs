@@ -30,9 +30,13 @@
 //!   (`DetectDrift`, `CorrectDrift`), as the plan's actions' identity; the diffs found by
 //!   detection are what the correction applies.
 //! - The report's events are posted as Kubernetes Events ([`crate::events`]).
+//! - Rendering sees the cluster as Helm's install and upgrade do: `.Capabilities` from
+//!   discovery and `lookup` answered by the cluster ([`crate::kube::capabilities`]), with
+//!   the action's identity. `upgrade.preserveValues` (Helm's `--reuse-values`),
+//!   `install.replace`, `disableSchemaValidation` and `spec.commonMetadata` are honoured.
 //!
-//! Not here yet: `upgrade.preserveValues`, client-side apply and `force`,
-//! hook output logs, the inventory in the status, and post-renderers.
+//! Not here yet: client-side apply and `force`, hook output logs, the inventory in the
+//! status, and `spec.postRenderers` (kustomize).
 
 // Errors name their object for people; they are built on the failure path only, so their
 // size does not matter.
@@ -303,7 +307,7 @@ pub async fn reconcile(
     let executor = |storage_namespace: &str| Executor {
         cluster: &cluster,
         records: SecretStorage::new(cluster.client().clone(), storage_namespace),
-        renderer: ctx.renderer.as_ref(),
+        renderer: ctx.renderer.clone(),
         plan,
         chart,
     };
@@ -434,7 +438,7 @@ pub async fn delete_release(
     let exec = Executor {
         cluster: &cluster,
         records: SecretStorage::new(cluster.client().clone(), &storage_namespace),
-        renderer: ctx.renderer.as_ref(),
+        renderer: ctx.renderer.clone(),
         plan,
         chart,
     };

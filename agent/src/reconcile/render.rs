@@ -12,18 +12,22 @@
 // size does not matter.
 #![allow(clippy::result_large_err)]
 
+use std::sync::Arc;
+
 use flotilla_chart::Chart;
 use flotilla_chart::Values;
 use flotilla_chart::release::{
     HOOK_ANNOTATION, HOOK_DELETE_ANNOTATION, HOOK_OUTPUT_LOG_ANNOTATION, HOOK_WEIGHT_ANNOTATION,
     Hook, HookDeletePolicy, HookEvent, HookOutputLogPolicy,
 };
+use flotilla_chart::render::{Capabilities, Lookup};
 use kube::ResourceExt as _;
 
 use crate::kube::manifest::{KindOrder, ManifestError, parse_document, split_documents};
 
-/// The release a chart is rendered for (Helm's `.Release`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The release a chart is rendered for (Helm's `.Release`), and what the cluster tells
+/// the templates.
+#[derive(Debug, Clone, Default)]
 pub struct RenderOptions {
     /// `.Release.Name`.
     pub release_name: String,
@@ -35,6 +39,13 @@ pub struct RenderOptions {
     pub is_install: bool,
     /// `.Release.IsUpgrade`.
     pub is_upgrade: bool,
+    /// `.Capabilities` of the target cluster; `None`: the renderer's own (`helm
+    /// template`'s defaults for [`ChartRenderer::default`]).
+    pub capabilities: Option<Capabilities>,
+    /// The cluster behind `lookup`; `None`: every lookup finds nothing (`helm template`).
+    pub lookup: Option<Arc<dyn Lookup>>,
+    /// Skip `values.schema.json` validation (`disableSchemaValidation`).
+    pub skip_schema_validation: bool,
 }
 
 /// One file of the chart's `crds/` directory.
@@ -218,10 +229,77 @@ pub fn split_rendered(chart: &str, files: &[(String, String)]) -> Result<Rendere
     })
 }
 
+/// Rewrites every object of a release manifest (documents `---\n# Source: <path>\n...`)
+/// with `f`, keeping each document's leading comments. Documents holding no object are
+/// kept as they are.
+pub fn map_manifest(manifest: &str, f: impl Fn(&mut serde_json::Value)) -> Result<String, String> {
+    let mut out = String::new();
+    for doc in split_documents(manifest) {
+        out.push_str("---\n");
+        out.push_str(&map_document(doc.text, &f)?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Rewrites the object of one YAML document with `f` (keys sorted as Go's YAML writers
+/// sort them), keeping its leading comment lines; the result has no final newline.
+pub fn map_document(text: &str, f: impl Fn(&mut serde_json::Value)) -> Result<String, String> {
+    let yaml = flotilla_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let mut json = crate::kube::manifest::yaml_to_json(yaml)?;
+    if json.is_null() {
+        return Ok(text.trim_end().to_owned());
+    }
+    f(&mut json);
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('#') || t.is_empty() {
+            if t.starts_with('#') {
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        break;
+    }
+    let body = flotilla_yaml::to_string(&json_to_yaml(json)).map_err(|e| e.to_string())?;
+    out.push_str(body.trim_end());
+    Ok(out)
+}
+
+fn json_to_yaml(v: serde_json::Value) -> flotilla_yaml::Value {
+    use flotilla_yaml::Value as Y;
+    use serde_json::Value as J;
+    match v {
+        J::Null => Y::Null,
+        J::Bool(b) => Y::Bool(b),
+        J::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Y::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                Y::Uint(u)
+            } else {
+                Y::Float(n.as_f64().unwrap_or_default())
+            }
+        }
+        J::String(s) => Y::String(s),
+        J::Array(a) => Y::Seq(a.into_iter().map(json_to_yaml).collect()),
+        J::Object(m) => {
+            let mut map = flotilla_yaml::Mapping::new();
+            for (k, v) in m {
+                map.insert(Y::String(k), json_to_yaml(v));
+            }
+            Y::Map(map)
+        }
+    }
+}
+
 /// Renders with `flotilla_chart::render` (Helm's engine): dependencies processed with the
 /// user values, values coalesced with the chart's and validated against its schema,
-/// templates rendered, hooks and manifests sorted. `.Capabilities` are `helm template`'s
-/// defaults (not the cluster's) and `lookup` finds nothing.
+/// templates rendered, hooks and manifests sorted. `.Capabilities` and `lookup` come from
+/// the [`RenderOptions`] (the executor fills them from the cluster); without them,
+/// `capabilities` below (`helm template`'s defaults) and a `lookup` that finds nothing.
 #[derive(Debug, Clone)]
 pub struct ChartRenderer {
     /// `.Capabilities`.
@@ -266,10 +344,13 @@ impl Renderer for ChartRenderer {
                 is_install: options.is_install,
                 is_upgrade: options.is_upgrade,
             },
-            capabilities: self.capabilities.clone(),
+            capabilities: options
+                .capabilities
+                .clone()
+                .unwrap_or_else(|| self.capabilities.clone()),
             include_crds: false,
-            skip_schema_validation: false,
-            lookup: None,
+            skip_schema_validation: options.skip_schema_validation,
+            lookup: options.lookup.clone(),
         };
         let mut log = Vec::new();
         let rendered = flotilla_chart::render::render_release(&chart, values, &opts, &mut log)
@@ -334,6 +415,7 @@ mod tests {
             revision: 1,
             is_install: true,
             is_upgrade: false,
+            ..RenderOptions::default()
         };
         let err = LiteralRenderer
             .render(&chart, &Values::new(), &options)
@@ -356,6 +438,7 @@ mod chart_renderer_tests {
             revision: 1,
             is_install: true,
             is_upgrade: false,
+            ..RenderOptions::default()
         };
         let r = ChartRenderer::default()
             .render(&chart, &Values::new(), &options)

@@ -1,0 +1,661 @@
+//! Rendering with the cluster, and the release options that change what is rendered or
+//! applied, against real local clusters. Expected values come from the real helm v4 CLI
+//! installing the same chart into the same cluster, never from the agent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::render::ChartRenderer;
+use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
+use flotilla_core::meta::{Conditions as _, condition, reason};
+use flotilla_tests::{Cluster, ClusterOptions, tools};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
+fn charts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
+}
+
+/// A plan file for HelmRelease `default/<name>` with `chart` and extra spec lines.
+fn plan(name: &str, chart: &str, generation: i64, spec: &str) -> PlanFile {
+    let text = format!(
+        "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: {name}
+  namespace: default
+  generation: {generation}
+spec:
+  interval: 1m
+  timeout: 30s
+{spec}
+chart:
+  path: {chart}
+"
+    );
+    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
+        Ok(p) => p,
+        Err(e) => panic!("plan file: {e}"),
+    }
+}
+
+async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
+    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
+}
+
+fn released(report: &ReconcileReport) -> (String, String) {
+    match report.status.conditions.get_condition(condition::RELEASED) {
+        Some(c) => (c.reason.clone(), c.message.clone()),
+        None => panic!("no Released condition in {:#?}", report.status.conditions),
+    }
+}
+
+fn tool(
+    bin: PathBuf,
+    args: &[&str],
+    kubeconfig: &Path,
+    stdin: Option<&str>,
+) -> anyhow::Result<Output> {
+    use std::io::Write as _;
+    let mut child = Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
+        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
+        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    Ok(child.wait_with_output()?)
+}
+
+fn ok(out: Output, what: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn kubectl_apply(kubeconfig: &Path, yaml: &str) -> anyhow::Result<()> {
+    let out = tool(
+        tools::kubectl()?,
+        &["apply", "-f", "-"],
+        kubeconfig,
+        Some(yaml),
+    )?;
+    ok(out, "kubectl apply").map(drop)
+}
+
+fn helm(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = tool(tools::helm()?, args, kubeconfig, None)?;
+    ok(out, &format!("helm {}", args.join(" ")))
+}
+
+async fn config_map_data(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    Ok(api.get(name).await?.data.unwrap_or_default())
+}
+
+const WIDGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test]
+async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("render-cluster")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    kubectl_apply(&kubeconfig, WIDGETS)?;
+    let established = tool(
+        tools::kubectl()?,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=30s",
+        ],
+        &kubeconfig,
+        None,
+    )?;
+    ok(established, "kubectl wait")?;
+    kubectl_apply(
+        &kubeconfig,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: given\n  namespace: default\ndata:\n  token: s3cret\n",
+    )?;
+
+    // The reference: helm v4 installs the same chart into the same cluster.
+    let chart = charts().join("cluster-aware");
+    helm(
+        &kubeconfig,
+        &[
+            "install",
+            "reference",
+            chart.to_str().expect("UTF-8 path"),
+            "-n",
+            "default",
+        ],
+    )?;
+    let client = cluster.client().await?;
+    let expected = config_map_data(&client, "reference-seen").await?;
+
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let report = run(&ctx, &plan("agent", "cluster-aware", 1, "")).await?;
+    assert_eq!(
+        report.actions,
+        ["install"],
+        "{:#?}",
+        report.status.conditions
+    );
+    let seen = config_map_data(&client, "agent-seen").await?;
+    assert_eq!(
+        seen, expected,
+        "the agent and helm install rendered differently"
+    );
+
+    // And the reference saw what the cluster holds (so the comparison is not vacuous).
+    // (The test clusters' API servers are built from Go modules without version stamps.)
+    assert!(!expected["kubeVersion"].is_empty());
+    assert_eq!(expected["appsV1Deployment"], "true");
+    assert_eq!(expected["widgetsServed"], "true");
+    assert_eq!(expected["notServed"], "false");
+    assert_eq!(expected["givenToken"], "s3cret");
+    assert_eq!(expected["missing"], "map[]");
+    assert_eq!(expected["namespaceListKind"], "NamespaceList");
+    assert_eq!(expected["defaultNamespacePhase"], "Active");
+    assert_eq!(expected["widgetNames"], "w1");
+
+    // A chart's kubeVersion constraint is checked against the same version, with Helm's
+    // message.
+    let gate = tool(
+        tools::helm()?,
+        &[
+            "install",
+            "gate",
+            &chart_path("kube-version"),
+            "-n",
+            "default",
+        ],
+        &kubeconfig,
+        None,
+    )?;
+    let helm_says = String::from_utf8_lossy(&gate.stderr).into_owned();
+    let helm_reason = helm_says
+        .trim()
+        .trim_start_matches("Error: INSTALLATION FAILED: ")
+        .to_owned();
+    let report = run(&ctx, &plan("gate", "kube-version", 1, "")).await?;
+    let (r, message) = released(&report);
+    assert_eq!(r, reason::INSTALL_FAILED);
+    assert!(
+        helm_reason.starts_with("chart requires kubeVersion") && message.contains(&helm_reason),
+        "helm: {helm_says}\nagent: {message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn lookups_run_as_the_service_account_the_plan_names() -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("render-sa")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    kubectl_apply(&kubeconfig, WIDGETS)?;
+    // Allowed everything the release needs in `default`, but not to read Namespaces.
+    kubectl_apply(
+        &kubeconfig,
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: renderer, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: renderer, namespace: default}
+rules:
+  - apiGroups: ["", "example.com"]
+    resources: ["configmaps", "secrets", "widgets"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: renderer, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: renderer}
+subjects: [{kind: ServiceAccount, name: renderer, namespace: default}]
+"#,
+    )?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let ctx = Context::from_config(config, "default", Arc::new(ChartRenderer::default()))?;
+    let report = run(
+        &ctx,
+        &plan(
+            "agent",
+            "cluster-aware",
+            1,
+            "  serviceAccountName: renderer",
+        ),
+    )
+    .await?;
+    let (r, message) = released(&report);
+    assert_eq!(r, reason::INSTALL_FAILED);
+    assert!(
+        message.contains("namespaces is forbidden")
+            && message.contains("system:serviceaccount:default:renderer"),
+        "{message}"
+    );
+    Ok(())
+}
+
+/// `helm history` as (revision, status, description).
+fn helm_history(kubeconfig: &Path, name: &str) -> anyhow::Result<Vec<(i64, String, String)>> {
+    let text = helm(
+        kubeconfig,
+        &["history", name, "-n", "default", "-o", "json"],
+    )?;
+    let history: serde_json::Value = serde_json::from_str(&text)?;
+    Ok(history
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            (
+                h["revision"].as_i64().unwrap_or_default(),
+                h["status"].as_str().unwrap_or_default().to_owned(),
+                h["description"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
+}
+
+fn chart_path(name: &str) -> String {
+    charts()
+        .join(name)
+        .to_str()
+        .expect("the repo path is UTF-8")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn preserve_values_reuses_the_release_values_as_helm_reuse_values_does() -> anyhow::Result<()>
+{
+    let cluster = Cluster::start(ClusterOptions::named("opt-preserve")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+
+    // Reference: helm install with two values, then upgrade to the chart's next version
+    // with one new value and --reuse-values.
+    helm(
+        &kubeconfig,
+        &[
+            "install",
+            "reference",
+            &chart_path("values-echo-1"),
+            "-n",
+            "default",
+            "--set",
+            "a=1",
+            "--set",
+            "b.c=2",
+        ],
+    )?;
+    helm(
+        &kubeconfig,
+        &[
+            "upgrade",
+            "reference",
+            &chart_path("values-echo-2"),
+            "-n",
+            "default",
+            "--reuse-values",
+            "--set",
+            "a=5",
+        ],
+    )?;
+
+    let first = plan(
+        "agent",
+        "values-echo-1",
+        1,
+        "  values:\n    a: 1\n    b:\n      c: 2",
+    );
+    let report = run(&ctx, &first).await?;
+    assert_eq!(report.actions, ["install"]);
+    let second = plan(
+        "agent",
+        "values-echo-2",
+        2,
+        "  upgrade:\n    preserveValues: true\n  values:\n    a: 5",
+    );
+    let report = run(&ctx, &second).await?;
+    assert_eq!(
+        released(&report).0,
+        reason::UPGRADE_SUCCEEDED,
+        "{:?}",
+        report.actions
+    );
+
+    let expected = config_map_data(&client, "reference-values").await?;
+    let seen = config_map_data(&client, "agent-values").await?;
+    assert_eq!(seen, expected);
+    // The old chart's defaults stay, the old user value is kept, the new one wins.
+    let values: serde_json::Value = serde_json::from_str(&expected["values"])?;
+    assert_eq!(values["fromChart"], "default-of-version-1");
+    assert_eq!(values["a"], 5);
+    assert_eq!(values["b"]["c"], 2);
+    // The stored user values, as the real helm reads them from both releases.
+    let get_values = |name: &str| -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_str(&helm(
+            &kubeconfig,
+            &["get", "values", name, "-n", "default", "-o", "json"],
+        )?)?)
+    };
+    assert_eq!(get_values("agent")?, get_values("reference")?);
+
+    // Without preserveValues the old values are gone (Helm's --reset-values).
+    helm(
+        &kubeconfig,
+        &[
+            "upgrade",
+            "reference",
+            &chart_path("values-echo-2"),
+            "-n",
+            "default",
+            "--reset-values",
+            "--set",
+            "a=6",
+        ],
+    )?;
+    let third = plan("agent", "values-echo-2", 3, "  values:\n    a: 6");
+    let report = run(&ctx, &third).await?;
+    assert_eq!(released(&report).0, reason::UPGRADE_SUCCEEDED);
+    assert_eq!(
+        config_map_data(&client, "agent-values").await?,
+        config_map_data(&client, "reference-values").await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn install_replace_reuses_an_uninstalled_name_as_helm_install_replace_does()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("opt-replace")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let chart = chart_path("values-echo-1");
+
+    // Two releases installed and uninstalled keeping their history, by the real helm.
+    for name in ["reference", "agent"] {
+        helm(&kubeconfig, &["install", name, &chart, "-n", "default"])?;
+        helm(
+            &kubeconfig,
+            &["uninstall", name, "-n", "default", "--keep-history"],
+        )?;
+    }
+    // Reference: installing again is refused, then allowed with --replace.
+    let refused = tool(
+        tools::helm()?,
+        &["install", "reference", &chart, "-n", "default"],
+        &kubeconfig,
+        None,
+    )?;
+    assert!(!refused.status.success());
+    let refused_message = String::from_utf8_lossy(&refused.stderr).into_owned();
+    helm(
+        &kubeconfig,
+        &["install", "reference", &chart, "-n", "default", "--replace"],
+    )?;
+
+    // The agent meets the uninstalled release: install, refused the same way...
+    let report = run(&ctx, &plan("agent", "values-echo-1", 1, "")).await?;
+    let (r, message) = released(&report);
+    assert_eq!(r, reason::INSTALL_FAILED);
+    assert!(
+        refused_message
+            .contains("release name check failed: cannot reuse a name that is still in use")
+            && message
+                .contains("release name check failed: cannot reuse a name that is still in use"),
+        "helm: {refused_message}\nagent: {message}"
+    );
+    // ...then with install.replace the name is reused, as helm install --replace does.
+    let report = run(
+        &ctx,
+        &plan("agent", "values-echo-1", 2, "  install:\n    replace: true"),
+    )
+    .await?;
+    assert_eq!(
+        released(&report).0,
+        reason::INSTALL_SUCCEEDED,
+        "{:#?}",
+        report.status.conditions
+    );
+    let reference = helm_history(&kubeconfig, "reference")?;
+    assert_eq!(helm_history(&kubeconfig, "agent")?, reference);
+    assert_eq!(
+        reference
+            .iter()
+            .map(|(v, s, _)| (*v, s.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, "superseded"), (2, "deployed")]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn disable_schema_validation_lets_values_the_schema_refuses_through() -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("opt-schema")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let chart = chart_path("schema");
+
+    let refused = tool(
+        tools::helm()?,
+        &[
+            "install",
+            "reference",
+            &chart,
+            "-n",
+            "default",
+            "--set",
+            "replicaCount=0",
+        ],
+        &kubeconfig,
+        None,
+    )?;
+    assert!(!refused.status.success());
+    let refused_message = String::from_utf8_lossy(&refused.stderr).into_owned();
+    helm(
+        &kubeconfig,
+        &[
+            "install",
+            "reference",
+            &chart,
+            "-n",
+            "default",
+            "--set",
+            "replicaCount=0",
+            "--skip-schema-validation",
+        ],
+    )?;
+
+    let report = run(
+        &ctx,
+        &plan("agent", "schema", 1, "  values:\n    replicaCount: 0"),
+    )
+    .await?;
+    let (r, message) = released(&report);
+    assert_eq!(r, reason::INSTALL_FAILED);
+    // Helm's own schema message (after its "Error: INSTALLATION FAILED: " prefix).
+    let helm_reason = refused_message
+        .trim()
+        .trim_start_matches("Error: INSTALLATION FAILED: ")
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !helm_reason.is_empty() && message.contains(helm_reason.trim()),
+        "helm: {refused_message}\nagent: {message}"
+    );
+    let report = run(
+        &ctx,
+        &plan(
+            "agent",
+            "schema",
+            2,
+            "  install:\n    disableSchemaValidation: true\n  upgrade:\n    disableSchemaValidation: true\n  values:\n    replicaCount: 0",
+        ),
+    )
+    .await?;
+    assert!(
+        matches!(
+            released(&report).0.as_str(),
+            reason::INSTALL_SUCCEEDED | reason::UPGRADE_SUCCEEDED
+        ),
+        "{:?}",
+        report.status.conditions
+    );
+    assert_eq!(
+        config_map_data(&client, "agent-schema").await?,
+        config_map_data(&client, "reference-schema").await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn common_metadata_labels_and_annotates_every_object_hooks_included() -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("opt-common")).await?;
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let report = run(
+        &ctx,
+        &plan(
+            "agent",
+            "with-hook",
+            1,
+            "  commonMetadata:\n    labels:\n      team: platform\n      tier: gold\n    annotations:\n      owner: ops@example.com",
+        ),
+    )
+    .await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["agent-plain", "agent-hooked"] {
+        let cm = api.get(name).await?;
+        let labels = cm.metadata.labels.clone().unwrap_or_default();
+        let annotations = cm.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("platform"),
+            "{name}: {labels:?}"
+        );
+        assert_eq!(
+            labels.get("tier").map(String::as_str),
+            Some("gold"),
+            "{name}"
+        );
+        assert_eq!(
+            annotations.get("owner").map(String::as_str),
+            Some("ops@example.com"),
+            "{name}"
+        );
+    }
+    let plain = api.get("agent-plain").await?;
+    assert_eq!(
+        plain
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("app")
+            .map(String::as_str),
+        Some("web"),
+        "the chart's other labels stay"
+    );
+
+    // With the Helm 3 strategy, hooks are left alone.
+    let report = run(
+        &ctx,
+        &plan(
+            "other",
+            "with-hook",
+            1,
+            "  postRenderStrategy: nohooks\n  commonMetadata:\n    labels:\n      tier: gold",
+        ),
+    )
+    .await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let hooked = api.get("other-hooked").await?;
+    assert!(
+        !hooked
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("tier")
+    );
+    let plain = api.get("other-plain").await?;
+    assert_eq!(
+        plain
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("tier")
+            .map(String::as_str),
+        Some("gold")
+    );
+    Ok(())
+}
