@@ -12,6 +12,8 @@
 //!   [`Warning`]s whose `Display` is Helm's stderr line.
 //! - [`strvals::ValueOptions`] assembles user values from `-f`/`--set*` inputs.
 //! - [`release`] encodes and decodes `sh.helm.release.v1.*` records.
+//! - [`postrender::post_render`] applies HelmRelease `postRenderers` (kustomize patches and
+//!   images) to a rendered manifest.
 //!
 //! Values are `serde_json` values with Go's number rules: YAML/JSON numbers are f64, `--set`
 //! integers i64. [`render`] is Helm's engine and `helm template` pipeline on top of
@@ -25,6 +27,7 @@ pub mod gofmt;
 pub mod ignore;
 pub mod load;
 pub mod metadata;
+pub mod postrender;
 pub mod release;
 pub mod render;
 pub mod schema;

@@ -19,6 +19,8 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use flotilla_tests::cluster::{self, Cluster, ClusterOptions};
 
+mod patch_schema;
+
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Flotilla's task runner")]
 struct Cli {
@@ -36,6 +38,8 @@ enum Task {
     Gen,
     /// Check that committed generated code matches its sources.
     GenCheck,
+    /// Regenerate the strategic-merge schema table from the Kubernetes OpenAPI document.
+    GenPatchSchema,
     /// Check formatting.
     Fmt,
     /// Run clippy on every target with warnings denied.
@@ -66,7 +70,8 @@ fn main() -> anyhow::Result<()> {
         Task::Test => test(&root),
         Task::Deps => deps(&root),
         Task::Gen => generate(&root, &root.join(GENERATED_PROTO_DIR)),
-        Task::GenCheck => gen_check(&root),
+        Task::GenCheck => gen_check(&root).and_then(|()| patch_schema::check(&root)),
+        Task::GenPatchSchema => patch_schema::generate(&root),
         Task::Fmt => fmt(),
         Task::Clippy => clippy(),
         Task::CheckDeps => check_deps(),
@@ -92,7 +97,9 @@ fn test(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     deps(root)?;
     step("fmt", fmt)?;
-    step("gen-check", || gen_check(root))?;
+    step("gen-check", || {
+        gen_check(root).and_then(|()| patch_schema::check(root))
+    })?;
     step("check-deps", check_deps)?;
     step("clippy", clippy)?;
     step("cargo test", || {
