@@ -5,7 +5,7 @@
 // only, so their size does not matter.
 #![allow(clippy::result_large_err)]
 
-use flotilla_chart::render::manifest::{INSTALL_ORDER, UNINSTALL_ORDER};
+use flotilla_chart::render::manifest::{INSTALL_ORDER, UNINSTALL_ORDER, split_manifest_slices};
 use flotilla_yaml::Value as YamlValue;
 use kube::api::{DynamicObject, GroupVersionKind};
 use kube::core::TypeMeta;
@@ -69,7 +69,7 @@ pub enum ManifestError {
 pub struct Document<'a> {
     /// The path from the document's `# Source:` comment, if it has one.
     pub source: Option<&'a str>,
-    /// The document text (left-trimmed, trailing text kept).
+    /// The document text (trimmed).
     pub text: &'a str,
 }
 
@@ -97,33 +97,13 @@ impl ManifestObject {
     }
 }
 
-/// Splits a manifest into documents as Helm 4.2 does (`SplitManifests`): a line starting
-/// with `---` (spaces and tabs after it swallowed) starts a document, each document is
-/// left-trimmed, whitespace-only documents are dropped.
+/// Splits a manifest into documents with the chart crate's `SplitManifests`
+/// ([`split_manifest_slices`]), the one splitter rendering also uses: documents split on
+/// `---` lines, each trimmed, empty ones dropped.
 pub fn split_documents(manifest: &str) -> Vec<Document<'_>> {
-    let mut pieces: Vec<&str> = Vec::new();
-    let mut start = 0;
-    let mut line_start = 0;
-    let bytes = manifest.as_bytes();
-    while line_start < manifest.len() {
-        let line_end = manifest[line_start..]
-            .find('\n')
-            .map_or(manifest.len(), |i| line_start + i + 1);
-        if manifest[line_start..].starts_with("---") {
-            pieces.push(&manifest[start..line_start]);
-            let mut after = line_start + 3;
-            while after < manifest.len() && (bytes[after] == b' ' || bytes[after] == b'\t') {
-                after += 1;
-            }
-            start = after;
-        }
-        line_start = line_end;
-    }
-    pieces.push(&manifest[start..]);
-    pieces
+    split_manifest_slices(manifest)
         .into_iter()
-        .map(|p| p.trim_start())
-        .filter(|p| !p.is_empty())
+        .filter(|text| !text.is_empty())
         .map(|text| Document {
             source: source_comment(text),
             text,
@@ -354,9 +334,11 @@ mod tests {
 
     #[test]
     fn separators_with_trailing_text_and_empty_documents_split_as_helm_does() {
-        let docs = split_documents("a: 1\n---   \n\n--- \t\nb: 2\n---c: 3\n");
+        // Helm v4.1's SplitManifests: a separator swallows the blank lines after it, so a
+        // second `---` right after one stays in the next document.
+        let docs = split_documents("a: 1\n---   \n\nb: 2\n---c: 3\n---\n---\nd: 4\n");
         let texts: Vec<_> = docs.iter().map(|d| d.text).collect();
-        assert_eq!(texts, ["a: 1\n", "b: 2\n", "c: 3\n"]);
+        assert_eq!(texts, ["a: 1", "b: 2", "c: 3", "---\nd: 4"]);
     }
 
     #[test]

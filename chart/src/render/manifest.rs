@@ -109,20 +109,28 @@ static SEPARATOR: LazyLock<Regex> = LazyLock::new(|| {
 /// `SplitManifests` (Helm v3 and v4.0–4.1): documents split on `---` lines, the input and
 /// every document trimmed, empty pieces dropped. Returned in input order.
 pub fn split_manifests(big_file: &str) -> Vec<String> {
+    split_manifest_slices(big_file)
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// [`split_manifests`] without copying: the documents as slices of `big_file`.
+pub fn split_manifest_slices(big_file: &str) -> Vec<&str> {
     let trimmed = big_file.trim();
-    let mut out = Vec::new();
+    let mut pieces = Vec::new();
     let mut last = 0;
-    let mut push = |piece: &str| {
-        if !piece.is_empty() {
-            out.push(piece.trim().to_string());
-        }
-    };
     for m in SEPARATOR.find_iter(trimmed) {
-        push(&trimmed[last..m.start()]);
+        pieces.push(&trimmed[last..m.start()]);
         last = m.end();
     }
-    push(&trimmed[last..]);
-    out
+    pieces.push(&trimmed[last..]);
+    // Helm checks for emptiness before trimming, so a blank piece stays (as "").
+    pieces
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(str::trim)
+        .collect()
 }
 
 /// `SimpleHead`: what Helm reads of each document.
