@@ -57,66 +57,7 @@ pub(crate) struct EncodeError(pub(crate) String);
 /// `json.Marshal(v)` followed by go-yaml reading it back, as the go-yaml model: what
 /// `sigs.k8s.io/yaml.Marshal` hands its emitter.
 pub(crate) fn value_to_yaml(v: &Value) -> Result<flotilla_yaml::Value, EncodeError> {
-    to_yaml_at(v, 0)
-}
-
-fn to_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, EncodeError> {
-    use flotilla_yaml::Value as Y;
-    if depth > MAX_VALUE_DEPTH {
-        return Err(EncodeError(
-            "json: unsupported value: encountered a cycle".to_string(),
-        ));
-    }
-    Ok(match v {
-        Value::Nil => Y::Null,
-        Value::Bool(b) => Y::Bool(*b),
-        Value::Int(i) | Value::Int64(i) => Y::Int(*i),
-        Value::Uint64(u) => match i64::try_from(*u) {
-            Ok(i) => Y::Int(i),
-            Err(_) => Y::Uint(*u),
-        },
-        Value::Uint8(u) => Y::Int(i64::from(*u)),
-        Value::Float(f) => {
-            if !f.is_finite() {
-                return Err(EncodeError(format!(
-                    "json: unsupported value: {}",
-                    flotilla_gotmpl::gofmt::format_float(*f, 'g', None)
-                )));
-            }
-            Y::Float(*f)
-        }
-        Value::String(s) => Y::String(s.to_string()),
-        Value::Bytes(b) => Y::String(base64::engine::general_purpose::STANDARD.encode(b)),
-        Value::List(l) => Y::Seq(
-            l.items()
-                .iter()
-                .map(|x| to_yaml_at(x, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Map(m) => {
-            let mut out = flotilla_yaml::Mapping::new();
-            for (k, x) in m.entries() {
-                out.insert(Y::String(k), to_yaml_at(&x, depth + 1)?);
-            }
-            Y::Map(out)
-        }
-        Value::Object(o) => match (o.marshal(), o.map_entries()) {
-            (Some(m), _) => to_yaml_at(&m, depth + 1)?,
-            (None, Some(entries)) => {
-                let mut out = flotilla_yaml::Mapping::new();
-                for (k, x) in entries {
-                    out.insert(Y::String(k), to_yaml_at(&x, depth + 1)?);
-                }
-                Y::Map(out)
-            }
-            (None, None) => {
-                return Err(EncodeError(format!(
-                    "json: unsupported type: {}",
-                    o.type_name()
-                )));
-            }
-        },
-    })
+    to_yaml_at(v, Path::ThroughJson, 0)
 }
 
 /// A template value as go-yaml v3's encoder sees the Go value itself (`toYamlPretty`): no
@@ -126,20 +67,38 @@ fn to_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, EncodeErr
 /// `time.Time` comes out quoted where go-yaml writes it plain (the YAML model has no
 /// timestamp scalar).
 pub(crate) fn value_to_go_yaml(v: &Value) -> Result<flotilla_yaml::Value, EncodeError> {
-    to_go_yaml_at(v, 0)
+    to_yaml_at(v, Path::Direct, 0)
 }
 
-fn to_go_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, EncodeError> {
+/// How a Go value reaches go-yaml.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `sigs.k8s.io/yaml`: `encoding/json` first (finite floats only, `[]byte` as base64,
+    /// objects through their JSON form).
+    ThroughJson,
+    /// go-yaml v3's encoder on the value itself.
+    Direct,
+}
+
+fn to_yaml_at(v: &Value, path: Path, depth: usize) -> Result<flotilla_yaml::Value, EncodeError> {
     use flotilla_yaml::Value as Y;
     if depth > MAX_VALUE_DEPTH {
-        return Err(EncodeError(format!(
-            "yaml: value nested deeper than {MAX_VALUE_DEPTH} levels"
-        )));
+        return Err(EncodeError(match path {
+            Path::ThroughJson => "json: unsupported value: encountered a cycle".to_string(),
+            Path::Direct => format!("yaml: value nested deeper than {MAX_VALUE_DEPTH} levels"),
+        }));
     }
+    let seq = |items: &[Value]| -> Result<Y, EncodeError> {
+        items
+            .iter()
+            .map(|x| to_yaml_at(x, path, depth + 1))
+            .collect::<Result<_, _>>()
+            .map(Y::Seq)
+    };
     let map = |entries: Vec<(String, Value)>| -> Result<Y, EncodeError> {
         let mut out = flotilla_yaml::Mapping::new();
         for (k, x) in entries {
-            out.insert(Y::String(k), to_go_yaml_at(&x, depth + 1)?);
+            out.insert(Y::String(k), to_yaml_at(&x, path, depth + 1)?);
         }
         Ok(Y::Map(out))
     };
@@ -152,36 +111,47 @@ fn to_go_yaml_at(v: &Value, depth: usize) -> Result<flotilla_yaml::Value, Encode
             Err(_) => Y::Uint(*u),
         },
         Value::Uint8(u) => Y::Int(i64::from(*u)),
+        Value::Float(f) if path == Path::ThroughJson && !f.is_finite() => {
+            return Err(EncodeError(format!(
+                "json: unsupported value: {}",
+                flotilla_gotmpl::gofmt::format_float(*f, 'g', None)
+            )));
+        }
         Value::Float(f) => Y::Float(*f),
         Value::String(s) => Y::String(s.to_string()),
-        Value::Bytes(b) => Y::Seq(b.iter().map(|x| Y::Int(i64::from(*x))).collect()),
-        Value::List(l) => Y::Seq(
-            l.items()
-                .iter()
-                .map(|x| to_go_yaml_at(x, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
+        Value::Bytes(b) => match path {
+            Path::ThroughJson => Y::String(base64::engine::general_purpose::STANDARD.encode(b)),
+            Path::Direct => Y::Seq(b.iter().map(|x| Y::Int(i64::from(*x))).collect()),
+        },
+        Value::List(l) => seq(l.items())?,
         Value::Map(m) => map(m.entries())?,
-        Value::Object(o) => {
-            if let Some(entries) = o.map_entries() {
-                map(entries)?
-            } else if let Some(items) = o.list_items() {
-                Y::Seq(
-                    items
-                        .iter()
-                        .map(|x| to_go_yaml_at(x, depth + 1))
-                        .collect::<Result<_, _>>()?,
-                )
-            } else if let Some(Value::String(s)) = o.marshal() {
-                // time.Time (RFC 3339 with nanoseconds) and text marshalers.
-                Y::String(s.to_string())
-            } else {
-                return Err(EncodeError(format!(
-                    "cannot marshal type: {}",
-                    o.type_name()
-                )));
+        Value::Object(o) => match path {
+            Path::ThroughJson => match (o.marshal(), o.map_entries()) {
+                (Some(m), _) => to_yaml_at(&m, path, depth + 1)?,
+                (None, Some(entries)) => map(entries)?,
+                (None, None) => {
+                    return Err(EncodeError(format!(
+                        "json: unsupported type: {}",
+                        o.type_name()
+                    )));
+                }
+            },
+            Path::Direct => {
+                if let Some(entries) = o.map_entries() {
+                    map(entries)?
+                } else if let Some(items) = o.list_items() {
+                    seq(&items)?
+                } else if let Some(Value::String(s)) = o.marshal() {
+                    // time.Time (RFC 3339 with nanoseconds) and text marshalers.
+                    Y::String(s.to_string())
+                } else {
+                    return Err(EncodeError(format!(
+                        "cannot marshal type: {}",
+                        o.type_name()
+                    )));
+                }
             }
-        }
+        },
     })
 }
 
