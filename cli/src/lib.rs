@@ -1,10 +1,12 @@
 //! The `flotilla` command line as a library: argument types and what each subcommand does.
 //! `main.rs` parses and calls [`run`].
 
+use std::collections::HashSet;
 use std::io::Write;
+use std::path::Path;
 
 use clap::{Args, Parser, Subcommand};
-use flotilla_chart::render::{TemplateOptions, template};
+use flotilla_chart::render::{OutputFile, TemplateOptions, WriteMode, template};
 
 /// Flotilla: Helm releases across a fleet of Kubernetes clusters.
 #[derive(Debug, Parser)]
@@ -47,6 +49,15 @@ pub struct TemplateArgs {
     /// Values as key=path (file contents).
     #[arg(long = "set-file")]
     pub set_file: Vec<String>,
+    /// Values as key=value, the value taken literally (no escapes, commas or lists).
+    #[arg(long = "set-literal")]
+    pub set_literal: Vec<String>,
+    /// Write the rendered templates to files under this directory instead of stdout.
+    #[arg(long = "output-dir")]
+    pub output_dir: Option<String>,
+    /// With --output-dir, write under OUTPUT_DIR/NAME.
+    #[arg(long = "release-name")]
+    pub release_name: bool,
     /// Kubernetes version for .Capabilities.KubeVersion.
     #[arg(long = "kube-version")]
     pub kube_version: Option<String>,
@@ -83,6 +94,9 @@ impl From<TemplateArgs> for TemplateOptions {
             set_string: a.set_string,
             set_json: a.set_json,
             set_file: a.set_file,
+            set_literal: a.set_literal,
+            output_dir: a.output_dir,
+            use_release_name: a.release_name,
             kube_version: a.kube_version,
             api_versions: a.api_versions,
             include_crds: a.include_crds,
@@ -95,25 +109,38 @@ impl From<TemplateArgs> for TemplateOptions {
     }
 }
 
-/// Runs a parsed command line; returns the process exit code.
+/// Runs a parsed command line on the process's stdout and stderr; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
+    run_with(
+        cli,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )
+}
+
+/// [`run`] writing to the given streams (files of `--output-dir` still go to disk).
+pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
         Command::Template(args) => {
             let chart = args.chart.clone();
             let opts = TemplateOptions::from(args);
-            let (stdout, warnings, error) = match template(&chart, &opts) {
-                Ok(out) => (out.stdout, out.warnings, None),
-                Err(e) => (String::new(), e.warnings, Some(e.message)),
+            let (stdout, warnings, files, error) = match template(&chart, &opts) {
+                Ok(o) => (o.stdout, o.warnings, o.files, None),
+                Err(e) => (String::new(), e.warnings, e.files, Some(e.message)),
             };
-            let mut err = std::io::stderr().lock();
             for w in &warnings {
                 let _ = writeln!(err, "{w}");
             }
+            // Helm writes the files (printing `wrote PATH`) before it reports a failure
+            // that comes after them (`--show-only`).
+            let error = match write_files(&files, out) {
+                Ok(()) => error,
+                Err(write_error) => Some(write_error),
+            };
             if let Some(msg) = error {
                 let _ = writeln!(err, "Error: {msg}");
                 return 1;
             }
-            let mut out = std::io::stdout().lock();
             if out
                 .write_all(stdout.as_bytes())
                 .and_then(|()| out.flush())
@@ -123,5 +150,71 @@ pub fn run(cli: Cli) -> i32 {
             }
             0
         }
+    }
+}
+
+/// `writeToFile` for each file in order: parent directories, create or append, content,
+/// then `wrote PATH` on stdout. Stops at the first failure, with Helm's message.
+fn write_files(files: &[OutputFile], out: &mut dyn Write) -> Result<(), String> {
+    let mut written: HashSet<&str> = HashSet::new();
+    for f in files {
+        let path = Path::new(&f.path);
+        let append = match f.mode {
+            WriteMode::AppendIfWrittenInThisRun => written.contains(f.path.as_str()),
+            WriteMode::AppendIfExists => path.exists(),
+        };
+        write_file(path, &f.content, append).map_err(|e| f.mode.error_message(&e.to_string()))?;
+        written.insert(&f.path);
+        writeln!(out, "wrote {}", f.path).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A failed file operation: Go's `PathError` parts.
+struct PathError {
+    op: &'static str,
+    path: String,
+    cause: std::io::Error,
+}
+
+/// `ensureDirectoryForFile`, `createOrOpenFile` and the write of `writeToFile`.
+fn write_file(path: &Path, content: &str, append: bool) -> Result<(), PathError> {
+    fn fail(op: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> PathError {
+        let path = p.to_string_lossy().into_owned();
+        move |cause| PathError { op, path, cause }
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // Helm stats the directory first and gives up on any error but "not found".
+        if let Err(e) = std::fs::metadata(parent)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(fail("stat", parent)(e));
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(parent)
+            .map_err(fail("mkdir", parent))?;
+    }
+    let mut file = if append {
+        std::fs::OpenOptions::new().append(true).open(path)
+    } else {
+        std::fs::File::create(path)
+    }
+    .map_err(fail("open", path))?;
+    file.write_all(content.as_bytes())
+        .map_err(fail("write", path))
+}
+
+impl std::fmt::Display for PathError {
+    /// Go's `*PathError` text: `open PATH: permission denied`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.cause.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            std::io::ErrorKind::NotADirectory => "not a directory".to_string(),
+            std::io::ErrorKind::IsADirectory => "is a directory".to_string(),
+            _ => self.cause.to_string(),
+        };
+        write!(f, "{} {}: {why}", self.op, self.path)
     }
 }

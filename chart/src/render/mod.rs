@@ -15,8 +15,8 @@
 //!
 //! Behaviour follows Helm v4.1.4 (document splitting trims whitespace as v4.1 does).
 //!
-//! Not modelled: `toYamlPretty` (go-yaml v3 output), post-renderers, `--output-dir`,
-//! `--render-subchart-notes`, the `--debug` dump of invalid YAML.
+//! Not modelled: post-renderers, `--render-subchart-notes`, the `--debug` dump of invalid
+//! YAML.
 
 mod convert;
 mod engine;
@@ -32,6 +32,6 @@ pub use engine::{Engine, ReleaseOptions, RenderError};
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
-    ReleaseRenderError, RenderOptions, RenderedRelease, TemplateError, TemplateOptions,
-    TemplateOutput, render_release, template,
+    OutputFile, ReleaseRenderError, RenderOptions, RenderedRelease, TemplateError, TemplateOptions,
+    TemplateOutput, WriteMode, render_release, template,
 };

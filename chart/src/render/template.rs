@@ -34,6 +34,14 @@ pub struct TemplateOptions {
     pub set_json: Vec<String>,
     /// `--set-file`.
     pub set_file: Vec<String>,
+    /// `--set-literal`.
+    pub set_literal: Vec<String>,
+    /// `--output-dir`: manifests, CRDs and hooks go to files under it instead of stdout
+    /// (see [`TemplateOutput::files`]).
+    pub output_dir: Option<String>,
+    /// `--release-name`: with `--output-dir`, manifests and hooks go under
+    /// `OUTPUT_DIR/RELEASE` (CRDs stay directly under `OUTPUT_DIR`, as in Helm).
+    pub use_release_name: bool,
     /// `--kube-version`.
     pub kube_version: Option<String>,
     /// `--api-versions` (each may hold several, comma-separated).
@@ -55,10 +63,51 @@ pub struct TemplateOptions {
 /// A successful run: what Helm prints on stdout, and the log lines it prints on stderr.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TemplateOutput {
-    /// stdout, byte for byte.
+    /// stdout, byte for byte (after the `wrote PATH` lines of [`Self::files`], which the
+    /// caller prints as it writes them).
     pub stdout: String,
     /// stderr lines (`level=INFO msg=...`), in order.
     pub warnings: Vec<String>,
+    /// With `--output-dir`: the files to write, in Helm's order.
+    pub files: Vec<OutputFile>,
+}
+
+/// One write of `helm template --output-dir` (`writeToFile`): the caller creates the
+/// parent directories (mode 0755), creates or appends to `path` as [`WriteMode`] says,
+/// writes `content`, then prints `wrote PATH` on stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputFile {
+    /// `OUTPUT_DIR/NAME`, joined as Helm joins it (no cleaning), which is also what the
+    /// `wrote` line prints.
+    pub path: String,
+    /// `---\n# Source: NAME\nDATA\n`.
+    pub content: String,
+    /// Whether to truncate or append.
+    pub mode: WriteMode,
+}
+
+/// How Helm decides between truncating and appending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Manifests and CRDs: append when this run already wrote the path, otherwise create
+    /// (truncating what a previous run left). A failure is a rendering error
+    /// ([`WriteMode::error_message`] adds Helm's `--debug` hint).
+    AppendIfWrittenInThisRun,
+    /// Hooks: append when the file exists on disk at all, otherwise create.
+    AppendIfExists,
+}
+
+impl WriteMode {
+    /// The `Error:` text of `helm template` when writing fails with `cause` (Go's error
+    /// text, e.g. `open out/x: permission denied`).
+    pub fn error_message(self, cause: &str) -> String {
+        match self {
+            WriteMode::AppendIfWrittenInThisRun => {
+                format!("{cause}\n\nUse --debug flag to render out invalid YAML")
+            }
+            WriteMode::AppendIfExists => cause.to_string(),
+        }
+    }
 }
 
 /// A failed run: the message Helm prints after `Error: `, and the log lines before it.
@@ -69,6 +118,8 @@ pub struct TemplateError {
     pub message: String,
     /// stderr lines printed before the error.
     pub warnings: Vec<String>,
+    /// With `--output-dir`: files Helm writes before it fails (`--show-only` fails after).
+    pub files: Vec<OutputFile>,
 }
 
 /// What an install renders (`renderResources`): the release manifest, hooks and notes.
@@ -245,6 +296,7 @@ pub fn merge_user_values(opts: &TemplateOptions) -> Result<Values, String> {
         values: opts.set.clone(),
         string_values: opts.set_string.clone(),
         file_values: opts.set_file.clone(),
+        literal_values: opts.set_literal.clone(),
         ..ValueOptions::default()
     };
     let mut read_failure = None;
@@ -288,6 +340,7 @@ fn fail(message: impl Into<String>, warnings: &[String]) -> TemplateError {
     TemplateError {
         message: message.into(),
         warnings: warnings.to_vec(),
+        files: Vec::new(),
     }
 }
 
@@ -412,11 +465,15 @@ pub fn render_template_chart(
     };
 
     let mut out = String::new();
-    out.push_str(rel.manifest.trim());
+    let mut files = Vec::new();
+    match &opts.output_dir {
+        None => out.push_str(rel.manifest.trim()),
+        Some(dir) => files = output_files(&chart, &rel, dir, name, opts),
+    }
     out.push('\n');
-    if !opts.no_hooks {
+    if !opts.no_hooks && opts.output_dir.is_none() {
         for h in &rel.hooks {
-            if opts.skip_tests && h.events.contains(&HookEvent::parse("test")) {
+            if opts.skip_tests && is_test_hook(h) {
                 continue;
             }
             out.push_str("---\n# Source: ");
@@ -430,10 +487,100 @@ pub fn render_template_chart(
         return Ok(TemplateOutput {
             stdout: out,
             warnings,
+            files,
         });
     }
-    let stdout = show_only(&out, &opts.show_only).map_err(|e| fail(e, &warnings))?;
-    Ok(TemplateOutput { stdout, warnings })
+    match show_only(&out, &opts.show_only) {
+        Ok(stdout) => Ok(TemplateOutput {
+            stdout,
+            warnings,
+            files,
+        }),
+        Err(e) => Err(TemplateError {
+            files,
+            ..fail(e, &warnings)
+        }),
+    }
+}
+
+fn is_test_hook(h: &Hook) -> bool {
+    h.events.contains(&HookEvent::parse("test"))
+}
+
+/// `--output-dir`: CRDs (with `--include-crds`) directly under `dir`, then manifests in
+/// install order and hooks under `dir` or `dir/RELEASE`, as `renderResources` and
+/// `helm template` write them.
+fn output_files(
+    chart: &Chart,
+    rel: &RenderedRelease,
+    dir: &str,
+    release: &str,
+    opts: &TemplateOptions,
+) -> Vec<OutputFile> {
+    let file = |dir: &str, name: &str, data: &str, mode| OutputFile {
+        path: format!("{dir}/{name}"),
+        content: format!("---\n# Source: {name}\n{data}\n"),
+        mode,
+    };
+    let new_dir = if opts.use_release_name {
+        go_clean_path(&format!("{dir}/{release}"))
+    } else {
+        dir.to_string()
+    };
+    let mut files = Vec::new();
+    if opts.include_crds {
+        for (path, f) in crd_objects(chart) {
+            let data = String::from_utf8_lossy(&f.data);
+            files.push(file(dir, &path, &data, WriteMode::AppendIfWrittenInThisRun));
+        }
+    }
+    for m in &rel.manifests {
+        files.push(file(
+            &new_dir,
+            &m.name,
+            &m.content,
+            WriteMode::AppendIfWrittenInThisRun,
+        ));
+    }
+    if !opts.no_hooks {
+        for h in &rel.hooks {
+            if opts.skip_tests && is_test_hook(h) {
+                continue;
+            }
+            files.push(file(
+                &new_dir,
+                &h.path,
+                &h.manifest,
+                WriteMode::AppendIfExists,
+            ));
+        }
+    }
+    files
+}
+
+/// Go's `filepath.Clean` (Unix): `filepath.Join` of the output directory and release name.
+fn go_clean_path(p: &str) -> String {
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|last| *last != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            other => parts.push(other),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_string(),
+        (false, false) => joined,
+    }
 }
 
 static SOURCE_LINE: LazyLock<Regex> =
@@ -473,6 +620,15 @@ fn show_only(out: &str, patterns: &[String]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_dir_with_release_name_is_cleaned_like_filepath_join() {
+        assert_eq!(go_clean_path("out//rel"), "out/rel");
+        assert_eq!(go_clean_path("./out/rel"), "out/rel");
+        assert_eq!(go_clean_path("/a/../../rel"), "/rel");
+        assert_eq!(go_clean_path("../a/../../rel"), "../../rel");
+        assert_eq!(go_clean_path("a/.."), ".");
+    }
 
     #[test]
     fn release_names_follow_helm() {
