@@ -82,6 +82,10 @@ pub struct TemplateArgs {
     /// Do not validate values against values.schema.json.
     #[arg(long = "skip-schema-validation")]
     pub skip_schema_validation: bool,
+    /// A YAML file holding a list of HelmRelease `postRenderers` entries (kustomize patches
+    /// and images), run over the rendered manifests as helm-controller runs them.
+    #[arg(long = "post-renderer-kustomize", value_name = "FILE")]
+    pub post_renderer_kustomize: Option<String>,
 }
 
 impl From<TemplateArgs> for TemplateOptions {
@@ -105,6 +109,7 @@ impl From<TemplateArgs> for TemplateOptions {
             show_only: a.show_only,
             is_upgrade: a.is_upgrade,
             skip_schema_validation: a.skip_schema_validation,
+            post_renderers: Vec::new(),
         }
     }
 }
@@ -123,7 +128,17 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
         Command::Template(args) => {
             let chart = args.chart.clone();
-            let opts = TemplateOptions::from(args);
+            let post_renderer_file = args.post_renderer_kustomize.clone();
+            let mut opts = TemplateOptions::from(args);
+            if let Some(file) = post_renderer_file {
+                match read_post_renderers(&file) {
+                    Ok(list) => opts.post_renderers = list,
+                    Err(msg) => {
+                        let _ = writeln!(err, "Error: {msg}");
+                        return 1;
+                    }
+                }
+            }
             let (stdout, warnings, files, error) = match template(&chart, &opts) {
                 Ok(o) => (o.stdout, o.warnings, o.files, None),
                 Err(e) => (String::new(), e.warnings, e.files, Some(e.message)),
@@ -217,4 +232,12 @@ impl std::fmt::Display for PathError {
         };
         write!(f, "{} {}: {why}", self.op, self.path)
     }
+}
+
+/// Reads `--post-renderer-kustomize FILE`: errors name the file and the field.
+fn read_post_renderers(
+    file: &str,
+) -> Result<Vec<flotilla_chart::postrender::PostRenderer>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("reading {file}: {e}"))?;
+    flotilla_chart::postrender::parse_post_renderers(&text).map_err(|e| format!("{file}: {e}"))
 }

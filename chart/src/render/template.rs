@@ -58,6 +58,9 @@ pub struct TemplateOptions {
     pub is_upgrade: bool,
     /// `--skip-schema-validation`.
     pub skip_schema_validation: bool,
+    /// HelmRelease `postRenderers` entries, run over the rendered files as Helm v4 runs a
+    /// post-renderer (see [`crate::postrender::post_render_files`]).
+    pub post_renderers: Vec<crate::postrender::PostRenderer>,
 }
 
 /// A successful run: what Helm prints on stdout, and the log lines it prints on stderr.
@@ -200,6 +203,18 @@ pub fn render_release(
     opts: &RenderOptions,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
+    render_release_post_rendered(chart, user, opts, &[], warnings)
+}
+
+/// [`render_release`] with post-renderers run over the rendered files (hooks included, CRDs
+/// from `crds/` and notes not), before hooks and manifests are sorted, as Helm v4 does.
+pub fn render_release_post_rendered(
+    chart: &Chart,
+    user: &Values,
+    opts: &RenderOptions,
+    post_renderers: &[crate::postrender::PostRenderer],
+    warnings: &mut Vec<String>,
+) -> Result<RenderedRelease, ReleaseRenderError> {
     let mut coalesce_warnings = Vec::new();
     let values = crate::coalesce::coalesce_values(chart, user, &mut coalesce_warnings);
     warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
@@ -228,6 +243,11 @@ pub fn render_release(
     let root_notes = format!("{}/templates/NOTES.txt", chart.name());
     let notes = files.remove(&root_notes).unwrap_or_default();
     files.retain(|k, _| !k.ends_with("NOTES.txt"));
+    if !post_renderers.is_empty() {
+        files = crate::postrender::post_render_files(&files, post_renderers).map_err(|e| {
+            ReleaseRenderError::Render(format!("error while running post render on files: {e}"))
+        })?;
+    }
 
     let sorted = sort_manifests(&files, INSTALL_ORDER)
         .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
@@ -453,7 +473,13 @@ pub fn render_template_chart(
         skip_schema_validation: opts.skip_schema_validation,
         lookup: None,
     };
-    let rel = match render_release(&chart, &user, &render_opts, &mut warnings) {
+    let rel = match render_release_post_rendered(
+        &chart,
+        &user,
+        &render_opts,
+        &opts.post_renderers,
+        &mut warnings,
+    ) {
         Ok(r) => r,
         Err(ReleaseRenderError::Values(e)) => return Err(fail(e, &warnings)),
         Err(ReleaseRenderError::Render(e)) => {
