@@ -34,6 +34,9 @@ pub fn post_render_files(
         for doc in split_manifests(content) {
             let docs = flotilla_yaml::from_str_all(&doc)
                 .map_err(|e| Error::Input(format!("parsing {name}: {e}")))?;
+            // The stream Helm hands over keeps a repeated key, which kustomize refuses.
+            flotilla_yaml::from_str_strict(&doc)
+                .map_err(|e| Error::Input(format!("{name}: {e}")))?;
             for v in docs {
                 let mut m = match v {
                     Value::Null => continue,

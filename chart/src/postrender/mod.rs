@@ -177,6 +177,16 @@ pub(crate) fn effective_namespace<'a>(
 /// skips them).
 fn parse_resources(manifest: &str) -> Result<Vec<Resource>, Error> {
     let docs = flotilla_yaml::from_str_all(manifest).map_err(|e| Error::Input(e.to_string()))?;
+    // kustomize's YAML reader refuses a key repeated in a mapping (Helm's own reader keeps
+    // the last one).
+    for (i, doc) in crate::render::manifest::split_manifests(manifest)
+        .iter()
+        .enumerate()
+    {
+        if let Err(e) = flotilla_yaml::from_str_strict(doc) {
+            return Err(Error::Input(format!("document {}: {e}", i + 1)));
+        }
+    }
     let mut out = Vec::with_capacity(docs.len());
     for (i, doc) in docs.into_iter().enumerate() {
         match doc {
