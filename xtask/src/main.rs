@@ -8,7 +8,9 @@
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
+//! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
 
+mod bench_agent;
 mod fuzz;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +62,8 @@ enum Task {
     },
     /// Run the cargo-fuzz targets of fuzz/ (installs cargo-fuzz when missing).
     Fuzz(fuzz::FuzzArgs),
+    /// Benchmark one agent reconciling many releases: install time, reconcile cost, RSS.
+    BenchAgent(bench_agent::BenchAgent),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +83,7 @@ fn main() -> anyhow::Result<()> {
         Task::Down => down(&root),
         Task::MeasureClusters { count } => measure_clusters(count),
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
+        Task::BenchAgent(args) => bench_agent::run(&root, &args),
     }
 }
 

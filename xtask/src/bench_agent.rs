@@ -1,0 +1,363 @@
+//! `cargo xtask bench-agent`: one local cluster, N HelmReleases of a podinfo-like chart
+//! (`agent/tests/charts/podinfo-like`: three Deployments, Services and ConfigMaps each),
+//! all reconciled by ONE `flotilla-agent apply --watch` process (release build).
+//!
+//! Measured, from the agent's own log lines (`reconciled release=... elapsed_ms=...`) and
+//! `/proc/<pid>`:
+//! - total install time: from the agent's start until every release is installed and
+//!   ready;
+//! - steady-state reconcile cost per release: wall time of each release's first reconcile
+//!   after its install (no action: the state machine finds the release in sync; with
+//!   drift detection enabled in the plans, this includes the drift check), and the
+//!   agent's CPU time over that round divided by N;
+//! - peak RSS (`VmHWM`) and idle RSS (`VmRSS` sampled while no reconcile runs, between
+//!   intervals).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use flotilla_tests::cluster::{Cluster, ClusterOptions};
+
+/// Options of `cargo xtask bench-agent`.
+#[derive(Debug, clap::Args)]
+pub struct BenchAgent {
+    /// How many HelmReleases.
+    #[arg(long, default_value_t = 50)]
+    releases: usize,
+    /// The agent's `--concurrency`.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// `spec.interval` of every release, in seconds (the idle gap follows the second
+    /// round, so it must exceed the install time).
+    #[arg(long, default_value_t = 90)]
+    interval: u64,
+    /// Extra spec lines for every plan (YAML, indented by two spaces), e.g.
+    /// `  driftDetection:\n    mode: enabled`.
+    #[arg(long, default_value = "")]
+    spec: String,
+    /// Use a debug build of the agent instead of a release build.
+    #[arg(long)]
+    debug: bool,
+}
+
+/// A `reconciled` log line of the agent.
+#[derive(Debug)]
+struct Reconciled {
+    at: Instant,
+    release: String,
+    elapsed_ms: u64,
+    installed: bool,
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {name}="))? + name.len() + 2;
+    let rest = &line[start..];
+    if rest.starts_with('[') {
+        return rest.find(']').map(|end| &rest[..=end]);
+    }
+    Some(rest.split(' ').next().unwrap_or(rest))
+}
+
+fn parse_line(line: &str, at: Instant) -> Option<Reconciled> {
+    let line = strip_ansi(line);
+    if !line.contains(" reconciled") {
+        return None;
+    }
+    Some(Reconciled {
+        at,
+        release: field(&line, "release")?.to_owned(),
+        elapsed_ms: field(&line, "elapsed_ms")?.parse().ok()?,
+        installed: field(&line, "actions")?.contains("\"install\"")
+            && field(&line, "step") == Some("Done"),
+    })
+}
+
+fn proc_status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("/proc/{pid}/status has no {key}"))
+}
+
+/// User plus system CPU time of a process.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| -> u64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0) };
+    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
+    let total = ticks(11) + ticks(12);
+    // The kernel's USER_HZ is 100 on every Linux this runs on.
+    Ok(Duration::from_millis(total * 10))
+}
+
+fn stats(mut ms: Vec<u64>) -> String {
+    if ms.is_empty() {
+        return "none".into();
+    }
+    ms.sort_unstable();
+    let mean = ms.iter().sum::<u64>() as f64 / ms.len() as f64;
+    let p = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "mean {mean:.0} ms, median {} ms, p95 {} ms, max {} ms",
+        p(0.5),
+        p(0.95),
+        ms[ms.len() - 1]
+    )
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.args([
+        "build",
+        "-p",
+        "flotilla-agent",
+        "--bin",
+        "flotilla-agent",
+        "--locked",
+    ]);
+    if !debug {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("building flotilla-agent failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target
+        .join(if debug { "debug" } else { "release" })
+        .join("flotilla-agent");
+    anyhow::ensure!(bin.is_file(), "{} was not built", bin.display());
+    Ok(bin)
+}
+
+fn write_plans(dir: &Path, chart: &Path, args: &BenchAgent) -> anyhow::Result<()> {
+    for i in 0..args.releases {
+        let text = format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: bench-{i:03}
+  namespace: default
+  generation: 1
+spec:
+  interval: {interval}s
+  timeout: 5m
+  values:
+    podAnnotations:
+      bench/index: \"{i}\"
+{spec}
+chart:
+  path: {chart}
+",
+            interval = args.interval,
+            spec = args.spec,
+            chart = chart.display(),
+        );
+        std::fs::write(dir.join(format!("bench-{i:03}.yaml")), text)?;
+    }
+    Ok(())
+}
+
+/// Runs the benchmark and prints the report.
+pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
+    let bin = build_agent(root, args.debug)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let cluster = runtime.block_on(Cluster::start(ClusterOptions::named("bench-agent")))?;
+    let plans = tempfile_dir("flotilla-bench-plans")?;
+    let chart = root.join("agent/tests/charts/podinfo-like");
+    write_plans(&plans, &chart, args)?;
+
+    let started = Instant::now();
+    let mut child = Command::new(&bin)
+        .arg("apply")
+        .arg("--watch")
+        .arg("--concurrency")
+        .arg(args.concurrency.to_string())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .arg(&plans)
+        .env("RUST_LOG", "flotilla_agent=info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let pid = child.id();
+    let stderr = child.stderr.take().context("the agent's stderr is piped")?;
+    let (tx, rx) = mpsc::channel();
+    let log_path = plans.join("agent.log");
+    let mut log = std::fs::File::create(&log_path)?;
+    std::thread::spawn(move || {
+        use std::io::Write as _;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            if let Some(r) = parse_line(&line, Instant::now())
+                && tx.send(r).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let result = measure(pid, &rx, started, args);
+    // SIGTERM: the agent stops between reconciles.
+    flotilla_tests::process::terminate(pid);
+    let _ = child.wait();
+    drop(cluster);
+    match result {
+        Ok(report) => {
+            println!("{report}");
+            println!("(agent log: {})", log_path.display());
+            Ok(())
+        }
+        Err(e) => Err(e.context(format!("agent log: {}", log_path.display()))),
+    }
+}
+
+fn measure(
+    pid: u32,
+    rx: &mpsc::Receiver<Reconciled>,
+    started: Instant,
+    args: &BenchAgent,
+) -> anyhow::Result<String> {
+    let n = args.releases;
+    let deadline = started + Duration::from_secs(900);
+    let mut installed: std::collections::BTreeMap<String, Instant> = Default::default();
+    let mut steady: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut install_ms = Vec::new();
+    let mut install_done = None;
+    let mut peak_after_install = 0;
+    let mut cpu_at_install = Duration::ZERO;
+    let mut last_event = Instant::now();
+    // Phase 1 and 2: every release installed, then reconciled once more.
+    while steady.len() < n {
+        if Instant::now() > deadline {
+            bail!(
+                "timed out: {} of {n} installed, {} reconciled again",
+                installed.len(),
+                steady.len()
+            );
+        }
+        let Ok(r) = rx.recv_timeout(Duration::from_millis(200)) else {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                bail!("the agent exited");
+            }
+            continue;
+        };
+        last_event = r.at;
+        if r.installed && !installed.contains_key(&r.release) {
+            installed.insert(r.release.clone(), r.at);
+            install_ms.push(r.elapsed_ms);
+            if installed.len() == n {
+                install_done = Some(r.at);
+                peak_after_install = proc_status_kib(pid, "VmHWM:")?;
+                cpu_at_install = cpu_time(pid)?;
+            }
+        } else if installed.contains_key(&r.release) && !steady.contains_key(&r.release) {
+            steady.insert(r.release.clone(), r.elapsed_ms);
+        }
+    }
+    let cpu_steady = cpu_time(pid)?.saturating_sub(cpu_at_install);
+    // Phase 3: idle between intervals. The next round starts one interval after the
+    // first steady reconcile; sample while nothing is reported.
+    let mut idle = Vec::new();
+    let window_end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < window_end {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(r) => {
+                last_event = r.at;
+                idle.clear();
+            }
+            Err(_) => {
+                if last_event.elapsed() > Duration::from_secs(1) {
+                    idle.push(proc_status_kib(pid, "VmRSS:")?);
+                }
+            }
+        }
+    }
+    let peak = proc_status_kib(pid, "VmHWM:")?;
+    let threads = proc_status_kib(pid, "Threads:")?;
+    let install_time = install_done.context("installs finished")? - started;
+    let idle_rss = idle.iter().copied().max();
+    Ok(format!(
+        "bench-agent: {n} releases of podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each), one agent, concurrency {c}, interval {i}s
+  total install time (agent start to all {n} installed and ready): {install:.1} s
+  per-release install reconcile: {install_stats}
+  steady-state reconcile per release (first reconcile after install, no action): {steady_stats}
+  steady-state CPU per release: {cpu:.1} ms ({cpu_total:.2} s for the round of {n})
+  peak RSS (VmHWM): {peak} (after installs: {peak_install})
+  idle RSS (VmRSS between intervals, max of {samples} samples): {idle}
+  threads when idle: {threads}",
+        c = args.concurrency,
+        i = args.interval,
+        install = install_time.as_secs_f64(),
+        install_stats = stats(install_ms),
+        steady_stats = stats(steady.into_values().collect()),
+        cpu = cpu_steady.as_secs_f64() * 1000.0 / n as f64,
+        cpu_total = cpu_steady.as_secs_f64(),
+        peak = mib(peak),
+        peak_install = mib(peak_after_install),
+        samples = idle.len(),
+        idle = idle_rss.map_or("not measured (no quiet window)".to_owned(), mib),
+    ))
+}
+
+fn tempfile_dir(prefix: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reconciled_log_line_is_parsed() {
+        let line = "2026-11-22T05:00:00.123456Z  INFO flotilla_agent: reconciled release=default/bench-001 elapsed_ms=734 actions=[\"install\"] step=Done";
+        let r = parse_line(line, Instant::now()).expect("parsed");
+        assert_eq!(r.release, "default/bench-001");
+        assert_eq!(r.elapsed_ms, 734);
+        assert!(r.installed);
+        let colored = "\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mflotilla_agent\u{1b}[0m\u{1b}[2m:\u{1b}[0m reconciled \u{1b}[3mrelease\u{1b}[0m\u{1b}[2m=\u{1b}[0mdefault/b \u{1b}[3melapsed_ms\u{1b}[0m\u{1b}[2m=\u{1b}[0m12 \u{1b}[3mactions\u{1b}[0m\u{1b}[2m=\u{1b}[0m[] \u{1b}[3mstep\u{1b}[0m\u{1b}[2m=\u{1b}[0mDone";
+        let r = parse_line(colored, Instant::now()).expect("parsed");
+        assert_eq!(
+            (r.release.as_str(), r.elapsed_ms, r.installed),
+            ("default/b", 12, false)
+        );
+        assert!(parse_line("INFO something else", Instant::now()).is_none());
+    }
+}
