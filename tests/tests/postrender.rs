@@ -491,6 +491,10 @@ fn strategic_merge_directives() {
             "spec:\n  template:\n    spec:\n      containers:\n      - name: sidecar\n        $patch: delete\n",
         ),
         (
+            "$patch: replace on an existing list element leaves it unchanged",
+            "spec:\n  template:\n    spec:\n      containers:\n      - name: sidecar\n        $patch: replace\n        image: other:1\n      - name: extra\n        $patch: replace\n        image: extra:1\n",
+        ),
+        (
             "$patch: replace on a map",
             "spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        resources:\n          $patch: replace\n          requests:\n            cpu: 1\n",
         ),

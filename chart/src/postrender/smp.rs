@@ -12,6 +12,8 @@
 //!   the object's others; with several keys (`ports`: containerPort and protocol) the object's
 //!   elements come after the patch-only ones; lists of scalars become the union, the patch's
 //!   values first; a `- $patch: delete|replace` element applies to the whole list;
+//!   `$patch: replace` on an element the object already has leaves that element unchanged
+//!   (kyaml puts the object's own element back);
 //! - other `$` keys (`$setElementOrder/…`, `$retainKeys`, `$deleteFromPrimitiveList/…`)
 //!   are not directives to kyaml: they stay in the output as ordinary fields.
 
@@ -605,7 +607,16 @@ fn merge_by_keys(
         let d = dest.iter().find(|e| element_matches(e, &mk, &mv));
         let p = patch.iter().find(|e| element_matches(e, &mk, &mv));
         let label = format!("{at}[{}]", vv.join(","));
-        let merged = match merge(d, p, items, &label)? {
+        // kyaml merges an element into the object's own node and then puts the object's
+        // node back in the list; `$patch: replace` makes a new node, which is then dropped
+        // for the object's unchanged one.
+        let replaces = matches!(p, Some(Value::Map(m)) if m.get_str(DIRECTIVE).and_then(Value::as_str) == Some("replace"));
+        let merged = if let (true, Some(d)) = (replaces, d) {
+            Some(d.clone())
+        } else {
+            merge(d, p, items, &label)?
+        };
+        let merged = match merged {
             Some(v) if !matches!(v, Value::Null) && !is_empty_map(&v) => v,
             _ => {
                 dest.retain(|e| !element_matches(e, &vk, &vv));
