@@ -43,6 +43,7 @@ static PARSE_FUNCS: LazyLock<FuncMap> = LazyLock::new(|| {
         "lookup",
         "toYaml",
         "mustToYaml",
+        "toYamlPretty",
         "fromYaml",
         "fromYamlArray",
         "toJson",
@@ -243,8 +244,15 @@ pub fn yaml_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = flotilla_yaml::from_str_strict(&text);
     if let Ok(docs) = flotilla_yaml::from_str_all(&text) {
-        for d in docs.iter().take(8) {
+        for (i, d) in docs.iter().take(8).enumerate() {
             let _ = flotilla_yaml::to_string_with(d, flotilla_yaml::KeyOrder::Insertion);
+            // go-yaml v3 (toYamlPretty, kyaml) with an indent and sequence style per document.
+            let opts = flotilla_yaml::V3Options {
+                indent: i as u8 + 1,
+                compact_seq_indent: i % 2 == 1,
+                ..flotilla_yaml::V3Options::default()
+            };
+            let _ = flotilla_yaml::to_string_v3(d, opts);
         }
     }
     if let Ok(v) = flotilla_yaml::sigs::unmarshal(&text) {
@@ -252,7 +260,9 @@ pub fn yaml_values(data: &[u8]) {
         let _ = flotilla_yaml::sigs::yaml_to_json(&text);
     }
     let m = flotilla_yaml::helm::from_yaml(&text);
-    let _ = flotilla_yaml::helm::to_yaml(&flotilla_yaml::Value::Map(m));
+    let m = flotilla_yaml::Value::Map(m);
+    let _ = flotilla_yaml::helm::to_yaml(&m);
+    let _ = flotilla_yaml::helm::to_yaml_pretty(&m);
     let _ = flotilla_yaml::helm::from_yaml_array(&text);
 
     let user = match load_values_bytes(data) {
