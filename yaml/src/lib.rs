@@ -56,8 +56,13 @@
 //! but not exactly Go's `unicode.IsLetter`/`IsDigit`; nesting is limited to [`MAX_DEPTH`]
 //! (go-yaml v2 has no limit); each rewrite re-reads the input, so their number is bounded
 //! (a few hundred to 2000, by input size) and an input needing more fails.
+//! go-yaml v3 output ([`to_string_v3`], Helm's `toYamlPretty`) matches helm v4.1.4 on all 268
+//! fixture values (`tests/helm_fixture.rs`, 65 of them printed differently from v2) and on
+//! template literals, byte slices and objects (`chart`'s `pretty` render fixture).
+//!
 //! Not here: go-yaml v3's decoder and `yaml.Node` (comments, anchors, explicit styles), Go's
-//! `time.Time` and `float32` values.
+//! `time.Time` (go-yaml writes it plain; passed as a string it comes out quoted) and
+//! `float32` values, Go structs.
 
 mod emit;
 mod error;
