@@ -42,6 +42,9 @@ pub struct BenchAgent {
     /// Use a debug build of the agent instead of a release build.
     #[arg(long)]
     debug: bool,
+    /// Use this agent binary as it is (no build).
+    #[arg(long)]
+    agent_bin: Option<PathBuf>,
 }
 
 /// A `reconciled` log line of the agent.
@@ -191,7 +194,10 @@ chart:
 
 /// Runs the benchmark and prints the report.
 pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
-    let bin = build_agent(root, args.debug)?;
+    let bin = match &args.agent_bin {
+        Some(bin) => bin.clone(),
+        None => build_agent(root, args.debug)?,
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     let cluster = runtime.block_on(Cluster::start(ClusterOptions::named("bench-agent")))?;
     let plans = tempfile_dir("flotilla-bench-plans")?;
