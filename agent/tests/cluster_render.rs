@@ -659,3 +659,93 @@ async fn common_metadata_labels_and_annotates_every_object_hooks_included() -> a
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn post_renderers_patch_what_is_applied_and_stored_hooks_as_the_strategy_says()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("opt-postrender")).await?;
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let renderers = "  postRenderers:
+    - kustomize:
+        patches:
+          - target:
+              kind: ConfigMap
+            patch: |
+              apiVersion: v1
+              kind: ConfigMap
+              metadata:
+                name: any
+              data:
+                patched: smp
+    - kustomize:
+        patches:
+          - target:
+              kind: ConfigMap
+              name: \".*-plain\"
+            patch: |
+              - op: replace
+                path: /data/a
+                value: \"6902\"";
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // Helm v4's combined strategy (the default): hooks are post-rendered too.
+    let report = run(&ctx, &plan("agent", "with-hook", 1, renderers)).await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let plain = config_map_data(&client, "agent-plain").await?;
+    assert_eq!(plain.get("a").map(String::as_str), Some("6902"));
+    assert_eq!(plain.get("patched").map(String::as_str), Some("smp"));
+    let hooked = config_map_data(&client, "agent-hooked").await?;
+    assert_eq!(hooked.get("patched").map(String::as_str), Some("smp"));
+    assert_eq!(hooked.get("b").map(String::as_str), Some("2"));
+    // The stored release carries the post-rendered manifest, as the real helm shows it.
+    let out = tool(
+        tools::helm()?,
+        &["get", "manifest", "agent", "-n", "default"],
+        cluster.kubeconfig(),
+        None,
+    )?;
+    let manifest = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(manifest.contains("patched: smp"), "{manifest}");
+    assert!(manifest.contains("a: \"6902\""), "{manifest}");
+
+    // nohooks (Helm 3): hooks are left as the chart renders them.
+    let with_strategy = format!("  postRenderStrategy: nohooks\n{renderers}");
+    let report = run(&ctx, &plan("other", "with-hook", 1, &with_strategy)).await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let plain = config_map_data(&client, "other-plain").await?;
+    assert_eq!(plain.get("patched").map(String::as_str), Some("smp"));
+    let hooked = api.get("other-hooked").await?;
+    assert!(
+        !hooked.data.unwrap_or_default().contains_key("patched"),
+        "a hook is not post-rendered with nohooks"
+    );
+
+    // A patch that cannot apply fails the install with the patch named; nothing is applied.
+    let bad = "  postRenderers:
+    - kustomize:
+        patches:
+          - target:
+              kind: ConfigMap
+            patch: |
+              - op: remove
+                path: /data/missing";
+    let report = run(&ctx, &plan("broken", "with-hook", 1, bad)).await?;
+    let (reason, message) = released(&report);
+    assert_eq!(reason, reason::INSTALL_FAILED, "{message}");
+    assert!(
+        message.contains("postRenderers[0].kustomize.patches[0]"),
+        "{message}"
+    );
+    assert!(api.get_opt("broken-plain").await?.is_none());
+    Ok(())
+}

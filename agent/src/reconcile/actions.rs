@@ -219,6 +219,16 @@ impl Executor<'_> {
             capabilities: Some(capabilities),
             lookup: Some(Arc::new(ClusterLookup::new(self.cluster.clone()))),
             skip_schema_validation,
+            post_renderers: self
+                .plan
+                .options
+                .post_renderers
+                .iter()
+                .flatten()
+                .map(post_renderer)
+                .collect(),
+            post_render_hooks: self.plan.options.post_render_strategy
+                != Some(PostRenderStrategy::Nohooks),
         };
         let renderer = self.renderer.clone();
         let chart = chart.clone();
@@ -979,6 +989,44 @@ fn reuse_values(current: &Release, given: Values, chart: &mut Chart) -> Result<V
     coalesce_tables(&mut values, current.config.clone(), &mut warnings);
     chart.values = Some(old_values);
     Ok(values)
+}
+
+/// A `spec.postRenderers` entry as the chart crate's post-renderer runs it.
+fn post_renderer(
+    renderer: &flotilla_core::spec::PostRenderer,
+) -> flotilla_chart::postrender::PostRenderer {
+    use flotilla_chart::postrender::{Image, Kustomize, Patch, PostRenderer, Selector};
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+    PostRenderer {
+        kustomize: renderer.kustomize.as_ref().map(|k| Kustomize {
+            patches: k
+                .patches
+                .iter()
+                .map(|p| Patch {
+                    patch: p.patch.clone(),
+                    target: p.target.as_ref().map(|t| Selector {
+                        group: text(&t.group),
+                        version: text(&t.version),
+                        kind: text(&t.kind),
+                        name: text(&t.name),
+                        namespace: text(&t.namespace),
+                        label_selector: text(&t.label_selector),
+                        annotation_selector: text(&t.annotation_selector),
+                    }),
+                })
+                .collect(),
+            images: k
+                .images
+                .iter()
+                .map(|i| Image {
+                    name: i.name.clone(),
+                    new_name: text(&i.new_name),
+                    new_tag: text(&i.new_tag),
+                    digest: text(&i.digest),
+                })
+                .collect(),
+        }),
+    }
 }
 
 /// Flux's `CommonMetadata` post-renderer: `spec.commonMetadata` labels and annotations

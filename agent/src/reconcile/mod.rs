@@ -34,9 +34,12 @@
 //!   discovery and `lookup` answered by the cluster ([`crate::kube::capabilities`]), with
 //!   the action's identity. `upgrade.preserveValues` (Helm's `--reuse-values`),
 //!   `install.replace`, `disableSchemaValidation` and `spec.commonMetadata` are honoured.
+//! - `spec.postRenderers` (kustomize patches and images, `flotilla_chart::postrender`) run
+//!   over the rendered templates, hooks included unless `postRenderStrategy: nohooks`,
+//!   before `spec.commonMetadata`, as helm-controller chains them.
 //!
-//! Not here yet: client-side apply and `force`, hook output logs, the inventory in the
-//! status, and `spec.postRenderers` (kustomize).
+//! Not here yet: client-side apply and `force`, hook output logs, and the inventory in the
+//! status.
 
 // Errors name their object for people; they are built on the failure path only, so their
 // size does not matter.

@@ -46,6 +46,11 @@ pub struct RenderOptions {
     pub lookup: Option<Arc<dyn Lookup>>,
     /// Skip `values.schema.json` validation (`disableSchemaValidation`).
     pub skip_schema_validation: bool,
+    /// `spec.postRenderers`, run in order over the rendered templates.
+    pub post_renderers: Vec<flotilla_chart::postrender::PostRenderer>,
+    /// Whether hooks go through the post-renderers too (`postRenderStrategy` other than
+    /// `nohooks`).
+    pub post_render_hooks: bool,
 }
 
 /// One file of the chart's `crds/` directory.
@@ -353,8 +358,15 @@ impl Renderer for ChartRenderer {
             lookup: options.lookup.clone(),
         };
         let mut log = Vec::new();
-        let rendered = flotilla_chart::render::render_release(&chart, values, &opts, &mut log)
-            .map_err(|e| error("templates", e.to_string()))?;
+        let rendered = flotilla_chart::render::render_release_post_rendered(
+            &chart,
+            values,
+            &opts,
+            &options.post_renderers,
+            options.post_render_hooks,
+            &mut log,
+        )
+        .map_err(|e| error("templates", e.to_string()))?;
         let mut hooks = rendered.hooks;
         hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
         Ok(Rendered {

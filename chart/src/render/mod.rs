@@ -33,5 +33,5 @@ pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
     OutputFile, ReleaseRenderError, RenderOptions, RenderedRelease, TemplateError, TemplateOptions,
-    TemplateOutput, WriteMode, render_release, template,
+    TemplateOutput, WriteMode, render_release, render_release_post_rendered, template,
 };

@@ -3,6 +3,7 @@
 //! renderResources`): user values, chart checks, dependencies, coalescing, schema, render,
 //! notes, hooks, kind order, CRDs and the exact stdout Helm prints.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
@@ -203,16 +204,19 @@ pub fn render_release(
     opts: &RenderOptions,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
-    render_release_post_rendered(chart, user, opts, &[], warnings)
+    render_release_post_rendered(chart, user, opts, &[], true, warnings)
 }
 
-/// [`render_release`] with post-renderers run over the rendered files (hooks included, CRDs
-/// from `crds/` and notes not), before hooks and manifests are sorted, as Helm v4 does.
+/// [`render_release`] with post-renderers run over the rendered files (CRDs from `crds/` and
+/// notes never), as Helm v4 does. With `hooks_too` (Helm v4's `combined` strategy) every
+/// template file goes through them before hooks and manifests are sorted; without it (the
+/// `nohooks` strategy, Helm 3's behaviour) only the non-hook documents do, after sorting.
 pub fn render_release_post_rendered(
     chart: &Chart,
     user: &Values,
     opts: &RenderOptions,
     post_renderers: &[crate::postrender::PostRenderer],
+    hooks_too: bool,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
     let mut coalesce_warnings = Vec::new();
@@ -243,15 +247,35 @@ pub fn render_release_post_rendered(
     let root_notes = format!("{}/templates/NOTES.txt", chart.name());
     let notes = files.remove(&root_notes).unwrap_or_default();
     files.retain(|k, _| !k.ends_with("NOTES.txt"));
-    if !post_renderers.is_empty() {
-        files = crate::postrender::post_render_files(&files, post_renderers).map_err(|e| {
+    let post_render = |files: &BTreeMap<String, String>| {
+        crate::postrender::post_render_files(files, post_renderers).map_err(|e| {
             ReleaseRenderError::Render(format!("error while running post render on files: {e}"))
-        })?;
+        })
+    };
+    if hooks_too && !post_renderers.is_empty() {
+        files = post_render(&files)?;
     }
 
-    let sorted = sort_manifests(&files, INSTALL_ORDER)
+    let mut sorted = sort_manifests(&files, INSTALL_ORDER)
         .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
-    warnings.extend(sorted.warnings);
+    warnings.extend(std::mem::take(&mut sorted.warnings));
+    if !hooks_too && !post_renderers.is_empty() {
+        // Only the release's own documents, regrouped by the file they came from.
+        let mut manifests: BTreeMap<String, String> = BTreeMap::new();
+        for m in &sorted.manifests {
+            let text = manifests.entry(m.name.clone()).or_default();
+            if !text.is_empty() {
+                text.push_str("\n---\n");
+            }
+            text.push_str(&m.content);
+        }
+        let rendered = post_render(&manifests)?;
+        let resorted = sort_manifests(&rendered, INSTALL_ORDER)
+            .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
+        warnings.extend(resorted.warnings);
+        sorted.manifests = resorted.manifests;
+        sorted.hooks.extend(resorted.hooks);
+    }
 
     let mut manifest = String::new();
     if opts.include_crds {
@@ -478,6 +502,7 @@ pub fn render_template_chart(
         &user,
         &render_opts,
         &opts.post_renderers,
+        true,
         &mut warnings,
     ) {
         Ok(r) => r,
