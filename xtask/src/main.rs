@@ -9,8 +9,11 @@
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
+//! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
+//!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
+mod bench_render;
 mod fuzz;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +67,8 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// Benchmark one agent reconciling many releases: install time, reconcile cost, RSS.
     BenchAgent(bench_agent::BenchAgent),
+    /// Time `flotilla template` against `helm template` on every case of the chart corpus.
+    BenchRender(bench_render::BenchRenderArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -84,6 +89,7 @@ fn main() -> anyhow::Result<()> {
         Task::MeasureClusters { count } => measure_clusters(count),
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
+        Task::BenchRender(args) => bench_render::bench_render(&root, &args),
     }
 }
 
