@@ -2,6 +2,8 @@
 //! (Go ≥ 1.22 behaviour: trim markers with any ASCII space, newlines inside actions,
 //! `break`/`continue` keywords, `=` assignment, `_` separators and `0o`/`0b` prefixes).
 
+use std::borrow::Cow;
+
 /// Kinds of tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ItemType {
@@ -63,14 +65,15 @@ impl ItemType {
 
 /// A token: its type, byte offset, text and the line it starts on.
 #[derive(Clone, Debug)]
-pub(crate) struct Item {
+pub(crate) struct Item<'a> {
     pub typ: ItemType,
     pub pos: usize,
-    pub val: String,
+    /// Borrowed from the input (owned only for error messages), so tokens copy cheaply.
+    pub val: Cow<'a, str>,
     pub line: usize,
 }
 
-impl std::fmt::Display for Item {
+impl std::fmt::Display for Item<'_> {
     /// Go's `item.String()`, used in "unexpected X in Y" messages.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.typ {
@@ -90,6 +93,22 @@ impl std::fmt::Display for Item {
 }
 
 const LEFT_DELIM: &str = "{{";
+
+/// `haystack.find(needle)` for a short ASCII needle: a byte search for its first byte, then a
+/// comparison (the generic substring search costs more on template text).
+fn find_ascii(haystack: &str, needle: &str) -> Option<usize> {
+    let first = char::from(*needle.as_bytes().first()?);
+    let mut from = 0;
+    while let Some(i) = haystack[from..].find(first) {
+        let at = from + i;
+        if haystack[at..].starts_with(needle) {
+            return Some(at);
+        }
+        // `first` is ASCII, so the next byte starts a character.
+        from = at + 1;
+    }
+    None
+}
 const RIGHT_DELIM: &str = "}}";
 const LEFT_COMMENT: &str = "/*";
 const RIGHT_COMMENT: &str = "*/";
@@ -143,7 +162,7 @@ enum State {
 }
 
 /// Lexes the whole input. The sequence ends with an `Eof` or an `Error` item.
-pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> Vec<Item> {
+pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> Vec<Item<'_>> {
     let mut l = Lexer {
         input,
         pos: 0,
@@ -171,12 +190,12 @@ struct Lexer<'a> {
     start_line: usize,
     at_eof: bool,
     paren_depth: i64,
-    items: Vec<Item>,
+    items: Vec<Item<'a>>,
     break_ok: bool,
     continue_ok: bool,
 }
 
-impl Lexer<'_> {
+impl<'a> Lexer<'a> {
     fn next(&mut self) -> Option<char> {
         match self.input[self.pos..].chars().next() {
             None => {
@@ -210,11 +229,11 @@ impl Lexer<'_> {
         self.at_eof = false;
     }
 
-    fn this_item(&mut self, typ: ItemType) -> Item {
+    fn this_item(&mut self, typ: ItemType) -> Item<'a> {
         let item = Item {
             typ,
             pos: self.start,
-            val: self.input[self.start..self.pos].to_string(),
+            val: Cow::Borrowed(&self.input[self.start..self.pos]),
             line: self.start_line,
         };
         self.start = self.pos;
@@ -228,7 +247,10 @@ impl Lexer<'_> {
     }
 
     fn ignore(&mut self) {
-        self.line += self.input[self.start..self.pos].matches('\n').count();
+        self.line += self.input[self.start..self.pos]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count();
         self.start = self.pos;
         self.start_line = self.line;
     }
@@ -259,7 +281,7 @@ impl Lexer<'_> {
         self.items.push(Item {
             typ: ItemType::Error,
             pos: self.start,
-            val: msg,
+            val: Cow::Owned(msg),
             line: self.start_line,
         });
         None
@@ -312,7 +334,7 @@ impl Lexer<'_> {
     }
 
     fn lex_text(&mut self) -> Option<State> {
-        if let Some(x) = self.input[self.pos..].find(LEFT_DELIM) {
+        if let Some(x) = find_ascii(&self.input[self.pos..], LEFT_DELIM) {
             if x > 0 {
                 self.pos += x;
                 let delim_end = self.pos + LEFT_DELIM.len();
@@ -322,7 +344,10 @@ impl Lexer<'_> {
                     0
                 };
                 self.pos -= trim;
-                self.line += self.input[self.start..self.pos].matches('\n').count();
+                self.line += self.input[self.start..self.pos]
+                    .bytes()
+                    .filter(|&b| b == b'\n')
+                    .count();
                 let item = self.this_item(ItemType::Text);
                 self.pos += trim;
                 self.ignore();
@@ -334,7 +359,10 @@ impl Lexer<'_> {
         }
         self.pos = self.input.len();
         if self.pos > self.start {
-            self.line += self.input[self.start..self.pos].matches('\n').count();
+            self.line += self.input[self.start..self.pos]
+                .bytes()
+                .filter(|&b| b == b'\n')
+                .count();
             self.emit(ItemType::Text);
         }
         self.emit(ItemType::Eof);
@@ -360,7 +388,7 @@ impl Lexer<'_> {
 
     fn lex_comment(&mut self) -> Option<State> {
         self.pos += LEFT_COMMENT.len();
-        let Some(x) = self.input[self.pos..].find(RIGHT_COMMENT) else {
+        let Some(x) = find_ascii(&self.input[self.pos..], RIGHT_COMMENT) else {
             return self.errorf("unclosed comment".to_string());
         };
         self.pos += x + RIGHT_COMMENT.len();
@@ -369,7 +397,10 @@ impl Lexer<'_> {
             return self.errorf("comment ends before closing delimiter".to_string());
         }
         // The comment item is not emitted (Go only emits it with ParseComments).
-        self.line += self.input[self.start..self.pos].matches('\n').count();
+        self.line += self.input[self.start..self.pos]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count();
         self.start = self.pos;
         self.start_line = self.line;
         if trim {
@@ -668,6 +699,19 @@ fn unicode_hash_opt(c: Option<char>) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn find_ascii_agrees_with_str_find() {
+        for hay in ["", "{", "a{b{{c", "{{", "é{ü{{", "x*/", "*", "/*/"] {
+            for needle in [LEFT_DELIM, RIGHT_COMMENT] {
+                assert_eq!(
+                    find_ascii(hay, needle),
+                    hay.find(needle),
+                    "{hay:?} {needle:?}"
+                );
+            }
+        }
+    }
+
     fn types(s: &str) -> Vec<ItemType> {
         lex(s, true, true).into_iter().map(|i| i.typ).collect()
     }
@@ -678,7 +722,7 @@ mod tests {
         let texts: Vec<&str> = items
             .iter()
             .filter(|i| i.typ == ItemType::Text)
-            .map(|i| i.val.as_str())
+            .map(|i| i.val.as_ref())
             .collect();
         assert_eq!(texts, ["a", "b"]);
     }
@@ -711,7 +755,12 @@ mod tests {
 
     #[test]
     fn lexer_errors_have_go_messages() {
-        let last = |s: &str| lex(s, true, true).pop().map(|i| i.val).unwrap_or_default();
+        let last = |s: &str| {
+            lex(s, true, true)
+                .pop()
+                .map(|i| i.val.into_owned())
+                .unwrap_or_default()
+        };
         assert_eq!(last("{{"), "unclosed action");
         assert_eq!(last("{{\"abc"), "unterminated quoted string");
         assert_eq!(last("{{`abc"), "unterminated raw quoted string");

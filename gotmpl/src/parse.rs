@@ -2,6 +2,8 @@
 //! error messages (`template: NAME:LINE: MESSAGE`).
 
 use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe};
+use std::borrow::Cow;
+
 use crate::lex::{Item, ItemType, lex};
 
 /// Maximum nesting of control structures (each `else if` link counts), blocks and
@@ -25,16 +27,16 @@ pub(crate) struct ParsedTree {
 
 /// Parses `text` as template `name`; returns the top-level tree and every `define`/`block`
 /// in the order met. `has_func` tells whether a function name exists (builtins included).
-pub(crate) fn parse(
+pub(crate) fn parse<'a>(
     name: &str,
-    text: &str,
-    has_func: &dyn Fn(&str) -> bool,
+    text: &'a str,
+    has_func: &'a dyn Fn(&str) -> bool,
 ) -> Result<Vec<ParsedTree>, String> {
     let items = lex(text, !has_func("break"), !has_func("continue"));
     let eof = Item {
         typ: ItemType::Eof,
         pos: text.len(),
-        val: String::new(),
+        val: Cow::Borrowed(""),
         line: 0,
     };
     let mut p = Parser {
@@ -57,9 +59,9 @@ pub(crate) fn parse(
 }
 
 struct Parser<'a> {
-    items: Vec<Item>,
+    items: Vec<Item<'a>>,
     idx: usize,
-    token: [Item; 3],
+    token: [Item<'a>; 3],
     peek_count: usize,
     vars: Vec<String>,
     has_func: &'a dyn Fn(&str) -> bool,
@@ -79,8 +81,8 @@ enum Parsed {
     Else,
 }
 
-impl Parser<'_> {
-    fn lex_next(&mut self) -> Item {
+impl<'a> Parser<'a> {
+    fn lex_next(&mut self) -> Item<'a> {
         match self.items.get(self.idx) {
             Some(it) => {
                 self.idx += 1;
@@ -91,14 +93,14 @@ impl Parser<'_> {
                 Item {
                     typ: ItemType::Eof,
                     pos: 0,
-                    val: String::new(),
+                    val: Cow::Borrowed(""),
                     line,
                 }
             }
         }
     }
 
-    fn next(&mut self) -> Item {
+    fn next(&mut self) -> Item<'a> {
         if self.peek_count > 0 {
             self.peek_count -= 1;
         } else {
@@ -111,18 +113,18 @@ impl Parser<'_> {
         self.peek_count += 1;
     }
 
-    fn backup2(&mut self, t1: Item) {
+    fn backup2(&mut self, t1: Item<'a>) {
         self.token[1] = t1;
         self.peek_count = 2;
     }
 
-    fn backup3(&mut self, t2: Item, t1: Item) {
+    fn backup3(&mut self, t2: Item<'a>, t1: Item<'a>) {
         self.token[1] = t1;
         self.token[2] = t2;
         self.peek_count = 3;
     }
 
-    fn peek(&mut self) -> Item {
+    fn peek(&mut self) -> Item<'a> {
         if self.peek_count > 0 {
             return self.token[self.peek_count - 1].clone();
         }
@@ -131,7 +133,7 @@ impl Parser<'_> {
         self.token[0].clone()
     }
 
-    fn next_non_space(&mut self) -> Item {
+    fn next_non_space(&mut self) -> Item<'a> {
         loop {
             let t = self.next();
             if t.typ != ItemType::Space {
@@ -140,7 +142,7 @@ impl Parser<'_> {
         }
     }
 
-    fn peek_non_space(&mut self) -> Item {
+    fn peek_non_space(&mut self) -> Item<'a> {
         let t = self.next_non_space();
         self.backup();
         t
@@ -155,7 +157,7 @@ impl Parser<'_> {
         ))
     }
 
-    fn unexpected<T>(&self, token: &Item, context: &str) -> PResult<T> {
+    fn unexpected<T>(&self, token: &Item<'_>, context: &str) -> PResult<T> {
         if token.typ == ItemType::Error {
             let mut extra = String::new();
             if self.action_line != 0 && self.action_line != token.line {
@@ -172,7 +174,7 @@ impl Parser<'_> {
         self.errorf(format!("unexpected {token} in {context}"))
     }
 
-    fn expect(&mut self, typ: ItemType, context: &str) -> PResult<Item> {
+    fn expect(&mut self, typ: ItemType, context: &str) -> PResult<Item<'a>> {
         let t = self.next_non_space();
         if t.typ != typ {
             return self.unexpected(&t, context);
@@ -272,7 +274,7 @@ impl Parser<'_> {
     fn text_or_action(&mut self) -> PResult<Parsed> {
         let token = self.next_non_space();
         match token.typ {
-            ItemType::Text => Ok(Parsed::Node(Node::Text(token.val))),
+            ItemType::Text => Ok(Parsed::Node(Node::Text(token.val.into_owned()))),
             ItemType::LeftDelim => {
                 self.action_line = token.line;
                 let r = self.action();
@@ -351,13 +353,13 @@ impl Parser<'_> {
             if next.typ == ItemType::Assign || next.typ == ItemType::Declare {
                 pipe.is_assign = next.typ == ItemType::Assign;
                 self.next_non_space();
-                pipe.decl.push(v.val.clone());
-                self.vars.push(v.val);
+                pipe.decl.push(v.val.to_string());
+                self.vars.push(v.val.into_owned());
                 break;
             } else if next.typ == ItemType::Char && next.val == "," {
                 self.next_non_space();
-                pipe.decl.push(v.val.clone());
-                self.vars.push(v.val);
+                pipe.decl.push(v.val.to_string());
+                self.vars.push(v.val.into_owned());
                 if context == "range" && pipe.decl.len() < 2 {
                     match self.peek_non_space().typ {
                         ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => {
@@ -471,7 +473,7 @@ impl Parser<'_> {
         })
     }
 
-    fn template_name(&mut self, token: &Item, context: &str) -> PResult<String> {
+    fn template_name(&mut self, token: &Item<'_>, context: &str) -> PResult<String> {
         match token.typ {
             ItemType::String | ItemType::RawString => match unquote(&token.val) {
                 Ok(s) => Ok(s),
@@ -556,7 +558,7 @@ impl Parser<'_> {
         let chain_pos = self.peek().pos;
         let mut fields = Vec::new();
         while self.peek().typ == ItemType::Field {
-            let f = self.next().val;
+            let f = self.next().val.into_owned();
             fields.push(f[1..].to_string());
         }
         Ok(Some(match node {
@@ -604,13 +606,13 @@ impl Parser<'_> {
                 }
                 Arg::Identifier {
                     pos: token.pos,
-                    name: token.val,
+                    name: token.val.into_owned(),
                 }
             }
             ItemType::Dot => Arg::Dot { pos: token.pos },
             ItemType::Nil => Arg::Nil { pos: token.pos },
             ItemType::Variable => {
-                if !self.vars.contains(&token.val) {
+                if !self.vars.iter().any(|v| *v == *token.val) {
                     return self.errorf(format!(
                         "undefined variable {}",
                         crate::gofmt::quote(&token.val)
@@ -618,7 +620,7 @@ impl Parser<'_> {
                 }
                 Arg::Variable {
                     pos: token.pos,
-                    idents: vec![token.val],
+                    idents: vec![token.val.into_owned()],
                 }
             }
             ItemType::Field => Arg::Field {
@@ -644,7 +646,7 @@ impl Parser<'_> {
             ItemType::String | ItemType::RawString => match unquote(&token.val) {
                 Ok(s) => Arg::String {
                     pos: token.pos,
-                    quoted: token.val,
+                    quoted: token.val.into_owned(),
                     text: s,
                 },
                 Err(e) => return self.errorf(e),

@@ -97,6 +97,14 @@ pub fn from_str(src: &str) -> Result<Value, Error> {
     parse::unmarshal(src, parse::DecodeOptions::default())
 }
 
+/// [`from_str`] for a reader of a few top-level keys (Helm's `SimpleHead`): the whole first
+/// document is parsed and any error [`from_str`] would give is given, but when the document
+/// is a mapping whose decoding cannot fail (no aliases, explicit tags or merge keys), only
+/// the pairs whose key is one of `keys` are decoded into the returned mapping.
+pub fn from_str_keys(src: &str, keys: &[&str]) -> Result<Value, Error> {
+    parse::unmarshal_keys(src, keys)
+}
+
 /// go-yaml v2 `yaml.UnmarshalStrict`: as [`from_str`], but a repeated key is an error.
 pub fn from_str_strict(src: &str) -> Result<Value, Error> {
     parse::unmarshal(src, parse::DecodeOptions { strict: true })

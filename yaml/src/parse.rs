@@ -10,14 +10,23 @@ use saphyr_parser::{Event, Parser, ScalarStyle, ScanError};
 use crate::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved};
 use crate::{Error, Mapping, Value};
 
-/// Character-index to text lookups for positions that mostly increase: amortised linear.
+/// Character-index to text lookups for positions that mostly increase: amortised linear, and
+/// constant time for ASCII text, where character and byte indices are the same.
 #[derive(Default)]
 struct CharCursor {
     chars: usize,
     bytes: usize,
+    ascii: bool,
 }
 
 impl CharCursor {
+    fn new(src: &str) -> CharCursor {
+        CharCursor {
+            ascii: src.is_ascii(),
+            ..CharCursor::default()
+        }
+    }
+
     /// Byte offset of a character index (the end of the text when past it).
     fn byte_at(&mut self, src: &str, char_index: usize) -> usize {
         match self.char_at(src, char_index) {
@@ -27,6 +36,12 @@ impl CharCursor {
     }
 
     fn char_at(&mut self, src: &str, char_index: usize) -> Option<char> {
+        if self.ascii {
+            let b = *src.as_bytes().get(char_index)?;
+            self.chars = char_index;
+            self.bytes = char_index;
+            return Some(char::from(b));
+        }
         // Walk back from the current position when asked for an earlier character.
         while char_index < self.chars {
             let prev = src.get(..self.bytes)?.chars().next_back()?;
@@ -530,6 +545,12 @@ fn check_directives(src: &str) -> Result<(), Error> {
 
 /// go-yaml's reader checks: the characters libyaml refuses anywhere in the input.
 fn check_characters(src: &str) -> Result<(), Error> {
+    if src
+        .bytes()
+        .all(|b| matches!(b, 0x09 | 0x0A | 0x0D | 0x20..=0x7E))
+    {
+        return Ok(());
+    }
     for c in src.chars() {
         let v = u32::from(c);
         let ok = matches!(v, 0x09 | 0x0A | 0x0D | 0x20..=0x7E | 0x85 | 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF);
@@ -569,10 +590,13 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     }
     let mut repairs = 0;
     // A private-use character absent from the input stands in for a `-` saphyr refuses.
-    let used: std::collections::HashSet<char> = text
-        .chars()
-        .filter(|c| ('\u{e000}'..='\u{f8ff}').contains(c))
-        .collect();
+    let used: std::collections::HashSet<char> = if text.is_ascii() {
+        Default::default()
+    } else {
+        text.chars()
+            .filter(|c| ('\u{e000}'..='\u{f8ff}').contains(c))
+            .collect()
+    };
     let placeholder = ('\u{e000}'..='\u{f8ff}').find(|c| !used.contains(c));
     loop {
         match parse_docs_once(&text, first_only, placeholder) {
@@ -1164,7 +1188,7 @@ fn parse_docs_once(
     let mut stack: Vec<usize> = Vec::new();
     // Keys of an open mapping are attached in order; this is just `children.push`.
     let mut anchors: HashMap<usize, usize> = HashMap::new();
-    let mut cursor = CharCursor::default();
+    let mut cursor = CharCursor::new(src_for_parser);
     // A flow collection that libyaml scans as a required simple key: (line, node).
     let mut pending: Option<(usize, usize)> = None;
     let mut last_end = 0usize;
@@ -1172,7 +1196,11 @@ fn parse_docs_once(
     let mut anchor_names: std::collections::HashSet<String> = Default::default();
     // saphyr reads a missing final line break as present; libyaml does not, so a block
     // scalar whose last content line ends the input has no final newline.
-    let total_chars = src_for_parser.chars().count();
+    let total_chars = if cursor.ascii {
+        src_for_parser.len()
+    } else {
+        src_for_parser.chars().count()
+    };
     let last_line = src_for_parser
         .rsplit(['\n', '\r'])
         .next()
@@ -1836,6 +1864,63 @@ pub(crate) fn unmarshal(src: &str, opts: DecodeOptions) -> Result<Value, Error> 
     }
 }
 
+/// Whether decoding `doc` cannot fail, whatever part of it is decoded: no aliases (nor so any
+/// aliasing limit), no explicit tags (nor so tag mismatches or bad `!!binary`), no merge
+/// keys and only scalars as map keys. Plain scalars always resolve.
+fn decodes_without_error(doc: &Doc) -> bool {
+    doc.nodes.iter().all(|n| match &n.kind {
+        Kind::Alias { .. } => false,
+        Kind::Scalar { value, tag, .. } => tag.is_empty() && value != "<<",
+        Kind::Seq(_) => true,
+        Kind::Map(children) => children
+            .iter()
+            .step_by(2)
+            .all(|&k| matches!(doc.nodes.get(k).map(|n| &n.kind), Some(Kind::Scalar { .. }))),
+    })
+}
+
+/// [`unmarshal`] when only some top-level keys of a mapping are wanted: the whole first
+/// document is parsed (every parse error is reported), then, when its decoding cannot fail,
+/// only the pairs whose key is one of `keys` are decoded; otherwise the whole document is.
+pub(crate) fn unmarshal_keys(src: &str, keys: &[&str]) -> Result<Value, Error> {
+    let docs = parse_docs(src, true)?;
+    let Some(doc) = docs.first() else {
+        return Ok(Value::Null);
+    };
+    let opts = DecodeOptions::default();
+    let children = match doc.root.and_then(|r| doc.nodes.get(r)) {
+        Some(Node {
+            kind: Kind::Map(children),
+            ..
+        }) if decodes_without_error(doc) => children,
+        _ => return decode_doc(doc, opts),
+    };
+    let mut d = Decoder {
+        doc,
+        opts,
+        decode_count: 1,
+        alias_count: 0,
+        alias_depth: 0,
+        in_alias: Vec::new(),
+        depth: 0,
+    };
+    let mut b = MapBuilder {
+        map: Mapping::new(),
+        index: HashMap::new(),
+    };
+    for pair in children.chunks(2) {
+        let key = d.decode(pair[0])?;
+        if matches!(&key, Value::String(k) if keys.contains(&k.as_str())) {
+            let value = match pair.get(1) {
+                Some(&v) => d.decode(v)?,
+                None => Value::Null,
+            };
+            d.set(&mut b, key, value)?;
+        }
+    }
+    Ok(Value::Map(b.map))
+}
+
 /// Every document of a stream, as repeated `yaml.Decoder.Decode` calls return them.
 pub(crate) fn unmarshal_all(src: &str, opts: DecodeOptions) -> Result<Vec<Value>, Error> {
     let docs = parse_docs(src, false)?;
@@ -1845,6 +1930,43 @@ pub(crate) fn unmarshal_all(src: &str, opts: DecodeOptions) -> Result<Vec<Value>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_some_keys_gives_what_reading_all_gives() {
+        let keys = ["apiVersion", "kind", "metadata"];
+        let docs = [
+            "",
+            "# only a comment\n",
+            "null",
+            "- a\n- b\n",
+            "kind: A\napiVersion: v1\nmetadata:\n  name: x\n  annotations:\n    a: 1\nspec:\n  x: [1, 2]\n",
+            "kind: A\nkind: B\nmetadata: {name: y}\n",
+            "kind: A\nspec: &a {x: 1}\nother: *a\n",
+            "kind: A\nspec:\n  <<: {x: 1}\n",
+            "kind: A\nspec:\n  <<: 3\n",
+            "kind: A\nspec: !!int abc\n",
+            "kind: A\nspec: !!binary '@@'\n",
+            "kind: A\n? [a]\n: b\n",
+            "kind: A\nspec: [1, {a: b}]\nmetadata: ~\n",
+            "kind: 3\napiVersion: 1.5\nmetadata:\n  name: true\n",
+            "kind: A\nspec: :\n  - x\n",
+            "kind: A\n  bad: indentation\n",
+            "kind: A\nspec: 'unterminated\n",
+            "a: b\n---\nkind: Second\n",
+        ];
+        for doc in docs {
+            let all = unmarshal(doc, DecodeOptions::default());
+            let some = unmarshal_keys(doc, &keys);
+            match (&all, &some) {
+                (Ok(Value::Map(a)), Ok(Value::Map(s))) => {
+                    for k in keys {
+                        assert_eq!(a.get_str(k), s.get_str(k), "{doc:?} key {k}");
+                    }
+                }
+                _ => assert_eq!(format!("{all:?}"), format!("{some:?}"), "{doc:?}"),
+            }
+        }
+    }
 
     #[test]
     fn base64_like_go() {

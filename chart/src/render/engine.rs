@@ -180,9 +180,35 @@ impl Engine {
                     }
                     flotilla_gotmpl::Error::Parse(msg) => RenderError(msg),
                 })?;
-            rendered.insert(t.path.clone(), out.replace("<no value>", ""));
+            rendered.insert(t.path.clone(), strip_no_value(out));
         }
         Ok(rendered)
+    }
+}
+
+/// `strings.ReplaceAll(out, "<no value>", "")`, without copying text that has none.
+fn strip_no_value(out: String) -> String {
+    const NO_VALUE: &str = "<no value>";
+    let mut kept = 0;
+    let mut from = 0;
+    let mut result: Option<String> = None;
+    while let Some(i) = out[from..].find('<') {
+        let at = from + i;
+        if out[at..].starts_with(NO_VALUE) {
+            let r = result.get_or_insert_with(|| String::with_capacity(out.len()));
+            r.push_str(&out[kept..at]);
+            kept = at + NO_VALUE.len();
+            from = kept;
+        } else {
+            from = at + 1;
+        }
+    }
+    match result {
+        None => out,
+        Some(mut r) => {
+            r.push_str(&out[kept..]);
+            r
+        }
     }
 }
 
@@ -408,5 +434,24 @@ mod tests {
             .render(&small, &Values::new(), &release(), &caps)
             .expect("small output renders");
         assert_eq!(out["limits/templates/t.yaml"], "xxxxxxxxxx");
+    }
+
+    #[test]
+    fn no_value_is_removed_everywhere_and_other_text_kept() {
+        for (input, want) in [
+            ("", ""),
+            ("a: 1\n", "a: 1\n"),
+            ("<no value>", ""),
+            ("x: <no value>\ny: <no value>", "x: \ny: "),
+            ("<<no value>no value>", "<no value>"),
+            ("a < b <no valu", "a < b <no valu"),
+            ("é<no value>ü<", "éü<"),
+        ] {
+            assert_eq!(
+                strip_no_value(input.to_string()),
+                input.replace("<no value>", "")
+            );
+            assert_eq!(strip_no_value(input.to_string()), want);
+        }
     }
 }

@@ -198,8 +198,8 @@ fn get<'a>(m: &'a flotilla_yaml::Mapping, key: &str) -> Option<&'a flotilla_yaml
 /// Helm's text (without the `YAML parse error on FILE: ` prefix).
 pub fn parse_head(doc: &str) -> Result<SimpleHead, String> {
     use flotilla_yaml::Value as Y;
-    let v =
-        flotilla_yaml::from_str(doc).map_err(|e| format!("error converting YAML to JSON: {e}"))?;
+    let v = flotilla_yaml::from_str_keys(doc, &["apiVersion", "kind", "metadata"])
+        .map_err(|e| format!("error converting YAML to JSON: {e}"))?;
     let m = match &v {
         Y::Null => return Ok(SimpleHead::default()),
         Y::Map(m) => m,
