@@ -44,9 +44,11 @@ pub(crate) fn register(map: &mut FuncMap) {
             ))
         });
     }
-    for (name, get) in [
-        ("regexReplaceAll", panicking as Getter),
-        ("mustRegexReplaceAll", must),
+    for (name, get, literal) in [
+        ("regexReplaceAll", panicking as Getter, false),
+        ("mustRegexReplaceAll", must, false),
+        ("regexReplaceAllLiteral", panicking, true),
+        ("mustRegexReplaceAllLiteral", must, true),
     ] {
         add(map, name, Signature::fixed([Str, Str, Str]), move |a| {
             let re = get(arg_str(a, 0))?;
@@ -54,21 +56,7 @@ pub(crate) fn register(map: &mut FuncMap) {
                 &re,
                 arg_str(a, 1),
                 arg_str(a, 2),
-                false,
-            )))
-        });
-    }
-    for (name, get) in [
-        ("regexReplaceAllLiteral", panicking as Getter),
-        ("mustRegexReplaceAllLiteral", must),
-    ] {
-        add(map, name, Signature::fixed([Str, Str, Str]), move |a| {
-            let re = get(arg_str(a, 0))?;
-            Ok(Value::from(replace_all(
-                &re,
-                arg_str(a, 1),
-                arg_str(a, 2),
-                true,
+                literal,
             )))
         });
     }
