@@ -13,6 +13,10 @@ use flotilla_chart::chart::{Chart, File};
 use flotilla_chart::coalesce::{coalesce_values, merge_values};
 use flotilla_chart::load::{BufferedFile, load_archive, load_files};
 use flotilla_chart::metadata::Metadata;
+use flotilla_chart::postrender::{
+    Image, Kustomize, Patch, PostRenderer, Selector, parse_post_renderers, post_render,
+    post_render_files,
+};
 use flotilla_chart::render::manifest::{INSTALL_ORDER, sort_manifests};
 use flotilla_chart::render::{Capabilities, Engine, ReleaseOptions};
 use flotilla_chart::strvals::{self, ValueOptions};
@@ -415,5 +419,163 @@ pub fn chart_archive(data: &[u8]) {
         if let Err(e) = load_files(files) {
             assert!(!e.to_string().is_empty());
         }
+    }
+}
+
+/// The post-renderers of the `postrender` target, read from its structured input.
+struct PostRenderInput<'a> {
+    /// Run as Helm v4 does over template files rather than over one stream.
+    by_files: bool,
+    manifest: &'a str,
+    renderers: Vec<PostRenderer>,
+}
+
+/// A `|`-separated field list, missing fields empty.
+fn fields<const N: usize>(line: &str) -> [String; N] {
+    let mut out: [String; N] = std::array::from_fn(|_| String::new());
+    for (slot, value) in out.iter_mut().zip(line.splitn(N, '|')) {
+        *slot = value.to_string();
+    }
+    out
+}
+
+/// Reads the `postrender` input; see [`postrender`] for its layout.
+fn postrender_input(text: &str) -> PostRenderInput<'_> {
+    let mut chars = text.chars();
+    let flags = chars.next().map_or(0, u32::from);
+    let mut parts = chars.as_str().splitn(32, '\0');
+    let manifest = parts.next().unwrap_or_default();
+    let mut renderers = vec![PostRenderer {
+        kustomize: Some(Kustomize::default()),
+    }];
+    for part in parts {
+        let mut chars = part.chars();
+        let kind = chars.next();
+        let rest = chars.as_str();
+        if matches!(kind, Some('R' | 'N' | 'S')) {
+            match kind {
+                Some('R') => renderers.push(PostRenderer {
+                    kustomize: Some(Kustomize::default()),
+                }),
+                Some('N') => renderers.push(PostRenderer::default()),
+                _ => match parse_post_renderers(rest) {
+                    Ok(list) => renderers.extend(list),
+                    Err(e) => assert!(!e.to_string().is_empty(), "empty spec error"),
+                },
+            }
+            continue;
+        }
+        if renderers.last().is_none_or(|r| r.kustomize.is_none()) {
+            renderers.push(PostRenderer {
+                kustomize: Some(Kustomize::default()),
+            });
+        }
+        let Some(k) = renderers.last_mut().and_then(|r| r.kustomize.as_mut()) else {
+            continue;
+        };
+        match kind {
+            Some('I') => {
+                let [name, new_name, new_tag, digest] = fields::<4>(rest);
+                k.images.push(Image {
+                    name,
+                    new_name,
+                    new_tag,
+                    digest,
+                });
+            }
+            Some('P') => {
+                let (line, patch) = rest.split_once('\n').unwrap_or((rest, ""));
+                let target = (!line.is_empty()).then(|| {
+                    let [
+                        group,
+                        version,
+                        kind,
+                        name,
+                        namespace,
+                        label_selector,
+                        annotation_selector,
+                    ] = fields::<7>(line);
+                    Selector {
+                        group,
+                        version,
+                        kind,
+                        name,
+                        namespace,
+                        label_selector,
+                        annotation_selector,
+                    }
+                });
+                k.patches.push(Patch {
+                    patch: patch.to_string(),
+                    target,
+                });
+            }
+            _ => k.patches.push(Patch {
+                patch: rest.to_string(),
+                target: None,
+            }),
+        }
+    }
+    PostRenderInput {
+        by_files: flags & 1 == 1,
+        manifest,
+        renderers,
+    }
+}
+
+/// Runs HelmRelease post-renderers (kustomize strategic merge and JSON 6902 patches with
+/// target selectors, and images) over a manifest stream. The input is one flags character,
+/// then NUL-separated parts: the manifest stream, then up to 30 entries, each chosen by its
+/// first character:
+/// - `R` starts another `kustomize` post-renderer (a first one is always there), `N` adds an
+///   entry without `kustomize`;
+/// - `P`: a patch; the rest of the line is its target
+///   (`group|version|kind|name|namespace|labelSelector|annotationSelector`, none when empty),
+///   the following lines the patch (strategic merge or JSON 6902, YAML or JSON);
+/// - `I`: an image, `name|newName|newTag|digest`;
+/// - `S`: a YAML list of `postRenderers` entries as in a HelmRelease, appended;
+/// - anything else: a patch without target, the rest of the part.
+///
+/// With flag bit 0 the manifest is cut into template files at `\x01` characters and run as
+/// Helm v4 runs post-renderers over a chart's files. Errors are fine; a success must be read
+/// back as YAML, and the output of a build must not change through another empty build (it
+/// is kustomize's canonical form).
+pub fn postrender(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let input = postrender_input(&text);
+    if input.by_files {
+        let files: BTreeMap<String, String> = input
+            .manifest
+            .split('\x01')
+            .enumerate()
+            .map(|(i, f)| (format!("fuzz/templates/f{i}.yaml"), f.to_string()))
+            .collect();
+        match post_render_files(&files, &input.renderers) {
+            Ok(out) => {
+                for (name, content) in &out {
+                    if let Err(e) = flotilla_yaml::from_str_all(content) {
+                        panic!("post-rendered file {name} does not read back: {e}\n{content}");
+                    }
+                }
+            }
+            Err(e) => assert!(!e.to_string().is_empty(), "empty post-render error"),
+        }
+        return;
+    }
+    match post_render(input.manifest, &input.renderers) {
+        Ok(out) => {
+            if let Err(e) = flotilla_yaml::from_str_all(&out) {
+                panic!("post-rendered output does not read back: {e}\n{out}");
+            }
+            let empty = [PostRenderer {
+                kustomize: Some(Kustomize::default()),
+            }];
+            if input.renderers.iter().any(|r| r.kustomize.is_some())
+                && let Ok(again) = post_render(&out, &empty)
+            {
+                assert_eq!(again, out, "an empty build changed a build's output");
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty(), "empty post-render error"),
     }
 }

@@ -42,6 +42,10 @@ const TARGETS: &[Target] = &[
         name: "chart_archive",
         max_len: 128 << 10,
     },
+    Target {
+        name: "postrender",
+        max_len: 32 << 10,
+    },
 ];
 
 /// Seconds one input may run before libFuzzer reports a timeout.
@@ -52,7 +56,8 @@ const RSS_LIMIT_MB: u32 = 3072;
 /// Options of `cargo xtask fuzz`.
 #[derive(Debug, clap::Args)]
 pub struct FuzzArgs {
-    /// One target (template_parse, template_exec, yaml_values, strvals, chart_archive);
+    /// One target (template_parse, template_exec, yaml_values, strvals, chart_archive,
+    /// postrender);
     /// all of them, one after the other, when omitted.
     target: Option<String>,
     /// How long each target runs.
@@ -297,6 +302,7 @@ fn write_seeds(root: &Path, t: &Target, dir: &Path) -> anyhow::Result<usize> {
                 seeds.insert(seed);
             }
         }
+        "postrender" => seeds.extend(postrender_seeds(root, &shared)?),
         other => bail!("no seeds defined for {other}"),
     }
     let mut n = 0;
@@ -308,6 +314,167 @@ fn write_seeds(root: &Path, t: &Target, dir: &Path) -> anyhow::Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+/// Seeds of the `postrender` target (its layout is documented on `flotilla_fuzz::postrender`):
+/// the manifest and the post-renderer specs of `tests/tests/postrender.rs` (its string
+/// literals that read as `postRenderers` lists, selectors, patch bodies or image lists), and
+/// the golden outputs of `../shared/charts` cut into pieces with a few generic renderers.
+fn postrender_seeds(root: &Path, shared: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let source = std::fs::read_to_string(root.join("tests/tests/postrender.rs"))
+        .context("reading tests/tests/postrender.rs")?;
+    let app = source
+        .split_once("const APP: &str = r#\"")
+        .and_then(|(_, rest)| rest.split_once("\"#;"))
+        .map(|(app, _)| app.to_string())
+        .context("tests/tests/postrender.rs: no APP manifest")?;
+    let label = |target: &str| {
+        format!(
+            "- kustomize:\n    patches:\n    - target: {target}\n      patch: |\n        apiVersion: v1\n        kind: Any\n        metadata:\n          name: any\n          labels:\n            picked: \"yes\"\n"
+        )
+    };
+    let mut specs = Vec::new();
+    for lit in string_literals(&source) {
+        let t = lit.trim_start();
+        if t.starts_with('{') && t.ends_with('}') {
+            specs.push(label(t));
+        } else if t.starts_with("[{name:") {
+            specs.push(format!("- kustomize:\n    images: {t}\n"));
+        } else if lit.starts_with("spec:") || lit.starts_with("  annotations:") {
+            let body: String = lit.lines().map(|l| format!("        {l}\n")).collect();
+            specs.push(format!(
+                "- kustomize:\n    patches:\n    - patch: |\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata:\n          name: web\n{body}"
+            ));
+        } else if t.starts_with("- kustomize") {
+            specs.push(lit);
+        }
+    }
+    let mut out = Vec::new();
+    for spec in &specs {
+        let Ok(renderers) = flotilla_chart::postrender::parse_post_renderers(spec) else {
+            continue;
+        };
+        out.push(encode_postrender(false, &app, &renderers));
+        out.push(encode_postrender(true, &app, &renderers));
+        // The same list as HelmRelease YAML, read by the target.
+        out.push(format!("0{app}\0S{spec}").into_bytes());
+    }
+    // Golden outputs, in pieces of whole documents, each with a strategic merge patch on
+    // every object, a JSON 6902 patch on Deployments and an image override.
+    let generic = flotilla_chart::postrender::parse_post_renderers(
+        "- kustomize:\n    patches:\n    - target: {name: '.*'}\n      patch: |\n        apiVersion: v1\n        kind: Any\n        metadata:\n          name: any\n          labels:\n            fuzz: \"1\"\n    - target: {kind: Deployment}\n      patch: '[{\"op\": \"add\", \"path\": \"/spec/replicas\", \"value\": 2}]'\n    images:\n    - name: busybox\n      newTag: '1'\n",
+    )
+    .context("the generic post-renderer seed")?;
+    for golden in files_under(shared).into_iter().filter(|p| {
+        p.extension().is_some_and(|e| e == "yaml")
+            && p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|d| d == "golden")
+    }) {
+        let text = std::fs::read_to_string(&golden).unwrap_or_default();
+        let mut piece = String::new();
+        for doc in text.split("\n---\n") {
+            if !piece.is_empty() && piece.len() + doc.len() > 6 << 10 {
+                out.push(encode_postrender(false, &piece, &generic));
+                piece.clear();
+            }
+            if doc.len() <= 6 << 10 {
+                piece.push_str("---\n");
+                piece.push_str(doc);
+                piece.push('\n');
+            }
+        }
+        if !piece.is_empty() {
+            out.push(encode_postrender(true, &piece, &generic));
+        }
+    }
+    Ok(out)
+}
+
+/// The `postrender` target's input for a manifest and post-renderers; `by_files` cuts the
+/// manifest into template files at its document separators.
+fn encode_postrender(
+    by_files: bool,
+    manifest: &str,
+    renderers: &[flotilla_chart::postrender::PostRenderer],
+) -> Vec<u8> {
+    let mut s = String::from(if by_files { "1" } else { "0" });
+    if by_files {
+        s.push_str(&manifest.replace("\n---\n", "\n\x01---\n"));
+    } else {
+        s.push_str(manifest);
+    }
+    for (i, r) in renderers.iter().enumerate() {
+        let Some(k) = &r.kustomize else {
+            s.push_str("\0N");
+            continue;
+        };
+        if i > 0 {
+            s.push_str("\0R");
+        }
+        for p in &k.patches {
+            s.push_str("\0P");
+            if let Some(t) = &p.target {
+                s.push_str(
+                    &[
+                        t.group.as_str(),
+                        &t.version,
+                        &t.kind,
+                        &t.name,
+                        &t.namespace,
+                        &t.label_selector,
+                        &t.annotation_selector,
+                    ]
+                    .join("|"),
+                );
+            }
+            s.push('\n');
+            s.push_str(&p.patch);
+        }
+        for im in &k.images {
+            s.push_str("\0I");
+            s.push_str(&[im.name.as_str(), &im.new_name, &im.new_tag, &im.digest].join("|"));
+        }
+    }
+    s.into_bytes()
+}
+
+/// The string literals of a Rust source (raw `r#"…"#` and plain `"…"` with the usual
+/// escapes); good enough for the test files the seeds come from.
+fn string_literals(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(i) = rest.find('"') {
+        let raw = rest[..i].ends_with("r#");
+        rest = &rest[i + 1..];
+        if raw {
+            let Some(end) = rest.find("\"#") else { break };
+            out.push(rest[..end].to_string());
+            rest = &rest[end + 2..];
+            continue;
+        }
+        let mut lit = String::new();
+        let mut chars = rest.char_indices();
+        let mut end = rest.len();
+        while let Some((j, c)) = chars.next() {
+            match c {
+                '"' => {
+                    end = j + 1;
+                    break;
+                }
+                '\\' => match chars.next().map(|(_, e)| e) {
+                    Some('n') => lit.push('\n'),
+                    Some('t') => lit.push('\t'),
+                    Some(e) => lit.push(e),
+                    None => {}
+                },
+                c => lit.push(c),
+            }
+        }
+        out.push(lit);
+        rest = &rest[end..];
+    }
+    out
 }
 
 /// The chart directories among the fixtures and `../shared/charts` (every directory with a
