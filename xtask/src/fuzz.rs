@@ -3,8 +3,9 @@
 //!
 //! Each run reads the committed corpus `fuzz/corpus/TARGET` and writes what it finds to
 //! `fuzz/target/corpus-work/TARGET`, so the committed corpus only changes with
-//! `--minimize` (which merges the two and runs `cargo fuzz cmin`). `--seed` first fills the
-//! work corpus from real inputs: the repository's fixtures and `../shared/charts`.
+//! `--minimize` (which merges the two, inputs up to a size per target, and runs `cargo fuzz
+//! cmin`; with `--seconds 0`, only that). `--seed` first fills the work corpus from real
+//! inputs: the repository's fixtures and `../shared/charts`.
 //! Crashes land in `fuzz/artifacts/TARGET/`; replay one with
 //! `cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/crash-...` from `fuzz/`.
 
@@ -19,32 +20,40 @@ struct Target {
     name: &'static str,
     /// `-max_len`: the largest input tried.
     max_len: usize,
+    /// The largest new input `--minimize` adds to the committed corpus (keeps it small).
+    keep_max: usize,
 }
 
 const TARGETS: &[Target] = &[
     Target {
         name: "template_parse",
         max_len: 16 << 10,
+        keep_max: 4 << 10,
     },
     Target {
         name: "template_exec",
         max_len: 32 << 10,
+        keep_max: 4 << 10,
     },
     Target {
         name: "yaml_values",
         max_len: 32 << 10,
+        keep_max: 8 << 10,
     },
     Target {
         name: "strvals",
         max_len: 4 << 10,
+        keep_max: 4 << 10,
     },
     Target {
         name: "chart_archive",
         max_len: 128 << 10,
+        keep_max: 16 << 10,
     },
     Target {
         name: "postrender",
         max_len: 32 << 10,
+        keep_max: 4 << 10,
     },
 ];
 
@@ -60,7 +69,7 @@ pub struct FuzzArgs {
     /// postrender);
     /// all of them, one after the other, when omitted.
     target: Option<String>,
-    /// How long each target runs.
+    /// How long each target runs; 0 skips the run (with --minimize: only merge and minimise).
     #[arg(long, default_value_t = 600)]
     seconds: u64,
     /// Add seed inputs from the repository's fixtures and ../shared/charts first.
@@ -97,26 +106,28 @@ pub fn fuzz(root: &Path, args: &FuzzArgs) -> anyhow::Result<()> {
             let n = write_seeds(root, t, &work)?;
             eprintln!("xtask: {}: {n} seed inputs in {}", t.name, work.display());
         }
-        eprintln!("xtask: fuzzing {} for {} s", t.name, args.seconds);
-        let status = Command::new("cargo")
-            .current_dir(&fuzz_dir)
-            .args(["+nightly", "fuzz", "run", t.name])
-            .arg(&work)
-            .arg(&committed)
-            .arg("--")
-            .arg(format!("-max_total_time={}", args.seconds))
-            .arg(format!("-max_len={}", t.max_len))
-            .arg(format!("-timeout={INPUT_TIMEOUT_SECS}"))
-            .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
-            .arg("-print_final_stats=1")
-            .status()
-            .context("running cargo fuzz")?;
-        if !status.success() {
-            bail!(
-                "fuzz target {} failed ({status}); the input is in fuzz/artifacts/{}/",
-                t.name,
-                t.name
-            );
+        if args.seconds > 0 {
+            eprintln!("xtask: fuzzing {} for {} s", t.name, args.seconds);
+            let status = Command::new("cargo")
+                .current_dir(&fuzz_dir)
+                .args(["+nightly", "fuzz", "run", t.name])
+                .arg(&work)
+                .arg(&committed)
+                .arg("--")
+                .arg(format!("-max_total_time={}", args.seconds))
+                .arg(format!("-max_len={}", t.max_len))
+                .arg(format!("-timeout={INPUT_TIMEOUT_SECS}"))
+                .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
+                .arg("-print_final_stats=1")
+                .status()
+                .context("running cargo fuzz")?;
+            if !status.success() {
+                bail!(
+                    "fuzz target {} failed ({status}); the input is in fuzz/artifacts/{}/",
+                    t.name,
+                    t.name
+                );
+            }
         }
         if args.minimize {
             minimize(&fuzz_dir, t, &work, &committed)?;
@@ -145,12 +156,13 @@ fn ensure_cargo_fuzz() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Copies the work corpus into the committed one and minimises it in place.
+/// Copies the work corpus (inputs up to `keep_max` bytes) into the committed one and
+/// minimises it in place.
 fn minimize(fuzz_dir: &Path, t: &Target, work: &Path, committed: &Path) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(work)? {
         let entry = entry?;
         let to = committed.join(entry.file_name());
-        if !to.exists() {
+        if !to.exists() && entry.metadata()?.len() <= t.keep_max as u64 {
             std::fs::copy(entry.path(), &to)?;
         }
     }
