@@ -166,6 +166,11 @@ fn semver_fuzz_matches_helm() {
 }
 
 #[test]
+fn semver_edge_cases_match_helm() {
+    run_family("semver-edge");
+}
+
+#[test]
 fn dates_match_helm() {
     run_family("dates");
 }
