@@ -34,7 +34,7 @@ pub struct ReleaseOptions {
 #[error("{0}")]
 pub struct RenderError(pub String);
 
-/// Stack given to the rendering thread, and the share of it the executor may use: deep
+/// Stack rendering runs on, and the share of it the executor may use: deep
 /// `include` recursion (Helm allows 1000 levels of one name) needs far more than the default
 /// 2 MiB. Untouched stack pages cost nothing.
 const RENDER_STACK_BYTES: usize = 512 << 20;
@@ -78,24 +78,22 @@ impl Engine {
         release: &ReleaseOptions,
         caps: &Capabilities,
     ) -> Result<BTreeMap<String, String>, RenderError> {
-        std::thread::scope(|scope| {
-            let handle = std::thread::Builder::new()
-                .name("flotilla-render".to_string())
-                .stack_size(RENDER_STACK_BYTES)
-                .spawn_scoped(scope, || self.render_here(chart, values, release, caps));
-            match handle {
-                Ok(h) => h.join().unwrap_or_else(|p| {
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "panic".to_string());
-                    Err(RenderError(format!("rendering template failed: {msg}")))
-                }),
-                Err(e) => Err(RenderError(format!(
-                    "rendering template failed: cannot start the render thread: {e}"
-                ))),
-            }
+        // A fresh stack on this thread rather than a thread of its own: no thread to start
+        // and wait for, and every allocation stays in this thread's malloc arena (a second
+        // thread gets a new arena, grown page by page, whose freed memory the first cannot
+        // reuse). Untouched pages of the mapping cost nothing.
+        stacker::grow(RENDER_STACK_BYTES, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.render_here(chart, values, release, caps)
+            }))
+        })
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".to_string());
+            Err(RenderError(format!("rendering template failed: {msg}")))
         })
     }
 
