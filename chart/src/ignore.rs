@@ -20,9 +20,46 @@ enum Kind {
     Base,
 }
 
+/// How a glob is matched: the common shapes of `.helmignore` lines (`.git`, `*.swp`) without
+/// running the general matcher, with the same result as [`go_match`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shape {
+    /// No special character: the name must equal the glob.
+    Literal,
+    /// `*` then no special character: the name must end with the rest, and what the `*`
+    /// covers must not contain `/`.
+    StarSuffix,
+    /// Anything else.
+    Glob,
+}
+
+impl Shape {
+    fn of(glob: &str) -> Shape {
+        let special = |s: &str| s.contains(['*', '?', '[', '\\']);
+        if !special(glob) {
+            Shape::Literal
+        } else if glob.strip_prefix('*').is_some_and(|r| !special(r)) {
+            Shape::StarSuffix
+        } else {
+            Shape::Glob
+        }
+    }
+
+    fn matches(&self, glob: &str, name: &str) -> bool {
+        match self {
+            Shape::Literal => glob == name,
+            Shape::StarSuffix => name
+                .strip_suffix(&glob[1..])
+                .is_some_and(|covered| !covered.contains('/')),
+            Shape::Glob => go_match(glob, name).unwrap_or(false),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Pattern {
     glob: String,
+    shape: Shape,
     kind: Kind,
     negate: bool,
     must_dir: bool,
@@ -90,6 +127,7 @@ impl Rules {
         };
         self.patterns.push(Pattern {
             glob: glob.to_owned(),
+            shape: Shape::of(glob),
             kind,
             negate,
             must_dir,
@@ -109,7 +147,7 @@ impl Rules {
                 Kind::Path => path,
                 Kind::Base => go_base(path),
             };
-            let matched = go_match(&p.glob, target).unwrap_or(false);
+            let matched = p.shape.matches(&p.glob, target);
             if p.negate {
                 if p.must_dir && !is_dir {
                     return true;
@@ -320,6 +358,42 @@ fn get_esc(chunk: &str) -> Result<(char, &str), IgnoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_match_as_go_match_does() {
+        let pieces = ["*", "a", ".", "/", "~", "b", "é", "?", "[a]", "\\*", "-"];
+        // Every text of up to `n` pieces.
+        let texts = |n: usize| {
+            let mut level = vec![String::new()];
+            let mut all = vec![String::new()];
+            for _ in 0..n {
+                level = level
+                    .iter()
+                    .flat_map(|t| pieces.iter().map(move |p| format!("{t}{p}")))
+                    .collect();
+                all.extend(level.iter().cloned());
+            }
+            all
+        };
+        let globs: Vec<String> = texts(3).into_iter().filter(|g| !g.contains("**")).collect();
+        let names: Vec<String> = texts(4).into_iter().filter(|n| n.len() <= 5).collect();
+        let mut fast = 0;
+        for glob in &globs {
+            let shape = Shape::of(glob);
+            if shape == Shape::Glob {
+                continue;
+            }
+            fast += 1;
+            for name in &names {
+                assert_eq!(
+                    shape.matches(glob, name),
+                    go_match(glob, name).unwrap_or(false),
+                    "{glob:?} {name:?}"
+                );
+            }
+        }
+        assert!(fast > 300, "{fast}");
+    }
 
     #[test]
     fn go_match_cases() {

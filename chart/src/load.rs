@@ -188,8 +188,8 @@ pub fn load(path: &Path) -> Result<Chart, LoadError> {
             path: name.display().to_string(),
             message: go_io_error("open", &name, &e),
         })?;
-        check_api_version(&data)?;
-        return load_dir(path);
+        let metadata = check_api_version(&data)?;
+        return load_dir_detected(path, Some(Detected { data, metadata }));
     }
     let name = path.display().to_string();
     let data = std::fs::read(path).map_err(|e| LoadError::Io {
@@ -212,15 +212,23 @@ pub fn load(path: &Path) -> Result<Chart, LoadError> {
     load_files(files)
 }
 
-fn check_api_version(chart_yaml: &[u8]) -> Result<(), LoadError> {
+/// The decoded `Chart.yaml`, when its `apiVersion` is one the v2 loader takes.
+fn check_api_version(chart_yaml: &[u8]) -> Result<Metadata, LoadError> {
     let md = Metadata::from_yaml(chart_yaml).map_err(|e| LoadError::Decode {
         file: "Chart.yaml",
         source: e,
     })?;
     match md.api_version.as_str() {
-        "" | "v1" | "v2" => Ok(()),
+        "" | "v1" | "v2" => Ok(md),
         _ => Err(LoadError::UnsupportedVersion),
     }
+}
+
+/// `Chart.yaml` as [`load`] read and decoded it to pick the loader: loading then reuses the
+/// decoded metadata when the walk reads the same bytes.
+struct Detected {
+    data: Vec<u8>,
+    metadata: Metadata,
 }
 
 /// An IO error as Go's `*PathError` prints it (`open /x: no such file or directory`).
@@ -237,6 +245,10 @@ fn go_io_error(op: &str, path: &Path, e: &std::io::Error) -> String {
 /// `loader.LoadDir`: walks the directory (following symlinks), applies `.helmignore` plus
 /// the default `templates/.?*` rule, and loads the files.
 pub fn load_dir(dir: &Path) -> Result<Chart, LoadError> {
+    load_dir_detected(dir, None)
+}
+
+fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, LoadError> {
     let top = std::path::absolute(dir).map_err(|e| LoadError::Io {
         path: dir.display().to_string(),
         source: e,
@@ -256,7 +268,7 @@ pub fn load_dir(dir: &Path) -> Result<Chart, LoadError> {
     rules.add_defaults();
     let mut files = Vec::new();
     walk(&top, &top, "", &rules, &mut files, 0)?;
-    load_files(files)
+    load_files_detected(files, detected)
 }
 
 fn walk(
@@ -484,6 +496,16 @@ pub fn load_archive_files(data: &[u8]) -> Result<Vec<BufferedFile>, LoadError> {
     Ok(files)
 }
 
+impl From<BufferedFile> for File {
+    fn from(f: BufferedFile) -> File {
+        File {
+            name: f.name,
+            data: f.data,
+            mod_time: f.mod_time,
+        }
+    }
+}
+
 fn file(f: &BufferedFile) -> File {
     File {
         name: f.name.clone(),
@@ -495,17 +517,30 @@ fn file(f: &BufferedFile) -> File {
 /// `loader.LoadFiles`: classifies files into a chart and loads subcharts (directories and
 /// archives under `charts/`, recursively).
 pub fn load_files(files: Vec<BufferedFile>) -> Result<Chart, LoadError> {
+    load_files_detected(files, None)
+}
+
+fn load_files_detected(
+    files: Vec<BufferedFile>,
+    mut detected: Option<Detected>,
+) -> Result<Chart, LoadError> {
     let mut metadata: Option<Metadata> = None;
     let mut mod_time = None;
     let mut raw = Vec::new();
     for f in &files {
         raw.push(file(f));
         if f.name == "Chart.yaml" {
+            let known = detected
+                .take()
+                .filter(|d| metadata.is_none() && d.data == f.data);
             let md = metadata.get_or_insert_with(Metadata::default);
-            md.merge_yaml(&f.data).map_err(|e| LoadError::Decode {
-                file: "Chart.yaml",
-                source: e,
-            })?;
+            match known {
+                Some(d) => *md = d.metadata,
+                None => md.merge_yaml(&f.data).map_err(|e| LoadError::Decode {
+                    file: "Chart.yaml",
+                    source: e,
+                })?,
+            }
             if md.api_version.is_empty() {
                 md.api_version = "v1".to_owned();
             }
@@ -552,7 +587,7 @@ pub fn load_files(files: Vec<BufferedFile>) -> Result<Chart, LoadError> {
                     c.files.push(file(&f));
                 }
             }
-            n if n.starts_with("templates/") => c.templates.push(file(&f)),
+            n if n.starts_with("templates/") => c.templates.push(File::from(f)),
             n if n.starts_with("charts/") => {
                 if go_ext(n) == ".prov" {
                     c.files.push(file(&f));
@@ -566,7 +601,7 @@ pub fn load_files(files: Vec<BufferedFile>) -> Result<Chart, LoadError> {
                     mod_time: f.mod_time,
                 });
             }
-            _ => c.files.push(file(&f)),
+            _ => c.files.push(File::from(f)),
         }
     }
     let mut md = metadata.ok_or(LoadError::MissingChartYaml)?;

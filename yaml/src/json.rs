@@ -127,6 +127,18 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
 /// The error `json.Marshal` gives for the first NaN or infinity it meets: it walks maps in
 /// byte-wise key order.
 fn check_finite(v: &Value) -> Result<(), Error> {
+    // Almost every document has no such float: find that out without ordering any map.
+    fn all_finite(v: &Value) -> bool {
+        match v {
+            Value::Float(f) => f.is_finite(),
+            Value::Seq(items) => items.iter().all(all_finite),
+            Value::Map(m) => m.iter().all(|(_, v)| all_finite(v)),
+            _ => true,
+        }
+    }
+    if all_finite(v) {
+        return Ok(());
+    }
     match v {
         Value::Float(f) if !f.is_finite() => Err(unsupported_float(*f)),
         Value::Seq(items) => items.iter().try_for_each(check_finite),

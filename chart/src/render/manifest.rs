@@ -3,9 +3,6 @@
 //! manifests, and sorting both by kind in install order.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-use regex::Regex;
 
 use crate::release::{Hook, HookDeletePolicy, HookEvent, HookOutputLogPolicy};
 
@@ -102,9 +99,41 @@ pub const UNINSTALL_ORDER: &[&str] = &[
     "PriorityClass",
 ];
 
-static SEPARATOR: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:^|[\t\n\x0C\r ]*\n)---[\t\n\x0C\r ]*").expect("the separator regex is valid")
-});
+/// Go's `\s`.
+fn is_go_space(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | b'\x0c' | b'\r' | b' ')
+}
+
+/// The matches of Helm's separator `(?:^|\s*\n)---\s*` (Go, leftmost-first, `^` only at
+/// the start of the text), left to right: a `---` at the very start or right after a
+/// newline, with the whitespace before that newline and all whitespace after the dashes.
+/// A search resumes where the previous match ended, so a `---` whose newline that match
+/// consumed is not a separator.
+fn separators(text: &str) -> Vec<std::ops::Range<usize>> {
+    let b = text.as_bytes();
+    let ws_after = |mut i: usize| {
+        while b.get(i).is_some_and(|&c| is_go_space(c)) {
+            i += 1;
+        }
+        i
+    };
+    let mut found = Vec::new();
+    let mut from = 0;
+    if b.starts_with(b"---") {
+        from = ws_after(3);
+        found.push(0..from);
+    }
+    while let Some(at) = text[from..].find("\n---") {
+        let newline = from + at;
+        let mut start = newline;
+        while start > from && is_go_space(b[start - 1]) {
+            start -= 1;
+        }
+        from = ws_after(newline + 4);
+        found.push(start..from);
+    }
+    found
+}
 
 /// `SplitManifests` (Helm v3 and v4.0–4.1): documents split on `---` lines, the input and
 /// every document trimmed, empty pieces dropped. Returned in input order.
@@ -120,9 +149,9 @@ pub fn split_manifest_slices(big_file: &str) -> Vec<&str> {
     let trimmed = big_file.trim();
     let mut pieces = Vec::new();
     let mut last = 0;
-    for m in SEPARATOR.find_iter(trimmed) {
-        pieces.push(&trimmed[last..m.start()]);
-        last = m.end();
+    for m in separators(trimmed) {
+        pieces.push(&trimmed[last..m.start]);
+        last = m.end;
     }
     pieces.push(&trimmed[last..]);
     // Helm checks for emptiness before trimming, so a blank piece stays (as "").
@@ -424,6 +453,32 @@ pub fn kind_cmp(a: &str, b: &str, order: &[&str]) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written separator search against Helm's pattern (compiled here with the
+    /// `regex` crate, leftmost-first as Go's) on texts made of the pieces that matter.
+    #[test]
+    fn separators_are_the_matches_of_helms_pattern() {
+        let sep = regex::Regex::new(r"(?:^|[\t\n\x0C\r ]*\n)---[\t\n\x0C\r ]*")
+            .expect("Helm's separator");
+        let pieces = [
+            "---", "-", "--", "\n", "\n", " ", "\t", "\r", "\x0c", "\x0b", "a", "a: 1", "#",
+        ];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..50_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 12) as usize;
+            let mut text = String::new();
+            let mut r = state;
+            for _ in 0..len {
+                r = r.rotate_left(5).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                text.push_str(pieces[(r >> 33) as usize % pieces.len()]);
+            }
+            let want: Vec<_> = sep.find_iter(&text).map(|m| m.range()).collect();
+            assert_eq!(separators(&text), want, "{text:?}");
+        }
+    }
 
     #[test]
     fn split_trims_documents_and_drops_empty_ones() {

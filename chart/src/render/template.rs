@@ -167,14 +167,23 @@ pub enum ReleaseRenderError {
     Render(String),
 }
 
-static RELEASE_NAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-        .expect("the release name regex is valid")
-});
+/// Helm's release name pattern, `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`:
+/// dot-separated labels of lowercase letters, digits and `-`, none empty and none starting
+/// or ending with `-`.
+fn is_release_name(name: &str) -> bool {
+    name.split('.').all(|label| {
+        !label.is_empty()
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    })
+}
 
 /// `chartutil.ValidateReleaseName`.
 pub fn validate_release_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 53 || !RELEASE_NAME.is_match(name) {
+    if name.is_empty() || name.len() > 53 || !is_release_name(name) {
         return Err("invalid release name, must match regex ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$ and the length must not be longer than 53".to_string());
     }
     Ok(())
@@ -686,6 +695,26 @@ mod tests {
         assert!(validate_release_name("my-release.v1").is_ok());
         assert!(validate_release_name("Bad_Name").is_err());
         assert!(validate_release_name(&"a".repeat(54)).is_err());
+    }
+
+    #[test]
+    fn release_names_are_what_helms_pattern_accepts() {
+        let re = Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+            .expect("Helm's release name pattern");
+        let alphabet = ["a", "z", "0", "9", "-", ".", "A", "_", "é", "\n"];
+        // Every text of up to 5 of these pieces.
+        let mut texts = vec![String::new()];
+        let mut all = Vec::new();
+        for _ in 0..5 {
+            texts = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |a| format!("{t}{a}")))
+                .collect();
+            all.extend(texts.iter().cloned());
+        }
+        for t in all {
+            assert_eq!(is_release_name(&t), re.is_match(&t), "{t:?}");
+        }
     }
 
     #[test]
