@@ -21,3 +21,10 @@ pub fn funcs() -> FuncMap {
     semver::register(&mut map);
     map
 }
+
+/// One RSA private key of `bits` bits, made as `genPrivateKey` and `genCA` make theirs, as
+/// PEM (`RSA PRIVATE KEY`); for timing key generation alone
+/// (`cargo run --release -p flotilla-sprig --example rsa-keygen-times`).
+pub fn generate_rsa_private_key_pem(bits: usize) -> Result<String, String> {
+    crypto::generate_rsa_private_key_pem(bits)
+}

@@ -473,6 +473,80 @@ mod structure {
         assert!(re.is_match(parts[2]), "{}", parts[2]);
         assert_eq!(parts[1].len(), 4);
     }
+
+    /// The keys and certificates of `genCA` and `genSignedCert` pass OpenSSL's own checks
+    /// (`openssl rsa -check` tests both primes and the CRT values; `openssl verify` the chain)
+    /// when the `openssl` command is installed; otherwise the key's components are checked
+    /// with the `rsa` crate.
+    #[test]
+    fn generated_rsa_keys_and_certificates_pass_openssl_checks() {
+        use rsa::pkcs1::DecodeRsaPrivateKey;
+        use rsa::traits::PublicKeyParts;
+
+        let text = concat!(
+            r#"{{ $ca := genCA "the-ca" 10 }}{{ $ca.Cert }}@@{{ $ca.Key }}@@"#,
+            r#"{{ $c := genSignedCert "svc.example" nil (list "svc.example") 30 $ca }}"#,
+            r#"{{ $c.Cert }}@@{{ $c.Key }}"#
+        );
+        let out = super::render_with_shims(text).expect("render");
+        let parts: Vec<&str> = out.split("@@").collect();
+        let [ca_cert, ca_key, leaf_cert, leaf_key] = parts[..] else {
+            panic!("four PEM blocks expected: {out}");
+        };
+        for key in [ca_key, leaf_key] {
+            let der = pem_der(key, "RSA PRIVATE KEY");
+            let key = rsa::RsaPrivateKey::from_pkcs1_der(&der).expect("PKCS#1 key");
+            assert_eq!(key.n().bits(), 2048);
+            key.validate().expect("consistent key");
+        }
+        let openssl_present = std::process::Command::new("openssl")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !openssl_present {
+            eprintln!("openssl not installed: checked with the rsa crate only");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "flotilla-sprig-openssl-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let files = [
+            ("ca.crt", ca_cert),
+            ("ca.key", ca_key),
+            ("leaf.crt", leaf_cert),
+            ("leaf.key", leaf_key),
+        ];
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).expect("write PEM");
+        }
+        let openssl = |args: &[&str]| -> String {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("run openssl");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "openssl {args:?}: {text}");
+            text
+        };
+        for key in ["ca.key", "leaf.key"] {
+            let text = openssl(&["rsa", "-check", "-noout", "-in", key]);
+            assert!(text.contains("RSA key ok"), "{key}: {text}");
+        }
+        let text = openssl(&["x509", "-noout", "-text", "-in", "ca.crt"]);
+        assert!(text.contains("Public-Key: (2048 bit)"), "{text}");
+        assert!(text.contains("Exponent: 65537"), "{text}");
+        let text = openssl(&["verify", "-CAfile", "ca.crt", "leaf.crt"]);
+        assert!(text.contains("leaf.crt: OK"), "{text}");
+        std::fs::remove_dir_all(&dir).expect("remove temp dir");
+    }
 }
 
 fn render_with_shims(text: &str) -> Result<String, String> {

@@ -35,8 +35,25 @@ const OID_ECDSA_SHA384: &[u64] = &[1, 2, 840, 10045, 4, 3, 3];
 const OID_ED25519: &[u64] = &[1, 3, 101, 112];
 const OID_X25519: &[u64] = &[1, 3, 101, 110];
 
-/// `rsa.GenerateKey(rand.Reader, bits)`.
+/// `rsa.GenerateKey(rand.Reader, bits)`: two primes of `bits / 2` bits with their top two
+/// bits set, e = 65537, d = e^-1 mod lcm(p - 1, q - 1). Sizes the fast prime search does not
+/// cover go through the `rsa` crate's own generation.
 pub(crate) fn generate_rsa(bits: usize) -> Result<PrivKey, String> {
+    if bits.is_multiple_of(2) {
+        // A pair whose λ(n) is a multiple of e (one in ~65537) is thrown away, as Go does.
+        for _ in 0..64 {
+            let Some(mut primes) = super::prime::random_primes(bits / 2, 2) else {
+                break;
+            };
+            let q = primes.pop().expect("two primes");
+            let p = primes.pop().expect("two primes");
+            match rsa::RsaPrivateKey::from_p_q(p, q, rsa::BigUint::from(65_537u32)) {
+                Ok(key) => return Ok(PrivKey::Rsa(Box::new(key))),
+                Err(rsa::Error::InvalidPrime) => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
     rsa::RsaPrivateKey::new(&mut OsRng, bits)
         .map(|k| PrivKey::Rsa(Box::new(k)))
         .map_err(|e| e.to_string())
@@ -403,5 +420,86 @@ pub(crate) fn parse_private_key_pem(pem: &str) -> Result<PrivKey, String> {
             ])))
         }
         _ => Err(format!("invalid private key type {label}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rsa::traits::{PrivateKeyParts, PublicKeyParts};
+
+    use super::*;
+
+    fn rsa_key(bits: usize) -> rsa::RsaPrivateKey {
+        match generate_rsa(bits).expect("key generation") {
+            PrivKey::Rsa(k) => *k,
+            other => panic!("not an RSA key: {other:?}"),
+        }
+    }
+
+    /// The key is what Go's `rsa.GenerateKey` makes: n = pq of exactly `bits` bits, both
+    /// primes of half the size with their top two bits set, e = 65537 and
+    /// d = e^-1 mod lcm(p - 1, q - 1), CRT values consistent, and it survives PKCS#1 encoding.
+    fn check_key(bits: usize) {
+        let key = rsa_key(bits);
+        let one = rsa::BigUint::from(1u8);
+        let [p, q] = key.primes() else {
+            panic!("two primes expected, got {}", key.primes().len());
+        };
+        assert_ne!(p, q);
+        assert_eq!(p * q, *key.n());
+        assert_eq!(key.n().bits(), bits);
+        for prime in [p, q] {
+            assert_eq!(prime.bits(), bits / 2);
+            assert_eq!(
+                prime >> (bits / 2 - 2),
+                rsa::BigUint::from(3u8),
+                "top two bits set"
+            );
+            assert!(num_bigint_dig::prime::probably_prime(prime, 20), "{prime}");
+        }
+        assert_eq!(*key.e(), rsa::BigUint::from(65_537u32));
+        let (p1, q1) = (p - &one, q - &one);
+        let gcd = {
+            let (mut a, mut b) = (p1.clone(), q1.clone());
+            while b != rsa::BigUint::from(0u8) {
+                let r = &a % &b;
+                a = b;
+                b = r;
+            }
+            a
+        };
+        let lambda = &p1 * &q1 / gcd;
+        assert!(*key.d() < lambda, "d reduced modulo λ(n), as Go does");
+        assert_eq!((key.e() * key.d()) % &lambda, one, "e d ≡ 1 (mod λ(n))");
+        assert_eq!(*key.dp().expect("precomputed"), key.d() % &p1);
+        assert_eq!(*key.dq().expect("precomputed"), key.d() % &q1);
+        let qinv = key.crt_coefficient().expect("q invertible mod p");
+        assert_eq!((qinv * q) % p, one);
+        key.validate().expect("valid key");
+        let der = key.to_pkcs1_der().expect("PKCS#1");
+        let back = rsa::RsaPrivateKey::from_pkcs1_der(der.as_bytes()).expect("parses back");
+        assert_eq!(back, key);
+    }
+
+    #[test]
+    fn rsa_2048_keys_are_made_as_go_makes_them() {
+        for _ in 0..3 {
+            check_key(2048);
+        }
+    }
+
+    #[test]
+    fn rsa_4096_and_other_sizes_are_made_as_go_makes_them() {
+        check_key(4096);
+        // 1024 bits: 512-bit primes, the smallest size of the fast search.
+        check_key(1024);
+    }
+
+    #[test]
+    fn sizes_outside_the_fast_search_still_make_valid_keys() {
+        // Through the `rsa` crate (d modulo φ(n) there; Sprig never asks for these sizes).
+        let key = rsa_key(1040);
+        assert_eq!(key.n().bits(), 1040);
+        key.validate().expect("valid key");
     }
 }

@@ -6,6 +6,7 @@
 mod cert;
 mod der;
 mod keys;
+mod prime;
 
 use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use base64::Engine;
@@ -19,6 +20,11 @@ use cert::CERT_TYPE;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// See [`crate::generate_rsa_private_key_pem`].
+pub(crate) fn generate_rsa_private_key_pem(bits: usize) -> Result<String, String> {
+    keys::generate_rsa(bits)?.to_pem()
 }
 
 /// Sprig's `bcrypt`: cost 10, `$2a$` prefix, Go's error text for long passwords.

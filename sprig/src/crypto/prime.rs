@@ -1,0 +1,771 @@
+//! Random primes for RSA key generation, fast: the `rsa` crate's prime search (num-bigint-dig)
+//! took several times as long as Go's `rsa.GenerateKey`, and charts calling `genCA` or
+//! `genSignedCert` spent most of their rendering time there.
+//!
+//! The search, for primes whose size is a whole number of 64-bit limbs (512 to 2048 bits,
+//! which covers the 2048- and 4096-bit keys Sprig makes):
+//!
+//! 1. a random odd start with the top two bits set (as Go does, so that the product of two
+//!    such primes has exactly twice their size);
+//! 2. a sieve over a window of the following odd numbers: the start's residues modulo the
+//!    odd primes below [`SIEVE_LIMIT`] are computed once (a few primes at a time, through
+//!    the remainder modulo their product), then every multiple of each prime in the window
+//!    is struck out; the next window's residues follow from the previous ones;
+//! 3. each survivor, in order, gets Miller-Rabin rounds with random bases, as many as
+//!    FIPS 186-5 table B.1 asks (Go's and BoringSSL's counts: 5 for 1024-bit primes, 4 for
+//!    2048-bit ones), on Montgomery arithmetic over fixed-size limb arrays (CIOS
+//!    multiplication with 128-bit products, sliding-window exponentiation).
+//!
+//! [`random_primes`] runs the search on several threads at once and keeps the first primes
+//! found: the search time of a prime is random, so racing threads for each prime shortens
+//! the wait for the pair. The arithmetic is not constant-time (neither is Go's rejection of
+//! composites); the keys it makes are printed in the rendered manifests anyway.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use rand_core::{OsRng, RngCore};
+use rsa::BigUint;
+
+/// Odd primes below this bound sieve the candidates (12 250 primes).
+const SIEVE_LIMIT: u32 = 1 << 17;
+
+/// Odd candidates per sieve window (start, start + 2, ...). The mean gap between 1024-bit
+/// primes is ~710, so one window nearly always holds several primes.
+const WINDOW: usize = 4096;
+
+/// At most this many threads race for primes.
+const MAX_THREADS: usize = 4;
+
+/// Multiply-accumulate: `a + b * c + carry` as (low, high) words.
+#[inline(always)]
+fn mac(a: u64, b: u64, c: u64, carry: u64) -> (u64, u64) {
+    let t = u128::from(a) + u128::from(b) * u128::from(c) + u128::from(carry);
+    (t as u64, (t >> 64) as u64)
+}
+
+/// `a + b + carry` as (sum, carry out).
+#[inline(always)]
+fn adc(a: u64, b: u64, carry: u64) -> (u64, u64) {
+    let t = u128::from(a) + u128::from(b) + u128::from(carry);
+    (t as u64, (t >> 64) as u64)
+}
+
+/// `a - b - borrow` as (difference, borrow out, 0 or 1).
+#[inline(always)]
+fn sbb(a: u64, b: u64, borrow: u64) -> (u64, u64) {
+    let t = u128::from(a)
+        .wrapping_sub(u128::from(b))
+        .wrapping_sub(u128::from(borrow));
+    (t as u64, (t >> 127) as u64)
+}
+
+/// `a - b` over `N` limbs (little-endian); the borrow out is returned.
+fn sub_in_place<const N: usize>(a: &mut [u64; N], b: &[u64; N]) -> u64 {
+    let mut borrow = 0;
+    for (x, y) in a.iter_mut().zip(b) {
+        (*x, borrow) = sbb(*x, *y, borrow);
+    }
+    borrow
+}
+
+/// `a >= b` over `N` limbs.
+fn ge<const N: usize>(a: &[u64; N], b: &[u64; N]) -> bool {
+    for i in (0..N).rev() {
+        if a[i] != b[i] {
+            return a[i] > b[i];
+        }
+    }
+    true
+}
+
+fn bit<const N: usize>(x: &[u64; N], i: usize) -> u64 {
+    (x[i / 64] >> (i % 64)) & 1
+}
+
+fn bit_len<const N: usize>(x: &[u64; N]) -> usize {
+    for i in (0..N).rev() {
+        if x[i] != 0 {
+            return 64 * i + 64 - x[i].leading_zeros() as usize;
+        }
+    }
+    0
+}
+
+/// An odd modulus `m < 2^(64N)` with its Montgomery constants (`R = 2^(64N)`).
+#[derive(Debug, Clone)]
+pub(crate) struct Modulus<const N: usize> {
+    m: [u64; N],
+    /// `-m^-1 mod 2^64`.
+    m_inv: u64,
+    /// `R mod m`: 1 in Montgomery form.
+    one: [u64; N],
+    /// `R^2 mod m`.
+    r2: [u64; N],
+}
+
+impl<const N: usize> Modulus<N> {
+    /// `None` when `m` is even or 1.
+    pub(crate) fn new(m: [u64; N]) -> Option<Self> {
+        if m[0] & 1 == 0 || bit_len(&m) <= 1 {
+            return None;
+        }
+        // Newton's iteration doubles the correct low bits of the inverse each step; m is its
+        // own inverse modulo 8.
+        let mut inv = m[0];
+        for _ in 0..5 {
+            inv = inv.wrapping_mul(2u64.wrapping_sub(m[0].wrapping_mul(inv)));
+        }
+        let mut md = Modulus {
+            m,
+            m_inv: inv.wrapping_neg(),
+            one: [0; N],
+            r2: [0; N],
+        };
+        // R mod m: R - m when m > R/2, otherwise 1 doubled 64N times.
+        if m[N - 1] >> 63 == 1 {
+            let mut one = [0u64; N];
+            sub_in_place(&mut one, &m);
+            md.one = one;
+        } else {
+            let mut one = [0u64; N];
+            one[0] = 1;
+            for _ in 0..64 * N {
+                md.double_in_place(&mut one);
+            }
+            md.one = one;
+        }
+        // R^2 mod m is 2^(64N) in Montgomery form: 2R mod m raised to 64N.
+        let mut two = md.one;
+        md.double_in_place(&mut two);
+        let mut e = [0u64; N];
+        e[0] = 64 * N as u64;
+        md.r2 = md.pow(&two, &e);
+        Some(md)
+    }
+
+    /// `x = 2x mod m`, for `x < m`.
+    fn double_in_place(&self, x: &mut [u64; N]) {
+        let mut carry = 0;
+        for limb in x.iter_mut() {
+            let next = *limb >> 63;
+            *limb = (*limb << 1) | carry;
+            carry = next;
+        }
+        if carry == 1 || ge(x, &self.m) {
+            sub_in_place(x, &self.m);
+        }
+    }
+
+    /// Montgomery product `a b R^-1 mod m` (CIOS: each word of `b` is multiplied in, then
+    /// one word reduced), for `a, b < m`; the result is `< m`.
+    pub(crate) fn mul(&self, a: &[u64; N], b: &[u64; N]) -> [u64; N] {
+        let m = &self.m;
+        let mut t = [0u64; N];
+        let mut t_hi = 0u64;
+        for &bi in b {
+            let mut c = 0;
+            for j in 0..N {
+                (t[j], c) = mac(t[j], a[j], bi, c);
+            }
+            let (s, c1) = adc(t_hi, c, 0);
+            let q = t[0].wrapping_mul(self.m_inv);
+            let (_, mut c) = mac(t[0], q, m[0], 0);
+            for j in 1..N {
+                (t[j - 1], c) = mac(t[j], q, m[j], c);
+            }
+            let (s2, c2) = adc(s, c, 0);
+            t[N - 1] = s2;
+            t_hi = c1 + c2;
+        }
+        self.final_subtract(t, t_hi)
+    }
+
+    /// `a^2 R^-1 mod m`.
+    pub(crate) fn sqr(&self, a: &[u64; N]) -> [u64; N] {
+        self.mul(a, a)
+    }
+
+    /// `t + carry R` is below 2m: subtract m once when it is not below m, without a branch on
+    /// the data.
+    #[inline(always)]
+    fn final_subtract(&self, t: [u64; N], carry: u64) -> [u64; N] {
+        let mut reduced = t;
+        let borrow = sub_in_place(&mut reduced, &self.m);
+        let keep = (borrow & !carry & 1).wrapping_neg();
+        for j in 0..N {
+            reduced[j] = (t[j] & keep) | (reduced[j] & !keep);
+        }
+        reduced
+    }
+
+    /// `x R mod m`, for any `x < m`.
+    pub(crate) fn enter(&self, x: &[u64; N]) -> [u64; N] {
+        self.mul(x, &self.r2)
+    }
+
+    /// `x R^-1 mod m`.
+    #[cfg(test)]
+    fn leave(&self, x: &[u64; N]) -> [u64; N] {
+        let mut unit = [0u64; N];
+        unit[0] = 1;
+        self.mul(x, &unit)
+    }
+
+    /// `base^exp` in Montgomery form (sliding windows of up to 5 bits).
+    pub(crate) fn pow(&self, base: &[u64; N], exp: &[u64; N]) -> [u64; N] {
+        const W: usize = 5;
+        let mut table = [[0u64; N]; 1 << (W - 1)];
+        table[0] = *base;
+        let base_sq = self.sqr(base);
+        for i in 1..table.len() {
+            table[i] = self.mul(&table[i - 1], &base_sq);
+        }
+        let mut acc = self.one;
+        let mut started = false;
+        let mut i = bit_len(exp);
+        while i > 0 {
+            let top = i - 1;
+            if bit(exp, top) == 0 {
+                if started {
+                    acc = self.sqr(&acc);
+                }
+                i = top;
+                continue;
+            }
+            // The longest window of at most W bits ending in a set bit.
+            let mut low = top.saturating_sub(W - 1);
+            while bit(exp, low) == 0 {
+                low += 1;
+            }
+            let mut val = 0usize;
+            for k in (low..=top).rev() {
+                val = (val << 1) | bit(exp, k) as usize;
+            }
+            if started {
+                for _ in low..=top {
+                    acc = self.sqr(&acc);
+                }
+                acc = self.mul(&acc, &table[val >> 1]);
+            } else {
+                acc = table[val >> 1];
+                started = true;
+            }
+            i = low;
+        }
+        acc
+    }
+
+    /// One Miller-Rabin round with base `a` (`1 < a < m - 1`, plain form): `false` proves
+    /// `m` composite. `d` and `s` are such that `m - 1 = d 2^s`, `d` odd.
+    fn miller_rabin(&self, a: &[u64; N], d: &[u64; N], s: usize) -> bool {
+        let mut minus_one = self.m;
+        sub_in_place(&mut minus_one, &self.one);
+        let mut x = self.pow(&self.enter(a), d);
+        if x == self.one || x == minus_one {
+            return true;
+        }
+        for _ in 1..s {
+            x = self.sqr(&x);
+            if x == minus_one {
+                return true;
+            }
+            if x == self.one {
+                return false;
+            }
+        }
+        false
+    }
+}
+
+/// Miller-Rabin rounds for a random candidate of `bits` bits: FIPS 186-5 table B.1, as Go
+/// and BoringSSL count them.
+fn rounds_for(bits: usize) -> usize {
+    match bits {
+        3747.. => 3,
+        1345.. => 4,
+        476.. => 5,
+        400.. => 6,
+        347.. => 7,
+        308.. => 8,
+        55.. => 27,
+        _ => 34,
+    }
+}
+
+/// `m` passes `rounds` Miller-Rabin rounds with uniformly random bases.
+fn is_probable_prime<const N: usize>(md: &Modulus<N>, rounds: usize) -> bool {
+    let m = &md.m;
+    if bit_len(m) <= 2 {
+        // 3: no base lies strictly between 1 and m - 1.
+        return true;
+    }
+    let mut d = *m;
+    d[0] &= !1;
+    let s = (0..64 * N).find(|&i| bit(&d, i) == 1).unwrap_or(0);
+    for _ in 0..s {
+        shr1(&mut d);
+    }
+    let bits = bit_len(m);
+    let mut minus_one = *m;
+    minus_one[0] &= !1;
+    let mut done = 0;
+    while done < rounds {
+        let a = random_below_bits::<N>(bits);
+        let is_small = a[1..].iter().all(|&l| l == 0) && a[0] <= 1;
+        if is_small || ge(&a, &minus_one) {
+            continue;
+        }
+        if !md.miller_rabin(&a, &d, s) {
+            return false;
+        }
+        done += 1;
+    }
+    true
+}
+
+fn shr1<const N: usize>(x: &mut [u64; N]) {
+    for i in 0..N {
+        let hi = if i + 1 < N { x[i + 1] << 63 } else { 0 };
+        x[i] = (x[i] >> 1) | hi;
+    }
+}
+
+/// A uniformly random number of at most `bits` bits.
+fn random_below_bits<const N: usize>(bits: usize) -> [u64; N] {
+    let mut x = [0u64; N];
+    for limb in x.iter_mut() {
+        *limb = OsRng.next_u64();
+    }
+    for (i, limb) in x.iter_mut().enumerate() {
+        let lo = 64 * i;
+        if lo >= bits {
+            *limb = 0;
+        } else if bits - lo < 64 {
+            *limb &= (1u64 << (bits - lo)) - 1;
+        }
+    }
+    x
+}
+
+/// The odd primes below [`SIEVE_LIMIT`], grouped so that each group's product fits a u64.
+#[derive(Debug)]
+struct SmallPrimes {
+    primes: Vec<u32>,
+    /// `(product, first index, end index)` of each group.
+    groups: Vec<(u64, usize, usize)>,
+}
+
+fn small_primes() -> &'static SmallPrimes {
+    static TABLE: OnceLock<SmallPrimes> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let limit = SIEVE_LIMIT as usize;
+        let mut composite = vec![false; limit];
+        let mut primes = Vec::new();
+        for i in 3..limit {
+            if i % 2 == 1 && !composite[i] {
+                primes.push(i as u32);
+                let mut j = i * i;
+                while j < limit {
+                    composite[j] = true;
+                    j += 2 * i;
+                }
+            }
+        }
+        let mut groups = Vec::new();
+        let mut start = 0;
+        while start < primes.len() {
+            let mut product = u64::from(primes[start]);
+            let mut end = start + 1;
+            while end < primes.len() {
+                match product.checked_mul(u64::from(primes[end])) {
+                    Some(p) => product = p,
+                    None => break,
+                }
+                end += 1;
+            }
+            groups.push((product, start, end));
+            start = end;
+        }
+        SmallPrimes { primes, groups }
+    })
+}
+
+/// `x mod d` for a u64 `d`.
+fn rem_u64<const N: usize>(x: &[u64; N], d: u64) -> u64 {
+    let mut r = 0u128;
+    for &limb in x.iter().rev() {
+        r = ((r << 64) | u128::from(limb)) % u128::from(d);
+    }
+    r as u64
+}
+
+/// Searches a prime of exactly `64N` bits with the top two bits set, until one is found or
+/// `stop` is raised.
+fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
+    let table = small_primes();
+    let bits = 64 * N;
+    let rounds = rounds_for(bits);
+    let mut residues = vec![0u32; table.primes.len()];
+    let mut struck = [0u64; WINDOW / 64];
+    'restart: loop {
+        let mut start = random_below_bits::<N>(bits);
+        start[N - 1] |= 0b11 << 62;
+        start[0] |= 1;
+        for &(product, first, end) in &table.groups {
+            let r = rem_u64(&start, product);
+            for (residue, &p) in residues[first..end]
+                .iter_mut()
+                .zip(&table.primes[first..end])
+            {
+                *residue = (r % u64::from(p)) as u32;
+            }
+        }
+        loop {
+            // Strike out start + 2k for k in the window where a small prime divides it.
+            struck.fill(0);
+            for (&p, &r) in table.primes.iter().zip(&residues) {
+                let p = p as usize;
+                // start + 2k ≡ 0 (mod p)  ⇔  k ≡ (p - r) (p + 1)/2 (mod p)
+                let mut k = ((p - r as usize) % p) * p.div_ceil(2) % p;
+                while k < WINDOW {
+                    struck[k / 64] |= 1 << (k % 64);
+                    k += p;
+                }
+            }
+            for k in 0..WINDOW {
+                if struck[k / 64] >> (k % 64) & 1 == 1 {
+                    continue;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let mut candidate = start;
+                let mut carry = 2 * k as u64;
+                for limb in candidate.iter_mut() {
+                    (*limb, carry) = adc(*limb, carry, 0);
+                    if carry == 0 {
+                        break;
+                    }
+                }
+                if carry != 0 || candidate[N - 1] >> 62 != 0b11 {
+                    continue 'restart;
+                }
+                let Some(md) = Modulus::new(candidate) else {
+                    continue;
+                };
+                if is_probable_prime(&md, rounds) {
+                    return Some(candidate);
+                }
+            }
+            // Next window.
+            let mut carry = 2 * WINDOW as u64;
+            for limb in start.iter_mut() {
+                (*limb, carry) = adc(*limb, carry, 0);
+            }
+            if carry != 0 || start[N - 1] >> 62 != 0b11 {
+                continue 'restart;
+            }
+            for (r, &p) in residues.iter_mut().zip(&table.primes) {
+                *r = ((*r as usize + 2 * WINDOW) % p as usize) as u32;
+            }
+        }
+    }
+}
+
+fn to_biguint<const N: usize>(x: &[u64; N]) -> BigUint {
+    let bytes: Vec<u8> = x.iter().rev().flat_map(|l| l.to_be_bytes()).collect();
+    BigUint::from_bytes_be(&bytes)
+}
+
+/// `count` distinct random primes of `bits` bits (top two bits set), found by up to
+/// [`MAX_THREADS`] threads racing; `None` when `bits` is not one of the sizes the fast search
+/// covers (multiples of 64 from 512 to 2048).
+pub(crate) fn random_primes(bits: usize, count: usize) -> Option<Vec<BigUint>> {
+    match bits {
+        512 => Some(race::<8>(count)),
+        1024 => Some(race::<16>(count)),
+        1536 => Some(race::<24>(count)),
+        2048 => Some(race::<32>(count)),
+        _ => None,
+    }
+}
+
+fn race<const N: usize>(count: usize) -> Vec<BigUint> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS);
+    let found: Mutex<Vec<[u64; N]>> = Mutex::new(Vec::with_capacity(count));
+    let stop = AtomicBool::new(count == 0);
+    let work = || {
+        while let Some(p) = search::<N>(&stop) {
+            let mut found = found
+                .lock()
+                .expect("no thread panics while holding the lock");
+            if found.len() < count && !found.contains(&p) {
+                found.push(p);
+            }
+            if found.len() == count {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        work();
+    });
+    let found = found
+        .into_inner()
+        .expect("no thread panics while holding the lock");
+    found.iter().map(to_biguint).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_biguint<const N: usize>(x: &BigUint) -> [u64; N] {
+        let bytes = x.to_bytes_le();
+        assert!(bytes.len() <= 8 * N, "{x} does not fit {N} limbs");
+        let mut out = [0u64; N];
+        for (i, b) in bytes.iter().enumerate() {
+            out[i / 8] |= u64::from(*b) << (8 * (i % 8));
+        }
+        out
+    }
+
+    fn random_odd<const N: usize>(bits: usize) -> [u64; N] {
+        loop {
+            let mut m = random_below_bits::<N>(bits);
+            m[0] |= 1;
+            if bit_len(&m) > 1 {
+                return m;
+            }
+        }
+    }
+
+    /// Montgomery multiplication, squaring, conversion and exponentiation agree with
+    /// num-bigint on random operands (moduli of every size up to 64N bits, top bit set or not).
+    fn montgomery_agrees_with_biguint<const N: usize>(cases: usize) {
+        for case in 0..cases {
+            let bits = if case % 3 == 0 {
+                64 * N
+            } else {
+                2 + (OsRng.next_u64() as usize) % (64 * N - 1)
+            };
+            let m = random_odd::<N>(bits);
+            let md = Modulus::new(m).expect("odd modulus above 1");
+            let big_m = to_biguint(&m);
+            let r = BigUint::from(1u8) << (64 * N);
+            assert_eq!(to_biguint(&md.one), &r % &big_m, "R mod m for m = {big_m}");
+            assert_eq!(to_biguint(&md.r2), (&r * &r) % &big_m, "R^2 mod m");
+            let a: [u64; N] = from_biguint(&(to_biguint(&random_below_bits::<N>(64 * N)) % &big_m));
+            let b: [u64; N] = from_biguint(&(to_biguint(&random_below_bits::<N>(64 * N)) % &big_m));
+            let e = random_below_bits::<N>(1 + (OsRng.next_u64() as usize) % (64 * N));
+            let (ba, bb) = (to_biguint(&a), to_biguint(&b));
+            let am = md.enter(&a);
+            let bm = md.enter(&b);
+            assert_eq!(md.leave(&am), a, "round trip");
+            assert_eq!(
+                to_biguint(&md.leave(&md.mul(&am, &bm))),
+                (&ba * &bb) % &big_m,
+                "{ba} * {bb} mod {big_m}"
+            );
+            assert_eq!(to_biguint(&md.leave(&md.sqr(&am))), (&ba * &ba) % &big_m);
+            assert_eq!(
+                to_biguint(&md.leave(&md.pow(&am, &e))),
+                ba.modpow(&to_biguint(&e), &big_m),
+                "{ba}^{} mod {big_m}",
+                to_biguint(&e)
+            );
+        }
+    }
+
+    #[test]
+    fn montgomery_arithmetic_matches_num_bigint() {
+        montgomery_agrees_with_biguint::<1>(2000);
+        montgomery_agrees_with_biguint::<2>(1000);
+        montgomery_agrees_with_biguint::<3>(500);
+        montgomery_agrees_with_biguint::<16>(100);
+        montgomery_agrees_with_biguint::<32>(20);
+    }
+
+    #[test]
+    fn montgomery_edge_operands() {
+        // m = 2^128 - 159 (prime) and m = 2^64 + 1 style values, with 0, 1 and m - 1.
+        for m in [
+            [u64::MAX - 158, u64::MAX],
+            [1, 1],
+            [u64::MAX, u64::MAX],
+            [3, 0],
+        ] {
+            let md = Modulus::<2>::new(m).expect("odd");
+            let big_m = to_biguint(&m);
+            let mut top = m;
+            top[0] -= 1;
+            for x in [[0, 0], [1, 0], top] {
+                for y in [[0, 0], [1, 0], top] {
+                    let got = md.leave(&md.mul(&md.enter(&x), &md.enter(&y)));
+                    assert_eq!(to_biguint(&got), (to_biguint(&x) * to_biguint(&y)) % &big_m);
+                }
+            }
+        }
+        assert!(Modulus::<1>::new([1]).is_none());
+        assert!(Modulus::<1>::new([10]).is_none());
+    }
+
+    fn mr_limbs<const N: usize>(n: &BigUint, rounds: usize) -> bool {
+        is_probable_prime(&Modulus::<N>::new(from_biguint(n)).expect("odd"), rounds)
+    }
+
+    fn base_2_round(n: u128) -> bool {
+        let m = [n as u64, (n >> 64) as u64];
+        let md = Modulus::<2>::new(m).expect("odd");
+        let mut d = m;
+        d[0] &= !1;
+        let s = (0..128).find(|&i| bit(&d, i) == 1).expect("n > 1");
+        for _ in 0..s {
+            shr1(&mut d);
+        }
+        md.miller_rabin(&[2, 0], &d, s)
+    }
+
+    #[test]
+    fn strong_pseudoprimes_to_base_2_pass_its_round_but_not_random_bases() {
+        // Strong pseudoprimes to base 2 (OEIS A001262), and to every prime base up to 23
+        // (3825123056546413051) and up to 37 (318665857834031151167461).
+        for n in [
+            2047u128,
+            3277,
+            4033,
+            4681,
+            8321,
+            15841,
+            29341,
+            42799,
+            49141,
+            52633,
+            65281,
+            74665,
+            80581,
+            85489,
+            88357,
+            90751,
+            3_215_031_751,
+            3_825_123_056_546_413_051,
+            318_665_857_834_031_151_167_461,
+        ] {
+            assert!(base_2_round(n), "{n} is a strong pseudoprime to base 2");
+            assert!(
+                !mr_limbs::<2>(&BigUint::from(n), 27),
+                "{n} is composite but passed 27 random rounds"
+            );
+        }
+    }
+
+    #[test]
+    fn carmichael_numbers_are_composite() {
+        for n in [
+            561u64,
+            1105,
+            1729,
+            2465,
+            2821,
+            6601,
+            8911,
+            41041,
+            825_265,
+            321_197_185,
+        ] {
+            assert!(!mr_limbs::<1>(&BigUint::from(n), 34), "{n}");
+        }
+        // A larger Carmichael number (6k+1)(12k+1)(18k+1) of ~130 bits, its three factors
+        // prime: Fermat's test to base 2 passes, Miller-Rabin does not.
+        let one = BigUint::from(1u8);
+        let mut k = 1u64 << 40;
+        let n = loop {
+            let f = [6 * k + 1, 12 * k + 1, 18 * k + 1].map(BigUint::from);
+            if f.iter()
+                .all(|p| num_bigint_dig::prime::probably_prime(p, 20))
+            {
+                break &f[0] * &f[1] * &f[2];
+            }
+            k += 1;
+        };
+        let two = BigUint::from(2u8);
+        assert_eq!(
+            two.modpow(&(&n - &one), &n),
+            one,
+            "2 is a Fermat liar for {n}"
+        );
+        assert!(!mr_limbs::<3>(&n, 5), "{n}");
+    }
+
+    #[test]
+    fn known_primes_pass_and_their_neighbours_do_not() {
+        let one = BigUint::from(1u8);
+        // Mersenne primes 2^e - 1.
+        for e in [61usize, 89, 107, 127, 521, 607, 1279, 2203] {
+            let p = (&one << e) - &one;
+            assert!(mr_limbs::<36>(&p, 5), "2^{e} - 1");
+            // 2^e + 1 is divisible by 3 for odd e.
+            assert!(!mr_limbs::<36>(&(&p + 2u8), 5), "2^{e} + 1");
+        }
+        for p in [3u64, 5, 7, 65_537, u64::MAX - 58] {
+            assert!(mr_limbs::<1>(&BigUint::from(p), 34), "{p}");
+        }
+        // Products of two primes.
+        let n = BigUint::from(u64::MAX - 58) * BigUint::from(u64::MAX - 82);
+        assert!(!mr_limbs::<2>(&n, 34));
+        let n = ((&one << 521) - &one) * ((&one << 607) - &one);
+        assert!(!mr_limbs::<18>(&n, 5));
+    }
+
+    #[test]
+    fn searched_numbers_are_primes_of_the_asked_size() {
+        let stop = AtomicBool::new(false);
+        for _ in 0..20 {
+            let p = search::<8>(&stop).expect("not stopped");
+            let big = to_biguint(&p);
+            assert_eq!(big.bits(), 512);
+            assert_eq!(p[7] >> 62, 0b11, "top two bits set");
+            assert!(num_bigint_dig::prime::probably_prime(&big, 30), "{big}");
+        }
+        let p = to_biguint(&search::<16>(&stop).expect("not stopped"));
+        assert_eq!(p.bits(), 1024);
+        assert!(num_bigint_dig::prime::probably_prime(&p, 20), "{p}");
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            search::<8>(&stop).is_none(),
+            "a raised stop flag ends the search"
+        );
+    }
+
+    #[test]
+    fn small_prime_table_is_the_odd_primes_below_the_limit() {
+        let table = small_primes();
+        assert_eq!(table.primes.len(), 12_250, "π(2^17) - 1");
+        assert_eq!(table.primes[..5], [3, 5, 7, 11, 13]);
+        assert_eq!(*table.primes.last().expect("non-empty"), 131_071);
+        let mut covered = 0;
+        for &(product, first, end) in &table.groups {
+            assert_eq!(first, covered);
+            let expected = table.primes[first..end]
+                .iter()
+                .try_fold(1u64, |acc, &p| acc.checked_mul(u64::from(p)));
+            assert_eq!(Some(product), expected);
+            covered = end;
+        }
+        assert_eq!(covered, table.primes.len());
+    }
+
+    #[test]
+    fn racing_threads_return_distinct_primes() {
+        let primes = random_primes(512, 3).expect("512 bits are covered");
+        assert_eq!(primes.len(), 3);
+        assert!(primes[0] != primes[1] && primes[1] != primes[2] && primes[0] != primes[2]);
+        assert!(random_primes(1000, 2).is_none());
+    }
+}
