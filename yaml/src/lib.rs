@@ -68,6 +68,7 @@ mod emit;
 mod error;
 mod goformat;
 pub mod gojson;
+mod head;
 pub mod helm;
 mod json;
 mod parse;

@@ -1883,6 +1883,24 @@ fn decodes_without_error(doc: &Doc) -> bool {
 /// document is parsed (every parse error is reported), then, when its decoding cannot fail,
 /// only the pairs whose key is one of `keys` are decoded; otherwise the whole document is.
 pub(crate) fn unmarshal_keys(src: &str, keys: &[&str]) -> Result<Value, Error> {
+    // Plain block-style documents: only the wanted entries go through the parser.
+    match crate::head::block_head(src, keys) {
+        Some(crate::head::Head::Empty) => return Ok(Value::Null),
+        Some(crate::head::Head::Entries(text)) if text.is_empty() => {
+            return Ok(Value::Map(Mapping::new()));
+        }
+        Some(crate::head::Head::Entries(text)) => {
+            if let Ok(v @ Value::Map(_)) = unmarshal(&text, DecodeOptions::default()) {
+                return Ok(v);
+            }
+        }
+        None => {}
+    }
+    unmarshal_keys_parsed(src, keys)
+}
+
+/// [`unmarshal_keys`] through the full parser.
+pub(crate) fn unmarshal_keys_parsed(src: &str, keys: &[&str]) -> Result<Value, Error> {
     let docs = parse_docs(src, true)?;
     let Some(doc) = docs.first() else {
         return Ok(Value::Null);
