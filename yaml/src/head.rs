@@ -109,18 +109,43 @@ pub(crate) fn block_head(src: &str, keys: &[&str]) -> Option<Head> {
 /// Only the characters every reader takes the same way: printable ASCII, tabs, line feeds,
 /// and non-ASCII text that libyaml allows and does not read as a line break or a BOM.
 fn characters_ok(src: &str) -> bool {
-    let bytes_ok = |b: u8| matches!(b, b'\t' | b'\n' | 0x20..=0x7E);
-    if src.bytes().all(bytes_ok) {
-        return true;
-    }
-    src.chars().all(|c| {
-        let v = u32::from(c);
-        if v < 0x80 {
-            return bytes_ok(v as u8);
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let byte_ok = |b: u8| matches!(b, b'\t' | b'\n' | 0x20..=0x7E);
+    let bytes = src.as_bytes();
+    let mut chunks = bytes.chunks_exact(8);
+    let mut ascii = true;
+    for chunk in &mut chunks {
+        let x = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8"));
+        // A byte below 0x20, equal to 0x7F or from 0x80 up (may also flag a neighbour of
+        // one; the bytes are then looked at one by one).
+        let below = x.wrapping_sub(ONES * 0x20) & !x;
+        let del = x ^ (ONES * 0x7F);
+        let del = del.wrapping_sub(ONES) & !del;
+        if (x | below | del) & HIGH != 0 {
+            for &b in chunk {
+                if b >= 0x80 {
+                    ascii = false;
+                } else if !byte_ok(b) {
+                    return false;
+                }
+            }
         }
-        matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
-            && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
-    })
+    }
+    for &b in chunks.remainder() {
+        if b >= 0x80 {
+            ascii = false;
+        } else if !byte_ok(b) {
+            return false;
+        }
+    }
+    ascii
+        || src.chars().all(|c| {
+            let v = u32::from(c);
+            v < 0x80
+                || matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
+                    && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
+        })
 }
 
 struct Scanner<'k> {
@@ -289,7 +314,8 @@ impl Scanner<'_> {
             return Some((end, false));
         }
         // A top-level key that would need decoding to be compared: left to the full parser.
-        Some((end, self.keys.contains(&text?)))
+        let text = text?;
+        Some((end, self.keys.iter().any(|k| k.as_bytes() == text)))
     }
 
     /// A sequence entry `-` at `dash`.
@@ -395,7 +421,8 @@ fn continuation_start(rest: &[u8]) -> bool {
 /// no tab): `(end, whether a comment follows)`.
 fn plain_end(b: &[u8], at: usize) -> Option<(usize, bool)> {
     let mut i = at;
-    while i < b.len() {
+    while let Some(n) = memchr::memchr3(b':', b'#', b'\t', &b[i..]) {
+        i += n;
         match b[i] {
             b'\t' => return None,
             b':' if i + 1 == b.len() || b[i + 1] == b' ' => return None,
@@ -404,13 +431,13 @@ fn plain_end(b: &[u8], at: usize) -> Option<(usize, bool)> {
         }
         i += 1;
     }
-    Some((i, false))
+    Some((b.len(), false))
 }
 
 /// A key at `at` followed by `:` and a blank or the end of the line: its text when it needs
 /// no decoding (plain, or quoted without escapes) and the offset past the `:`. `None` when
 /// the line holds no key there (or one outside the subset).
-fn key_at(b: &[u8], at: usize) -> Option<(Option<&str>, usize)> {
+fn key_at(b: &[u8], at: usize) -> Option<(Option<&[u8]>, usize)> {
     let colon = match b[at] {
         q @ (b'"' | b'\'') => {
             let end = quoted_end(b, at + 1, q)??;
@@ -425,10 +452,11 @@ fn key_at(b: &[u8], at: usize) -> Option<(Option<&str>, usize)> {
             }
             let mut i = at;
             loop {
-                match b.get(i) {
-                    None | Some(b'\t') => return None,
-                    Some(b':') if matches!(b.get(i + 1), None | Some(b' ')) => break,
-                    Some(b'#') if b[i - 1] == b' ' => return None,
+                i += memchr::memchr3(b':', b'#', b'\t', &b[i..])?;
+                match b[i] {
+                    b'\t' => return None,
+                    b':' if matches!(b.get(i + 1), None | Some(b' ')) => break,
+                    b'#' if b[i - 1] == b' ' => return None,
                     _ => i += 1,
                 }
             }
@@ -449,7 +477,7 @@ fn key_at(b: &[u8], at: usize) -> Option<(Option<&str>, usize)> {
         }
         _ => Some(raw),
     };
-    Some((text.and_then(|t| std::str::from_utf8(t).ok()), colon + 1))
+    Some((text, colon + 1))
 }
 
 /// After a complete node on its line: blanks, then a comment or nothing.
@@ -478,6 +506,10 @@ fn block_header(rest: &[u8]) -> Option<()> {
 fn quoted_end(b: &[u8], from: usize, quote: u8) -> Option<Option<usize>> {
     let mut i = from;
     while i < b.len() {
+        i += match memchr::memchr3(quote, b'\\', b'\t', &b[i..]) {
+            Some(n) => n,
+            None => return Some(None),
+        };
         let c = b[i];
         if c == quote {
             if quote == b'\'' && b.get(i + 1) == Some(&b'\'') {
@@ -802,6 +834,11 @@ mod tests {
             "kind: A\r\n",
             "kind: \"A\nB\"\nx: 1\n",
             "kind: A\nspec: {a: http://x}\n",
+            "kind: A\u{1}\n",
+            "kind: A\u{7f}\n",
+            "kind: A\u{2028}B\n",
+            "kind: \u{feff}A\n",
+            "kind: A\u{85}\n",
         ] {
             assert_eq!(block_head(doc, &KEYS), None, "{doc:?}");
         }
@@ -818,6 +855,7 @@ mod tests {
             ))
         );
         assert_eq!(block_head("# only\n\n", &KEYS), Some(Head::Empty));
+        assert!(check("kind: Zürich\nmetadata:\n  name: \"日本\"\ndata:\n  x: ÿ € 😀\n"));
         assert_eq!(
             block_head("spec:\n- a\n- b: c\n  d: e\n", &KEYS),
             Some(Head::Entries(String::new()))
