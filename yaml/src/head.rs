@@ -855,7 +855,9 @@ mod tests {
             ))
         );
         assert_eq!(block_head("# only\n\n", &KEYS), Some(Head::Empty));
-        assert!(check("kind: Zürich\nmetadata:\n  name: \"日本\"\ndata:\n  x: ÿ € 😀\n"));
+        assert!(check(
+            "kind: Zürich\nmetadata:\n  name: \"日本\"\ndata:\n  x: ÿ € 😀\n"
+        ));
         assert_eq!(
             block_head("spec:\n- a\n- b: c\n  d: e\n", &KEYS),
             Some(Head::Entries(String::new()))

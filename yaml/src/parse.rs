@@ -582,11 +582,12 @@ pub(crate) fn bytes_to_str(input: &[u8]) -> Result<&str, Error> {
 fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
     check_characters(src)?;
     check_directives(src)?;
-    let mut text = src.strip_prefix('\u{feff}').unwrap_or(src).to_owned();
+    // Copied only when it has to be rewritten.
+    let mut text: std::borrow::Cow<'_, str> = src.strip_prefix('\u{feff}').unwrap_or(src).into();
     if text.contains('\u{85}') {
         // libyaml reads NEL as a line break and stores it as LF, everywhere; saphyr (YAML
         // 1.2) does not. Characters keep their indices.
-        text = text.replace('\u{85}', "\n");
+        text = text.replace('\u{85}', "\n").into();
     }
     let mut repairs = 0;
     // A private-use character absent from the input stands in for a `-` saphyr refuses.
@@ -610,7 +611,7 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                     ));
                 }
                 repairs += 1;
-                text = fixed;
+                text = fixed.into();
             }
             Err(Failure::Scan(e, ctx, block_col)) => {
                 if first_only
@@ -619,15 +620,15 @@ fn parse_docs(src: &str, first_only: bool) -> Result<Vec<Doc>, Error> {
                 {
                     // libyaml ends the first document at `...`; yaml.Unmarshal reads no
                     // further.
-                    text.truncate(end);
+                    text.to_mut().truncate(end);
                     continue;
                 }
                 if may_repair(repairs, text.len())
                     && let Some(fixed) = repair(&text, &e, placeholder, block_col)
-                    && fixed != text
+                    && *fixed != *text
                 {
                     repairs += 1;
-                    text = fixed;
+                    text = fixed.into();
                     continue;
                 }
                 return Err(scan_error(&text, &e, ctx));
