@@ -20,6 +20,7 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use tokio::time::Instant;
 
+use super::capabilities::changes_discovery;
 use super::discovery::{DiscoveryError, no_match};
 use super::manifest::{KindOrder, ManifestObject};
 use super::wait::{WaitError, WaitOptions};
@@ -393,7 +394,37 @@ impl ClusterApi {
     /// for a kind from a CRD of this manifest, until the CRD is established and served), its
     /// ownership checked, and server-side applied. Stops after the first kind with an error,
     /// reporting what was applied.
+    ///
+    /// Applying a CRD or an APIService, and failing because a kind is not served, make the
+    /// next render discover `.Capabilities` again ([`super::capabilities`]).
     pub async fn apply(
+        &self,
+        objects: &[ManifestObject],
+        options: &ApplyOptions,
+    ) -> Result<ApplyReport, ApplyFailure> {
+        let result = self.apply_in_order(objects, options).await;
+        let (report, unserved_kind) = match &result {
+            Ok(report) => (report, false),
+            Err(failure) => (
+                &failure.report,
+                matches!(
+                    failure.error,
+                    ApplyError::Resolve(DiscoveryError::NoMatch { .. })
+                ),
+            ),
+        };
+        if unserved_kind
+            || report
+                .applied
+                .iter()
+                .any(|r| changes_discovery(&r.api_resource.group, &r.api_resource.kind))
+        {
+            self.invalidate_capabilities().await;
+        }
+        result
+    }
+
+    async fn apply_in_order(
         &self,
         objects: &[ManifestObject],
         options: &ApplyOptions,

@@ -7,6 +7,20 @@
 //! `group/version/Kind` of its resources (subresources included), as Helm's
 //! `GetVersionSet` builds it from `ServerGroupsAndResources`.
 //!
+//! Discovery costs N+2 requests, so its result is cached per cluster (shared by every
+//! [`ClusterApi`] clone and by the clients acting as a plan's ServiceAccount, see
+//! [`ClusterApi::acting_as`]) and discovered again:
+//!
+//! - when it is older than the cluster's TTL ([`DEFAULT_CAPABILITIES_TTL`],
+//!   [`ClusterApi::with_capabilities_ttl`]): APIs installed by someone else show up then;
+//! - at once after this agent applied or deleted a `CustomResourceDefinition` or an
+//!   `APIService` (the chart's `crds/` before rendering, as Helm's install does, so the
+//!   templates of the same release see the new API versions);
+//! - at once after an apply failed because a kind is not served (the templates may have been
+//!   rendered for an API that is gone: the next render must not trust the cache).
+//!
+//! [`ClusterApi::invalidate_discovery`] forgets it (and the kind catalog) by hand.
+//!
 //! `lookup apiVersion kind namespace name` resolves the kind through discovery (a
 //! subresource never matches), then gets the object (`name` set) or lists the kind (`name`
 //! empty; across all namespaces when `namespace` is empty); a namespace given for a
@@ -15,19 +29,88 @@
 //! `spec.serviceAccountName` applies to lookups too.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use flotilla_chart::render::{Capabilities, HelmVersion, KubeVersion};
 use kube::api::{DynamicObject, GetParams, ListParams};
 use kube::core::{GroupVersionKind, Request};
 use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 use super::{ApiFailure, ClusterApi, error_chain};
 
+/// How long discovered `.Capabilities` are reused by default.
+pub const DEFAULT_CAPABILITIES_TTL: Duration = Duration::from_secs(300);
+
+/// The cached `.Capabilities` of one cluster. Clones share the cache.
+#[derive(Clone, Default)]
+pub(crate) struct CapabilitiesCache {
+    /// The last discovery and when it finished. The lock is held while discovering, so
+    /// concurrent renders wait for one discovery instead of each running their own.
+    slot: Arc<Mutex<Option<(Instant, Capabilities)>>>,
+    /// How many discoveries ran (for tests and measurements).
+    discoveries: Arc<AtomicU64>,
+}
+
+impl CapabilitiesCache {
+    async fn clear(&self) {
+        *self.slot.lock().await = None;
+    }
+}
+
+/// Whether applying or deleting an object of this kind changes what the API server serves.
+pub(crate) fn changes_discovery(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | ("apiregistration.k8s.io", "APIService")
+    )
+}
+
 impl ClusterApi {
     /// `.Capabilities` of this cluster: its version and every API version and kind it
-    /// serves (N+2 discovery requests: `/version`, `/api`, `/apis` and one per group
-    /// version).
+    /// serves, from the cache when it is fresh (see the module docs), else discovered (N+2
+    /// requests: `/version`, `/api`, `/apis` and one per group version).
     pub async fn capabilities(&self) -> Result<Capabilities, ApiFailure> {
+        let mut slot = self.capabilities.slot.lock().await;
+        if let Some((at, caps)) = &*slot
+            && at.elapsed() < self.capabilities_ttl
+        {
+            return Ok(caps.clone());
+        }
+        *slot = None;
+        let caps = self.discover_capabilities().await?;
+        self.capabilities
+            .discoveries
+            .fetch_add(1, Ordering::Relaxed);
+        *slot = Some((Instant::now(), caps.clone()));
+        Ok(caps)
+    }
+
+    /// How many times this cluster's `.Capabilities` were discovered (not served from the
+    /// cache) since the cache was made.
+    pub fn capabilities_discoveries(&self) -> u64 {
+        self.capabilities.discoveries.load(Ordering::Relaxed)
+    }
+
+    /// Forgets the cached `.Capabilities` and the kind catalog: the next render and the
+    /// next kind resolution ask the API server again.
+    pub async fn invalidate_discovery(&self) {
+        self.capabilities.clear().await;
+        self.catalog.invalidate().await;
+    }
+
+    /// Forgets the cached `.Capabilities` only (the kind catalog refreshes a group-version
+    /// on a miss by itself).
+    pub(crate) async fn invalidate_capabilities(&self) {
+        self.capabilities.clear().await;
+    }
+
+    /// Discovery itself, uncached.
+    async fn discover_capabilities(&self) -> Result<Capabilities, ApiFailure> {
         let client = &self.client;
         let info = client.apiserver_version().await.map_err(ApiFailure)?;
         let mut set = BTreeSet::new();

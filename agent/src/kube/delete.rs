@@ -8,6 +8,7 @@ use kube::ResourceExt as _;
 use kube::api::{DeleteParams, DynamicObject, PropagationPolicy};
 
 use super::apply::{HelmReleaseRef, ReleaseRef, other_owner, ownership_problems};
+use super::capabilities::changes_discovery;
 use super::discovery::DiscoveryError;
 use super::manifest::{KindOrder, ManifestObject};
 use super::wait::WaitError;
@@ -200,8 +201,24 @@ impl ClusterApi {
 
     /// Deletes resolved objects in Helm's uninstall order. Objects with the keep policy (as
     /// given, or on the live object) are left alone; missing ones are reported as not found.
-    /// Failures do not stop the others; they are reported together.
+    /// Failures do not stop the others; they are reported together. Deleting a CRD or an
+    /// APIService makes the next render discover `.Capabilities` again.
     pub async fn delete_resources(
+        &self,
+        resources: &[Resource],
+        options: &DeleteOptions,
+    ) -> Result<DeleteReport, DeleteError> {
+        let result = self.delete_in_order(resources, options).await;
+        if resources
+            .iter()
+            .any(|r| changes_discovery(&r.api_resource.group, &r.api_resource.kind))
+        {
+            self.invalidate_discovery().await;
+        }
+        result
+    }
+
+    async fn delete_in_order(
         &self,
         resources: &[Resource],
         options: &DeleteOptions,

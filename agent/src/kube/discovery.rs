@@ -83,6 +83,14 @@ impl ApiCatalog {
         }
     }
 
+    /// The same cache, asking the API server with `client`.
+    pub fn with_client(&self, client: Client) -> ApiCatalog {
+        ApiCatalog {
+            client,
+            cache: self.cache.clone(),
+        }
+    }
+
     /// Resolves a GVK: from the cache, else by asking the API server for its group-version.
     /// `Ok(None)` when the API server does not serve the kind.
     pub async fn lookup(&self, gvk: &GroupVersionKind) -> Result<Option<ResolvedKind>, ApiFailure> {

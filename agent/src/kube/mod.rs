@@ -15,8 +15,8 @@
 //! 5. [`ClusterApi::run_hook`] runs one hook ([`hook`]); [`ClusterApi::delete`] removes
 //!    objects in Helm's uninstall order ([`delete`]).
 //!
-//! Rendering asks the cluster too: [`ClusterApi::capabilities`] and [`ClusterLookup`]
-//! ([`capabilities`]).
+//! Rendering asks the cluster too: [`ClusterApi::capabilities`] (cached, with its refresh
+//! rules) and [`ClusterLookup`] ([`capabilities`]).
 //!
 //! Every error names the object it is about (`Deployment default/web: ...`); errors expose
 //! `kind()` (a bounded label) and `is_transient()`; [`error_chain`] prints an error with its
@@ -43,7 +43,7 @@ pub mod wait;
 mod object;
 
 pub use apply::{ApplyOptions, ApplyReport, HelmReleaseRef, ReleaseRef};
-pub use capabilities::ClusterLookup;
+pub use capabilities::{ClusterLookup, DEFAULT_CAPABILITIES_TTL};
 pub use delete::{DeleteOptions, DeleteReport, Propagation};
 pub use discovery::ApiCatalog;
 pub use hook::{HookDeletePolicy, HookOptions, HookPhase, HookRun};
@@ -71,13 +71,16 @@ pub const RESOURCE_POLICY_ANNOTATION: &str = "helm.sh/resource-policy";
 /// Helm's hook delete policy annotation.
 pub const HOOK_DELETE_POLICY_ANNOTATION: &str = "helm.sh/hook-delete-policy";
 
-/// One workload cluster as the executor sees it: a client and its discovery cache.
+/// One workload cluster as the executor sees it: a client and its discovery caches (the
+/// kind catalog and `.Capabilities`).
 ///
-/// Cheap to clone; clones share the discovery cache.
+/// Cheap to clone; clones share the discovery caches.
 #[derive(Clone)]
 pub struct ClusterApi {
     client: Client,
     catalog: ApiCatalog,
+    capabilities: capabilities::CapabilitiesCache,
+    capabilities_ttl: std::time::Duration,
 }
 
 impl std::fmt::Debug for ClusterApi {
@@ -92,7 +95,27 @@ impl ClusterApi {
         ClusterApi {
             catalog: ApiCatalog::new(client.clone()),
             client,
+            capabilities: Default::default(),
+            capabilities_ttl: capabilities::DEFAULT_CAPABILITIES_TTL,
         }
+    }
+
+    /// The same cluster reached with another client (a plan's ServiceAccount, say), sharing
+    /// the discovery caches: what a cluster serves does not depend on who asks.
+    pub fn acting_as(&self, client: Client) -> ClusterApi {
+        ClusterApi {
+            catalog: self.catalog.with_client(client.clone()),
+            client,
+            capabilities: self.capabilities.clone(),
+            capabilities_ttl: self.capabilities_ttl,
+        }
+    }
+
+    /// Reuses discovered `.Capabilities` for `ttl` (see [`capabilities`]); zero discovers
+    /// them for every render, as Helm does for every action.
+    pub fn with_capabilities_ttl(mut self, ttl: std::time::Duration) -> ClusterApi {
+        self.capabilities_ttl = ttl;
+        self
     }
 
     /// The client requests go through.

@@ -188,10 +188,6 @@ impl Executor<'_> {
         outcome
     }
 
-    /// Renders the plan's chart as Helm's install and upgrade do: `.Capabilities` from the
-    /// cluster's discovery and `lookup` answered by the cluster, both with the action's
-    /// identity. Rendering is synchronous and its lookups block, so it runs on a blocking
-    /// thread.
     /// Renders `chart` with `values` as Helm's install and upgrade do: `.Capabilities` from
     /// the cluster's discovery and `lookup` answered by the cluster, both with the action's
     /// identity, then `spec.commonMetadata`. Rendering is synchronous and its lookups block,
@@ -344,13 +340,28 @@ impl Executor<'_> {
         }
     }
 
-    /// Applies the chart's CRDs per policy (Flux's `crds`), then waits for them.
-    async fn apply_crds(&self, rendered: &Rendered, policy: CrdsPolicy) -> Result<(), String> {
-        if policy == CrdsPolicy::Skip || rendered.crds.is_empty() {
+    /// Applies the chart's CRDs per policy (Flux's `crds`), then waits for them. This runs
+    /// before rendering, as Helm's install and Flux's install and upgrade do, so the
+    /// templates' `.Capabilities` see the API versions the CRDs add (applying a CRD makes
+    /// the next render discover them again).
+    async fn apply_crds(
+        &self,
+        chart: &Chart,
+        values: &Values,
+        policy: CrdsPolicy,
+    ) -> Result<(), String> {
+        if policy == CrdsPolicy::Skip {
+            return Ok(());
+        }
+        let crds = self
+            .renderer
+            .crds(chart, values)
+            .map_err(|e| error_chain(&e))?;
+        if crds.is_empty() {
             return Ok(());
         }
         let mut objects = Vec::new();
-        for f in &rendered.crds {
+        for f in &crds {
             let parsed = parse_manifest(&f.text).map_err(|e| error_chain(&e))?;
             objects.extend(
                 parsed
@@ -590,6 +601,7 @@ impl Executor<'_> {
         }
         let version = last.as_ref().map_or(1, |r| r.version + 1);
         let values = self.plan_values();
+        self.apply_crds(self.chart, &values, o.crds()).await?;
         let rendered = self
             .render(
                 self.chart,
@@ -603,7 +615,6 @@ impl Executor<'_> {
         if o.create_namespace {
             self.ensure_namespace().await?;
         }
-        self.apply_crds(&rendered, o.crds()).await?;
         let mut rls = self.new_release(
             self.chart,
             values,
@@ -681,11 +692,11 @@ impl Executor<'_> {
         } else {
             self.plan_values()
         };
+        self.apply_crds(&chart, &values, o.crds()).await?;
         let rendered = self
             .render(&chart, &values, version, false, o.disable_schema_validation)
             .await?;
         parse_manifest(&rendered.manifest).map_err(|e| error_chain(&e))?;
-        self.apply_crds(&rendered, o.crds()).await?;
         let mut rls = self.new_release(
             &chart,
             values,

@@ -136,7 +136,7 @@ impl Context {
             object: object_key(plan),
             message: format!("spec.serviceAccountName: {}", crate::kube::error_chain(&e)),
         })?;
-        Ok(ClusterApi::new(client))
+        Ok(self.cluster.acting_as(client))
     }
 }
 

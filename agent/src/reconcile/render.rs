@@ -72,8 +72,6 @@ pub struct Rendered {
     pub hooks: Vec<Hook>,
     /// Rendered `NOTES.txt`.
     pub notes: String,
-    /// CRDs from `crds/` (never templated).
-    pub crds: Vec<CrdFile>,
 }
 
 /// Why a chart could not be rendered; each names the chart and template.
@@ -109,6 +107,19 @@ pub trait Renderer: Send + Sync + std::fmt::Debug {
         values: &Values,
         options: &RenderOptions,
     ) -> Result<Rendered, RenderError>;
+
+    /// The `crds/` files an install or upgrade of `chart` with `values` applies before
+    /// rendering: the chart's own, then those of every subchart the values enable, as
+    /// Helm's `CRDObjects` after `ProcessDependencies`. By default the chart's own only.
+    fn crds(&self, chart: &Chart, _values: &Values) -> Result<Vec<CrdFile>, RenderError> {
+        Ok(chart
+            .crd_files()
+            .map(|f| CrdFile {
+                name: f.name.clone(),
+                text: String::from_utf8_lossy(&f.data).into_owned(),
+            })
+            .collect())
+    }
 }
 
 /// Takes templates literally; refuses templates with actions (see the module docs).
@@ -146,13 +157,6 @@ impl Renderer for LiteralRenderer {
         }
         let mut rendered = split_rendered(&chart_name, &files)?;
         rendered.notes = notes;
-        rendered.crds = chart
-            .crd_files()
-            .map(|f| CrdFile {
-                name: f.name.clone(),
-                text: String::from_utf8_lossy(&f.data).into_owned(),
-            })
-            .collect();
         Ok(rendered)
     }
 }
@@ -230,7 +234,6 @@ pub fn split_rendered(chart: &str, files: &[(String, String)]) -> Result<Rendere
         manifest,
         hooks,
         notes: String::new(),
-        crds: Vec::new(),
     })
 }
 
@@ -373,14 +376,25 @@ impl Renderer for ChartRenderer {
             manifest: rendered.manifest,
             hooks,
             notes: rendered.notes,
-            crds: flotilla_chart::render::template::crd_objects(&chart)
-                .into_iter()
-                .map(|(name, f)| CrdFile {
-                    name,
-                    text: String::from_utf8_lossy(&f.data).into_owned(),
-                })
-                .collect(),
         })
+    }
+
+    fn crds(&self, chart: &Chart, values: &Values) -> Result<Vec<CrdFile>, RenderError> {
+        let mut chart = chart.clone();
+        let mut warnings = Vec::new();
+        flotilla_chart::dependencies::process_dependencies(&mut chart, values, &mut warnings)
+            .map_err(|e| RenderError::Template {
+                chart: chart.name().to_owned(),
+                file: "Chart.yaml".to_owned(),
+                reason: format!("chart dependencies processing failed: {e}"),
+            })?;
+        Ok(flotilla_chart::render::template::crd_objects(&chart)
+            .into_iter()
+            .map(|(name, f)| CrdFile {
+                name,
+                text: String::from_utf8_lossy(&f.data).into_owned(),
+            })
+            .collect())
     }
 }
 

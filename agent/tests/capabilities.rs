@@ -1,0 +1,289 @@
+//! The `.Capabilities` cache against real local clusters: a chart whose templates are gated on
+//! the API version of a CRD in its own `crds/` renders as the real helm v4 install renders it
+//! (helm installs CRDs before it discovers the capabilities), even when the agent had cached
+//! the cluster's capabilities before the CRD existed; and the cache is discovered again after
+//! its TTL and after an apply fails on a kind that is not served.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_agent::kube::ApplyOptions;
+use flotilla_agent::kube::ReleaseRef;
+use flotilla_agent::kube::manifest::parse_manifest;
+use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::render::ChartRenderer;
+use flotilla_agent::reconcile::{Context, reconcile};
+use flotilla_tests::{Cluster, ClusterOptions, tools};
+
+fn charts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
+}
+
+/// A plan file for HelmRelease `default/<name>` installing release `<name>` from `chart`.
+fn plan(name: &str, chart: &str) -> PlanFile {
+    let text = format!(
+        "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: {name}
+  namespace: default
+  generation: 1
+spec:
+  interval: 1m
+  timeout: 60s
+chart:
+  path: {chart}
+"
+    );
+    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
+        Ok(p) => p,
+        Err(e) => panic!("plan file: {e}"),
+    }
+}
+
+fn tool(bin: PathBuf, args: &[&str], kubeconfig: &Path, stdin: Option<&str>) -> Output {
+    use std::io::Write as _;
+    let mut child = match Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
+        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
+        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => panic!("running {}: {e}", bin.display()),
+    };
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(input.as_bytes())
+            .expect("writing stdin");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("waiting for the tool")
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn helm(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    Ok(ok(
+        tool(tools::helm()?, args, kubeconfig, None),
+        &format!("helm {}", args.join(" ")),
+    ))
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    Ok(ok(
+        tool(tools::kubectl()?, args, kubeconfig, stdin),
+        &format!("kubectl {}", args.join(" ")),
+    ))
+}
+
+/// A served, established CRD `<plural>.late.flotilla.dev` of kind `kind`, version v1.
+fn add_crd(kubeconfig: &Path, plural: &str, kind: &str) -> anyhow::Result<()> {
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.late.flotilla.dev
+spec:
+  group: late.flotilla.dev
+  scope: Namespaced
+  names: {{kind: {kind}, plural: {plural}}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"
+    );
+    kubectl(kubeconfig, &["apply", "-f", "-"], Some(&crd))?;
+    kubectl(
+        kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{plural}.late.flotilla.dev"),
+            "--timeout=30s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// Waits (up to 10 s) until the API server's own discovery serves `kind` in
+/// `late.flotilla.dev/v1`, so a fresh discovery by the agent must see it.
+fn served(kubeconfig: &Path, kind: &str) -> anyhow::Result<()> {
+    for _ in 0..50 {
+        let out = tool(
+            tools::kubectl()?,
+            &["get", "--raw", "/apis/late.flotilla.dev/v1"],
+            kubeconfig,
+            None,
+        );
+        if out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains(&format!("\"kind\":\"{kind}\""))
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    anyhow::bail!("late.flotilla.dev/v1 {kind} is not served after 10 s")
+}
+
+#[tokio::test]
+async fn templates_gated_on_a_crd_of_the_same_release_render_as_helm_install_renders_them()
+-> anyhow::Result<()> {
+    let clusters = Cluster::start_many("caps-crd", 2).await?;
+    let (reference, workload) = (&clusters[0], &clusters[1]);
+
+    // The reference: helm v4 installs the chart into a cluster without the CRD.
+    let chart = charts().join("crd-gated");
+    let chart = chart.to_str().expect("UTF-8 path");
+    helm(
+        reference.kubeconfig(),
+        &["install", "gated", chart, "-n", "default"],
+    )?;
+    let expected = helm(
+        reference.kubeconfig(),
+        &["get", "manifest", "gated", "-n", "default"],
+    )?;
+    // Helm saw the CRD it installed (so the comparison is not vacuous).
+    assert!(
+        expected.contains("kind: Gadget") && expected.contains("gadgetKind: \"true\""),
+        "{expected}"
+    );
+
+    // The agent has discovered the workload cluster's capabilities before the CRD existed.
+    let client = workload.client().await?;
+    let ctx = Context::new(client, "default", Arc::new(ChartRenderer::default()));
+    let before = ctx.cluster.capabilities().await?;
+    assert!(
+        !before
+            .api_versions
+            .iter()
+            .any(|v| v.starts_with("gated.flotilla.dev/")),
+        "{:?}",
+        before.api_versions
+    );
+    assert_eq!(ctx.cluster.capabilities_discoveries(), 1);
+
+    let p = plan("gated", "crd-gated");
+    let report = reconcile(&ctx, &p.plan, &p.chart).await?;
+    assert_eq!(
+        report.actions,
+        ["install"],
+        "{:#?}",
+        report.status.conditions
+    );
+    // Applying the chart's CRDs made the render discover again, once.
+    assert_eq!(ctx.cluster.capabilities_discoveries(), 2);
+
+    // The release the agent stored, read by the real helm CLI, is what helm install made.
+    let got = helm(
+        workload.kubeconfig(),
+        &["get", "manifest", "gated", "-n", "default"],
+    )?;
+    assert_eq!(
+        got, expected,
+        "the agent and helm install rendered differently"
+    );
+    kubectl(
+        workload.kubeconfig(),
+        &[
+            "get",
+            "gadgets.gated.flotilla.dev",
+            "gated-gadget",
+            "-n",
+            "default",
+        ],
+        None,
+    )?;
+
+    // A second render within the TTL reuses the cached capabilities.
+    let again = ctx.cluster.capabilities().await?;
+    assert_eq!(ctx.cluster.capabilities_discoveries(), 2);
+    assert!(
+        again
+            .api_versions
+            .iter()
+            .any(|v| v == "gated.flotilla.dev/v1/Gadget")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn cached_capabilities_are_discovered_again_after_the_ttl_and_after_an_unserved_kind()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("caps-refresh")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    let has = |caps: &flotilla_chart::render::Capabilities, kind: &str| {
+        caps.api_versions
+            .iter()
+            .any(|v| *v == format!("late.flotilla.dev/v1/{kind}"))
+    };
+
+    // The default TTL: a CRD someone else installs is not seen while the cache is fresh...
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let cluster_api = &ctx.cluster;
+    assert!(!has(&cluster_api.capabilities().await?, "Sprocket"));
+    add_crd(&kubeconfig, "sprockets", "Sprocket")?;
+    served(&kubeconfig, "Sprocket")?;
+    assert!(!has(&cluster_api.capabilities().await?, "Sprocket"));
+    assert_eq!(cluster_api.capabilities_discoveries(), 1);
+
+    // ... until an apply fails on a kind the API server does not serve: the templates may
+    // have been rendered for an API that changed, so the next render discovers again.
+    let unserved = parse_manifest(
+        "---\n# Source: t/templates/w.yaml\napiVersion: late.flotilla.dev/v7\nkind: Sprocket\nmetadata:\n  name: s\n",
+    )?;
+    let options = ApplyOptions::new(ReleaseRef {
+        name: "t".to_owned(),
+        namespace: "default".to_owned(),
+    });
+    let failure = match cluster_api.apply(&unserved, &options).await {
+        Ok(report) => panic!("applied an unserved kind: {report:?}"),
+        Err(f) => f,
+    };
+    assert_eq!(failure.error.kind(), "unknown_kind", "{failure}");
+    assert!(has(&cluster_api.capabilities().await?, "Sprocket"));
+    assert_eq!(cluster_api.capabilities_discoveries(), 2);
+
+    // A short TTL (sharing the same cache): discovered again once it has passed.
+    let short = ctx
+        .cluster
+        .clone()
+        .with_capabilities_ttl(Duration::from_secs(1));
+    assert!(!has(&short.capabilities().await?, "Cog"));
+    let discoveries = short.capabilities_discoveries();
+    add_crd(&kubeconfig, "cogs", "Cog")?;
+    served(&kubeconfig, "Cog")?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(has(&short.capabilities().await?, "Cog"));
+    assert_eq!(short.capabilities_discoveries(), discoveries + 1);
+    Ok(())
+}
