@@ -210,6 +210,7 @@ async fn an_agent_killed_mid_upgrade_recovers_the_pending_release_on_restart() -
         .load(&ObjectRef {
             namespace: "default".parse()?,
             name: "demo".parse()?,
+            uid: None,
         })
         .await?
         .expect("the agent's state");

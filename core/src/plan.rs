@@ -63,6 +63,9 @@ pub struct ObjectRef {
     pub namespace: Namespace,
     /// Name of the HelmRelease.
     pub name: ObjectName,
+    /// `metadata.uid` of the HelmRelease, when known (Events name it in `involvedObject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// Where the release lives in the workload cluster.
@@ -252,6 +255,7 @@ impl ReleasePlan {
                 .map_err(id_err("metadata.namespace"))?,
             name: ObjectName::new(hr.metadata.name.clone().unwrap_or_default())
                 .map_err(id_err("metadata.name"))?,
+            uid: hr.metadata.uid.clone().filter(|u| !u.is_empty()),
         };
         let release = ReleaseTarget {
             name: hr.release_name().map_err(id_err("spec.releaseName"))?,

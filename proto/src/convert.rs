@@ -78,6 +78,7 @@ impl From<plan::ObjectRef> for v1::ObjectRef {
         Self {
             namespace: o.namespace.into(),
             name: o.name.into(),
+            uid: o.uid.unwrap_or_default(),
         }
     }
 }
@@ -89,6 +90,7 @@ fn object_ref(field: &str, o: Option<v1::ObjectRef>) -> Result<plan::ObjectRef, 
             .map_err(|e| InvalidMessage::new(format!("{field}.namespace"), e))?,
         name: ObjectName::new(o.name)
             .map_err(|e| InvalidMessage::new(format!("{field}.name"), e))?,
+        uid: (!o.uid.is_empty()).then_some(o.uid),
     })
 }
 

@@ -33,6 +33,7 @@ mod tests {
             object: Some(v1::ObjectRef {
                 namespace: "apps".into(),
                 name: "podinfo".into(),
+                uid: "9b0e4c9e-3f7a-4a39-9d55-0c1e5e0b7a21".into(),
             }),
             revision: 7,
             generation: 3,

@@ -84,6 +84,8 @@ pub struct Context {
     /// The configuration `cluster` was built from, to impersonate a plan's
     /// `spec.serviceAccountName`; `None` refuses plans that name one.
     pub config: Option<kube::Config>,
+    /// Posts the Kubernetes Events (and remembers similar ones, to combine them).
+    pub events: crate::events::Recorder,
 }
 
 impl Context {
@@ -95,6 +97,7 @@ impl Context {
             state: StateStore::new(client, agent_namespace),
             renderer,
             config: None,
+            events: Default::default(),
         }
     }
 
@@ -475,7 +478,9 @@ async fn post_events(ctx: &Context, plan: &ReleasePlan, events: &[Event]) {
     for e in events {
         tracing::info!(reason = %e.reason, "event");
     }
-    crate::events::record(ctx.cluster.client(), ctx.state.namespace(), plan, events).await;
+    ctx.events
+        .record(ctx.cluster.client(), ctx.state.namespace(), plan, events)
+        .await;
 }
 
 /// Drift detection of the current release ([`crate::drift::detect`]): what core is told,

@@ -141,6 +141,9 @@ pub struct ObjectRef {
     pub namespace: ::prost::alloc::string::String,
     #[prost(string, tag = "2")]
     pub name: ::prost::alloc::string::String,
+    /// metadata.uid of the HelmRelease; empty when unknown.
+    #[prost(string, tag = "3")]
+    pub uid: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct PlanUpsert {
