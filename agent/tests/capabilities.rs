@@ -156,17 +156,35 @@ async fn templates_gated_on_a_crd_of_the_same_release_render_as_helm_install_ren
     let clusters = Cluster::start_many("caps-crd", 2).await?;
     let (reference, workload) = (&clusters[0], &clusters[1]);
 
-    // The reference: helm v4 installs the chart into a cluster without the CRD.
+    // The reference: helm v4 installs the chart into a cluster without the CRD. Helm
+    // discovers right after the CRD is established, before the API server may publish it,
+    // so its render can miss the CRD: then the attempt is undone (release and CRD) and
+    // made again, until helm renders what it means to.
     let chart = charts().join("crd-gated");
     let chart = chart.to_str().expect("UTF-8 path");
-    helm(
-        reference.kubeconfig(),
-        &["install", "gated", chart, "-n", "default"],
-    )?;
-    let expected = helm(
-        reference.kubeconfig(),
-        &["get", "manifest", "gated", "-n", "default"],
-    )?;
+    let mut expected = String::new();
+    for _ in 0..5 {
+        helm(
+            reference.kubeconfig(),
+            &["install", "gated", chart, "-n", "default"],
+        )?;
+        expected = helm(
+            reference.kubeconfig(),
+            &["get", "manifest", "gated", "-n", "default"],
+        )?;
+        if expected.contains("kind: Gadget") {
+            break;
+        }
+        helm(
+            reference.kubeconfig(),
+            &["uninstall", "gated", "-n", "default"],
+        )?;
+        kubectl(
+            reference.kubeconfig(),
+            &["delete", "crd", "gadgets.gated.flotilla.dev", "--wait"],
+            None,
+        )?;
+    }
     // Helm saw the CRD it installed (so the comparison is not vacuous).
     assert!(
         expected.contains("kind: Gadget") && expected.contains("gadgetKind: \"true\""),
@@ -195,7 +213,8 @@ async fn templates_gated_on_a_crd_of_the_same_release_render_as_helm_install_ren
         "{:#?}",
         report.status.conditions
     );
-    // Applying the chart's CRDs made the render discover again, once.
+    // Applying the chart's CRDs (and waiting until discovery serves them) made the render
+    // discover again, once.
     assert_eq!(ctx.cluster.capabilities_discoveries(), 2);
 
     // The release the agent stored, read by the real helm CLI, is what helm install made.

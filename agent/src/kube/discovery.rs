@@ -198,6 +198,66 @@ impl ClusterApi {
     }
 }
 
+impl ClusterApi {
+    /// Waits until discovery serves every served version of the established CRDs given
+    /// (the API server publishes a new CRD's API shortly after it is established), then
+    /// forgets the cached `.Capabilities`, so the next render sees the new API versions.
+    /// Helm's install does not wait for this, so its render may miss a CRD it has just
+    /// installed; this makes the agent's render see it.
+    pub async fn wait_discovered(
+        &self,
+        crds: &[Resource],
+        timeout: std::time::Duration,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        for crd in crds {
+            let spec = crd.object.data.get("spec");
+            let text = |v: Option<&serde_json::Value>| {
+                v.and_then(|v| v.as_str()).unwrap_or_default().to_owned()
+            };
+            let group = text(spec.and_then(|s| s.get("group")));
+            let kind = text(
+                spec.and_then(|s| s.get("names"))
+                    .and_then(|n| n.get("kind")),
+            );
+            let versions = spec
+                .and_then(|s| s.get("versions"))
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .filter(|v| v.get("served").and_then(|s| s.as_bool()) == Some(true))
+                .map(|v| text(v.get("name")));
+            for version in versions {
+                let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+                loop {
+                    match self.catalog.lookup(&gvk).await {
+                        Ok(Some(_)) => break,
+                        Ok(None) if tokio::time::Instant::now() < deadline => {
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        }
+                        Ok(None) => {
+                            return Err(format!(
+                                "{}: established, but {}/{version} {kind} is not served after {timeout:?}",
+                                crd.object_ref(),
+                                group
+                            ));
+                        }
+                        Err(e) => {
+                            return Err(format!(
+                                "{}: {}",
+                                crd.object_ref(),
+                                super::error_chain(&e)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.invalidate_capabilities().await;
+        Ok(())
+    }
+}
+
 pub(crate) fn no_match(obj: &ManifestObject) -> DiscoveryError {
     DiscoveryError::NoMatch {
         object: obj.object_ref(),

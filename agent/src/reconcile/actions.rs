@@ -392,10 +392,12 @@ impl Executor<'_> {
             .apply(&wanted, &options)
             .await
             .map_err(|e| error_chain(&e))?;
+        let timeout = Duration::from_secs(60);
         self.cluster
-            .wait_ready(&report.applied, &WaitOptions::new(Duration::from_secs(60)))
+            .wait_ready(&report.applied, &WaitOptions::new(timeout))
             .await
-            .map_err(|e| error_chain(&e))
+            .map_err(|e| error_chain(&e))?;
+        self.cluster.wait_discovered(&report.applied, timeout).await
     }
 
     /// Runs the hooks of `event` in weight order, persisting each hook's `last_run`.
