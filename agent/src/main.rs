@@ -46,6 +46,11 @@ enum Command {
         /// How many releases are reconciled at the same time.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
         concurrency: u16,
+        /// How long the cluster's discovered .Capabilities are reused by renders (a Go
+        /// duration; 0s discovers them for every render, as helm does). CRDs and APIServices
+        /// the agent applies or deletes, and applies of unserved kinds, refresh them at once.
+        #[arg(long, default_value = "5m")]
+        capabilities_ttl: flotilla_core::duration::GoDuration,
         /// Plan files, or directories of plan files.
         #[arg(required = true)]
         plans: Vec<PathBuf>,
@@ -68,12 +73,14 @@ fn main() -> anyhow::Result<()> {
             state_namespace,
             watch,
             concurrency,
+            capabilities_ttl,
             plans,
         } => runtime.block_on(apply(
             kubeconfig,
             &state_namespace,
             watch,
             usize::from(concurrency),
+            capabilities_ttl.get(),
             plans,
         )),
     }
@@ -126,6 +133,7 @@ async fn apply(
     state_namespace: &str,
     watch: bool,
     concurrency: usize,
+    capabilities_ttl: Duration,
     paths: Vec<PathBuf>,
 ) -> anyhow::Result<()> {
     let mut plans = Vec::new();
@@ -157,7 +165,9 @@ async fn apply(
     )
     .await
     .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
-    let ctx = Context::from_config(config, state_namespace, Arc::new(ChartRenderer::default()))?;
+    let mut ctx =
+        Context::from_config(config, state_namespace, Arc::new(ChartRenderer::default()))?;
+    ctx.cluster = ctx.cluster.with_capabilities_ttl(capabilities_ttl);
     // Signal handlers first, so a signal during the first reconcile is not lost.
     let mut signals = Signals::new()?;
 
