@@ -11,7 +11,8 @@
 //!    odd primes below [`SIEVE_LIMIT`] are computed once (a few primes at a time, through
 //!    the remainder modulo their product), then every multiple of each prime in the window
 //!    is struck out; the next window's residues follow from the previous ones;
-//! 3. each survivor, in order, gets Miller-Rabin rounds with random bases, as many as
+//! 3. each survivor, in order, gets a Miller-Rabin round with base 2 (where multiplying by
+//!    the base is a doubling), then Miller-Rabin rounds with random bases, as many as
 //!    FIPS 186-5 table B.1 asks (Go's and BoringSSL's counts: 5 for 1024-bit primes, 4 for
 //!    2048-bit ones), on Montgomery arithmetic over fixed-size limb arrays (CIOS
 //!    multiplication with 128-bit products, sliding-window exponentiation).
@@ -256,12 +257,39 @@ impl<const N: usize> Modulus<N> {
         acc
     }
 
+    /// `2^exp` in Montgomery form: left-to-right binary, where multiplying by the base is a
+    /// modular doubling, so it costs the squarings alone.
+    pub(crate) fn pow2(&self, exp: &[u64; N]) -> [u64; N] {
+        let mut acc = self.one;
+        let top = bit_len(exp);
+        if top == 0 {
+            return acc;
+        }
+        self.double_in_place(&mut acc);
+        for i in (0..top - 1).rev() {
+            acc = self.sqr(&acc);
+            if bit(exp, i) == 1 {
+                self.double_in_place(&mut acc);
+            }
+        }
+        acc
+    }
+
     /// One Miller-Rabin round with base `a` (`1 < a < m - 1`, plain form): `false` proves
     /// `m` composite. `d` and `s` are such that `m - 1 = d 2^s`, `d` odd.
     fn miller_rabin(&self, a: &[u64; N], d: &[u64; N], s: usize) -> bool {
+        self.strong_probable_prime(self.pow(&self.enter(a), d), s)
+    }
+
+    /// The round for base 2, through [`Modulus::pow2`] (`m > 3`).
+    fn miller_rabin_base_2(&self, d: &[u64; N], s: usize) -> bool {
+        self.strong_probable_prime(self.pow2(d), s)
+    }
+
+    /// The rest of a round, from `x = a^d` (Montgomery form).
+    fn strong_probable_prime(&self, mut x: [u64; N], s: usize) -> bool {
         let mut minus_one = self.m;
         sub_in_place(&mut minus_one, &self.one);
-        let mut x = self.pow(&self.enter(a), d);
         if x == self.one || x == minus_one {
             return true;
         }
@@ -305,6 +333,11 @@ fn is_probable_prime<const N: usize>(md: &Modulus<N>, rounds: usize) -> bool {
     let s = (0..64 * N).find(|&i| bit(&d, i) == 1).unwrap_or(0);
     for _ in 0..s {
         shr1(&mut d);
+    }
+    // A base-2 round first, which nearly every composite fails and which is cheaper than a
+    // random base's; then the rounds table B.1 asks for, with random bases.
+    if bit_len(m) > 3 && !md.miller_rabin_base_2(&d, s) {
+        return false;
     }
     let bits = bit_len(m);
     let mut minus_one = *m;
@@ -575,6 +608,12 @@ mod tests {
             );
             assert_eq!(to_biguint(&md.leave(&md.sqr(&am))), (&ba * &ba) % &big_m);
             assert_eq!(
+                to_biguint(&md.leave(&md.pow2(&e))),
+                BigUint::from(2u8).modpow(&to_biguint(&e), &big_m),
+                "2^{} mod {big_m}",
+                to_biguint(&e)
+            );
+            assert_eq!(
                 to_biguint(&md.leave(&md.pow(&am, &e))),
                 ba.modpow(&to_biguint(&e), &big_m),
                 "{ba}^{} mod {big_m}",
@@ -629,7 +668,9 @@ mod tests {
         for _ in 0..s {
             shr1(&mut d);
         }
-        md.miller_rabin(&[2, 0], &d, s)
+        let fast = md.miller_rabin_base_2(&d, s);
+        assert_eq!(fast, md.miller_rabin(&[2, 0], &d, s), "{n}");
+        fast
     }
 
     #[test]
