@@ -236,16 +236,40 @@ fn chart_defaults() -> Values {
     }))
 }
 
-/// Decodes `data` as YAML every way Helm does (go-yaml v2, strict, every document,
-/// `sigs.k8s.io/yaml`, `fromYaml`), emits what decodes, then reads it as a values file and
-/// coalesces it with a chart's defaults, both ways round, and validates it against a schema
-/// made of the same bytes.
+/// The head reader (`from_str_keys`, Helm's `SimpleHead`, with its fast path for plain
+/// block-style documents) must agree with the full decoder: the same error, or the same
+/// values for the keys it reads.
+fn head_matches_full_parse(text: &str) {
+    const KEYS: [&str; 3] = ["apiVersion", "kind", "metadata"];
+    let full = flotilla_yaml::from_str(text);
+    let head = flotilla_yaml::from_str_keys(text, &KEYS);
+    match (&full, &head) {
+        (Err(f), Err(h)) => assert_eq!(f.to_string(), h.to_string(), "head error differs"),
+        (Ok(flotilla_yaml::Value::Map(f)), Ok(flotilla_yaml::Value::Map(h))) => {
+            for k in KEYS {
+                assert_eq!(
+                    format!("{:?}", h.get_str(k)),
+                    format!("{:?}", f.get_str(k)),
+                    "head differs at {k}"
+                );
+            }
+        }
+        (Ok(f), Ok(h)) => assert_eq!(format!("{h:?}"), format!("{f:?}"), "head differs"),
+        _ => panic!("head reader and full decoder disagree: {head:?} against {full:?}"),
+    }
+}
+
+/// Decodes `data` as YAML every way Helm does (go-yaml v2, the head reader against it,
+/// strict, every document, `sigs.k8s.io/yaml`, `fromYaml`), emits what decodes, then reads it
+/// as a values file and coalesces it with a chart's defaults, both ways round, and validates
+/// it against a schema made of the same bytes.
 pub fn yaml_values(data: &[u8]) {
     if let Ok(v) = flotilla_yaml::from_slice(data) {
         let _ = flotilla_yaml::to_string(&v);
         let _ = flotilla_yaml::helm::must_to_yaml(&v);
     }
     let text = String::from_utf8_lossy(data);
+    head_matches_full_parse(&text);
     let _ = flotilla_yaml::from_str_strict(&text);
     if let Ok(docs) = flotilla_yaml::from_str_all(&text) {
         for (i, d) in docs.iter().take(8).enumerate() {
