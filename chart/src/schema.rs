@@ -76,6 +76,10 @@ pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String
     // Our walk decides first (it asserts what the Go library asserts, e.g. `format` for
     // drafts up to 7); the crate covers keywords the walk does not know.
     let ours = walker.validate(&schema, &instance, &mut Vec::new());
+    if ours.is_none() && walk_covers(&schema, true) {
+        // Every keyword the crate would check, our walk has checked.
+        return Ok(());
+    }
     let crate_validator = if ours.is_none() {
         let v = jsonschema::validator_for(&schema);
         if let Ok(v) = &v {
@@ -1048,6 +1052,90 @@ impl Walker<'_> {
     }
 }
 
+/// Whether our walk checks everything the `jsonschema` crate would check in schema `s`, so
+/// that when the walk finds nothing the crate need not be compiled (it is most of the cost of
+/// validating a big schema): only keywords the walk knows or that no validator asserts,
+/// local `$ref`s, a known draft, no `format` (the crate asserts more formats, and more
+/// strictly) and `pattern`s that compile alike everywhere. Anything else goes to the crate.
+fn walk_covers(s: &Value, root: bool) -> bool {
+    let o = match s {
+        Value::Bool(_) => return true,
+        Value::Object(o) => o,
+        _ => return false,
+    };
+    let all = |v: &Value| match v {
+        Value::Array(a) => a.iter().all(|x| walk_covers(x, false)),
+        _ => false,
+    };
+    let each = |v: &Value| match v {
+        Value::Object(m) => m.values().all(|x| walk_covers(x, false)),
+        _ => false,
+    };
+    o.iter().all(|(k, v)| match k.as_str() {
+        "properties" | "definitions" | "$defs" | "dependentSchemas" => each(v),
+        "patternProperties" => {
+            each(v)
+                && v.as_object()
+                    .is_some_and(|m| m.keys().all(|p| plain_pattern(p)))
+        }
+        "dependencies" => v.as_object().is_some_and(|m| {
+            m.values().all(|x| match x {
+                Value::Array(a) => a.iter().all(Value::is_string),
+                other => walk_covers(other, false),
+            })
+        }),
+        "items" => match v {
+            Value::Array(_) => all(v),
+            other => walk_covers(other, false),
+        },
+        "additionalItems"
+        | "additionalProperties"
+        | "propertyNames"
+        | "contains"
+        | "not"
+        | "if"
+        | "then"
+        | "else" => walk_covers(v, false),
+        "prefixItems" | "allOf" | "anyOf" | "oneOf" => all(v),
+        "pattern" => v.as_str().is_some_and(plain_pattern),
+        "$ref" => v.as_str().is_some_and(|r| r == "#" || r.starts_with("#/")),
+        "$id" => root,
+        "$schema" => {
+            root && v.as_str().is_some_and(|d| {
+                ["draft-04", "draft-06", "draft-07", "2019-09", "2020-12"]
+                    .iter()
+                    .any(|n| d.contains(n))
+            })
+        }
+        "format"
+        | "id"
+        | "$anchor"
+        | "$dynamicRef"
+        | "$dynamicAnchor"
+        | "$recursiveRef"
+        | "$recursiveAnchor"
+        | "$vocabulary"
+        | "unevaluatedProperties"
+        | "unevaluatedItems"
+        | "contentEncoding"
+        | "contentMediaType"
+        | "contentSchema" => false,
+        // Assertions on values, annotations, data (`enum`, `const`, `default`) and keywords
+        // no validator knows.
+        _ => true,
+    })
+}
+
+/// A regular expression that Go's RE2, ECMA-262 and Rust's `regex` read alike: it compiles
+/// with `regex` and uses no flags groups, POSIX classes, Unicode classes or anchors of one
+/// syntax only.
+fn plain_pattern(p: &str) -> bool {
+    !["(?", "[[:", "\\A", "\\z", "\\Z", "\\p", "\\P", "\\Q", "\\C"]
+        .iter()
+        .any(|x| p.contains(x))
+        && regex::Regex::new(p).is_ok()
+}
+
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -1064,4 +1152,44 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covers(schema: &str) -> bool {
+        walk_covers(
+            &serde_json::from_str(schema).expect("test schema is JSON"),
+            true,
+        )
+    }
+
+    #[test]
+    fn the_crate_is_skipped_only_for_keywords_the_walk_checks() {
+        for s in [
+            r##"{"$schema": "http://json-schema.org/draft-07/schema#", "$id": "x", "type": "object",
+                "properties": {"format": {"type": "string", "pattern": "^[a-z]+$"},
+                "a": {"$ref": "#/definitions/a"}}, "definitions": {"a": {"enum": [1]}},
+                "default": {"format": "email"}, "form": true}"##,
+            r##"{"items": [{"type": "string"}], "additionalItems": false,
+                "patternProperties": {"^x-": {"oneOf": [true, {"minimum": 1}]}},
+                "dependencies": {"a": ["b"], "c": {"required": ["d"]}}}"##,
+        ] {
+            assert!(covers(s), "{s}");
+        }
+        for s in [
+            r##"{"properties": {"a": {"type": "string", "format": "email"}}}"##,
+            r##"{"properties": {"a": {"unevaluatedProperties": false}}}"##,
+            r##"{"properties": {"a": {"$ref": "other.json#/a"}}}"##,
+            r##"{"properties": {"a": {"$id": "nested"}}}"##,
+            r##"{"properties": {"a": {"pattern": "(?i)^abc$"}}}"##,
+            r##"{"properties": {"a": {"pattern": "[unclosed"}}}"##,
+            r##"{"patternProperties": {"\\p{L}": true}}"##,
+            r##"{"$schema": "https://example.com/custom-meta"}"##,
+            r##"{"items": 5}"##,
+        ] {
+            assert!(!covers(s), "{s}");
+        }
+    }
 }
