@@ -2,16 +2,17 @@
 //! the API version of a CRD in its own `crds/` renders as the real helm v4 install renders it
 //! (helm installs CRDs before it discovers the capabilities), even when the agent had cached
 //! the cluster's capabilities before the CRD existed; and the cache is discovered again after
-//! its TTL and after an apply fails on a kind that is not served.
+//! its TTL, after an apply fails on a kind that is not served, and after the agent deletes a
+//! CRD.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::kube::ApplyOptions;
 use flotilla_agent::kube::ReleaseRef;
 use flotilla_agent::kube::manifest::parse_manifest;
+use flotilla_agent::kube::{ApplyOptions, DeleteOptions};
 use flotilla_agent::reconcile::plan_file::{self, PlanFile};
 use flotilla_agent::reconcile::render::ChartRenderer;
 use flotilla_agent::reconcile::{Context, reconcile};
@@ -304,5 +305,20 @@ async fn cached_capabilities_are_discovered_again_after_the_ttl_and_after_an_uns
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(has(&short.capabilities().await?, "Cog"));
     assert_eq!(short.capabilities_discoveries(), discoveries + 1);
+
+    // The agent deleting a CRD (default TTL again, the cache fresh): discovered again at once.
+    assert!(has(&cluster_api.capabilities().await?, "Cog"));
+    let discoveries = cluster_api.capabilities_discoveries();
+    let crd = parse_manifest(
+        "---\n# Source: t/crds/cogs.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: cogs.late.flotilla.dev\n",
+    )?;
+    let delete = DeleteOptions {
+        wait: Some(Duration::from_secs(30)),
+        ..DeleteOptions::default()
+    };
+    let report = cluster_api.delete(&crd, "default", &delete).await?;
+    assert_eq!(report.deleted.len(), 1, "{report:?}");
+    cluster_api.capabilities().await?;
+    assert_eq!(cluster_api.capabilities_discoveries(), discoveries + 1);
     Ok(())
 }
