@@ -41,3 +41,13 @@ pub use coalesce::{Warning, Warnings};
 pub use load::{LoadError, load, load_archive, load_dir};
 pub use metadata::{Dependency, Lock, Maintainer, Metadata};
 pub use values::Values;
+
+/// `String::from_utf8_lossy`, with the validation of text that is valid UTF-8 (nearly every
+/// chart file) done by `str::from_utf8`, which checks ASCII a word at a time where the lossy
+/// decoder goes byte by byte.
+pub(crate) fn utf8_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}

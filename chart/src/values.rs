@@ -114,7 +114,7 @@ pub fn load_values(src: &str) -> Result<Values, ValuesError> {
 /// [`load_values`] of raw bytes (a UTF-8 BOM is not special here: Helm strips it while
 /// loading charts, not values files).
 pub fn load_values_bytes(src: &[u8]) -> Result<Values, ValuesError> {
-    load_values(&String::from_utf8_lossy(src))
+    load_values(&crate::utf8_lossy(src))
 }
 
 /// Helm's `loader.MergeMaps(a, b)`: `b` wins; maps present on both sides are merged

@@ -115,7 +115,10 @@ impl From<TemplateArgs> for TemplateOptions {
 }
 
 /// Runs a parsed command line on the process's stdout and stderr; returns the exit code.
+/// The process is expected to exit then: rendering leaves what it allocated to the exit
+/// ([`flotilla_chart::render::leave_allocations_to_exit`]).
 pub fn run(cli: Cli) -> i32 {
+    flotilla_chart::render::leave_allocations_to_exit();
     run_with(
         cli,
         &mut std::io::stdout().lock(),

@@ -28,7 +28,7 @@ mod objects;
 pub mod template;
 mod toml;
 
-pub use engine::{Engine, ReleaseOptions, RenderError};
+pub use engine::{Engine, ReleaseOptions, RenderError, leave_allocations_to_exit};
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{

@@ -463,7 +463,7 @@ impl Object for FilesObject {
     fn call_method(&self, name: &str, args: &[Value]) -> Result<Value, FuncError> {
         let arg = args.first().and_then(Value::as_str).unwrap_or_default();
         match name {
-            "Get" => Ok(Value::string(String::from_utf8_lossy(&self.get_bytes(arg)))),
+            "Get" => Ok(Value::string(crate::utf8_lossy(&self.get_bytes(arg)))),
             "GetBytes" => Ok(Value::Bytes(self.get_bytes(arg))),
             "Glob" => {
                 let g = Glob::compile(arg).unwrap_or_else(Glob::match_all);
@@ -487,7 +487,7 @@ impl Object for FilesObject {
                 let items = match self.entries.get(arg) {
                     None => Vec::new(),
                     Some(data) => {
-                        let text = String::from_utf8_lossy(data);
+                        let text = crate::utf8_lossy(data);
                         let Some(text) = text.strip_suffix('\n').or(if text.is_empty() {
                             None
                         } else {

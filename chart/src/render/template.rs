@@ -292,7 +292,7 @@ pub fn render_release_post_rendered(
             manifest.push_str("---\n# Source: ");
             manifest.push_str(&path);
             manifest.push('\n');
-            manifest.push_str(&String::from_utf8_lossy(&f.data));
+            manifest.push_str(&crate::utf8_lossy(&f.data));
             manifest.push('\n');
         }
     }
@@ -590,7 +590,7 @@ fn output_files(
     let mut files = Vec::new();
     if opts.include_crds {
         for (path, f) in crd_objects(chart) {
-            let data = String::from_utf8_lossy(&f.data);
+            let data = crate::utf8_lossy(&f.data);
             files.push(file(dir, &path, &data, WriteMode::AppendIfWrittenInThisRun));
         }
     }
