@@ -86,9 +86,14 @@ pub(crate) fn block_head(src: &str, keys: &[&str]) -> Option<Head> {
         keys,
     };
     let mut offset = 0;
-    for line in src.split('\n') {
-        s.line(line, offset)?;
-        offset += line.len() + 1;
+    let bytes = src.as_bytes();
+    loop {
+        let end = memchr::memchr(b'\n', &bytes[offset..]).map_or(bytes.len(), |n| offset + n);
+        s.line(&bytes[offset..end], offset)?;
+        if end == bytes.len() {
+            break;
+        }
+        offset = end + 1;
     }
     if matches!(s.open, Open::Quoted { .. }) {
         return None;
@@ -161,8 +166,7 @@ fn indent_of(line: &[u8]) -> usize {
 }
 
 impl Scanner<'_> {
-    fn line(&mut self, line: &str, offset: usize) -> Option<()> {
-        let b = line.as_bytes();
+    fn line(&mut self, b: &[u8], offset: usize) -> Option<()> {
         if b.starts_with(b"---") || b.starts_with(b"...") {
             return None;
         }
@@ -452,7 +456,10 @@ fn key_at(b: &[u8], at: usize) -> Option<(Option<&[u8]>, usize)> {
             }
             let mut i = at;
             loop {
-                i += memchr::memchr3(b':', b'#', b'\t', &b[i..])?;
+                // Keys are short: a plain loop beats setting up a vector search.
+                i += b[i..]
+                    .iter()
+                    .position(|&c| matches!(c, b':' | b'#' | b'\t'))?;
                 match b[i] {
                     b'\t' => return None,
                     b':' if matches!(b.get(i + 1), None | Some(b' ')) => break,
