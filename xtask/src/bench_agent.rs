@@ -11,7 +11,8 @@
 //!   drift detection enabled in the plans, this includes the drift check), and the
 //!   agent's CPU time over that round divided by N;
 //! - peak RSS (`VmHWM`) and idle RSS (`VmRSS` sampled while no reconcile runs, between
-//!   intervals).
+//!   intervals), with where the idle pages are (`/proc/<pid>/smaps` summed by mapping
+//!   kind: the agent binary's file pages, other files, heap, anonymous maps, stacks).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -313,6 +314,15 @@ fn measure(
     }
     let peak = proc_status_kib(pid, "VmHWM:")?;
     let threads = proc_status_kib(pid, "Threads:")?;
+    let breakdown = if idle.is_empty() {
+        String::new()
+    } else {
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+            .with_context(|| format!("reading /proc/{pid}/smaps"))?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("reading /proc/{pid}/exe"))?;
+        format!("\n{}", smaps_breakdown(&smaps, &exe.to_string_lossy()))
+    };
     let install_time = install_done.context("installs finished")? - started;
     let idle_rss = idle.iter().copied().max();
     Ok(format!(
@@ -323,7 +333,7 @@ fn measure(
   steady-state CPU per release: {cpu:.1} ms ({cpu_total:.2} s for the round of {n})
   peak RSS (VmHWM): {peak} (after installs: {peak_install})
   idle RSS (VmRSS between intervals, max of {samples} samples): {idle}
-  threads when idle: {threads}",
+  threads when idle: {threads}{breakdown}",
         c = args.concurrency,
         i = args.interval,
         install = install_time.as_secs_f64(),
@@ -336,6 +346,86 @@ fn measure(
         samples = idle.len(),
         idle = idle_rss.map_or("not measured (no quiet window)".to_owned(), mib),
     ))
+}
+
+/// Resident pages of one kind of mapping, in KiB.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Pages {
+    rss: u64,
+    private: u64,
+    shared: u64,
+}
+
+/// The mapping kinds of the idle breakdown, in report order.
+const KINDS: [&str; 6] = [
+    "agent binary (file)",
+    "other files (libc, ...)",
+    "[heap] (main arena)",
+    "anonymous (other arenas, mmap)",
+    "thread stacks ([stack] + guard-page maps)",
+    "kernel ([vdso], [vvar], ...)",
+];
+
+/// Sums `/proc/<pid>/smaps` by mapping kind (see [`KINDS`]); `exe` is the binary's path.
+/// An anonymous map directly above a one-page `---p` map (glibc's guard page) is counted as
+/// a thread stack; larger `---p` maps are reserved, untouched address space (arenas).
+fn smaps_totals(smaps: &str, exe: &str) -> [Pages; KINDS.len()] {
+    let mut totals = [Pages::default(); KINDS.len()];
+    let mut kind = None;
+    let mut after_guard = false;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping header: `start-end perms offset dev inode [path]`.
+            let perms = fields.next().unwrap_or_default();
+            let path = fields.nth(3).unwrap_or_default();
+            kind = Some(if path == exe {
+                0
+            } else if path.starts_with('/') {
+                1
+            } else if path == "[heap]" {
+                2
+            } else if path == "[stack]" || (path.is_empty() && after_guard) {
+                4
+            } else if path.is_empty() {
+                3
+            } else {
+                5
+            });
+            after_guard = path.is_empty() && perms == "---p" && map_bytes(first) == Some(4096);
+            continue;
+        }
+        let Some(k) = kind else { continue };
+        let kib: u64 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        match first {
+            "Rss:" => totals[k].rss += kib,
+            "Private_Clean:" | "Private_Dirty:" => totals[k].private += kib,
+            "Shared_Clean:" | "Shared_Dirty:" => totals[k].shared += kib,
+            _ => {}
+        }
+    }
+    totals
+}
+
+/// The size of a smaps `start-end` address range.
+fn map_bytes(range: &str) -> Option<u64> {
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    u64::from_str_radix(end, 16).ok()?.checked_sub(start)
+}
+
+/// The idle breakdown's report lines.
+fn smaps_breakdown(smaps: &str, exe: &str) -> String {
+    let totals = smaps_totals(smaps, exe);
+    let mut out = String::from("  idle RSS by mapping (/proc/PID/smaps; Rss = Private + Shared):");
+    for (name, t) in KINDS.iter().zip(totals) {
+        out.push_str(&format!(
+            "\n    {name:<42} Rss {:>6} KiB  Private {:>6} KiB  Shared {:>6} KiB",
+            t.rss, t.private, t.shared
+        ));
+    }
+    out
 }
 
 fn tempfile_dir(prefix: &str) -> anyhow::Result<PathBuf> {
@@ -365,5 +455,54 @@ mod tests {
             ("default/b", 12, false)
         );
         assert!(parse_line("INFO something else", Instant::now()).is_none());
+    }
+
+    #[test]
+    fn smaps_mappings_are_summed_by_kind() {
+        // The layout of /proc/PID/smaps (proc(5)), with made-up figures.
+        let smaps = "\
+55d0a0000000-55d0a1000000 r-xp 00001000 fd:01 42   /opt/flotilla-agent
+Size:              16384 kB
+Rss:                1000 kB
+Shared_Clean:        200 kB
+Shared_Dirty:          0 kB
+Private_Clean:       800 kB
+Private_Dirty:         0 kB
+55d0a2000000-55d0a2100000 rw-p 00000000 00:00 0    [heap]
+Rss:                 300 kB
+Shared_Clean:          0 kB
+Private_Dirty:       300 kB
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+Rss:                   0 kB
+7f0000001000-7f0000201000 rw-p 00000000 00:00 0
+Rss:                  16 kB
+Private_Dirty:        16 kB
+7f0000300000-7f0000400000 rw-p 00000000 00:00 0
+Rss:                  64 kB
+Private_Dirty:        64 kB
+7f1000000000-7f1000100000 r-xp 00000000 fd:01 7    /usr/lib/x86_64-linux-gnu/libc.so.6
+Rss:                 900 kB
+Shared_Clean:        880 kB
+Private_Dirty:        20 kB
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0    [stack]
+Rss:                  12 kB
+Private_Dirty:        12 kB
+7ffd00100000-7ffd00102000 r-xp 00000000 00:00 0    [vdso]
+Rss:                   4 kB
+Shared_Clean:          4 kB
+";
+        let t = smaps_totals(smaps, "/opt/flotilla-agent");
+        let p = |rss, private, shared| Pages { rss, private, shared };
+        assert_eq!(
+            t,
+            [
+                p(1000, 800, 200),
+                p(900, 20, 880),
+                p(300, 300, 0),
+                p(64, 64, 0),
+                p(28, 28, 0),
+                p(4, 0, 4),
+            ]
+        );
     }
 }
