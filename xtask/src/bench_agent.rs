@@ -492,7 +492,11 @@ Rss:                   4 kB
 Shared_Clean:          4 kB
 ";
         let t = smaps_totals(smaps, "/opt/flotilla-agent");
-        let p = |rss, private, shared| Pages { rss, private, shared };
+        let p = |rss, private, shared| Pages {
+            rss,
+            private,
+            shared,
+        };
         assert_eq!(
             t,
             [
