@@ -8,10 +8,12 @@
 //! API discovery, server-side apply with Helm's ownership rules, deletion, kstatus readiness
 //! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
 //! [`kube::ClusterApi`]. [`reconcile`] runs a plan through core's state machine,
-//! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events.
+//! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events,
+//! [`memory`] returns freed heap pages to the kernel when the agent goes idle.
 
 pub mod drift;
 pub mod events;
 pub mod kube;
+pub mod memory;
 pub mod reconcile;
 pub mod storage;

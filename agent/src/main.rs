@@ -215,6 +215,11 @@ async fn apply(
                 slot.due = finished(&plans[i], slot, elapsed, result, watch, &mut failed)?
                     .map(|d| Instant::now() + d);
                 done += 1;
+                if running.is_empty() {
+                    // Idle until the next is due: what rendering and applying freed goes
+                    // back to the kernel instead of staying in the allocator's arenas.
+                    flotilla_agent::memory::release_free_memory();
+                }
             }
             () = wait => {}
             stop = signals.recv() => {
