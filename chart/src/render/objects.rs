@@ -476,7 +476,7 @@ impl Object for FilesObject {
                 Ok(Value::Object(Arc::new(FilesObject { entries })))
             }
             "AsConfig" => Ok(Value::string(
-                self.by_basename(|v| String::from_utf8_lossy(v).into_owned()),
+                self.by_basename(|v| crate::utf8_lossy(v).into_owned()),
             )),
             "AsSecrets" => {
                 Ok(Value::string(self.by_basename(|v| {
