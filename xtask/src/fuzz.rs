@@ -48,7 +48,7 @@ const TARGETS: &[Target] = &[
     Target {
         name: "chart_archive",
         max_len: 128 << 10,
-        keep_max: 16 << 10,
+        keep_max: 8 << 10,
     },
     Target {
         name: "postrender",
