@@ -1,6 +1,7 @@
 //! `cargo xtask bench-agent`: one local cluster, N HelmReleases of a podinfo-like chart
 //! (`agent/tests/charts/podinfo-like`: three Deployments, Services and ConfigMaps each),
-//! all reconciled by ONE `flotilla-agent apply --watch` process (release build).
+//! all reconciled by ONE `flotilla-agent apply --watch` process (built with the `agent`
+//! profile, as the agent ships; `--debug` for a debug build, `--agent-bin` for a given one).
 //!
 //! Measured, from the agent's own log lines (`reconciled release=... elapsed_ms=...`) and
 //! `/proc/<pid>`:
@@ -40,7 +41,7 @@ pub struct BenchAgent {
     /// `  driftDetection:\n    mode: enabled`.
     #[arg(long, default_value = "")]
     spec: String,
-    /// Use a debug build of the agent instead of a release build.
+    /// Use a debug build of the agent instead of the `agent` profile.
     #[arg(long)]
     debug: bool,
     /// Use this agent binary as it is (no build).
@@ -149,7 +150,7 @@ fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
         "--locked",
     ]);
     if !debug {
-        cargo.arg("--release");
+        cargo.args(["--profile", "agent"]);
     }
     let status = cargo.status().context("running cargo build")?;
     if !status.success() {
@@ -159,7 +160,7 @@ fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let bin = target
-        .join(if debug { "debug" } else { "release" })
+        .join(if debug { "debug" } else { "agent" })
         .join("flotilla-agent");
     anyhow::ensure!(bin.is_file(), "{} was not built", bin.display());
     Ok(bin)
