@@ -5,95 +5,26 @@
 //! its TTL, after an apply fails on a kind that is not served, and after the agent deletes a
 //! CRD.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::kube::ReleaseRef;
 use flotilla_agent::kube::manifest::parse_manifest;
 use flotilla_agent::kube::{ApplyOptions, DeleteOptions};
-use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::ChartRenderer;
 use flotilla_agent::reconcile::{Context, reconcile};
-use flotilla_tests::{Cluster, ClusterOptions, tools};
+use flotilla_tests::tools::{self, helm_in as helm, kubectl_in as kubectl};
+use flotilla_tests::{Cluster, ClusterOptions};
 
-fn charts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
-}
+use common::{Hr, charts};
 
-/// A plan file for HelmRelease `default/<name>` installing release `<name>` from `chart`.
+/// HelmRelease `default/<name>` installing release `<name>` from `chart`.
 fn plan(name: &str, chart: &str) -> PlanFile {
-    let text = format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: {name}
-  namespace: default
-  generation: 1
-spec:
-  interval: 1m
-  timeout: 60s
-chart:
-  path: {chart}
-"
-    );
-    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
-        Ok(p) => p,
-        Err(e) => panic!("plan file: {e}"),
-    }
-}
-
-fn tool(bin: PathBuf, args: &[&str], kubeconfig: &Path, stdin: Option<&str>) -> Output {
-    use std::io::Write as _;
-    let mut child = match Command::new(&bin)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
-        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
-        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => panic!("running {}: {e}", bin.display()),
-    };
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(input.as_bytes())
-            .expect("writing stdin");
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().expect("waiting for the tool")
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn helm(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
-    Ok(ok(
-        tool(tools::helm()?, args, kubeconfig, None),
-        &format!("helm {}", args.join(" ")),
-    ))
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-    Ok(ok(
-        tool(tools::kubectl()?, args, kubeconfig, stdin),
-        &format!("kubectl {}", args.join(" ")),
-    ))
+    Hr::new(name, chart).timeout(Some("60s")).plan()
 }
 
 /// A served, established CRD `<plural>.late.flotilla.dev` of kind `kind`, version v1.
@@ -135,12 +66,12 @@ spec:
 /// `late.flotilla.dev/v1`, so a fresh discovery by the agent must see it.
 fn served(kubeconfig: &Path, kind: &str) -> anyhow::Result<()> {
     for _ in 0..50 {
-        let out = tool(
-            tools::kubectl()?,
+        let out = tools::run(
+            &tools::kubectl()?,
             &["get", "--raw", "/apis/late.flotilla.dev/v1"],
             kubeconfig,
             None,
-        );
+        )?;
         if out.status.success()
             && String::from_utf8_lossy(&out.stdout).contains(&format!("\"kind\":\"{kind}\""))
         {

@@ -2,108 +2,38 @@
 //! applied, against real local clusters. Expected values come from the real helm v4 CLI
 //! installing the same chart into the same cluster, never from the agent.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::sync::Arc;
 
-use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::ChartRenderer;
-use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
-use flotilla_core::meta::{Conditions as _, condition, reason};
-use flotilla_tests::{Cluster, ClusterOptions, tools};
+use flotilla_agent::reconcile::{Context, ReconcileReport};
+use flotilla_core::meta::{condition, reason};
+use flotilla_tests::tools::{self, helm_history, helm_in as helm, kubectl_in};
+use flotilla_tests::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
-fn charts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
-}
+use common::{Hr, charts, expect_condition, run};
 
-/// A plan file for HelmRelease `default/<name>` with `chart` and extra spec lines.
+/// HelmRelease `default/<name>` with `chart` and extra spec lines.
 fn plan(name: &str, chart: &str, generation: i64, spec: &str) -> PlanFile {
-    let text = format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: {name}
-  namespace: default
-  generation: {generation}
-spec:
-  interval: 1m
-  timeout: 30s
-{spec}
-chart:
-  path: {chart}
-"
-    );
-    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
-        Ok(p) => p,
-        Err(e) => panic!("plan file: {e}"),
-    }
-}
-
-async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
-    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
+    Hr::new(name, chart)
+        .generation(generation)
+        .spec(spec)
+        .plan()
 }
 
 fn released(report: &ReconcileReport) -> (String, String) {
-    match report.status.conditions.get_condition(condition::RELEASED) {
-        Some(c) => (c.reason.clone(), c.message.clone()),
-        None => panic!("no Released condition in {:#?}", report.status.conditions),
-    }
-}
-
-fn tool(
-    bin: PathBuf,
-    args: &[&str],
-    kubeconfig: &Path,
-    stdin: Option<&str>,
-) -> anyhow::Result<Output> {
-    use std::io::Write as _;
-    let mut child = Command::new(bin)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
-        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
-        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(input.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    Ok(child.wait_with_output()?)
-}
-
-fn ok(out: Output, what: &str) -> anyhow::Result<String> {
-    anyhow::ensure!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let (reason, _, message) = expect_condition(report, condition::RELEASED);
+    (reason.to_owned(), message.to_owned())
 }
 
 fn kubectl_apply(kubeconfig: &Path, yaml: &str) -> anyhow::Result<()> {
-    let out = tool(
-        tools::kubectl()?,
-        &["apply", "-f", "-"],
-        kubeconfig,
-        Some(yaml),
-    )?;
-    ok(out, "kubectl apply").map(drop)
-}
-
-fn helm(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = tool(tools::helm()?, args, kubeconfig, None)?;
-    ok(out, &format!("helm {}", args.join(" ")))
+    kubectl_in(kubeconfig, &["apply", "-f", "-"], Some(yaml)).map(drop)
 }
 
 async fn config_map_data(
@@ -139,18 +69,16 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
     let cluster = Cluster::start(ClusterOptions::named("render-cluster")).await?;
     let kubeconfig = cluster.kubeconfig().to_owned();
     kubectl_apply(&kubeconfig, WIDGETS)?;
-    let established = tool(
-        tools::kubectl()?,
+    kubectl_in(
+        &kubeconfig,
         &[
             "wait",
             "--for=condition=Established",
             "crd/widgets.example.com",
             "--timeout=30s",
         ],
-        &kubeconfig,
         None,
     )?;
-    ok(established, "kubectl wait")?;
     kubectl_apply(
         &kubeconfig,
         "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: given\n  namespace: default\ndata:\n  token: s3cret\n",
@@ -203,8 +131,8 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
 
     // A chart's kubeVersion constraint is checked against the same version, with Helm's
     // message.
-    let gate = tool(
-        tools::helm()?,
+    let gate = tools::run(
+        &tools::helm()?,
         &[
             "install",
             "gate",
@@ -285,26 +213,6 @@ subjects: [{kind: ServiceAccount, name: renderer, namespace: default}]
 }
 
 /// `helm history` as (revision, status, description).
-fn helm_history(kubeconfig: &Path, name: &str) -> anyhow::Result<Vec<(i64, String, String)>> {
-    let text = helm(
-        kubeconfig,
-        &["history", name, "-n", "default", "-o", "json"],
-    )?;
-    let history: serde_json::Value = serde_json::from_str(&text)?;
-    Ok(history
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|h| {
-            (
-                h["revision"].as_i64().unwrap_or_default(),
-                h["status"].as_str().unwrap_or_default().to_owned(),
-                h["description"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect())
-}
-
 fn chart_path(name: &str) -> String {
     charts()
         .join(name)
@@ -440,8 +348,8 @@ async fn install_replace_reuses_an_uninstalled_name_as_helm_install_replace_does
         )?;
     }
     // Reference: installing again is refused, then allowed with --replace.
-    let refused = tool(
-        tools::helm()?,
+    let refused = tools::run(
+        &tools::helm()?,
         &["install", "reference", &chart, "-n", "default"],
         &kubeconfig,
         None,
@@ -476,8 +384,8 @@ async fn install_replace_reuses_an_uninstalled_name_as_helm_install_replace_does
         "{:#?}",
         report.status.conditions
     );
-    let reference = helm_history(&kubeconfig, "reference")?;
-    assert_eq!(helm_history(&kubeconfig, "agent")?, reference);
+    let reference = helm_history(&kubeconfig, "reference", "default")?;
+    assert_eq!(helm_history(&kubeconfig, "agent", "default")?, reference);
     assert_eq!(
         reference
             .iter()
@@ -500,8 +408,8 @@ async fn disable_schema_validation_lets_values_the_schema_refuses_through() -> a
     );
     let chart = chart_path("schema");
 
-    let refused = tool(
-        tools::helm()?,
+    let refused = tools::run(
+        &tools::helm()?,
         &[
             "install",
             "reference",
@@ -703,8 +611,8 @@ async fn post_renderers_patch_what_is_applied_and_stored_hooks_as_the_strategy_s
     assert_eq!(hooked.get("patched").map(String::as_str), Some("smp"));
     assert_eq!(hooked.get("b").map(String::as_str), Some("2"));
     // The stored release carries the post-rendered manifest, as the real helm shows it.
-    let out = tool(
-        tools::helm()?,
+    let out = tools::run(
+        &tools::helm()?,
         &["get", "manifest", "agent", "-n", "default"],
         cluster.kubeconfig(),
         None,

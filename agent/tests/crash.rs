@@ -3,6 +3,8 @@
 //! (unlocked and marked failed, then upgraded again), and the real `helm history` agrees
 //! with what the agent recorded.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -13,32 +15,16 @@ use flotilla_chart::release::Status;
 use flotilla_core::plan::ObjectRef;
 use flotilla_tests::{Cluster, ClusterOptions, tools};
 
-fn charts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
-}
+use common::Hr;
 
 /// Writes the plan file of HelmRelease `default/demo` (generation 2 once upgraded).
 fn write_plan(dir: &Path, chart: &str, generation: i64, spec: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join(format!("plan-{generation}.yaml"));
-    let chart = charts().join(chart);
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: demo
-  namespace: default
-  generation: {generation}
-spec:
-  interval: 1m
-{spec}
-chart:
-  path: {}
-",
-            chart.display()
-        ),
-    )?;
+    Hr::new("demo", chart)
+        .generation(generation)
+        .timeout(None)
+        .spec(spec)
+        .write(&path)?;
     Ok(path)
 }
 
@@ -53,33 +39,9 @@ fn agent(kubeconfig: &Path, plan: &Path) -> Command {
     c
 }
 
-/// `helm history` as (revision, status, description).
+/// `helm history demo` as (revision, status, description).
 fn helm_history(kubeconfig: &Path) -> anyhow::Result<Vec<(i64, String, String)>> {
-    let out = Command::new(tools::helm()?)
-        .args(["history", "demo", "-n", "default", "-o", "json"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
-        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
-        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "helm history: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let history: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    Ok(history
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|h| {
-            (
-                h["revision"].as_i64().unwrap_or_default(),
-                h["status"].as_str().unwrap_or_default().to_owned(),
-                h["description"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect())
+    tools::helm_history(kubeconfig, "demo", "default")
 }
 
 #[tokio::test]

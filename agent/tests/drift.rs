@@ -6,95 +6,51 @@
 //! same cluster and the drift message must equal the one it gives. Each test starts its own
 //! cluster.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::LiteralRenderer;
-use flotilla_agent::reconcile::{Context, ReconcileReport, reconcile};
-use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
+use flotilla_agent::reconcile::{Context, ReconcileReport};
+use flotilla_core::meta::{ConditionStatus, condition, reason};
 use flotilla_core::release::Step;
 use flotilla_tests::{Cluster, ClusterOptions};
 
-fn charts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
-}
+use common::{Hr, run};
 
-/// A plan file for HelmRelease `<namespace>/demo` with the `drift` chart and extra spec
-/// lines.
-fn plan_text(namespace: &str, spec: &str) -> PlanFile {
-    let text = format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: demo
-  namespace: {namespace}
-  generation: 1
-spec:
-  interval: 1m
-  timeout: 20s
-{spec}
-chart:
-  path: drift
-"
-    );
-    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
-        Ok(p) => p,
-        Err(e) => panic!("plan file: {e}"),
-    }
-}
-
-/// HelmRelease `default/demo`, release `default/demo`.
+/// HelmRelease `default/demo`, release `default/demo`, chart `drift`.
 fn plan(spec: &str) -> PlanFile {
-    plan_text("default", spec)
+    Hr::new("demo", "drift")
+        .timeout(Some("20s"))
+        .spec(spec)
+        .plan()
 }
 
 /// HelmRelease `<namespace>/demo` for release `default/demo`.
 fn plan_in(namespace: &str, spec: &str) -> PlanFile {
-    plan_text(
-        namespace,
-        &format!(
+    Hr::new("demo", "drift")
+        .namespace(namespace)
+        .timeout(Some("20s"))
+        .spec(&format!(
             "  releaseName: demo\n  targetNamespace: default\n  storageNamespace: default\n{spec}"
-        ),
-    )
+        ))
+        .plan()
 }
 
 async fn start(name: &str) -> anyhow::Result<(Cluster, Context)> {
-    let cluster = Cluster::start(ClusterOptions::named(name)).await?;
-    let ctx = Context::new(
-        cluster.client().await?,
-        "default",
-        Arc::new(LiteralRenderer),
-    );
-    Ok((cluster, ctx))
-}
-
-async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
-    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
+    common::start(name, Arc::new(LiteralRenderer)).await
 }
 
 fn cond(report: &ReconcileReport, type_: &str) -> Option<(String, ConditionStatus, String)> {
-    report
-        .status
-        .conditions
-        .get_condition(type_)
-        .map(|c| (c.reason.clone(), c.status, c.message.clone()))
+    common::condition(report, type_)
 }
 
 /// Runs the real kubectl against the cluster; its stdout.
 fn kubectl(cluster: &Cluster, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(flotilla_tests::tools::kubectl()?)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(args)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    flotilla_tests::tools::kubectl_in(cluster.kubeconfig(), args, None)
 }
 
 fn jsonpath(cluster: &Cluster, object: &str, path: &str) -> anyhow::Result<String> {
@@ -716,25 +672,11 @@ async fn apply_watch_checks_drift_every_interval_and_corrects_it() -> anyhow::Re
     let cluster = Cluster::start(ClusterOptions::named("drift-watch")).await?;
     let dir = tempfile::tempdir()?;
     let plan_path = dir.path().join("plan.yaml");
-    std::fs::write(
-        &plan_path,
-        format!(
-            "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: demo
-  namespace: default
-spec:
-  interval: 2s
-  timeout: 20s
-  driftDetection:
-    mode: enabled
-chart:
-  path: {}
-",
-            charts().join("drift").display()
-        ),
-    )?;
+    Hr::new("demo", "drift")
+        .interval("2s")
+        .timeout(Some("20s"))
+        .spec("  driftDetection:\n    mode: enabled")
+        .write(&plan_path)?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla-agent"))
         .arg("apply")
         .arg("--watch")

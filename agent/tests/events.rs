@@ -3,12 +3,13 @@
 //! Event (client-go's recorder, which Flux uses), and an identity that may not create Events
 //! still reconciles, with the failure in the agent's log.
 
+mod common;
+
 use std::io::Write;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use flotilla_agent::kube::impersonate::service_account_client;
-use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::{ChartRenderer, LiteralRenderer};
 use flotilla_agent::reconcile::{Context, reconcile};
 use flotilla_core::meta::{Conditions as _, condition, reason};
@@ -16,29 +17,11 @@ use flotilla_tests::{Cluster, ClusterOptions, tools};
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 
-/// A plan file for HelmRelease `default/<name>` (uid `uid` when given) with chart `chart`
-/// of `agent/tests/charts`.
+use common::Hr;
+
+/// HelmRelease `default/<name>` (uid `uid` when given) with chart `chart`.
 fn plan(name: &str, uid: Option<&str>, chart: &str) -> PlanFile {
-    let uid = uid.map(|u| format!("  uid: {u}\n")).unwrap_or_default();
-    let text = format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: {name}
-  namespace: default
-{uid}  generation: 1
-spec:
-  interval: 1m
-  timeout: 30s
-chart:
-  path: {chart}
-"
-    );
-    let charts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts");
-    match plan_file::parse(Path::new("plan.yaml"), &text, &charts) {
-        Ok(p) => p,
-        Err(e) => panic!("plan file: {e}"),
-    }
+    Hr::new(name, chart).uid(uid).plan()
 }
 
 /// The Events about HelmRelease `default/<name>`, oldest first.
@@ -200,29 +183,11 @@ metadata: {name: quiet-agent}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: quiet-agent}
 subjects: [{kind: ServiceAccount, name: quiet-agent, namespace: default}]
 "#;
-    let out = std::process::Command::new(tools::kubectl()?)
-        .args(["apply", "-f", "-"])
-        .env("KUBECONFIG", &kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            child
-                .stdin
-                .take()
-                .expect("stdin is piped")
-                .write_all(rbac.as_bytes())?;
-            child.wait_with_output()
-        })?;
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tools::kubectl_in(&kubeconfig, &["apply", "-f", "-"], Some(rbac))?;
     // The identity really may not create Events (so the test is not vacuous).
-    let can = std::process::Command::new(tools::kubectl()?)
-        .args([
+    let can = tools::run(
+        &tools::kubectl()?,
+        &[
             "auth",
             "can-i",
             "create",
@@ -230,9 +195,10 @@ subjects: [{kind: ServiceAccount, name: quiet-agent, namespace: default}]
             "-n",
             "default",
             "--as=system:serviceaccount:default:quiet-agent",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .output()?;
+        ],
+        &kubeconfig,
+        None,
+    )?;
     assert_eq!(String::from_utf8_lossy(&can.stdout).trim(), "no");
 
     let config = kube::Config::from_custom_kubeconfig(

@@ -2,51 +2,34 @@
 //! `tests/charts`, core's state machine deciding, Helm storage and the controller state
 //! kept in the cluster. Each test starts its own cluster.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::Arc;
 
-use flotilla_agent::reconcile::plan_file::{self, PlanFile};
+use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::{ChartRenderer, LiteralRenderer};
 use flotilla_agent::reconcile::state::{StateStore, secret_name};
-use flotilla_agent::reconcile::{Context, ReconcileReport, delete_release, reconcile};
+use flotilla_agent::reconcile::{Context, ReconcileReport, delete_release};
 use flotilla_agent::storage::transitions::set_status;
 use flotilla_agent::storage::{SecretStorage, status_of};
 use flotilla_chart::release::{HookEvent, HookPhase, Status};
-use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
+use flotilla_core::meta::{ConditionStatus, condition, reason};
 use flotilla_core::release::Step;
 use flotilla_tests::{Cluster, ClusterOptions};
 
-fn charts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts")
-}
+use common::{Hr, run};
 
-/// A plan file for HelmRelease `default/demo` with `chart` and extra spec lines.
+/// HelmRelease `default/demo` with `chart` and extra spec lines.
 fn plan(chart: &str, generation: i64, spec: &str) -> PlanFile {
-    let text = format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: demo
-  namespace: default
-  generation: {generation}
-spec:
-  interval: 1m
-  timeout: 20s
-{spec}
-chart:
-  path: {chart}
-"
-    );
-    match plan_file::parse(Path::new("plan.yaml"), &text, &charts()) {
-        Ok(p) => p,
-        Err(e) => panic!("plan file: {e}"),
-    }
+    Hr::new("demo", chart)
+        .generation(generation)
+        .timeout(Some("20s"))
+        .spec(spec)
+        .plan()
 }
 
 async fn start(name: &str) -> anyhow::Result<(Cluster, Context)> {
-    let cluster = Cluster::start(ClusterOptions::named(name)).await?;
-    let ctx = context(&cluster).await?;
-    Ok((cluster, ctx))
+    common::start(name, Arc::new(LiteralRenderer)).await
 }
 
 /// A fresh context (as a restarted agent would build it).
@@ -58,15 +41,8 @@ async fn context(cluster: &Cluster) -> anyhow::Result<Context> {
     ))
 }
 
-async fn run(ctx: &Context, p: &PlanFile) -> anyhow::Result<ReconcileReport> {
-    Ok(reconcile(ctx, &p.plan, &p.chart).await?)
-}
-
 fn cond<'a>(report: &'a ReconcileReport, type_: &str) -> (&'a str, ConditionStatus, &'a str) {
-    match report.status.conditions.get_condition(type_) {
-        Some(c) => (c.reason.as_str(), c.status, c.message.as_str()),
-        None => panic!("no {type_} condition in {:#?}", report.status.conditions),
-    }
+    common::expect_condition(report, type_)
 }
 
 async fn storage(ctx: &Context) -> anyhow::Result<Vec<(i64, String, String)>> {

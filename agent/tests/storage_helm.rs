@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use flotilla_agent::kube::apply::{ApplyOptions, ReleaseRef};
@@ -34,33 +34,12 @@ fn hello_chart_dir() -> String {
 }
 
 fn helm(args: &[&str], kubeconfig: &Path) -> anyhow::Result<Output> {
-    Ok(Command::new(tools::helm()?)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
-        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
-        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
-        .output()?)
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    tools::run(&tools::helm()?, args, kubeconfig, None)
 }
 
 /// Runs helm and returns its stdout, failing with its output when it fails.
 fn helm_ok(args: &[&str], kubeconfig: &Path) -> anyhow::Result<String> {
-    let out = helm(args, kubeconfig)?;
-    anyhow::ensure!(
-        out.status.success(),
-        "helm {}: {}",
-        args.join(" "),
-        text(&out)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    tools::helm_in(kubeconfig, args)
 }
 
 fn helm_json(args: &[&str], kubeconfig: &Path) -> anyhow::Result<Value> {
@@ -71,19 +50,7 @@ fn helm_json(args: &[&str], kubeconfig: &Path) -> anyhow::Result<Value> {
 
 /// `helm history` as (revision, status, description).
 fn helm_history(name: &str, kubeconfig: &Path) -> anyhow::Result<Vec<(i64, String, String)>> {
-    let history = helm_json(&["history", name], kubeconfig)?;
-    Ok(history
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|h| {
-            (
-                h["revision"].as_i64().unwrap_or_default(),
-                h["status"].as_str().unwrap_or_default().to_owned(),
-                h["description"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect())
+    tools::helm_history(kubeconfig, name, "default")
 }
 
 /// Our history as (revision, status, description).
@@ -612,9 +579,10 @@ async fn a_release_left_pending_by_a_crash_is_unlocked_and_helm_can_upgrade_it()
     let refused = helm(&["upgrade", "stuck", &chart], kubeconfig)?;
     assert!(!refused.status.success());
     assert!(
-        text(&refused).contains("another operation (install/upgrade/rollback) is in progress"),
+        tools::text(&refused)
+            .contains("another operation (install/upgrade/rollback) is in progress"),
         "{}",
-        text(&refused)
+        tools::text(&refused)
     );
     assert!(matches!(
         transitions::upgrade_base("stuck", &storage.history("stuck").await?),
@@ -894,9 +862,9 @@ async fn a_record_in_helm_v3_shape_is_read_superseded_and_uninstalled_keeping_hi
     assert!(status.contains("STATUS: uninstalled"), "{status}");
     let refused = helm(&["uninstall", "old", "--keep-history"], kubeconfig)?;
     assert!(
-        text(&refused).contains("is already deleted"),
+        tools::text(&refused).contains("is already deleted"),
         "{}",
-        text(&refused)
+        tools::text(&refused)
     );
 
     // Without history: every record goes.

@@ -1,7 +1,9 @@
 //! The reference `helm` and `kubectl` binaries, for differential and compatibility tests only
 //! (the product never calls them). Installed by `tools/install-reference-tools`.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use crate::cluster::workspace_root;
@@ -36,4 +38,95 @@ pub fn helm() -> anyhow::Result<PathBuf> {
 /// The reference kubectl binary.
 pub fn kubectl() -> anyhow::Result<PathBuf> {
     Ok(reference_tools_dir()?.join("kubectl"))
+}
+
+/// Runs a reference tool (`helm()` or `kubectl()`) against the cluster of `kubeconfig`,
+/// with helm's cache, config and data homes beside that file so runs never share them;
+/// `stdin` is written to its standard input when given.
+pub fn run(
+    bin: &Path,
+    args: &[&str],
+    kubeconfig: &Path,
+    stdin: Option<&str>,
+) -> anyhow::Result<Output> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
+        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
+        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("running {}: {e}", bin.display()))?;
+    if let Some(input) = stdin
+        && let Some(mut pipe) = child.stdin.take()
+    {
+        pipe.write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    Ok(child.wait_with_output()?)
+}
+
+/// A tool's stdout and stderr, one after the other.
+pub fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// [`run`], then its stdout; an error naming the command with all it printed when it fails.
+pub fn run_ok(
+    bin: &Path,
+    args: &[&str],
+    kubeconfig: &Path,
+    stdin: Option<&str>,
+) -> anyhow::Result<String> {
+    let out = run(bin, args, kubeconfig, stdin)?;
+    let name = bin.file_name().unwrap_or_default().to_string_lossy();
+    anyhow::ensure!(
+        out.status.success(),
+        "{name} {}: {}",
+        args.join(" "),
+        text(&out)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The reference helm against the cluster of `kubeconfig`; its stdout.
+pub fn helm_in(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    run_ok(&helm()?, args, kubeconfig, None)
+}
+
+/// The reference kubectl against the cluster of `kubeconfig`; its stdout.
+pub fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    run_ok(&kubectl()?, args, kubeconfig, stdin)
+}
+
+/// `helm history NAME -n NAMESPACE` as (revision, status, description), oldest first.
+pub fn helm_history(
+    kubeconfig: &Path,
+    name: &str,
+    namespace: &str,
+) -> anyhow::Result<Vec<(i64, String, String)>> {
+    let json = helm_in(
+        kubeconfig,
+        &["history", name, "-n", namespace, "-o", "json"],
+    )?;
+    let history: serde_json::Value = serde_json::from_str(&json)?;
+    Ok(history
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            (
+                h["revision"].as_i64().unwrap_or_default(),
+                h["status"].as_str().unwrap_or_default().to_owned(),
+                h["description"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
 }

@@ -3,27 +3,14 @@
 //! (kwok's `flotilla.dev/test-outcome: fail` label) makes `helm test` fail.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use flotilla_tests::cluster::workspace_root;
-use flotilla_tests::{Cluster, ClusterOptions, tools};
+use flotilla_tests::tools::{self, text};
+use flotilla_tests::{Cluster, ClusterOptions};
 
 fn run(program: &Path, args: &[&str], kubeconfig: &Path) -> anyhow::Result<Output> {
-    Ok(Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", kubeconfig.with_file_name("helm-cache"))
-        .env("HELM_CONFIG_HOME", kubeconfig.with_file_name("helm-config"))
-        .env("HELM_DATA_HOME", kubeconfig.with_file_name("helm-data"))
-        .output()?)
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    tools::run(program, args, kubeconfig, None)
 }
 
 #[tokio::test]
