@@ -15,13 +15,15 @@
 //!    the base is a doubling), then Miller-Rabin rounds with random bases, as many as
 //!    FIPS 186-5 table B.1 asks (Go's and BoringSSL's counts: 5 for 1024-bit primes, 4 for
 //!    2048-bit ones), on Montgomery arithmetic over fixed-size limb arrays (CIOS
-//!    multiplication with 128-bit products, sliding-window exponentiation).
+//!    multiplication with 128-bit products, a product-scanning squaring that computes each
+//!    cross product once, sliding-window exponentiation).
 //!
 //! [`random_primes`] runs the search on several threads at once and keeps the first primes
 //! found: the search time of a prime is random, so racing threads for each prime shortens
 //! the wait for the pair. The arithmetic is not constant-time (neither is Go's rejection of
 //! composites); the keys it makes are printed in the rendered manifests anyway.
 
+use std::cell::OnceCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -93,6 +95,50 @@ fn bit_len<const N: usize>(x: &[u64; N]) -> usize {
     0
 }
 
+/// A three-word accumulator (`l + h 2^64 + t 2^128`) for the sum of one column's products.
+#[derive(Debug, Default, Clone, Copy)]
+struct Acc {
+    l: u64,
+    h: u64,
+    t: u64,
+}
+
+impl Acc {
+    /// `self += a b`.
+    #[inline(always)]
+    fn add_mul(&mut self, a: u64, b: u64) {
+        let p = u128::from(a) * u128::from(b);
+        let (l, c) = self.l.overflowing_add(p as u64);
+        let (h, c) = self.h.carrying_add((p >> 64) as u64, c);
+        self.l = l;
+        self.h = h;
+        self.t = self.t.wrapping_add(u64::from(c));
+    }
+
+    /// `self += 2 other` (`other < 2^191`).
+    #[inline(always)]
+    fn add_doubled(&mut self, other: &Acc) {
+        let (l, c) = self.l.overflowing_add(other.l << 1);
+        let (h, c) = self.h.carrying_add((other.h << 1) | (other.l >> 63), c);
+        self.l = l;
+        self.h = h;
+        self.t = self
+            .t
+            .wrapping_add((other.t << 1) | (other.h >> 63))
+            .wrapping_add(u64::from(c));
+    }
+
+    /// Returns the low word and shifts the rest down by one word.
+    #[inline(always)]
+    fn shift(&mut self) -> u64 {
+        let low = self.l;
+        self.l = self.h;
+        self.h = self.t;
+        self.t = 0;
+        low
+    }
+}
+
 /// An odd modulus `m < 2^(64N)` with its Montgomery constants (`R = 2^(64N)`).
 #[derive(Debug, Clone)]
 pub(crate) struct Modulus<const N: usize> {
@@ -101,8 +147,9 @@ pub(crate) struct Modulus<const N: usize> {
     m_inv: u64,
     /// `R mod m`: 1 in Montgomery form.
     one: [u64; N],
-    /// `R^2 mod m`.
-    r2: [u64; N],
+    /// `R^2 mod m`, computed on first use: only bases other than 2 need it, and nearly
+    /// every candidate fails the base-2 round first.
+    r2: OnceCell<[u64; N]>,
 }
 
 impl<const N: usize> Modulus<N> {
@@ -121,7 +168,7 @@ impl<const N: usize> Modulus<N> {
             m,
             m_inv: inv.wrapping_neg(),
             one: [0; N],
-            r2: [0; N],
+            r2: OnceCell::new(),
         };
         // R mod m: R - m when m > R/2, otherwise 1 doubled 64N times.
         if m[N - 1] >> 63 == 1 {
@@ -136,13 +183,16 @@ impl<const N: usize> Modulus<N> {
             }
             md.one = one;
         }
-        // R^2 mod m is 2^(64N) in Montgomery form: 2R mod m raised to 64N.
-        let mut two = md.one;
-        md.double_in_place(&mut two);
-        let mut e = [0u64; N];
-        e[0] = 64 * N as u64;
-        md.r2 = md.pow(&two, &e);
         Some(md)
+    }
+
+    /// `R^2 mod m`: 2^(64N) in Montgomery form, that is 2R mod m raised to 64N.
+    fn r2(&self) -> &[u64; N] {
+        self.r2.get_or_init(|| {
+            let mut e = [0u64; N];
+            e[0] = 64 * N as u64;
+            self.pow2(&e)
+        })
     }
 
     /// `x = 2x mod m`, for `x < m`.
@@ -182,9 +232,66 @@ impl<const N: usize> Modulus<N> {
         self.final_subtract(t, t_hi)
     }
 
-    /// `a^2 R^-1 mod m`.
+    /// `a^2 R^-1 mod m`, for `a < m`; the result is `< m`. Product scanning: column `k` of
+    /// `a^2 + q m` is summed in a three-word accumulator, its cross products `a[i] a[j]`
+    /// (`i < j`) once and doubled, and the quotient word `q[k]` (chosen to clear the column's
+    /// low word) joins as soon as it is known. So the square costs about half the
+    /// 64×64-bit products of [`Modulus::mul`]. The columns are written out (up to 64, for
+    /// moduli up to 2048 bits) so that each one's loops have constant bounds and unroll.
     pub(crate) fn sqr(&self, a: &[u64; N]) -> [u64; N] {
-        self.mul(a, a)
+        let mut q = [0u64; N];
+        let mut r = [0u64; N];
+        let mut acc = Acc::default();
+        macro_rules! columns {
+            ($($k:literal)*) => {$(
+                if $k < 2 * N {
+                    self.sqr_column(a, &mut q, &mut r, &mut acc, $k);
+                }
+            )*};
+        }
+        columns!(
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
+            60 61 62 63
+        );
+        for k in 64..2 * N {
+            self.sqr_column(a, &mut q, &mut r, &mut acc, k);
+        }
+        self.final_subtract(r, acc.l)
+    }
+
+    /// Column `k` of [`Modulus::sqr`]: adds its products to `acc`, then either sets `q[k]`
+    /// and drops the cleared low word (`k < N`) or shifts the low word out into `r[k - N]`.
+    #[inline(always)]
+    fn sqr_column(
+        &self,
+        a: &[u64; N],
+        q: &mut [u64; N],
+        r: &mut [u64; N],
+        acc: &mut Acc,
+        k: usize,
+    ) {
+        let m = &self.m;
+        let first = (k + 1).saturating_sub(N);
+        for i in first..k.min(N) {
+            acc.add_mul(q[i], m[k - i]);
+        }
+        let mut cross = Acc::default();
+        for i in first..k.div_ceil(2) {
+            cross.add_mul(a[i], a[k - i]);
+        }
+        acc.add_doubled(&cross);
+        if k.is_multiple_of(2) {
+            acc.add_mul(a[k / 2], a[k / 2]);
+        }
+        if k < N {
+            let qk = acc.l.wrapping_mul(self.m_inv);
+            acc.add_mul(qk, m[0]);
+            acc.shift();
+            q[k] = qk;
+        } else {
+            r[k - N] = acc.shift();
+        }
     }
 
     /// `t + carry R` is below 2m: subtract m once when it is not below m, without a branch on
@@ -202,7 +309,7 @@ impl<const N: usize> Modulus<N> {
 
     /// `x R mod m`, for any `x < m`.
     pub(crate) fn enter(&self, x: &[u64; N]) -> [u64; N] {
-        self.mul(x, &self.r2)
+        self.mul(x, self.r2())
     }
 
     /// `x R^-1 mod m`.
@@ -593,7 +700,7 @@ mod tests {
             let big_m = to_biguint(&m);
             let r = BigUint::from(1u8) << (64 * N);
             assert_eq!(to_biguint(&md.one), &r % &big_m, "R mod m for m = {big_m}");
-            assert_eq!(to_biguint(&md.r2), (&r * &r) % &big_m, "R^2 mod m");
+            assert_eq!(to_biguint(md.r2()), (&r * &r) % &big_m, "R^2 mod m");
             let a: [u64; N] = from_biguint(&(to_biguint(&random_below_bits::<N>(64 * N)) % &big_m));
             let b: [u64; N] = from_biguint(&(to_biguint(&random_below_bits::<N>(64 * N)) % &big_m));
             let e = random_below_bits::<N>(1 + (OsRng.next_u64() as usize) % (64 * N));
@@ -653,6 +760,64 @@ mod tests {
         }
         assert!(Modulus::<1>::new([1]).is_none());
         assert!(Modulus::<1>::new([10]).is_none());
+    }
+
+    /// The dedicated squaring equals the multiplication of a number by itself, on random
+    /// operands and on those that fill the accumulator most (moduli just below `R`, operands
+    /// just below the modulus, all-ones limbs) and 0, 1.
+    fn squaring_agrees_with_multiplication<const N: usize>(cases: usize) {
+        for case in 0..cases {
+            let m = if case % 4 == 0 {
+                // R - 2k - 1: every limb all ones but the lowest.
+                let mut m = [u64::MAX; N];
+                m[0] = u64::MAX - 2 * (OsRng.next_u64() % 1000);
+                m
+            } else {
+                random_odd::<N>(if case % 4 == 1 {
+                    64 * N
+                } else {
+                    2 + (OsRng.next_u64() as usize) % (64 * N - 1)
+                })
+            };
+            let md = Modulus::new(m).expect("odd modulus above 1");
+            let mut top = m;
+            top[0] -= 1;
+            let mut top2 = top;
+            top2[0] = top2[0].saturating_sub(1);
+            let mut zero_one = [[0u64; N], [0u64; N]];
+            zero_one[1][0] = 1;
+            let random: [u64; N] =
+                from_biguint(&(to_biguint(&random_below_bits::<N>(64 * N)) % to_biguint(&m)));
+            for a in [
+                zero_one[0],
+                zero_one[1],
+                top,
+                top2,
+                random,
+                md.one,
+                *md.r2(),
+            ] {
+                assert_eq!(
+                    md.sqr(&a),
+                    md.mul(&a, &a),
+                    "{}^2 with m = {}",
+                    to_biguint(&a),
+                    to_biguint(&m)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn squaring_matches_multiplication() {
+        squaring_agrees_with_multiplication::<1>(4000);
+        squaring_agrees_with_multiplication::<2>(2000);
+        squaring_agrees_with_multiplication::<3>(1000);
+        squaring_agrees_with_multiplication::<4>(1000);
+        squaring_agrees_with_multiplication::<5>(500);
+        squaring_agrees_with_multiplication::<8>(300);
+        squaring_agrees_with_multiplication::<16>(200);
+        squaring_agrees_with_multiplication::<32>(100);
     }
 
     fn mr_limbs<const N: usize>(n: &BigUint, rounds: usize) -> bool {
