@@ -158,3 +158,46 @@ fn broken_schemas_are_reported_like_helm() {
     let e = flotilla_chart::schema::validate_single(&vals, br#"{"a": 1"#).unwrap_err();
     assert_eq!(e, "unexpected EOF");
 }
+
+/// Every schema of the corpus (charts and subcharts) is checked by our walk alone, without
+/// compiling it with the `jsonschema` crate (the differential tests above check the walk).
+#[test]
+fn corpus_schemas_need_no_fallback() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
+    let mut found = Vec::new();
+    let mut stack = vec![corpus];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "values.schema.json") {
+                found.push(p);
+            }
+        }
+    }
+    assert!(found.len() >= 8, "{found:?}");
+    for p in &found {
+        let bytes = std::fs::read(p).unwrap();
+        assert!(
+            flotilla_chart::schema::walk_alone_decides(&bytes),
+            "{} goes to the fallback",
+            p.display()
+        );
+    }
+}
+
+/// `$schema: http://json-schema.org/schema#` is the latest draft (2020-12) for the library:
+/// `$ref` siblings apply, `format` is only an annotation, `dependentRequired` and
+/// `minContains` hold; Go's `\w`, `\s`, `\d` are ASCII classes.
+#[test]
+fn latest_draft_url_and_go_classes_match_helm() {
+    run("latest-url", &fixtures().join("latest-url/chart"));
+}
+
+/// Draft 7 beside a `$ref`: only `const` is checked (then the reference); `dependentRequired`,
+/// `minContains` and `additionalItems` without array `items` assert nothing.
+#[test]
+fn draft_7_ref_siblings_and_later_keywords_match_helm() {
+    run("draft7-ref", &fixtures().join("draft7-ref/chart"));
+}
