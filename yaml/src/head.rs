@@ -113,7 +113,7 @@ pub(crate) fn block_head(src: &str, keys: &[&str]) -> Option<Head> {
 
 /// Only the characters every reader takes the same way: printable ASCII, tabs, line feeds,
 /// and non-ASCII text that libyaml allows and does not read as a line break or a BOM.
-fn characters_ok(src: &str) -> bool {
+pub(crate) fn characters_ok(src: &str) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let byte_ok = |b: u8| matches!(b, b'\t' | b'\n' | 0x20..=0x7E);
@@ -161,7 +161,7 @@ struct Scanner<'k> {
     keys: &'k [&'k str],
 }
 
-fn indent_of(line: &[u8]) -> usize {
+pub(crate) fn indent_of(line: &[u8]) -> usize {
     line.iter().take_while(|&&b| b == b' ').count()
 }
 
@@ -400,7 +400,7 @@ impl Scanner<'_> {
 
 /// Whether a plain scalar may start here: a letter, a digit, or one of a few punctuation
 /// characters that no reader takes for an indicator (`-` only before a non-blank).
-fn plain_start(rest: &[u8], flow: bool) -> bool {
+pub(crate) fn plain_start(rest: &[u8], flow: bool) -> bool {
     match rest.first() {
         Some(c) if c.is_ascii_alphanumeric() || *c >= 0x80 => true,
         Some(b'_' | b'.' | b'/' | b'$' | b'(' | b')' | b'~' | b'+' | b'=' | b'^' | b';') => true,
@@ -414,7 +414,7 @@ fn plain_start(rest: &[u8], flow: bool) -> bool {
 
 /// Whether a line may go on with a plain scalar: in block context only a comment, a tab or
 /// an indicator followed by a blank could end it.
-fn continuation_start(rest: &[u8]) -> bool {
+pub(crate) fn continuation_start(rest: &[u8]) -> bool {
     !matches!(
         rest,
         [b'#' | b'\t', ..] | [b'-' | b'?' | b':'] | [b'-' | b'?' | b':', b' ' | b'\t', ..]
@@ -423,7 +423,7 @@ fn continuation_start(rest: &[u8]) -> bool {
 
 /// The end of a block plain scalar starting at `at` (not holding `: `, not ending with `:`,
 /// no tab): `(end, whether a comment follows)`.
-fn plain_end(b: &[u8], at: usize) -> Option<(usize, bool)> {
+pub(crate) fn plain_end(b: &[u8], at: usize) -> Option<(usize, bool)> {
     let mut i = at;
     while let Some(n) = memchr::memchr3(b':', b'#', b'\t', &b[i..]) {
         i += n;
@@ -441,7 +441,7 @@ fn plain_end(b: &[u8], at: usize) -> Option<(usize, bool)> {
 /// A key at `at` followed by `:` and a blank or the end of the line: its text when it needs
 /// no decoding (plain, or quoted without escapes) and the offset past the `:`. `None` when
 /// the line holds no key there (or one outside the subset).
-fn key_at(b: &[u8], at: usize) -> Option<(Option<&[u8]>, usize)> {
+pub(crate) fn key_at(b: &[u8], at: usize) -> Option<(Option<&[u8]>, usize)> {
     let colon = match b[at] {
         q @ (b'"' | b'\'') => {
             let end = quoted_end(b, at + 1, q)??;
@@ -488,7 +488,7 @@ fn key_at(b: &[u8], at: usize) -> Option<(Option<&[u8]>, usize)> {
 }
 
 /// After a complete node on its line: blanks, then a comment or nothing.
-fn after_node(rest: &[u8]) -> Option<()> {
+pub(crate) fn after_node(rest: &[u8]) -> Option<()> {
     let gap = rest.iter().take_while(|&&c| c == b' ').count();
     match rest.get(gap) {
         None => Some(()),
@@ -499,7 +499,7 @@ fn after_node(rest: &[u8]) -> Option<()> {
 
 /// A block scalar header after `|` or `>`: an optional chomping indicator, then blanks and
 /// an optional comment. Indentation indicators are left to the full parser.
-fn block_header(rest: &[u8]) -> Option<()> {
+pub(crate) fn block_header(rest: &[u8]) -> Option<()> {
     let rest = match rest.first() {
         Some(b'-' | b'+') => &rest[1..],
         _ => rest,
@@ -510,7 +510,7 @@ fn block_header(rest: &[u8]) -> Option<()> {
 /// Scans a quoted scalar's text from `from` on one line: `Some(Some(end))` when it closes
 /// (`end` just past the quote), `Some(None)` when the line ends first, `None` for an escape
 /// outside the subset.
-fn quoted_end(b: &[u8], from: usize, quote: u8) -> Option<Option<usize>> {
+pub(crate) fn quoted_end(b: &[u8], from: usize, quote: u8) -> Option<Option<usize>> {
     let mut i = from;
     while i < b.len() {
         i += match memchr::memchr3(quote, b'\\', b'\t', &b[i..]) {
@@ -577,8 +577,9 @@ fn flow(b: &[u8], at: usize, depth: usize) -> Option<usize> {
     }
     loop {
         if is_map {
+            let start = i;
             i = flow_scalar(b, i)?;
-            if b.get(i) != Some(&b':') || b.get(i + 1) != Some(&b' ') {
+            if i - start > MAX_KEY_BYTES || b.get(i) != Some(&b':') || b.get(i + 1) != Some(&b' ') {
                 return None;
             }
             i = skip(i + 1);
@@ -604,7 +605,7 @@ fn flow(b: &[u8], at: usize, depth: usize) -> Option<usize> {
 /// A scalar inside a flow collection: quoted on one line, or plain without `:` (but the
 /// `: ` after a key), `#` and flow indicators. Returns the offset past it (blanks after a
 /// plain scalar are not part of it).
-fn flow_scalar(b: &[u8], at: usize) -> Option<usize> {
+pub(crate) fn flow_scalar(b: &[u8], at: usize) -> Option<usize> {
     if let q @ (b'"' | b'\'') = *b.get(at)? {
         return quoted_end(b, at + 1, q)?;
     }

@@ -87,6 +87,14 @@ fn yaml_to_json_value(v: Value) -> Result<Value, Error> {
                 .map(yaml_to_json_value)
                 .collect::<Result<_, _>>()?,
         ),
+        // String keys are unique already (the decoder merged repeats): no index needed.
+        Value::Map(m) if m.keys().all(|k| matches!(k, Value::String(_))) => {
+            Value::Map(Mapping::from_entries_unchecked(
+                m.into_iter()
+                    .map(|(k, v)| Ok((k, yaml_to_json_value(v)?)))
+                    .collect::<Result<Vec<_>, Error>>()?,
+            ))
+        }
         Value::Map(m) => {
             let mut out = KeyedMap::default();
             for (k, v) in m {

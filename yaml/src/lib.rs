@@ -64,6 +64,7 @@
 //! `time.Time` (go-yaml writes it plain; passed as a string it comes out quoted) and
 //! `float32` values, Go structs.
 
+mod block;
 mod emit;
 mod error;
 mod goformat;
@@ -82,6 +83,22 @@ pub use goformat::{format_g as go_format_float_g, format_json_float as go_format
 pub use parse::MAX_DEPTH;
 pub use sort::go_yaml_key_cmp;
 pub use value::{Mapping, Value};
+
+/// For differential tests and fuzzing: the two ways [`from_str`] reads a document.
+#[doc(hidden)]
+pub mod testing {
+    use crate::{Error, Value};
+
+    /// The block-style fast path alone: `None` when the document is outside its subset.
+    pub fn fast_path(src: &str) -> Option<Value> {
+        crate::block::block_value(src)
+    }
+
+    /// The full parser alone.
+    pub fn full_parser(src: &str) -> Result<Value, Error> {
+        crate::parse::unmarshal_parsed(src, crate::parse::DecodeOptions::default())
+    }
+}
 
 /// The `sigs.k8s.io/yaml` functions Helm calls.
 pub mod sigs {

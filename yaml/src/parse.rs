@@ -1820,6 +1820,10 @@ fn scalar(value: &str, tag: &str, implicit: bool) -> Result<Value, Error> {
     if tag.is_empty() && !implicit {
         return Ok(Value::String(value.to_owned()));
     }
+    if tag.is_empty() {
+        // Plain and untagged: resolution alone, no tag to compare.
+        return Ok(crate::block::plain_value(value));
+    }
     let (rtag, resolved) =
         resolve::resolve_tagged(tag, value).map_err(|e| Error::yaml(None, e.message))?;
     if rtag == BINARY_TAG {
@@ -1857,7 +1861,18 @@ fn decode_doc(doc: &Doc, opts: DecodeOptions) -> Result<Value, Error> {
 }
 
 /// `yaml.Unmarshal` into `interface{}`: the first document, `Null` when there is none.
+/// Plain block-style documents are read by the fast path of `block.rs`.
 pub(crate) fn unmarshal(src: &str, opts: DecodeOptions) -> Result<Value, Error> {
+    if !opts.strict
+        && let Some(v) = crate::block::block_value(src)
+    {
+        return Ok(v);
+    }
+    unmarshal_parsed(src, opts)
+}
+
+/// [`unmarshal`] through the full parser.
+pub(crate) fn unmarshal_parsed(src: &str, opts: DecodeOptions) -> Result<Value, Error> {
     let docs = parse_docs(src, true)?;
     match docs.first() {
         None => Ok(Value::Null),

@@ -109,7 +109,11 @@ fn resolve_hinted(s: &str, try_timestamp: bool) -> Resolved {
             if try_timestamp && is_timestamp(s) {
                 return Resolved::Timestamp;
             }
-            let plain: String = s.chars().filter(|&c| c != '_').collect();
+            let plain: std::borrow::Cow<'_, str> = if s.contains('_') {
+                s.chars().filter(|&c| c != '_').collect::<String>().into()
+            } else {
+                s.into()
+            };
             if let Some(i) = go_parse_int(&plain) {
                 return Resolved::Int(i);
             }

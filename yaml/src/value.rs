@@ -180,6 +180,11 @@ impl Mapping {
         self.entries.push((key, value));
     }
 
+    /// A mapping of entries whose keys the caller knows to be distinct.
+    pub(crate) fn from_entries_unchecked(entries: Vec<(Value, Value)>) -> Self {
+        Mapping { entries }
+    }
+
     /// Replaces the value at `index`.
     pub(crate) fn set_at(&mut self, index: usize, value: Value) {
         if let Some(slot) = self.entries.get_mut(index) {
