@@ -201,3 +201,38 @@ fn latest_draft_url_and_go_classes_match_helm() {
 fn draft_7_ref_siblings_and_later_keywords_match_helm() {
     run("draft7-ref", &fixtures().join("draft7-ref/chart"));
 }
+
+/// Schemas the meta-schema refuses (`tests/fixtures/schema/meta`, made by its
+/// `regenerate.sh`): Helm's `is not valid against metaschema` error tree, for every draft.
+#[test]
+fn schemas_the_meta_schema_refuses_fail_like_helm() {
+    let dir = fixtures().join("meta");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 15);
+    let values: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"x": 1}"#).unwrap();
+    for case in &cases {
+        let schema = std::fs::read(case).unwrap();
+        let stderr = std::fs::read_to_string(case.with_extension("stderr")).unwrap();
+        let want = stderr
+            .strip_prefix(
+                "Error: values don't meet the specifications of the schema(s) in the following chart(s):\nmeta:\n",
+            )
+            .unwrap();
+        let got = format!(
+            "{}\n",
+            flotilla_chart::schema::validate_single(&values, &schema).unwrap_err()
+        );
+        assert_eq!(
+            normalize(&got),
+            normalize(want),
+            "{}: ours\n{got}",
+            case.display()
+        );
+    }
+}

@@ -13,14 +13,17 @@
 //! allows. When that pass finds only what our walk checks and a schema the meta-schema
 //! certainly accepts, our walk alone decides. Otherwise (a keyword we do not walk, e.g.
 //! `unevaluatedProperties` or `$dynamicRef`, `format` in drafts ≤ 7, a remote `$ref`, a
-//! schema the meta-schema may refuse) the `jsonschema` crate decides after our walk found
-//! nothing: its errors are printed in the same `- at '…': …` shape with the crate's message.
+//! schema the meta-schema may refuse) the schema is first walked by its draft's meta-schema
+//! ([`meta`]), whose refusal is Helm's error word for word; then the `jsonschema` crate
+//! decides after our walk found nothing: its errors are printed in the same `- at '…': …`
+//! shape with the crate's message.
 //! Objects are walked in sorted key order (Go's map order is random, so Helm's order varies
 //! from run to run). Remote `$ref`s are not fetched: a schema that needs one is an error.
 
 // The walk mirrors the Go library keyword by keyword; nested `if`s keep that shape readable.
 #![allow(clippy::collapsible_if)]
 
+mod meta;
 mod tree;
 
 use std::borrow::Cow;
@@ -79,6 +82,16 @@ pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String
     let schema = J::parse(schema_json).map_err(|e| go_json_syntax_error(schema_json, &e))?;
     let walker = Walker::new(&schema);
     let prep = walker.prepare();
+    let known_draft = match schema.get("$schema") {
+        None => true,
+        Some(u) => u.as_str().and_then(draft_from_url).is_some(),
+    };
+    if !prep.covered && known_draft {
+        // The library checks the schema against its meta-schema before anything else.
+        if let meta::Verdict::Invalid(text) = meta::check(&schema, walker.draft) {
+            return Err(text);
+        }
+    }
     if let Some(r) = prep.unresolved {
         return Err(format!(
             "json-pointer in \"file:///values.schema.json{r}\" not found"
@@ -493,6 +506,8 @@ struct Kw<'s> {
     if_: Option<&'s J<'s>>,
     then: Option<&'s J<'s>>,
     else_: Option<&'s J<'s>>,
+    dynamic_ref: Option<&'s J<'s>>,
+    recursive_ref: Option<&'s J<'s>>,
 }
 
 impl<'s> Kw<'s> {
@@ -539,6 +554,8 @@ impl<'s> Kw<'s> {
                 "if" => &mut kw.if_,
                 "then" => &mut kw.then,
                 "else" => &mut kw.else_,
+                "$dynamicRef" => &mut kw.dynamic_ref,
+                "$recursiveRef" => &mut kw.recursive_ref,
                 _ => continue,
             };
             *slot = Some(v);
@@ -558,6 +575,9 @@ struct Walker<'s> {
     refs: RefCell<HashMap<usize, Option<&'s J<'s>>>>,
     /// Compiled `pattern`s and `patternProperties` names by the address of their text.
     regexes: RefCell<HashMap<usize, Option<regex::Regex>>>,
+    /// When walking a meta-schema over a schema: its documents, and this one's URL.
+    meta: Option<&'s meta::MetaDocs>,
+    base: &'s str,
 }
 
 impl<'s> Walker<'s> {
@@ -567,7 +587,43 @@ impl<'s> Walker<'s> {
             draft: draft_of(root),
             refs: RefCell::new(HashMap::new()),
             regexes: RefCell::new(HashMap::new()),
+            meta: None,
+            base: "",
         }
+    }
+
+    /// A walker of meta-schema document `i` (its own draft, formats asserted).
+    fn for_meta(m: &'s meta::MetaDocs, i: usize) -> Self {
+        let (url, root) = &m.docs[i];
+        Walker {
+            meta: Some(m),
+            base: url,
+            ..Walker::new(root)
+        }
+    }
+
+    /// A format the meta-schemas assert, on a string of the schema document.
+    fn meta_format(&self, m: &meta::MetaDocs, f: &str, sv: &str) {
+        let ok = match f {
+            "regex" => plain_pattern(sv) && self.is_match_owned(sv),
+            "uri-reference" | "uriref" => plain_uri_reference(sv),
+            "uri" => {
+                sv.split_once("://").is_some_and(|(scheme, rest)| {
+                    !scheme.is_empty()
+                        && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
+                        && !rest.is_empty()
+                }) && plain_uri_reference(sv)
+            }
+            _ => false,
+        };
+        if !ok {
+            // Go's parsers' verdicts and messages are not ours to guess.
+            m.undecided.set(true);
+        }
+    }
+
+    fn is_match_owned(&self, p: &str) -> bool {
+        go_pattern(p).is_some_and(|g| regex::Regex::new(&g).is_ok())
     }
 
     fn resolve_uncached(&self, r: &str) -> Option<&'s J<'s>> {
@@ -679,13 +735,16 @@ impl<'s> Walker<'s> {
                     return Some(Node::msg(loc.clone(), m));
                 }
             }
-            if self.draft <= 7 {
+            if self.draft <= 7 || self.meta.is_some() {
                 let sv = match v {
                     Inst::S(s) => Some(s),
                     Inst::V(Value::String(s)) => Some(s.as_str()),
                     _ => None,
                 };
-                if let (Some(J::Str(f)), Some(sv)) = (kw.format, sv) {
+                if let (Some(m), Some(J::Str(f)), Some(sv)) = (self.meta, kw.format, sv) {
+                    self.meta_format(m, f, sv);
+                }
+                if let (Some(J::Str(f)), Some(sv), true) = (kw.format, sv, self.draft <= 7) {
                     if f == "email" && !sv.contains('@') {
                         return Some(Node::msg(
                             loc.clone(),
@@ -711,6 +770,16 @@ impl<'s> Walker<'s> {
             Inst::V(Value::Number(_)) => self.num_validate(&kw, v, loc, &mut errs),
             _ => {}
         }
+        if let Some(m) = self.meta {
+            // `$recursiveRef: "#"` and `$dynamicRef: "#meta"` of the meta-schemas resolve to
+            // the entry meta-schema (outermost in the dynamic scope).
+            if kw.recursive_ref.is_some() || kw.dynamic_ref.is_some() {
+                let w = Walker::for_meta(m, 0);
+                if let Some(e) = w.validate(w.root, v, loc) {
+                    errs.push(meta::reference(e, loc));
+                }
+            }
+        }
         self.cond_validate(&kw, v, loc, &mut errs);
         match errs.len() {
             0 => None,
@@ -724,6 +793,23 @@ impl<'s> Walker<'s> {
     }
 
     fn validate_ref(&self, r: &'s str, v: Inst<'_>, loc: &mut Vec<String>) -> Option<Node> {
+        if let Some(m) = self.meta {
+            if !r.starts_with('#') {
+                let (doc, frag) = r.split_once('#').unwrap_or((r, ""));
+                let url = meta::join(self.base, doc);
+                let Some(i) = m.docs.iter().position(|(u, _)| *u == url) else {
+                    m.undecided.set(true);
+                    return None;
+                };
+                let w = Walker::for_meta(m, i);
+                let Some(target) = w.resolve_uncached(&format!("#{frag}")) else {
+                    m.undecided.set(true);
+                    return None;
+                };
+                let err = w.validate(target, v, loc)?;
+                return Some(meta::reference(err, loc));
+            }
+        }
         let target = self.resolve(r)?;
         let err = self.validate(target, v, loc)?;
         let causes = match err.kind {
@@ -1300,8 +1386,14 @@ fn string_array(v: &J<'_>, draft: u32) -> bool {
 }
 
 /// A URI reference with only unreserved, sub-delimiter, `:`, `@`, `/`, `?` and
-/// percent-encoded characters, which every URI parser reads alike.
+/// percent-encoded characters (and one `#` before the fragment), which every URI parser
+/// reads alike.
 fn plain_uri_reference(s: &str) -> bool {
+    let (s, frag) = s.split_once('#').unwrap_or((s, ""));
+    plain_uri_chars(s) && plain_uri_chars(frag)
+}
+
+fn plain_uri_chars(s: &str) -> bool {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -1350,7 +1442,7 @@ impl<'s> Pass<'_, 's> {
             if self.w.resolve(r).is_none() && self.unresolved.is_none() {
                 self.unresolved = Some(r.to_owned());
             }
-            self.check(plain_uri_reference(&r[1..]));
+            self.check(plain_uri_chars(&r[1..]));
         } else {
             self.no();
         }
