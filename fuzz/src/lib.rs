@@ -259,7 +259,18 @@ fn head_matches_full_parse(text: &str) {
     }
 }
 
-/// Decodes `data` as YAML every way Helm does (go-yaml v2, the head reader against it,
+/// The block-style fast path of the decoder must agree with the full parser wherever it
+/// answers: same value, and never a document the parser refuses.
+fn fast_path_matches_full_parse(text: &str) {
+    if let Some(fast) = flotilla_yaml::testing::fast_path(text) {
+        match flotilla_yaml::testing::full_parser(text) {
+            Ok(full) => assert_eq!(format!("{fast:?}"), format!("{full:?}"), "fast path differs"),
+            Err(e) => panic!("the fast path accepted a document the parser refuses: {e}"),
+        }
+    }
+}
+
+/// Decodes `data` as YAML every way Helm does (go-yaml v2, the head reader and the block-style fast path against it,
 /// strict, every document, `sigs.k8s.io/yaml`, `fromYaml`), emits what decodes, then reads it
 /// as a values file and coalesces it with a chart's defaults, both ways round, and validates
 /// it against a schema made of the same bytes.
@@ -270,6 +281,7 @@ pub fn yaml_values(data: &[u8]) {
     }
     let text = String::from_utf8_lossy(data);
     head_matches_full_parse(&text);
+    fast_path_matches_full_parse(&text);
     let _ = flotilla_yaml::from_str_strict(&text);
     if let Ok(docs) = flotilla_yaml::from_str_all(&text) {
         for (i, d) in docs.iter().take(8).enumerate() {

@@ -41,8 +41,8 @@ enum Style {
 }
 
 /// A scalar event as the encoder builds it.
-struct Scalar {
-    value: Vec<u8>,
+struct Scalar<'a> {
+    value: std::borrow::Cow<'a, [u8]>,
     /// Long-form tag, empty when implicit.
     tag: &'static str,
     style: Style,
@@ -147,6 +147,21 @@ fn is_alpha(b: &[u8], i: usize) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
 }
 
+/// Printable ASCII that `analyze_scalar` has nothing to note about past the first character:
+/// not a blank, and not one of the indicators it looks at there (`,?[]{}:#`).
+const ORDINARY: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0x21;
+    while c <= 0x7E {
+        t[c] = !matches!(
+            c as u8,
+            b',' | b'?' | b'[' | b']' | b'{' | b'}' | b':' | b'#'
+        );
+        c += 1;
+    }
+    t
+};
+
 /// `yaml_emitter_analyze_scalar`; `tabs_in_blocks` is v3's rule that a tab does not rule
 /// out a block scalar (v2 counts it as a special character).
 fn analyze_scalar(value: &[u8], tabs_in_blocks: bool) -> Analysis {
@@ -180,6 +195,18 @@ fn analyze_scalar(value: &[u8], tabs_in_blocks: bool) -> Analysis {
     let mut preceded_by_whitespace = true;
     let mut i = 0;
     while i < value.len() {
+        if i > 0 && ORDINARY[usize::from(value[i])] {
+            // A run of printable ASCII that is neither blank nor an indicator past the
+            // first character: it only clears the state the previous character left.
+            i += 1;
+            while i < value.len() && ORDINARY[usize::from(value[i])] {
+                i += 1;
+            }
+            previous_space = false;
+            previous_break = false;
+            preceded_by_whitespace = false;
+            continue;
+        }
         let w = width(value[i]).max(1);
         let followed_by_whitespace = i + w >= value.len() || is_blank(value, i + w);
         if i == 0 {
@@ -407,6 +434,29 @@ impl Emitter {
         self.out.extend_from_slice(&s[*i..end]);
         self.column += 1;
         *i = end;
+    }
+
+    /// [`Self::write`] of the characters from `*i` up to the next line break (and space,
+    /// when `stop_at_space`), at least one: ASCII stretches are copied at once.
+    fn write_run(&mut self, s: &[u8], i: &mut usize, stop_at_space: bool) {
+        let start = *i;
+        let mut columns = 0;
+        loop {
+            let c = s[*i];
+            if c < 0x80 {
+                *i += 1;
+            } else {
+                *i = (*i + width(c).max(1)).min(s.len());
+            }
+            columns += 1;
+            match s.get(*i) {
+                None | Some(b'\n' | b'\r' | 0xC2 | 0xE2) => break,
+                Some(b' ') if stop_at_space => break,
+                _ => {}
+            }
+        }
+        self.out.extend_from_slice(&s[start..*i]);
+        self.column += columns;
     }
 
     fn write_all(&mut self, s: &[u8]) {
@@ -694,7 +744,7 @@ impl Emitter {
         Ok(())
     }
 
-    fn emit_scalar(&mut self, ev: &Scalar) {
+    fn emit_scalar(&mut self, ev: &Scalar<'_>) {
         let analysis = analyze_scalar(&ev.value, self.tabs_in_blocks());
         // analyze_event: a tag is recorded only when the scalar is not implicit.
         let (mut handle, suffix): (&[u8], &[u8]) = if ev.tag.is_empty() {
@@ -791,7 +841,7 @@ impl Emitter {
                 if breaks {
                     self.write_indent();
                 }
-                self.write(value, &mut i);
+                self.write_run(value, &mut i, true);
                 self.indention = false;
                 spaces = false;
                 breaks = false;
@@ -995,7 +1045,7 @@ impl Emitter {
                 if breaks {
                     self.write_indent();
                 }
-                self.write(value, &mut i);
+                self.write_run(value, &mut i, false);
                 self.indention = false;
                 breaks = false;
             }
@@ -1003,22 +1053,8 @@ impl Emitter {
     }
 }
 
-fn sort_refs(entries: &mut Vec<(&Value, &Value)>, sorter: Sorter) {
-    // Reuse the owned sorter through indices to keep one implementation of Go's order.
-    let mut keyed: Vec<(Value, Value)> = entries
-        .iter()
-        .enumerate()
-        .map(|(n, (k, _))| ((*k).clone(), Value::Int(i64::try_from(n).unwrap_or(0))))
-        .collect();
-    crate::sort::sort_entries_as(sorter, &mut keyed);
-    let old = std::mem::take(entries);
-    for (_, idx) in keyed {
-        if let Value::Int(n) = idx
-            && let Some(e) = usize::try_from(n).ok().and_then(|n| old.get(n))
-        {
-            entries.push(*e);
-        }
-    }
+fn sort_refs(entries: &mut [(&Value, &Value)], sorter: Sorter) {
+    crate::sort::sort_refs_as(sorter, entries);
 }
 
 /// `check_simple_key` for a key node.
@@ -1043,9 +1079,9 @@ fn check_simple_key(k: &Value, tabs_in_blocks: bool) -> Result<bool, Error> {
 }
 
 /// The scalar event go-yaml v2's encoder makes for a scalar value.
-fn encode_scalar(v: &Value) -> Result<Scalar, Error> {
+fn encode_scalar(v: &Value) -> Result<Scalar<'_>, Error> {
     let plain = |s: String| Scalar {
-        value: s.into_bytes(),
+        value: s.into_bytes().into(),
         tag: "",
         style: Style::Plain,
     };
@@ -1074,7 +1110,7 @@ fn encode_scalar(v: &Value) -> Result<Scalar, Error> {
                     Style::Plain
                 };
                 Scalar {
-                    value: enc.into_bytes(),
+                    value: enc.into_bytes().into(),
                     tag: BINARY_TAG,
                     style,
                 }
@@ -1087,7 +1123,7 @@ fn encode_scalar(v: &Value) -> Result<Scalar, Error> {
 }
 
 /// `encoder.stringv` for a valid UTF-8 string without an explicit tag.
-fn string_scalar(s: &str) -> Scalar {
+fn string_scalar(s: &str) -> Scalar<'_> {
     let can_use_plain = resolve::resolve_plain(s) == Resolved::Str && !resolve::is_base60_float(s);
     let style = if s.contains('\n') {
         Style::Literal
@@ -1097,7 +1133,7 @@ fn string_scalar(s: &str) -> Scalar {
         Style::DoubleQuoted
     };
     Scalar {
-        value: s.as_bytes().to_vec(),
+        value: s.as_bytes().into(),
         tag: "",
         style,
     }

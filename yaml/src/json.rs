@@ -353,10 +353,14 @@ fn check_json_key_length(s: &str) -> Result<(), Error> {
 
 /// Characters Go's JSON encoder writes raw that go-yaml's reader then refuses.
 fn check_json_text(s: &str) -> Result<(), Error> {
-    let bad = s.chars().any(|c| {
-        let v = u32::from(c);
-        v == 0x7F || (0x80..=0x9F).contains(&v) && v != 0x85 || v == 0xFFFE || v == 0xFFFF
-    });
+    let bad = if s.is_ascii() {
+        memchr::memchr(0x7F, s.as_bytes()).is_some()
+    } else {
+        s.chars().any(|c| {
+            let v = u32::from(c);
+            v == 0x7F || (0x80..=0x9F).contains(&v) && v != 0x85 || v == 0xFFFE || v == 0xFFFF
+        })
+    };
     if bad {
         return Err(Error::yaml(None, "control characters are not allowed"));
     }

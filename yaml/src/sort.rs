@@ -69,6 +69,15 @@ fn string_bytes(v: &Value) -> Vec<char> {
     }
 }
 
+/// A rune sequence indexed as chars.
+struct Runes<'a, C>(&'a [C]);
+
+impl<C: Copy + Into<char>> Runes<'_, C> {
+    fn at(&self, i: usize) -> char {
+        self.0.get(i).map_or('\0', |&c| c.into())
+    }
+}
+
 /// Which go-yaml's `keyList.Less` to follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Sorter {
@@ -98,21 +107,33 @@ pub(crate) fn key_less_as(sorter: Sorter, a: &Value, b: &Value) -> bool {
     if ak != 24 || bk != 24 {
         return ak < bk;
     }
-    let ar = string_bytes(a);
-    let br = string_bytes(b);
+    if let (Value::String(x), Value::String(y)) = (a, b)
+        && x.is_ascii()
+        && y.is_ascii()
+    {
+        return runes_less(sorter, x.as_bytes(), y.as_bytes());
+    }
+    runes_less(sorter, &string_bytes(a), &string_bytes(b))
+}
+
+/// The string part of `keyList.Less` on two rune sequences (bytes for ASCII strings, where
+/// bytes and runes are the same).
+fn runes_less<C: Copy + Into<char>>(sorter: Sorter, ar: &[C], br: &[C]) -> bool {
+    let ar: Runes<'_, C> = Runes(ar);
+    let br: Runes<'_, C> = Runes(br);
     let mut i = 0;
     // v3: whether the last equal rune was a digit.
     let mut digits = false;
-    while i < ar.len() && i < br.len() {
-        if ar[i] == br[i] {
-            digits = is_digit(ar[i]);
+    while i < ar.0.len() && i < br.0.len() {
+        if ar.at(i) == br.at(i) {
+            digits = is_digit(ar.at(i));
             i += 1;
             continue;
         }
-        let al = is_letter(ar[i]);
-        let bl = is_letter(br[i]);
+        let al = is_letter(ar.at(i));
+        let bl = is_letter(br.at(i));
         if al && bl {
-            return ar[i] < br[i];
+            return ar.at(i) < br.at(i);
         }
         if al || bl {
             return if sorter == Sorter::V3 && digits {
@@ -122,11 +143,11 @@ pub(crate) fn key_less_as(sorter: Sorter, a: &Value, b: &Value) -> bool {
             };
         }
         let (mut an, mut bn): (i64, i64) = (0, 0);
-        if ar[i] == '0' || br[i] == '0' {
+        if ar.at(i) == '0' || br.at(i) == '0' {
             let mut j = i;
-            while j > 0 && is_digit(ar[j - 1]) {
+            while j > 0 && is_digit(ar.at(j - 1)) {
                 j -= 1;
-                if ar[j] != '0' {
+                if ar.at(j) != '0' {
                     an = 1;
                     bn = 1;
                     break;
@@ -135,13 +156,13 @@ pub(crate) fn key_less_as(sorter: Sorter, a: &Value, b: &Value) -> bool {
         }
         let digit_value = |c: char| i64::from(u32::from(c)) - i64::from(u32::from('0'));
         let mut ai = i;
-        while ai < ar.len() && is_digit(ar[ai]) {
-            an = an.wrapping_mul(10).wrapping_add(digit_value(ar[ai]));
+        while ai < ar.0.len() && is_digit(ar.at(ai)) {
+            an = an.wrapping_mul(10).wrapping_add(digit_value(ar.at(ai)));
             ai += 1;
         }
         let mut bi = i;
-        while bi < br.len() && is_digit(br[bi]) {
-            bn = bn.wrapping_mul(10).wrapping_add(digit_value(br[bi]));
+        while bi < br.0.len() && is_digit(br.at(bi)) {
+            bn = bn.wrapping_mul(10).wrapping_add(digit_value(br.at(bi)));
             bi += 1;
         }
         if an != bn {
@@ -150,9 +171,9 @@ pub(crate) fn key_less_as(sorter: Sorter, a: &Value, b: &Value) -> bool {
         if ai != bi {
             return ai < bi;
         }
-        return ar[i] < br[i];
+        return ar.at(i) < br.at(i);
     }
-    ar.len() < br.len()
+    ar.0.len() < br.0.len()
 }
 
 /// Sorts map entries by key exactly as Go's `sort.Sort(keyList)` does. go-yaml's `Less` is
@@ -173,6 +194,20 @@ pub(crate) fn sort_entries_as(sorter: Sorter, entries: &mut [(Value, Value)]) {
     let mut s = GoSort {
         data: entries,
         less: |a: &(Value, Value), b: &(Value, Value)| key_less_as(sorter, &a.0, &b.0),
+    };
+    s.pdqsort(0, n, limit);
+}
+
+/// [`sort_entries_as`] on borrowed entries.
+pub(crate) fn sort_refs_as(sorter: Sorter, entries: &mut [(&Value, &Value)]) {
+    let n = entries.len();
+    if n <= 1 {
+        return;
+    }
+    let limit = bit_len(n);
+    let mut s = GoSort {
+        data: entries,
+        less: |a: &(&Value, &Value), b: &(&Value, &Value)| key_less_as(sorter, a.0, b.0),
     };
     s.pdqsort(0, n, limit);
 }
