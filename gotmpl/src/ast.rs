@@ -2,6 +2,70 @@
 //! way Go's `Node.String()` does; execution errors quote that text (`at <.Values.x>`).
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// A piece of a template's source text. Names, literals and text are ranges of the shared
+/// source rather than copies (a literal with escapes owns its decoded text), so parsing
+/// allocates no string per token.
+#[derive(Clone)]
+pub(crate) struct SrcStr {
+    src: Arc<str>,
+    start: usize,
+    end: usize,
+}
+
+impl SrcStr {
+    /// `src[start..end]`; the range must lie on character boundaries.
+    pub fn new(src: &Arc<str>, start: usize, end: usize) -> Self {
+        debug_assert!(src.get(start..end).is_some());
+        SrcStr {
+            src: Arc::clone(src),
+            start,
+            end,
+        }
+    }
+
+    /// A string of its own (a decoded literal).
+    pub fn owned(s: String) -> Self {
+        let end = s.len();
+        SrcStr {
+            src: Arc::from(s),
+            start: 0,
+            end,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.src[self.start..self.end]
+    }
+}
+
+impl Deref for SrcStr {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for SrcStr {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for SrcStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for SrcStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
 
 /// A list of nodes (a template body or a branch).
 #[derive(Clone, Debug, Default)]
@@ -12,14 +76,14 @@ pub(crate) struct ListNode {
 /// A statement-level node.
 #[derive(Clone, Debug)]
 pub(crate) enum Node {
-    Text(String),
+    Text(SrcStr),
     Action(Pipe),
     If(Branch),
     With(Branch),
     Range(Branch),
     Template {
         pos: usize,
-        name: String,
+        name: SrcStr,
         pipe: Option<Pipe>,
     },
     Break,
@@ -40,7 +104,7 @@ pub(crate) struct Branch {
 pub(crate) struct Pipe {
     pub pos: usize,
     pub is_assign: bool,
-    pub decl: Vec<String>,
+    pub decl: Vec<SrcStr>,
     pub cmds: Vec<Command>,
 }
 
@@ -57,23 +121,23 @@ pub(crate) enum Arg {
     /// `.a.b`
     Field {
         pos: usize,
-        idents: Vec<String>,
+        idents: Vec<SrcStr>,
     },
     /// `$x.a.b` (`idents[0]` is the variable name).
     Variable {
         pos: usize,
-        idents: Vec<String>,
+        idents: Vec<SrcStr>,
     },
     /// `(pipe).a.b`, `fn.a` (the term is a pipeline or an identifier).
     Chain {
         pos: usize,
         node: Box<Arg>,
-        fields: Vec<String>,
+        fields: Vec<SrcStr>,
     },
     /// A function name.
     Identifier {
         pos: usize,
-        name: String,
+        name: SrcStr,
     },
     /// `( pipeline )`
     Pipe(Box<Pipe>),
@@ -91,8 +155,8 @@ pub(crate) enum Arg {
     /// A string literal: its source text (with quotes) and its value.
     String {
         pos: usize,
-        quoted: String,
-        text: String,
+        quoted: SrcStr,
+        text: SrcStr,
     },
 }
 
@@ -100,7 +164,7 @@ pub(crate) enum Arg {
 #[derive(Clone, Debug)]
 pub(crate) struct Number {
     pub pos: usize,
-    pub text: String,
+    pub text: SrcStr,
     pub is_int: bool,
     pub is_uint: bool,
     pub is_float: bool,
@@ -147,7 +211,15 @@ impl fmt::Display for Arg {
                 }
                 Ok(())
             }
-            Arg::Variable { idents, .. } => f.write_str(&idents.join(".")),
+            Arg::Variable { idents, .. } => {
+                for (i, ident) in idents.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(ident)?;
+                }
+                Ok(())
+            }
             Arg::Chain { node, fields, .. } => {
                 if let Arg::Pipe(p) = node.as_ref() {
                     write!(f, "({p})")?;
@@ -189,7 +261,12 @@ impl fmt::Display for Command {
 impl fmt::Display for Pipe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.decl.is_empty() {
-            f.write_str(&self.decl.join(", "))?;
+            for (i, d) in self.decl.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                f.write_str(d)?;
+            }
             f.write_str(if self.is_assign { " = " } else { " := " })?;
         }
         for (i, c) in self.cmds.iter().enumerate() {

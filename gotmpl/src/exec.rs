@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe};
+use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe, SrcStr};
 use crate::gofmt;
 use crate::signature::{ArgType, FuncMap, Function, Signature};
 use crate::template::{Template, TemplateSet};
@@ -912,7 +912,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         dot: &Ev,
         mut receiver: Ev,
         node: &'t Arg,
-        idents: &'t [String],
+        idents: &'t [SrcStr],
         args: &'t [Arg],
         fin: Option<Ev>,
     ) -> R<Ev> {

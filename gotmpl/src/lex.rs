@@ -2,8 +2,6 @@
 //! (Go ≥ 1.22 behaviour: trim markers with any ASCII space, newlines inside actions,
 //! `break`/`continue` keywords, `=` assignment, `_` separators and `0o`/`0b` prefixes).
 
-use std::borrow::Cow;
-
 /// Kinds of tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ItemType {
@@ -63,29 +61,30 @@ impl ItemType {
     }
 }
 
-/// A token: its type, byte offset, text and the line it starts on.
-#[derive(Clone, Debug)]
+/// A token: its type, byte offset, text and the line it starts on. Tokens borrow the input
+/// and are `Copy`; an `Error` token's message is kept by the [`Lexer`] ([`Lexer::error`]).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Item<'a> {
     pub typ: ItemType,
     pub pos: usize,
-    /// Borrowed from the input (owned only for error messages), so tokens copy cheaply.
-    pub val: Cow<'a, str>,
+    pub val: &'a str,
     pub line: usize,
 }
 
-impl std::fmt::Display for Item<'_> {
-    /// Go's `item.String()`, used in "unexpected X in Y" messages.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Item<'_> {
+    /// Go's `item.String()`, used in "unexpected X in Y" messages; `error` is the lexer's
+    /// message for an `Error` token.
+    pub(crate) fn describe(&self, error: &str) -> String {
         match self.typ {
-            ItemType::Eof => f.write_str("EOF"),
-            ItemType::Error => f.write_str(&self.val),
-            t if t.is_keyword() => write!(f, "<{}>", self.val),
+            ItemType::Eof => "EOF".to_string(),
+            ItemType::Error => error.to_string(),
+            t if t.is_keyword() => format!("<{}>", self.val),
             _ => {
                 if self.val.chars().count() > 10 {
                     let head: String = self.val.chars().take(10).collect();
-                    write!(f, "{}...", crate::gofmt::quote(&head))
+                    format!("{}...", crate::gofmt::quote(&head))
                 } else {
-                    f.write_str(&crate::gofmt::quote(&self.val))
+                    crate::gofmt::quote(self.val)
                 }
             }
         }
@@ -94,136 +93,221 @@ impl std::fmt::Display for Item<'_> {
 
 const LEFT_DELIM: &str = "{{";
 
-/// `haystack.find(needle)` for a short ASCII needle: a byte search for its first byte, then a
-/// comparison (the generic substring search costs more on template text).
-fn find_ascii(haystack: &str, needle: &str) -> Option<usize> {
-    let first = char::from(*needle.as_bytes().first()?);
+/// The offset of the next `{{` in `haystack`: a byte search for `{`, then a look at the next
+/// byte (the generic substring search costs more on template text).
+fn find_left_delim(haystack: &str) -> Option<usize> {
     let mut from = 0;
-    while let Some(i) = haystack[from..].find(first) {
+    while let Some(i) = haystack[from..].find('{') {
         let at = from + i;
-        if haystack[at..].starts_with(needle) {
+        if haystack.as_bytes().get(at + 1) == Some(&b'{') {
             return Some(at);
         }
-        // `first` is ASCII, so the next byte starts a character.
+        // `{` is ASCII, so the next byte starts a character.
         from = at + 1;
     }
     None
 }
+
+/// The offset of the next `*/` in `haystack`.
+fn find_right_comment(haystack: &[u8]) -> Option<usize> {
+    haystack.windows(2).position(|w| w == b"*/")
+}
+
 const RIGHT_DELIM: &str = "}}";
 const LEFT_COMMENT: &str = "/*";
 const RIGHT_COMMENT: &str = "*/";
 
-fn is_space(c: Option<char>) -> bool {
-    matches!(c, Some(' ' | '\t' | '\r' | '\n'))
+fn is_space_byte(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
 fn is_alnum(c: Option<char>) -> bool {
     match c {
-        Some(c) => c == '_' || c.is_alphabetic() || c.is_numeric(),
+        Some(c) if c.is_ascii() => c == '_' || c.is_ascii_alphanumeric(),
+        Some(c) => c.is_alphabetic() || c.is_numeric(),
         None => false,
     }
 }
 
-fn has_left_trim_marker(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() >= 2 && b[0] == b'-' && matches!(b[1], b' ' | b'\t' | b'\r' | b'\n')
+fn has_left_trim_marker(b: &[u8]) -> bool {
+    b.len() >= 2 && b[0] == b'-' && is_space_byte(b[1])
 }
 
-fn has_right_trim_marker(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() >= 2 && matches!(b[0], b' ' | b'\t' | b'\r' | b'\n') && b[1] == b'-'
+fn has_right_trim_marker(b: &[u8]) -> bool {
+    b.len() >= 2 && is_space_byte(b[0]) && b[1] == b'-'
 }
 
 const TRIM_MARKER_LEN: usize = 2;
 
-fn right_trim_len(s: &str) -> usize {
-    s.len() - s.trim_end_matches([' ', '\t', '\r', '\n']).len()
+fn right_trim_len(b: &[u8]) -> usize {
+    b.iter().rev().take_while(|&&c| is_space_byte(c)).count()
 }
 
-fn left_trim_len(s: &str) -> usize {
-    s.len() - s.trim_start_matches([' ', '\t', '\r', '\n']).len()
+fn left_trim_len(b: &[u8]) -> usize {
+    b.iter().take_while(|&&c| is_space_byte(c)).count()
 }
 
+fn count_newlines(b: &[u8]) -> usize {
+    b.iter().filter(|&&c| c == b'\n').count()
+}
+
+/// Where the state machine goes on when a state function has emitted no token.
 #[derive(Clone, Copy)]
 enum State {
     Text,
-    LeftDelim,
-    Comment,
-    RightDelim,
     InsideAction,
-    Space,
-    Identifier,
-    Field,
-    Variable,
-    Char,
-    Number,
-    Quote,
-    RawQuote,
 }
 
-/// Lexes the whole input. The sequence ends with an `Eof` or an `Error` item.
-pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> Vec<Item<'_>> {
-    let mut l = Lexer {
-        input,
-        pos: 0,
-        start: 0,
-        line: 1,
-        start_line: 1,
-        at_eof: false,
-        paren_depth: 0,
-        items: Vec::new(),
-        break_ok,
-        continue_ok,
-    };
-    let mut state = Some(State::Text);
-    while let Some(s) = state {
-        state = l.step(s);
+/// Bytes that continue an identifier, a field or a variable name (ASCII letters, digits,
+/// `_`); other characters are decided by [`is_alnum`].
+const ALNUM: [bool; 128] = {
+    let mut t = [false; 128];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = (b as u8).is_ascii_alphanumeric() || b == b'_' as usize;
+        b += 1;
     }
-    l.items
-}
+    t
+};
 
-struct Lexer<'a> {
+/// Go's lexer, run on demand: [`Lexer::next_item`] runs the state machine until it yields
+/// one token (Go runs it as a coroutine feeding the parser). After `Eof` or an `Error` it
+/// keeps returning `Eof` at offset 0.
+pub(crate) struct Lexer<'a> {
     input: &'a str,
+    bytes: &'a [u8],
     pos: usize,
     start: usize,
     line: usize,
     start_line: usize,
     at_eof: bool,
     paren_depth: i64,
-    items: Vec<Item<'a>>,
+    inside_action: bool,
+    item: Option<Item<'a>>,
+    /// Set once `Eof` or an `Error` was returned: the line of that token.
+    finished: Option<usize>,
+    error: String,
     break_ok: bool,
     continue_ok: bool,
 }
 
+/// Lexes the whole input. The sequence ends with an `Eof` or an `Error` item.
+#[cfg(test)]
+pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> (Vec<Item<'_>>, String) {
+    let mut l = Lexer::new(input, break_ok, continue_ok);
+    let mut items = Vec::new();
+    loop {
+        let item = l.next_item();
+        items.push(item);
+        if matches!(item.typ, ItemType::Eof | ItemType::Error) {
+            return (items, l.error);
+        }
+    }
+}
+
 impl<'a> Lexer<'a> {
+    pub(crate) fn new(input: &'a str, break_ok: bool, continue_ok: bool) -> Self {
+        Lexer {
+            input,
+            bytes: input.as_bytes(),
+            pos: 0,
+            start: 0,
+            line: 1,
+            start_line: 1,
+            at_eof: false,
+            paren_depth: 0,
+            inside_action: false,
+            item: None,
+            finished: None,
+            error: String::new(),
+            break_ok,
+            continue_ok,
+        }
+    }
+
+    /// The message of the `Error` token, once one was returned.
+    pub(crate) fn error(&self) -> &str {
+        &self.error
+    }
+
+    /// The next token.
+    pub(crate) fn next_item(&mut self) -> Item<'a> {
+        if let Some(line) = self.finished {
+            return Item {
+                typ: ItemType::Eof,
+                pos: 0,
+                val: "",
+                line,
+            };
+        }
+        let mut state = if self.inside_action {
+            State::InsideAction
+        } else {
+            State::Text
+        };
+        loop {
+            let next = match state {
+                State::Text => self.lex_text(),
+                State::InsideAction => self.lex_inside_action(),
+            };
+            if let Some(next) = next {
+                state = next;
+                continue;
+            }
+            let item = self
+                .item
+                .take()
+                .expect("a state that stops has emitted a token");
+            if matches!(item.typ, ItemType::Eof | ItemType::Error) {
+                self.finished = Some(item.line);
+            }
+            return item;
+        }
+    }
+
     fn next(&mut self) -> Option<char> {
-        match self.input[self.pos..].chars().next() {
+        match self.bytes.get(self.pos) {
             None => {
                 self.at_eof = true;
                 None
             }
-            Some(c) => {
-                self.pos += c.len_utf8();
-                if c == '\n' {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                if b == b'\n' {
                     self.line += 1;
                 }
+                Some(char::from(b))
+            }
+            Some(_) => {
+                let c = self.input[self.pos..].chars().next()?;
+                self.pos += c.len_utf8();
                 Some(c)
             }
         }
     }
 
     fn peek(&self) -> Option<char> {
-        self.input[self.pos..].chars().next()
+        match self.bytes.get(self.pos) {
+            None => None,
+            Some(&b) if b < 0x80 => Some(char::from(b)),
+            Some(_) => self.input[self.pos..].chars().next(),
+        }
+    }
+
+    fn peek_byte(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
     }
 
     fn backup(&mut self) {
-        if !self.at_eof
-            && self.pos > 0
-            && let Some(c) = self.input[..self.pos].chars().next_back()
-        {
-            self.pos -= c.len_utf8();
-            if c == '\n' {
-                self.line -= 1;
+        if !self.at_eof && self.pos > 0 {
+            let b = self.bytes[self.pos - 1];
+            if b < 0x80 {
+                self.pos -= 1;
+                if b == b'\n' {
+                    self.line -= 1;
+                }
+            } else if let Some(c) = self.input[..self.pos].chars().next_back() {
+                self.pos -= c.len_utf8();
             }
         }
         self.at_eof = false;
@@ -233,7 +317,7 @@ impl<'a> Lexer<'a> {
         let item = Item {
             typ,
             pos: self.start,
-            val: Cow::Borrowed(&self.input[self.start..self.pos]),
+            val: &self.input[self.start..self.pos],
             line: self.start_line,
         };
         self.start = self.pos;
@@ -241,154 +325,116 @@ impl<'a> Lexer<'a> {
         item
     }
 
-    fn emit(&mut self, typ: ItemType) {
+    /// Emits the pending token; the caller returns `None` to hand it to the parser.
+    fn emit(&mut self, typ: ItemType) -> Option<State> {
         let item = self.this_item(typ);
-        self.items.push(item);
+        self.item = Some(item);
+        None
     }
 
     fn ignore(&mut self) {
-        self.line += self.input[self.start..self.pos]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count();
+        self.line += count_newlines(&self.bytes[self.start..self.pos]);
         self.start = self.pos;
         self.start_line = self.line;
     }
 
-    fn accept(&mut self, valid: &str) -> bool {
-        match self.next() {
-            Some(c) if valid.contains(c) => true,
-            _ => {
-                self.backup();
-                false
+    /// Consumes one byte if it is one of `valid` (all ASCII).
+    fn accept(&mut self, valid: &[u8]) -> bool {
+        match self.peek_byte() {
+            Some(b) if valid.contains(&b) => {
+                self.pos += 1;
+                true
             }
+            _ => false,
         }
     }
 
-    fn accept_run(&mut self, valid: &str) {
-        loop {
-            match self.next() {
-                Some(c) if valid.contains(c) => {}
-                _ => {
-                    self.backup();
-                    return;
-                }
-            }
-        }
+    fn accept_run(&mut self, valid: &[u8]) {
+        while self.accept(valid) {}
     }
 
     fn errorf(&mut self, msg: String) -> Option<State> {
-        self.items.push(Item {
+        self.error = msg;
+        self.item = Some(Item {
             typ: ItemType::Error,
             pos: self.start,
-            val: Cow::Owned(msg),
+            val: "",
             line: self.start_line,
         });
         None
     }
 
     fn at_right_delim(&self) -> (bool, bool) {
-        let rest = &self.input[self.pos..];
-        if has_right_trim_marker(rest) && rest[TRIM_MARKER_LEN..].starts_with(RIGHT_DELIM) {
+        let rest = &self.bytes[self.pos..];
+        if has_right_trim_marker(rest) && rest[TRIM_MARKER_LEN..].starts_with(b"}}") {
             return (true, true);
         }
-        if rest.starts_with(RIGHT_DELIM) {
+        if rest.starts_with(b"}}") {
             return (true, false);
         }
         (false, false)
     }
 
     fn at_terminator(&self) -> bool {
-        let r = self.peek();
-        if is_space(r) {
-            return true;
-        }
-        match r {
-            None | Some('.' | ',' | '|' | ':' | ')' | '(') => true,
-            Some(c) => RIGHT_DELIM.starts_with(c),
-        }
-    }
-
-    fn step(&mut self, s: State) -> Option<State> {
-        match s {
-            State::Text => self.lex_text(),
-            State::LeftDelim => self.lex_left_delim(),
-            State::Comment => self.lex_comment(),
-            State::RightDelim => self.lex_right_delim(),
-            State::InsideAction => self.lex_inside_action(),
-            State::Space => self.lex_space(),
-            State::Identifier => self.lex_identifier(),
-            State::Field => self.lex_field_or_variable(ItemType::Field),
-            State::Variable => {
-                if self.at_terminator() {
-                    self.emit(ItemType::Variable);
-                    return Some(State::InsideAction);
-                }
-                self.lex_field_or_variable(ItemType::Variable)
+        match self.peek_byte() {
+            None => true,
+            Some(b) => {
+                is_space_byte(b) || matches!(b, b'.' | b',' | b'|' | b':' | b')' | b'(' | b'}')
             }
-            State::Char => self.lex_char(),
-            State::Number => self.lex_number(),
-            State::Quote => self.lex_quote(),
-            State::RawQuote => self.lex_raw_quote(),
         }
     }
 
     fn lex_text(&mut self) -> Option<State> {
-        if let Some(x) = find_ascii(&self.input[self.pos..], LEFT_DELIM) {
+        if let Some(x) = find_left_delim(&self.input[self.pos..]) {
             if x > 0 {
                 self.pos += x;
                 let delim_end = self.pos + LEFT_DELIM.len();
-                let trim = if has_left_trim_marker(&self.input[delim_end..]) {
-                    right_trim_len(&self.input[self.start..self.pos])
+                let trim = if has_left_trim_marker(&self.bytes[delim_end..]) {
+                    right_trim_len(&self.bytes[self.start..self.pos])
                 } else {
                     0
                 };
                 self.pos -= trim;
-                self.line += self.input[self.start..self.pos]
-                    .bytes()
-                    .filter(|&b| b == b'\n')
-                    .count();
+                self.line += count_newlines(&self.bytes[self.start..self.pos]);
                 let item = self.this_item(ItemType::Text);
                 self.pos += trim;
                 self.ignore();
                 if !item.val.is_empty() {
-                    self.items.push(item);
+                    self.item = Some(item);
+                    return None;
                 }
             }
-            return Some(State::LeftDelim);
+            return self.lex_left_delim();
         }
         self.pos = self.input.len();
         if self.pos > self.start {
-            self.line += self.input[self.start..self.pos]
-                .bytes()
-                .filter(|&b| b == b'\n')
-                .count();
-            self.emit(ItemType::Text);
+            self.line += count_newlines(&self.bytes[self.start..self.pos]);
+            return self.emit(ItemType::Text);
         }
-        self.emit(ItemType::Eof);
-        None
+        self.emit(ItemType::Eof)
     }
 
     fn lex_left_delim(&mut self) -> Option<State> {
         self.pos += LEFT_DELIM.len();
-        let trim = has_left_trim_marker(&self.input[self.pos..]);
+        let trim = has_left_trim_marker(&self.bytes[self.pos..]);
         let after = if trim { TRIM_MARKER_LEN } else { 0 };
-        if self.input[self.pos + after..].starts_with(LEFT_COMMENT) {
+        if self.bytes[self.pos + after..].starts_with(LEFT_COMMENT.as_bytes()) {
             self.pos += after;
             self.ignore();
-            return Some(State::Comment);
+            return self.lex_comment();
         }
         let item = self.this_item(ItemType::LeftDelim);
-        self.items.push(item);
+        self.item = Some(item);
+        self.inside_action = true;
         self.pos += after;
         self.ignore();
         self.paren_depth = 0;
-        Some(State::InsideAction)
+        None
     }
 
     fn lex_comment(&mut self) -> Option<State> {
         self.pos += LEFT_COMMENT.len();
-        let Some(x) = find_ascii(&self.input[self.pos..], RIGHT_COMMENT) else {
+        let Some(x) = find_right_comment(&self.bytes[self.pos..]) else {
             return self.errorf("unclosed comment".to_string());
         };
         self.pos += x + RIGHT_COMMENT.len();
@@ -397,10 +443,7 @@ impl<'a> Lexer<'a> {
             return self.errorf("comment ends before closing delimiter".to_string());
         }
         // The comment item is not emitted (Go only emits it with ParseComments).
-        self.line += self.input[self.start..self.pos]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count();
+        self.line += count_newlines(&self.bytes[self.start..self.pos]);
         self.start = self.pos;
         self.start_line = self.line;
         if trim {
@@ -408,7 +451,7 @@ impl<'a> Lexer<'a> {
         }
         self.pos += RIGHT_DELIM.len();
         if trim {
-            self.pos += left_trim_len(&self.input[self.pos..]);
+            self.pos += left_trim_len(&self.bytes[self.pos..]);
         }
         self.ignore();
         Some(State::Text)
@@ -421,160 +464,163 @@ impl<'a> Lexer<'a> {
             self.ignore();
         }
         self.pos += RIGHT_DELIM.len();
-        self.emit(ItemType::RightDelim);
+        let item = self.this_item(ItemType::RightDelim);
+        self.item = Some(item);
         if trim {
-            self.pos += left_trim_len(&self.input[self.pos..]);
+            self.pos += left_trim_len(&self.bytes[self.pos..]);
             self.ignore();
         }
-        Some(State::Text)
+        self.inside_action = false;
+        None
     }
 
     fn lex_inside_action(&mut self) -> Option<State> {
         let (delim, _) = self.at_right_delim();
         if delim {
             if self.paren_depth == 0 {
-                return Some(State::RightDelim);
+                return self.lex_right_delim();
             }
             return self.errorf("unclosed left paren".to_string());
         }
-        let r = self.next();
-        match r {
-            None => self.errorf("unclosed action".to_string()),
-            Some(c) if is_space(Some(c)) => {
-                self.backup();
-                Some(State::Space)
+        let Some(b) = self.peek_byte() else {
+            return self.errorf("unclosed action".to_string());
+        };
+        if b >= 0x80 {
+            let c = self.peek()?;
+            if is_alnum(Some(c)) {
+                return self.lex_identifier();
             }
-            Some('=') => {
-                self.emit(ItemType::Assign);
-                Some(State::InsideAction)
-            }
-            Some(':') => {
-                if self.next() != Some('=') {
-                    return self.errorf("expected :=".to_string());
-                }
-                self.emit(ItemType::Declare);
-                Some(State::InsideAction)
-            }
-            Some('|') => {
-                self.emit(ItemType::Pipe);
-                Some(State::InsideAction)
-            }
-            Some('"') => Some(State::Quote),
-            Some('`') => Some(State::RawQuote),
-            Some('$') => Some(State::Variable),
-            Some('\'') => Some(State::Char),
-            Some('.') => {
-                if let Some(&b) = self.input.as_bytes().get(self.pos)
-                    && !b.is_ascii_digit()
-                {
-                    return Some(State::Field);
-                }
-                self.backup();
-                Some(State::Number)
-            }
-            Some(c) if c == '+' || c == '-' || c.is_ascii_digit() => {
-                self.backup();
-                Some(State::Number)
-            }
-            Some(c) if is_alnum(Some(c)) => {
-                self.backup();
-                Some(State::Identifier)
-            }
-            Some('(') => {
-                self.paren_depth += 1;
-                self.emit(ItemType::LeftParen);
-                Some(State::InsideAction)
-            }
-            Some(')') => {
-                self.paren_depth -= 1;
-                if self.paren_depth < 0 {
-                    return self.errorf("unexpected right paren".to_string());
-                }
-                self.emit(ItemType::RightParen);
-                Some(State::InsideAction)
-            }
-            Some(c) if c.is_ascii() && !c.is_ascii_control() => {
-                self.emit(ItemType::Char);
-                Some(State::InsideAction)
-            }
-            Some(c) => self.errorf(format!(
+            return self.errorf(format!(
                 "unrecognized character in action: {}",
                 unicode_hash(c)
-            )),
+            ));
+        }
+        match b {
+            b' ' | b'\t' | b'\r' | b'\n' => self.lex_space(),
+            b'+' | b'-' | b'0'..=b'9' => self.lex_number(),
+            _ if ALNUM[usize::from(b)] => self.lex_identifier(),
+            _ => {
+                self.pos += 1;
+                match b {
+                    b'=' => self.emit(ItemType::Assign),
+                    b':' => {
+                        if self.next() != Some('=') {
+                            return self.errorf("expected :=".to_string());
+                        }
+                        self.emit(ItemType::Declare)
+                    }
+                    b'|' => self.emit(ItemType::Pipe),
+                    b'"' => self.lex_quote(),
+                    b'`' => self.lex_raw_quote(),
+                    b'$' => {
+                        if self.at_terminator() {
+                            return self.emit(ItemType::Variable);
+                        }
+                        self.lex_field_or_variable(ItemType::Variable)
+                    }
+                    b'\'' => self.lex_char(),
+                    b'.' => {
+                        if let Some(b) = self.peek_byte()
+                            && !b.is_ascii_digit()
+                        {
+                            return self.lex_field_or_variable(ItemType::Field);
+                        }
+                        self.pos -= 1;
+                        self.lex_number()
+                    }
+                    b'(' => {
+                        self.paren_depth += 1;
+                        self.emit(ItemType::LeftParen)
+                    }
+                    b')' => {
+                        self.paren_depth -= 1;
+                        if self.paren_depth < 0 {
+                            return self.errorf("unexpected right paren".to_string());
+                        }
+                        self.emit(ItemType::RightParen)
+                    }
+                    _ if !b.is_ascii_control() => self.emit(ItemType::Char),
+                    _ => self.errorf(format!(
+                        "unrecognized character in action: {}",
+                        unicode_hash(char::from(b))
+                    )),
+                }
+            }
         }
     }
 
     fn lex_space(&mut self) -> Option<State> {
-        let mut n = 0;
-        while is_space(self.peek()) {
-            self.next();
-            n += 1;
-        }
+        let n = left_trim_len(&self.bytes[self.pos..]);
+        self.line += count_newlines(&self.bytes[self.pos..self.pos + n]);
+        self.pos += n;
         // A trim-marked right delimiter starts with a space: " -}}".
-        let before = &self.input[self.pos - 1..];
-        if has_right_trim_marker(before) && before[TRIM_MARKER_LEN..].starts_with(RIGHT_DELIM) {
+        let before = &self.bytes[self.pos - 1..];
+        if has_right_trim_marker(before) && before[TRIM_MARKER_LEN..].starts_with(b"}}") {
             self.backup();
             if n == 1 {
-                return Some(State::RightDelim);
+                return self.lex_right_delim();
             }
         }
-        self.emit(ItemType::Space);
-        Some(State::InsideAction)
+        self.emit(ItemType::Space)
+    }
+
+    /// Consumes a run of alphanumeric characters and returns the first other one (not
+    /// consumed).
+    fn scan_alnum(&mut self) -> Option<char> {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            if b < 0x80 {
+                if ALNUM[usize::from(b)] {
+                    self.pos += 1;
+                    continue;
+                }
+                return Some(char::from(b));
+            }
+            let c = self.peek()?;
+            if !is_alnum(Some(c)) {
+                return Some(c);
+            }
+            self.pos += c.len_utf8();
+        }
+        None
     }
 
     fn lex_identifier(&mut self) -> Option<State> {
-        loop {
-            let r = self.next();
-            if is_alnum(r) {
-                continue;
-            }
-            self.backup();
-            if !self.at_terminator() {
-                return self.errorf(format!("bad character {}", unicode_hash_opt(r)));
-            }
-            let word = &self.input[self.start..self.pos];
-            let typ = match word {
-                "block" => ItemType::Block,
-                "break" if self.break_ok => ItemType::Break,
-                "continue" if self.continue_ok => ItemType::Continue,
-                "define" => ItemType::Define,
-                "else" => ItemType::Else,
-                "end" => ItemType::End,
-                "if" => ItemType::If,
-                "range" => ItemType::Range,
-                "nil" => ItemType::Nil,
-                "template" => ItemType::Template,
-                "with" => ItemType::With,
-                "true" | "false" => ItemType::Bool,
-                _ => ItemType::Identifier,
-            };
-            self.emit(typ);
-            return Some(State::InsideAction);
+        let r = self.scan_alnum();
+        if !self.at_terminator() {
+            return self.errorf(format!("bad character {}", unicode_hash_opt(r)));
         }
+        let word = &self.input[self.start..self.pos];
+        let typ = match word {
+            "block" => ItemType::Block,
+            "break" if self.break_ok => ItemType::Break,
+            "continue" if self.continue_ok => ItemType::Continue,
+            "define" => ItemType::Define,
+            "else" => ItemType::Else,
+            "end" => ItemType::End,
+            "if" => ItemType::If,
+            "range" => ItemType::Range,
+            "nil" => ItemType::Nil,
+            "template" => ItemType::Template,
+            "with" => ItemType::With,
+            "true" | "false" => ItemType::Bool,
+            _ => ItemType::Identifier,
+        };
+        self.emit(typ)
     }
 
     fn lex_field_or_variable(&mut self, typ: ItemType) -> Option<State> {
         if self.at_terminator() {
-            self.emit(if typ == ItemType::Variable {
+            return self.emit(if typ == ItemType::Variable {
                 ItemType::Variable
             } else {
                 ItemType::Dot
             });
-            return Some(State::InsideAction);
         }
-        let mut r;
-        loop {
-            r = self.next();
-            if !is_alnum(r) {
-                self.backup();
-                break;
-            }
-        }
+        let r = self.scan_alnum();
         if !self.at_terminator() {
             return self.errorf(format!("bad character {}", unicode_hash_opt(r)));
         }
-        self.emit(typ);
-        Some(State::InsideAction)
+        self.emit(typ)
     }
 
     fn lex_char(&mut self) -> Option<State> {
@@ -594,35 +640,36 @@ impl<'a> Lexer<'a> {
                 _ => {}
             }
         }
-        self.emit(ItemType::CharConstant);
-        Some(State::InsideAction)
+        self.emit(ItemType::CharConstant)
     }
 
     fn scan_number(&mut self) -> bool {
-        self.accept("+-");
-        let mut digits = "0123456789_";
-        if self.accept("0") {
-            if self.accept("xX") {
-                digits = "0123456789abcdefABCDEF_";
-            } else if self.accept("oO") {
-                digits = "01234567_";
-            } else if self.accept("bB") {
-                digits = "01_";
+        const DECIMAL: &[u8] = b"0123456789_";
+        const HEX: &[u8] = b"0123456789abcdefABCDEF_";
+        self.accept(b"+-");
+        let mut digits = DECIMAL;
+        if self.accept(b"0") {
+            if self.accept(b"xX") {
+                digits = HEX;
+            } else if self.accept(b"oO") {
+                digits = b"01234567_";
+            } else if self.accept(b"bB") {
+                digits = b"01_";
             }
         }
         self.accept_run(digits);
-        if self.accept(".") {
+        if self.accept(b".") {
             self.accept_run(digits);
         }
-        if digits.len() == 11 && self.accept("eE") {
-            self.accept("+-");
-            self.accept_run("0123456789_");
+        if digits.len() == DECIMAL.len() && self.accept(b"eE") {
+            self.accept(b"+-");
+            self.accept_run(DECIMAL);
         }
-        if digits.len() == 23 && self.accept("pP") {
-            self.accept("+-");
-            self.accept_run("0123456789_");
+        if digits.len() == HEX.len() && self.accept(b"pP") {
+            self.accept(b"+-");
+            self.accept_run(DECIMAL);
         }
-        self.accept("i");
+        self.accept(b"i");
         if is_alnum(self.peek()) {
             self.next();
             return false;
@@ -635,16 +682,15 @@ impl<'a> Lexer<'a> {
             let text = crate::gofmt::quote(&self.input[self.start..self.pos]);
             return self.errorf(format!("bad number syntax: {text}"));
         }
-        if matches!(self.peek(), Some('+' | '-')) {
+        if matches!(self.peek_byte(), Some(b'+' | b'-')) {
             if !self.scan_number() || !self.input[..self.pos].ends_with('i') {
                 let text = crate::gofmt::quote(&self.input[self.start..self.pos]);
                 return self.errorf(format!("bad number syntax: {text}"));
             }
-            self.emit(ItemType::Complex);
+            self.emit(ItemType::Complex)
         } else {
-            self.emit(ItemType::Number);
+            self.emit(ItemType::Number)
         }
-        Some(State::InsideAction)
     }
 
     fn lex_quote(&mut self) -> Option<State> {
@@ -662,8 +708,7 @@ impl<'a> Lexer<'a> {
                 _ => {}
             }
         }
-        self.emit(ItemType::String);
-        Some(State::InsideAction)
+        self.emit(ItemType::String)
     }
 
     fn lex_raw_quote(&mut self) -> Option<State> {
@@ -674,8 +719,7 @@ impl<'a> Lexer<'a> {
                 _ => {}
             }
         }
-        self.emit(ItemType::RawString);
-        Some(State::InsideAction)
+        self.emit(ItemType::RawString)
     }
 }
 
@@ -700,29 +744,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn find_ascii_agrees_with_str_find() {
-        for hay in ["", "{", "a{b{{c", "{{", "é{ü{{", "x*/", "*", "/*/"] {
-            for needle in [LEFT_DELIM, RIGHT_COMMENT] {
-                assert_eq!(
-                    find_ascii(hay, needle),
-                    hay.find(needle),
-                    "{hay:?} {needle:?}"
-                );
-            }
+    fn delimiter_searches_agree_with_str_find() {
+        for hay in [
+            "", "{", "a{b{{c", "{{", "{{{", "é{ü{{", "x*/", "*", "/*/", "**/",
+        ] {
+            assert_eq!(find_left_delim(hay), hay.find(LEFT_DELIM), "{hay:?}");
+            assert_eq!(
+                find_right_comment(hay.as_bytes()),
+                hay.find(RIGHT_COMMENT),
+                "{hay:?}"
+            );
         }
     }
 
     fn types(s: &str) -> Vec<ItemType> {
-        lex(s, true, true).into_iter().map(|i| i.typ).collect()
+        lex(s, true, true).0.into_iter().map(|i| i.typ).collect()
     }
 
     #[test]
     fn trim_markers_remove_surrounding_whitespace() {
-        let items = lex("a  \n{{- 3 -}}\n\t b", true, true);
+        let (items, _) = lex("a  \n{{- 3 -}}\n\t b", true, true);
         let texts: Vec<&str> = items
             .iter()
             .filter(|i| i.typ == ItemType::Text)
-            .map(|i| i.val.as_ref())
+            .map(|i| i.val)
             .collect();
         assert_eq!(texts, ["a", "b"]);
     }
@@ -749,17 +794,16 @@ mod tests {
     #[test]
     fn break_is_an_identifier_when_a_function_has_that_name() {
         use ItemType::*;
-        assert_eq!(lex("{{break}}", false, true)[1].typ, Identifier);
+        assert_eq!(lex("{{break}}", false, true).0[1].typ, Identifier);
         assert_eq!(types("{{break}}"), [LeftDelim, Break, RightDelim, Eof]);
     }
 
     #[test]
     fn lexer_errors_have_go_messages() {
         let last = |s: &str| {
-            lex(s, true, true)
-                .pop()
-                .map(|i| i.val.into_owned())
-                .unwrap_or_default()
+            let (items, error) = lex(s, true, true);
+            assert_eq!(items.last().map(|i| i.typ), Some(ItemType::Error), "{s:?}");
+            error
         };
         assert_eq!(last("{{"), "unclosed action");
         assert_eq!(last("{{\"abc"), "unterminated quoted string");

@@ -1,10 +1,10 @@
 //! The parser: tokens to trees, following Go's `text/template/parse/parse.go`, with Go's
 //! error messages (`template: NAME:LINE: MESSAGE`).
 
-use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe};
-use std::borrow::Cow;
+use std::sync::Arc;
 
-use crate::lex::{Item, ItemType, lex};
+use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe, SrcStr};
+use crate::lex::{Item, ItemType, Lexer};
 
 /// Maximum nesting of control structures (each `else if` link counts), blocks and
 /// parenthesised pipelines. Go limits only parentheses (at 10000); a Rust stack needs a bound
@@ -25,26 +25,28 @@ pub(crate) struct ParsedTree {
     pub root: ListNode,
 }
 
-/// Parses `text` as template `name`; returns the top-level tree and every `define`/`block`
+/// Parses `src` as template `name`; returns the top-level tree and every `define`/`block`
 /// in the order met. `has_func` tells whether a function name exists (builtins included).
+/// The trees' names, literals and text are ranges of `src`.
 pub(crate) fn parse<'a>(
     name: &str,
-    text: &'a str,
+    src: &'a Arc<str>,
     has_func: &'a dyn Fn(&str) -> bool,
 ) -> Result<Vec<ParsedTree>, String> {
-    let items = lex(text, !has_func("break"), !has_func("continue"));
+    let text: &'a str = src;
+    let lex = Lexer::new(text, !has_func("break"), !has_func("continue"));
     let eof = Item {
         typ: ItemType::Eof,
         pos: text.len(),
-        val: Cow::Borrowed(""),
+        val: "",
         line: 0,
     };
     let mut p = Parser {
-        items,
-        idx: 0,
-        token: [eof.clone(), eof.clone(), eof],
+        src,
+        lex,
+        token: [eof; 3],
         peek_count: 0,
-        vars: vec!["$".to_string()],
+        vars: vec!["$"],
         has_func,
         parse_name: name.to_string(),
         action_line: 0,
@@ -59,11 +61,11 @@ pub(crate) fn parse<'a>(
 }
 
 struct Parser<'a> {
-    items: Vec<Item<'a>>,
-    idx: usize,
+    src: &'a Arc<str>,
+    lex: Lexer<'a>,
     token: [Item<'a>; 3],
     peek_count: usize,
-    vars: Vec<String>,
+    vars: Vec<&'a str>,
     has_func: &'a dyn Fn(&str) -> bool,
     parse_name: String,
     action_line: usize,
@@ -82,22 +84,33 @@ enum Parsed {
 }
 
 impl<'a> Parser<'a> {
-    fn lex_next(&mut self) -> Item<'a> {
-        match self.items.get(self.idx) {
-            Some(it) => {
-                self.idx += 1;
-                it.clone()
-            }
-            None => {
-                let line = self.items.last().map(|i| i.line).unwrap_or(1);
-                Item {
-                    typ: ItemType::Eof,
-                    pos: 0,
-                    val: Cow::Borrowed(""),
-                    line,
-                }
-            }
+    /// The source text of a token, less its first `skip` bytes.
+    fn slice(&self, token: &Item<'_>, skip: usize) -> SrcStr {
+        SrcStr::new(self.src, token.pos + skip, token.pos + token.val.len())
+    }
+
+    /// The value of a string literal token: a range of the source unless it has escapes
+    /// (or, raw, carriage returns).
+    fn string_value(&self, token: &Item<'_>) -> PResult<SrcStr> {
+        let plain = match token.typ {
+            ItemType::RawString => !token.val.contains('\r'),
+            _ => !token.val.contains('\\'),
+        };
+        if plain && token.val.len() >= 2 {
+            return Ok(SrcStr::new(
+                self.src,
+                token.pos + 1,
+                token.pos + token.val.len() - 1,
+            ));
         }
+        match unquote(token.val) {
+            Ok(s) => Ok(SrcStr::owned(s)),
+            Err(e) => self.errorf(e),
+        }
+    }
+
+    fn lex_next(&mut self) -> Item<'a> {
+        self.lex.next_item()
     }
 
     fn next(&mut self) -> Item<'a> {
@@ -106,7 +119,7 @@ impl<'a> Parser<'a> {
         } else {
             self.token[0] = self.lex_next();
         }
-        self.token[self.peek_count].clone()
+        self.token[self.peek_count]
     }
 
     fn backup(&mut self) {
@@ -126,11 +139,11 @@ impl<'a> Parser<'a> {
 
     fn peek(&mut self) -> Item<'a> {
         if self.peek_count > 0 {
-            return self.token[self.peek_count - 1].clone();
+            return self.token[self.peek_count - 1];
         }
         self.peek_count = 1;
         self.token[0] = self.lex_next();
-        self.token[0].clone()
+        self.token[0]
     }
 
     fn next_non_space(&mut self) -> Item<'a> {
@@ -165,12 +178,13 @@ impl<'a> Parser<'a> {
                     " in action started at {}:{}",
                     self.parse_name, self.action_line
                 );
-                if token.val.ends_with(" action") {
+                if self.lex.error().ends_with(" action") {
                     extra = extra[" in action".len()..].to_string();
                 }
             }
-            return self.errorf(format!("{token}{extra}"));
+            return self.errorf(format!("{}{extra}", self.lex.error()));
         }
+        let token = token.describe(self.lex.error());
         self.errorf(format!("unexpected {token} in {context}"))
     }
 
@@ -241,13 +255,13 @@ impl<'a> Parser<'a> {
         if token.typ != ItemType::String && token.typ != ItemType::RawString {
             return self.unexpected(&token, CONTEXT);
         }
-        let name = match unquote(&token.val) {
+        let name = match unquote(token.val) {
             Ok(s) => s,
             Err(e) => return self.errorf(e),
         };
         self.expect(ItemType::RightDelim, CONTEXT)?;
         // A definition is a fresh tree: no outer variables, not inside a range.
-        let saved_vars = std::mem::replace(&mut self.vars, vec!["$".to_string()]);
+        let saved_vars = std::mem::replace(&mut self.vars, vec!["$"]);
         let saved_range = std::mem::replace(&mut self.range_depth, 0);
         self.enter()?;
         let (list, end) = self.item_list()?;
@@ -274,7 +288,7 @@ impl<'a> Parser<'a> {
     fn text_or_action(&mut self) -> PResult<Parsed> {
         let token = self.next_non_space();
         match token.typ {
-            ItemType::Text => Ok(Parsed::Node(Node::Text(token.val.into_owned()))),
+            ItemType::Text => Ok(Parsed::Node(Node::Text(self.slice(&token, 0)))),
             ItemType::LeftDelim => {
                 self.action_line = token.line;
                 let r = self.action();
@@ -353,13 +367,13 @@ impl<'a> Parser<'a> {
             if next.typ == ItemType::Assign || next.typ == ItemType::Declare {
                 pipe.is_assign = next.typ == ItemType::Assign;
                 self.next_non_space();
-                pipe.decl.push(v.val.to_string());
-                self.vars.push(v.val.into_owned());
+                pipe.decl.push(self.slice(&v, 0));
+                self.vars.push(v.val);
                 break;
             } else if next.typ == ItemType::Char && next.val == "," {
                 self.next_non_space();
-                pipe.decl.push(v.val.to_string());
-                self.vars.push(v.val.into_owned());
+                pipe.decl.push(self.slice(&v, 0));
+                self.vars.push(v.val);
                 if context == "range" && pipe.decl.len() < 2 {
                     match self.peek_non_space().typ {
                         ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => {
@@ -473,12 +487,9 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn template_name(&mut self, token: &Item<'_>, context: &str) -> PResult<String> {
+    fn template_name(&mut self, token: &Item<'_>, context: &str) -> PResult<SrcStr> {
         match token.typ {
-            ItemType::String | ItemType::RawString => match unquote(&token.val) {
-                Ok(s) => Ok(s),
-                Err(e) => self.errorf(e),
-            },
+            ItemType::String | ItemType::RawString => self.string_value(token),
             _ => self.unexpected(token, context),
         }
     }
@@ -488,7 +499,7 @@ impl<'a> Parser<'a> {
         let token = self.next_non_space();
         let name = self.template_name(&token, CONTEXT)?;
         let pipe = self.pipeline(CONTEXT, ItemType::RightDelim)?;
-        let saved_vars = std::mem::replace(&mut self.vars, vec!["$".to_string()]);
+        let saved_vars = std::mem::replace(&mut self.vars, vec!["$"]);
         let saved_range = std::mem::replace(&mut self.range_depth, 0);
         self.enter()?;
         let (list, end) = self.item_list()?;
@@ -498,7 +509,7 @@ impl<'a> Parser<'a> {
         if let Parsed::Else = end {
             return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
         }
-        self.add(name.clone(), list)?;
+        self.add(name.to_string(), list)?;
         Ok(Node::Template {
             pos: token.pos,
             name,
@@ -557,20 +568,22 @@ impl<'a> Parser<'a> {
         }
         let chain_pos = self.peek().pos;
         let mut fields = Vec::new();
-        while self.peek().typ == ItemType::Field {
-            let f = self.next().val.into_owned();
-            fields.push(f[1..].to_string());
-        }
+        let add_fields = |p: &mut Self, fields: &mut Vec<SrcStr>| {
+            while p.peek().typ == ItemType::Field {
+                let f = p.next();
+                fields.push(p.slice(&f, 1));
+            }
+        };
         Ok(Some(match node {
             Arg::Field { mut idents, .. } => {
-                idents.extend(fields);
+                add_fields(self, &mut idents);
                 Arg::Field {
                     pos: chain_pos,
                     idents,
                 }
             }
             Arg::Variable { mut idents, .. } => {
-                idents.extend(fields);
+                add_fields(self, &mut idents);
                 Arg::Variable {
                     pos: chain_pos,
                     idents,
@@ -586,11 +599,14 @@ impl<'a> Parser<'a> {
                     crate::gofmt::quote(&node.to_string())
                 ));
             }
-            other => Arg::Chain {
-                pos: chain_pos,
-                node: Box::new(other),
-                fields,
-            },
+            other => {
+                add_fields(self, &mut fields);
+                Arg::Chain {
+                    pos: chain_pos,
+                    node: Box::new(other),
+                    fields,
+                }
+            }
         }))
     }
 
@@ -598,41 +614,41 @@ impl<'a> Parser<'a> {
         let token = self.next_non_space();
         Ok(Some(match token.typ {
             ItemType::Identifier => {
-                if !(self.has_func)(&token.val) {
+                if !(self.has_func)(token.val) {
                     return self.errorf(format!(
                         "function {} not defined",
-                        crate::gofmt::quote(&token.val)
+                        crate::gofmt::quote(token.val)
                     ));
                 }
                 Arg::Identifier {
                     pos: token.pos,
-                    name: token.val.into_owned(),
+                    name: self.slice(&token, 0),
                 }
             }
             ItemType::Dot => Arg::Dot { pos: token.pos },
             ItemType::Nil => Arg::Nil { pos: token.pos },
             ItemType::Variable => {
-                if !self.vars.iter().any(|v| *v == *token.val) {
+                if !self.vars.contains(&token.val) {
                     return self.errorf(format!(
                         "undefined variable {}",
-                        crate::gofmt::quote(&token.val)
+                        crate::gofmt::quote(token.val)
                     ));
                 }
                 Arg::Variable {
                     pos: token.pos,
-                    idents: vec![token.val.into_owned()],
+                    idents: vec![self.slice(&token, 0)],
                 }
             }
             ItemType::Field => Arg::Field {
                 pos: token.pos,
-                idents: vec![token.val[1..].to_string()],
+                idents: vec![self.slice(&token, 1)],
             },
             ItemType::Bool => Arg::Bool {
                 pos: token.pos,
                 val: token.val == "true",
             },
             ItemType::CharConstant | ItemType::Complex | ItemType::Number => {
-                match parse_number(token.pos, &token.val, token.typ) {
+                match parse_number(token.pos, self.slice(&token, 0), token.typ) {
                     Ok(n) => Arg::Number(Box::new(n)),
                     Err(e) => return self.errorf(e),
                 }
@@ -643,13 +659,10 @@ impl<'a> Parser<'a> {
                 self.leave();
                 Arg::Pipe(Box::new(r?))
             }
-            ItemType::String | ItemType::RawString => match unquote(&token.val) {
-                Ok(s) => Arg::String {
-                    pos: token.pos,
-                    quoted: token.val.into_owned(),
-                    text: s,
-                },
-                Err(e) => return self.errorf(e),
+            ItemType::String | ItemType::RawString => Arg::String {
+                pos: token.pos,
+                quoted: self.slice(&token, 0),
+                text: self.string_value(&token)?,
             },
             _ => {
                 self.backup();
@@ -892,10 +905,11 @@ fn parse_hex_float(s: &str) -> Option<f64> {
 }
 
 /// Go's `newNumber`: all the representations a numeric constant admits.
-fn parse_number(pos: usize, text: &str, typ: ItemType) -> Result<Number, String> {
+fn parse_number(pos: usize, source: SrcStr, typ: ItemType) -> Result<Number, String> {
+    let text: &str = &source;
     let mut n = Number {
         pos,
-        text: text.to_string(),
+        text: source.clone(),
         is_int: false,
         is_uint: false,
         is_float: false,
@@ -977,7 +991,7 @@ mod tests {
     }
 
     fn err(src: &str) -> String {
-        parse("t", src, &has).err().unwrap_or_default()
+        parse("t", &Arc::from(src), &has).err().unwrap_or_default()
     }
 
     #[test]
@@ -1047,23 +1061,39 @@ mod tests {
 
     #[test]
     fn numbers_admit_every_go_representation() {
-        let n = parse_number(0, "0x1F", ItemType::Number).expect("hex");
+        let n = parse_number(0, SrcStr::owned("0x1F".to_string()), ItemType::Number).expect("hex");
         assert!(n.is_int && n.int == 31);
-        let n = parse_number(0, "0777", ItemType::Number).expect("octal");
+        let n =
+            parse_number(0, SrcStr::owned("0777".to_string()), ItemType::Number).expect("octal");
         assert_eq!(n.int, 511);
-        let n = parse_number(0, "1_000", ItemType::Number).expect("underscore");
+        let n = parse_number(0, SrcStr::owned("1_000".to_string()), ItemType::Number)
+            .expect("underscore");
         assert_eq!(n.int, 1000);
-        let n = parse_number(0, "2.0", ItemType::Number).expect("float");
+        let n = parse_number(0, SrcStr::owned("2.0".to_string()), ItemType::Number).expect("float");
         assert!(n.is_float && n.is_int && n.int == 2);
-        let n = parse_number(0, "1e3", ItemType::Number).expect("exp");
+        let n = parse_number(0, SrcStr::owned("1e3".to_string()), ItemType::Number).expect("exp");
         assert!(n.is_float && n.float == 1000.0);
-        let n = parse_number(0, "'a'", ItemType::CharConstant).expect("char");
+        let n = parse_number(0, SrcStr::owned("'a'".to_string()), ItemType::CharConstant)
+            .expect("char");
         assert_eq!(n.int, 97);
-        let n = parse_number(0, "'\\n'", ItemType::CharConstant).expect("escaped char");
+        let n = parse_number(
+            0,
+            SrcStr::owned("'\\n'".to_string()),
+            ItemType::CharConstant,
+        )
+        .expect("escaped char");
         assert_eq!(n.int, 10);
-        let n = parse_number(0, "0x1p-2", ItemType::Number).expect("hex float");
+        let n = parse_number(0, SrcStr::owned("0x1p-2".to_string()), ItemType::Number)
+            .expect("hex float");
         assert_eq!(n.float, 0.25);
-        assert!(parse_number(0, "99999999999999999999", ItemType::Number).is_err());
+        assert!(
+            parse_number(
+                0,
+                SrcStr::owned("99999999999999999999".to_string()),
+                ItemType::Number
+            )
+            .is_err()
+        );
     }
 
     #[test]

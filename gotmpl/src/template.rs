@@ -73,8 +73,8 @@ impl TemplateSet {
     /// On error the set is unchanged.
     pub fn parse(&mut self, name: &str, text: &str, funcs: &FuncMap) -> Result<(), Error> {
         let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
-        let trees = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
         let source: Arc<str> = Arc::from(text);
+        let trees = crate::parse::parse(name, &source, &has).map_err(Error::Parse)?;
         for tree in trees {
             if is_empty_tree(&tree.root) && self.templates.contains_key(&tree.name) {
                 continue;
