@@ -96,13 +96,13 @@ const LEFT_DELIM: &str = "{{";
 /// The offset of the next `{{` in `haystack`: a byte search for `{`, then a look at the next
 /// byte (the generic substring search costs more on template text).
 fn find_left_delim(haystack: &str) -> Option<usize> {
+    let haystack = haystack.as_bytes();
     let mut from = 0;
-    while let Some(i) = haystack[from..].find('{') {
+    while let Some(i) = memchr::memchr(b'{', &haystack[from..]) {
         let at = from + i;
-        if haystack.as_bytes().get(at + 1) == Some(&b'{') {
+        if haystack.get(at + 1) == Some(&b'{') {
             return Some(at);
         }
-        // `{` is ASCII, so the next byte starts a character.
         from = at + 1;
     }
     None
@@ -110,7 +110,7 @@ fn find_left_delim(haystack: &str) -> Option<usize> {
 
 /// The offset of the next `*/` in `haystack`.
 fn find_right_comment(haystack: &[u8]) -> Option<usize> {
-    haystack.windows(2).position(|w| w == b"*/")
+    memchr::memmem::find(haystack, RIGHT_COMMENT.as_bytes())
 }
 
 const RIGHT_DELIM: &str = "}}";
@@ -148,14 +148,14 @@ fn left_trim_len(b: &[u8]) -> usize {
 }
 
 fn count_newlines(b: &[u8]) -> usize {
-    b.iter().filter(|&&c| c == b'\n').count()
+    memchr::memchr_iter(b'\n', b).count()
 }
 
-/// Where the state machine goes on when a state function has emitted no token.
-#[derive(Clone, Copy)]
-enum State {
+/// What a state function did: emit a token, or reach text again without one (after a
+/// comment).
+enum Step<'a> {
+    Emit(Item<'a>),
     Text,
-    InsideAction,
 }
 
 /// Bytes that continue an identifier, a field or a variable name (ASCII letters, digits,
@@ -183,7 +183,6 @@ pub(crate) struct Lexer<'a> {
     at_eof: bool,
     paren_depth: i64,
     inside_action: bool,
-    item: Option<Item<'a>>,
     /// Set once `Eof` or an `Error` was returned: the line of that token.
     finished: Option<usize>,
     error: String,
@@ -217,7 +216,6 @@ impl<'a> Lexer<'a> {
             at_eof: false,
             paren_depth: 0,
             inside_action: false,
-            item: None,
             finished: None,
             error: String::new(),
             break_ok,
@@ -240,28 +238,18 @@ impl<'a> Lexer<'a> {
                 line,
             };
         }
-        let mut state = if self.inside_action {
-            State::InsideAction
-        } else {
-            State::Text
-        };
         loop {
-            let next = match state {
-                State::Text => self.lex_text(),
-                State::InsideAction => self.lex_inside_action(),
+            let step = if self.inside_action {
+                self.lex_inside_action()
+            } else {
+                self.lex_text()
             };
-            if let Some(next) = next {
-                state = next;
-                continue;
+            if let Step::Emit(item) = step {
+                if matches!(item.typ, ItemType::Eof | ItemType::Error) {
+                    self.finished = Some(item.line);
+                }
+                return item;
             }
-            let item = self
-                .item
-                .take()
-                .expect("a state that stops has emitted a token");
-            if matches!(item.typ, ItemType::Eof | ItemType::Error) {
-                self.finished = Some(item.line);
-            }
-            return item;
         }
     }
 
@@ -325,11 +313,9 @@ impl<'a> Lexer<'a> {
         item
     }
 
-    /// Emits the pending token; the caller returns `None` to hand it to the parser.
-    fn emit(&mut self, typ: ItemType) -> Option<State> {
-        let item = self.this_item(typ);
-        self.item = Some(item);
-        None
+    /// Emits the pending token.
+    fn emit(&mut self, typ: ItemType) -> Step<'a> {
+        Step::Emit(self.this_item(typ))
     }
 
     fn ignore(&mut self) {
@@ -353,15 +339,14 @@ impl<'a> Lexer<'a> {
         while self.accept(valid) {}
     }
 
-    fn errorf(&mut self, msg: String) -> Option<State> {
+    fn errorf(&mut self, msg: String) -> Step<'a> {
         self.error = msg;
-        self.item = Some(Item {
+        Step::Emit(Item {
             typ: ItemType::Error,
             pos: self.start,
             val: "",
             line: self.start_line,
-        });
-        None
+        })
     }
 
     fn at_right_delim(&self) -> (bool, bool) {
@@ -384,7 +369,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_text(&mut self) -> Option<State> {
+    fn lex_text(&mut self) -> Step<'a> {
         if let Some(x) = find_left_delim(&self.input[self.pos..]) {
             if x > 0 {
                 self.pos += x;
@@ -400,8 +385,7 @@ impl<'a> Lexer<'a> {
                 self.pos += trim;
                 self.ignore();
                 if !item.val.is_empty() {
-                    self.item = Some(item);
-                    return None;
+                    return Step::Emit(item);
                 }
             }
             return self.lex_left_delim();
@@ -414,7 +398,7 @@ impl<'a> Lexer<'a> {
         self.emit(ItemType::Eof)
     }
 
-    fn lex_left_delim(&mut self) -> Option<State> {
+    fn lex_left_delim(&mut self) -> Step<'a> {
         self.pos += LEFT_DELIM.len();
         let trim = has_left_trim_marker(&self.bytes[self.pos..]);
         let after = if trim { TRIM_MARKER_LEN } else { 0 };
@@ -424,15 +408,14 @@ impl<'a> Lexer<'a> {
             return self.lex_comment();
         }
         let item = self.this_item(ItemType::LeftDelim);
-        self.item = Some(item);
         self.inside_action = true;
         self.pos += after;
         self.ignore();
         self.paren_depth = 0;
-        None
+        Step::Emit(item)
     }
 
-    fn lex_comment(&mut self) -> Option<State> {
+    fn lex_comment(&mut self) -> Step<'a> {
         self.pos += LEFT_COMMENT.len();
         let Some(x) = find_right_comment(&self.bytes[self.pos..]) else {
             return self.errorf("unclosed comment".to_string());
@@ -454,10 +437,10 @@ impl<'a> Lexer<'a> {
             self.pos += left_trim_len(&self.bytes[self.pos..]);
         }
         self.ignore();
-        Some(State::Text)
+        Step::Text
     }
 
-    fn lex_right_delim(&mut self) -> Option<State> {
+    fn lex_right_delim(&mut self) -> Step<'a> {
         let (_, trim) = self.at_right_delim();
         if trim {
             self.pos += TRIM_MARKER_LEN;
@@ -465,16 +448,15 @@ impl<'a> Lexer<'a> {
         }
         self.pos += RIGHT_DELIM.len();
         let item = self.this_item(ItemType::RightDelim);
-        self.item = Some(item);
         if trim {
             self.pos += left_trim_len(&self.bytes[self.pos..]);
             self.ignore();
         }
         self.inside_action = false;
-        None
+        Step::Emit(item)
     }
 
-    fn lex_inside_action(&mut self) -> Option<State> {
+    fn lex_inside_action(&mut self) -> Step<'a> {
         let (delim, _) = self.at_right_delim();
         if delim {
             if self.paren_depth == 0 {
@@ -486,7 +468,9 @@ impl<'a> Lexer<'a> {
             return self.errorf("unclosed action".to_string());
         };
         if b >= 0x80 {
-            let c = self.peek()?;
+            let Some(c) = self.peek() else {
+                return self.errorf("unclosed action".to_string());
+            };
             if is_alnum(Some(c)) {
                 return self.lex_identifier();
             }
@@ -549,7 +533,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_space(&mut self) -> Option<State> {
+    fn lex_space(&mut self) -> Step<'a> {
         let n = left_trim_len(&self.bytes[self.pos..]);
         self.line += count_newlines(&self.bytes[self.pos..self.pos + n]);
         self.pos += n;
@@ -567,12 +551,17 @@ impl<'a> Lexer<'a> {
     /// Consumes a run of alphanumeric characters and returns the first other one (not
     /// consumed).
     fn scan_alnum(&mut self) -> Option<char> {
-        while let Some(&b) = self.bytes.get(self.pos) {
+        loop {
+            let run = self.bytes[self.pos..]
+                .iter()
+                .position(|&b| b >= 0x80 || !ALNUM[usize::from(b)]);
+            let Some(run) = run else {
+                self.pos = self.bytes.len();
+                return None;
+            };
+            self.pos += run;
+            let b = self.bytes[self.pos];
             if b < 0x80 {
-                if ALNUM[usize::from(b)] {
-                    self.pos += 1;
-                    continue;
-                }
                 return Some(char::from(b));
             }
             let c = self.peek()?;
@@ -581,10 +570,9 @@ impl<'a> Lexer<'a> {
             }
             self.pos += c.len_utf8();
         }
-        None
     }
 
-    fn lex_identifier(&mut self) -> Option<State> {
+    fn lex_identifier(&mut self) -> Step<'a> {
         let r = self.scan_alnum();
         if !self.at_terminator() {
             return self.errorf(format!("bad character {}", unicode_hash_opt(r)));
@@ -608,7 +596,7 @@ impl<'a> Lexer<'a> {
         self.emit(typ)
     }
 
-    fn lex_field_or_variable(&mut self, typ: ItemType) -> Option<State> {
+    fn lex_field_or_variable(&mut self, typ: ItemType) -> Step<'a> {
         if self.at_terminator() {
             return self.emit(if typ == ItemType::Variable {
                 ItemType::Variable
@@ -623,7 +611,7 @@ impl<'a> Lexer<'a> {
         self.emit(typ)
     }
 
-    fn lex_char(&mut self) -> Option<State> {
+    fn lex_char(&mut self) -> Step<'a> {
         loop {
             match self.next() {
                 Some('\\') => {
@@ -677,7 +665,7 @@ impl<'a> Lexer<'a> {
         true
     }
 
-    fn lex_number(&mut self) -> Option<State> {
+    fn lex_number(&mut self) -> Step<'a> {
         if !self.scan_number() {
             let text = crate::gofmt::quote(&self.input[self.start..self.pos]);
             return self.errorf(format!("bad number syntax: {text}"));
@@ -693,7 +681,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_quote(&mut self) -> Option<State> {
+    fn lex_quote(&mut self) -> Step<'a> {
         loop {
             match self.next() {
                 Some('\\') => {
@@ -711,7 +699,7 @@ impl<'a> Lexer<'a> {
         self.emit(ItemType::String)
     }
 
-    fn lex_raw_quote(&mut self) -> Option<State> {
+    fn lex_raw_quote(&mut self) -> Step<'a> {
         loop {
             match self.next() {
                 None => return self.errorf("unterminated raw quoted string".to_string()),

@@ -54,6 +54,7 @@ pub(crate) fn parse<'a>(
         depth: 0,
         trees: Vec::new(),
         stack_base: crate::exec::stack_position(),
+        field_stack: Vec::new(),
     };
     let root = p.parse_top()?;
     p.add(name.to_string(), root)?;
@@ -73,6 +74,8 @@ struct Parser<'a> {
     depth: usize,
     trees: Vec<ParsedTree>,
     stack_base: usize,
+    /// The fields of the chain being parsed.
+    field_stack: Vec<SrcStr>,
 }
 
 type PResult<T> = Result<T, String>;
@@ -560,6 +563,12 @@ impl<'a> Parser<'a> {
     }
 
     fn operand(&mut self) -> PResult<Option<Arg>> {
+        if matches!(
+            self.peek_non_space().typ,
+            ItemType::Field | ItemType::Variable
+        ) {
+            return self.field_or_variable().map(Some);
+        }
         let Some(node) = self.term()? else {
             return Ok(None);
         };
@@ -567,49 +576,69 @@ impl<'a> Parser<'a> {
             return Ok(Some(node));
         }
         let chain_pos = self.peek().pos;
-        let mut fields = Vec::new();
-        let add_fields = |p: &mut Self, fields: &mut Vec<SrcStr>| {
-            while p.peek().typ == ItemType::Field {
-                let f = p.next();
-                fields.push(p.slice(&f, 1));
-            }
-        };
-        Ok(Some(match node {
-            Arg::Field { mut idents, .. } => {
-                add_fields(self, &mut idents);
-                Arg::Field {
-                    pos: chain_pos,
-                    idents,
-                }
-            }
-            Arg::Variable { mut idents, .. } => {
-                add_fields(self, &mut idents);
-                Arg::Variable {
-                    pos: chain_pos,
-                    idents,
-                }
-            }
+        match node {
             Arg::Bool { .. }
             | Arg::String { .. }
             | Arg::Number(_)
             | Arg::Nil { .. }
-            | Arg::Dot { .. } => {
-                return self.errorf(format!(
-                    "unexpected . after term {}",
-                    crate::gofmt::quote(&node.to_string())
-                ));
-            }
-            other => {
-                add_fields(self, &mut fields);
-                Arg::Chain {
-                    pos: chain_pos,
-                    node: Box::new(other),
-                    fields,
-                }
-            }
-        }))
+            | Arg::Dot { .. } => self.errorf(format!(
+                "unexpected . after term {}",
+                crate::gofmt::quote(&node.to_string())
+            )),
+            other => Ok(Some(Arg::Chain {
+                pos: chain_pos,
+                node: Box::new(other),
+                fields: self.fields_after(None),
+            })),
+        }
     }
 
+    /// Go's `term` and `operand` for a field or variable and the fields chained to it
+    /// (`.a.b`, `$x.a`), in one step so that its names are allocated once. As in Go, a chain
+    /// takes the position of its second field.
+    fn field_or_variable(&mut self) -> PResult<Arg> {
+        let token = self.next_non_space();
+        let is_var = token.typ == ItemType::Variable;
+        let first = if is_var {
+            if !self.vars.contains(&token.val) {
+                return self.errorf(format!(
+                    "undefined variable {}",
+                    crate::gofmt::quote(token.val)
+                ));
+            }
+            self.slice(&token, 0)
+        } else {
+            self.slice(&token, 1)
+        };
+        let mut pos = token.pos;
+        let idents = if self.peek().typ == ItemType::Field {
+            pos = self.peek().pos;
+            self.fields_after(Some(first))
+        } else {
+            vec![first]
+        };
+        Ok(if is_var {
+            Arg::Variable { pos, idents }
+        } else {
+            Arg::Field { pos, idents }
+        })
+    }
+
+    /// `first` and the names of the field tokens that follow, in a vector of their size.
+    fn fields_after(&mut self, first: Option<SrcStr>) -> Vec<SrcStr> {
+        self.field_stack.clear();
+        while self.peek().typ == ItemType::Field {
+            let f = self.next();
+            let name = self.slice(&f, 1);
+            self.field_stack.push(name);
+        }
+        let mut fields = Vec::with_capacity(usize::from(first.is_some()) + self.field_stack.len());
+        fields.extend(first);
+        fields.append(&mut self.field_stack);
+        fields
+    }
+
+    /// Go's `term`, except fields and variables ([`Parser::field_or_variable`]).
     fn term(&mut self) -> PResult<Option<Arg>> {
         let token = self.next_non_space();
         Ok(Some(match token.typ {
@@ -627,22 +656,6 @@ impl<'a> Parser<'a> {
             }
             ItemType::Dot => Arg::Dot { pos: token.pos },
             ItemType::Nil => Arg::Nil { pos: token.pos },
-            ItemType::Variable => {
-                if !self.vars.contains(&token.val) {
-                    return self.errorf(format!(
-                        "undefined variable {}",
-                        crate::gofmt::quote(token.val)
-                    ));
-                }
-                Arg::Variable {
-                    pos: token.pos,
-                    idents: vec![self.slice(&token, 0)],
-                }
-            }
-            ItemType::Field => Arg::Field {
-                pos: token.pos,
-                idents: vec![self.slice(&token, 1)],
-            },
             ItemType::Bool => Arg::Bool {
                 pos: token.pos,
                 val: token.val == "true",
