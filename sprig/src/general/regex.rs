@@ -3,6 +3,8 @@
 //! literal braces that do not form a repetition), Go's parse errors are reproduced for the
 //! common mistakes, and replacement templates are expanded with Go's `$name`/`${name}` rules.
 
+use std::sync::{Arc, Mutex};
+
 use flotilla_gotmpl::gofmt::quote;
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Signature, Value};
 
@@ -87,15 +89,15 @@ pub(crate) fn register(map: &mut FuncMap) {
     });
 }
 
-type Getter = fn(&str) -> Result<regex::Regex, FuncError>;
+type Getter = fn(&str) -> Result<Arc<regex::Regex>, FuncError>;
 
 /// `regexp.Compile`, returning its error.
-fn must(pattern: &str) -> Result<regex::Regex, FuncError> {
+fn must(pattern: &str) -> Result<Arc<regex::Regex>, FuncError> {
     compile(pattern).map_err(FuncError::new)
 }
 
 /// `regexp.MustCompile`, whose panic text the template reports.
-fn panicking(pattern: &str) -> Result<regex::Regex, FuncError> {
+fn panicking(pattern: &str) -> Result<Arc<regex::Regex>, FuncError> {
     compile(pattern)
         .map_err(|e| FuncError::new(format!("regexp: Compile({}): {e}", go_quote(pattern))))
 }
@@ -116,8 +118,47 @@ fn syntax(code: &str, expr: &str) -> String {
     format!("error parsing regexp: {code}: `{expr}`")
 }
 
+/// How many compiled patterns [`compile`] keeps. Charts use a handful of patterns, called
+/// once per item of a list or per include; more distinct patterns than this empty the cache.
+const CACHED_PATTERNS: usize = 32;
+
+/// Longer patterns are compiled on every call, as in Go, rather than kept.
+const CACHED_PATTERN_LEN: usize = 1024;
+
+/// Patterns already compiled, with their result (errors too), shared by every render of the
+/// process: a pattern's compilation does not depend on anything but its text.
+static COMPILED: Mutex<Vec<(Box<str>, Result<Arc<regex::Regex>, String>)>> = Mutex::new(Vec::new());
+
+/// Compiles a Go regular expression, or returns the one compiled earlier from the same
+/// text (Go's Sprig compiles on every call; the result is the same).
+pub(crate) fn compile(pattern: &str) -> Result<Arc<regex::Regex>, String> {
+    let cached = |cache: &[(Box<str>, Result<Arc<regex::Regex>, String>)]| {
+        cache
+            .iter()
+            .find(|(p, _)| **p == *pattern)
+            .map(|(_, re)| re.clone())
+    };
+    if let Some(re) = cached(&COMPILED.lock().unwrap_or_else(|p| p.into_inner())) {
+        return re;
+    }
+    // Compiled without the lock held, so other renders are not kept waiting.
+    let re = compile_uncached(pattern).map(Arc::new);
+    if pattern.len() > CACHED_PATTERN_LEN {
+        return re;
+    }
+    let mut cache = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if cached(&cache).is_some() {
+        return re;
+    }
+    if cache.len() >= CACHED_PATTERNS {
+        cache.clear();
+    }
+    cache.push((Box::from(pattern), re.clone()));
+    re
+}
+
 /// Compiles a Go regular expression.
-pub(crate) fn compile(pattern: &str) -> Result<regex::Regex, String> {
+fn compile_uncached(pattern: &str) -> Result<regex::Regex, String> {
     let translated = translate(pattern)?;
     regex::RegexBuilder::new(&translated)
         .size_limit(64 << 20)
@@ -719,4 +760,39 @@ fn split(re: &regex::Regex, pattern: &str, s: &str, n: i64) -> Vec<String> {
         out.push(s[beg..].to_string());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cache is process-wide: these tests take turns so one does not empty it under the
+    /// other.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_pattern_is_compiled_once_and_its_error_kept() {
+        let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let a = compile("^a(b+)c$").expect("compiles");
+        let b = compile("^a(b+)c$").expect("compiles");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(b.is_match("abbc"));
+        let e1 = compile("a(b").expect_err("unbalanced");
+        assert_eq!(compile("a(b").expect_err("unbalanced"), e1);
+        assert_eq!(e1, compile_uncached("a(b").expect_err("unbalanced"));
+    }
+
+    #[test]
+    fn more_patterns_than_the_cache_holds_still_compile_correctly() {
+        let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        for i in 0..(3 * CACHED_PATTERNS) {
+            let re = compile(&format!("^x{{{i}}}$")).expect("compiles");
+            assert!(re.is_match(&"x".repeat(i)));
+            assert!(!re.is_match(&"x".repeat(i + 1)));
+        }
+        let long = format!("^{}$", "y".repeat(CACHED_PATTERN_LEN));
+        let a = compile(&long).expect("compiles");
+        assert!(a.is_match(&"y".repeat(CACHED_PATTERN_LEN)));
+        assert!(!Arc::ptr_eq(&a, &compile(&long).expect("compiles")));
+    }
 }
