@@ -1134,35 +1134,28 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 call_builtin(b, argv, &callee)
             }
             Callable::Func(f) => {
-                let values: Vec<Value> = argv.into_iter().map(Ev::into_value).collect();
                 let set = self.set;
                 let mut ctx = CallCtx {
                     shared: &mut *self.shared,
                     set,
                 };
-                f.call(&mut ctx, &values)
+                with_values(None, argv, |values| f.call(&mut ctx, values))
                     .map(Ev::Iface)
                     .map_err(|e| e.message().to_string())
             }
             Callable::MapMethod(f, receiver) => {
-                let mut values: Vec<Value> = Vec::with_capacity(argv.len() + 1);
-                values.push(receiver);
-                values.extend(argv.into_iter().map(Ev::into_value));
                 let set = self.set;
                 let mut ctx = CallCtx {
                     shared: &mut *self.shared,
                     set,
                 };
-                f.call(&mut ctx, &values)
+                with_values(Some(receiver), argv, |values| f.call(&mut ctx, values))
                     .map(Ev::Iface)
                     .map_err(|e| e.message().to_string())
             }
-            Callable::Method(o, _) => {
-                let values: Vec<Value> = argv.into_iter().map(Ev::into_value).collect();
-                o.call_method(name, &values)
-                    .map(Ev::Iface)
-                    .map_err(|e| e.message().to_string())
-            }
+            Callable::Method(o, _) => with_values(None, argv, |values| o.call_method(name, values))
+                .map(Ev::Iface)
+                .map_err(|e| e.message().to_string()),
         };
         match result {
             Ok(v) => Ok(v),
@@ -1295,6 +1288,22 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 "can't handle assignment of {arg} to empty interface argument"
             )),
         }
+    }
+}
+
+/// Hands a call's arguments (after an optional receiver) to `f` as plain values: on the
+/// stack for the usual few, in one exact allocation otherwise.
+fn with_values<T>(receiver: Option<Value>, argv: Vec<Ev>, f: impl FnOnce(&[Value]) -> T) -> T {
+    const INLINE: usize = 4;
+    let n = argv.len() + usize::from(receiver.is_some());
+    let mut values = receiver
+        .into_iter()
+        .chain(argv.into_iter().map(Ev::into_value));
+    if n <= INLINE {
+        let inline: [Value; INLINE] = std::array::from_fn(|_| values.next().unwrap_or_default());
+        f(&inline[..n])
+    } else {
+        f(&values.collect::<Vec<_>>())
     }
 }
 

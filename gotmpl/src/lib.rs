@@ -88,6 +88,7 @@ mod ast;
 mod exec;
 pub mod gofmt;
 mod lex;
+pub mod names;
 mod parse;
 pub mod signature;
 mod template;

@@ -7,11 +7,11 @@
 //! float64`, `expected integer; found 3.5`) before the function runs, and hands it arguments
 //! that already have the declared types.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::exec::CallCtx;
+use crate::names::NameMap;
 use crate::value::{ElemType, MapType, Value};
 
 /// The Go type of a function parameter.
@@ -229,9 +229,9 @@ impl Function {
 /// like a builtin, e.g. Sprig's `slice`, overrides it).
 #[derive(Clone, Debug, Default)]
 pub struct FuncMap {
-    funcs: HashMap<String, Function>,
+    funcs: NameMap<String, Function>,
     /// Methods of named map types, by type name then method name.
-    methods: HashMap<String, HashMap<String, Function>>,
+    methods: NameMap<String, NameMap<String, Function>>,
 }
 
 impl FuncMap {

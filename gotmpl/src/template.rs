@@ -1,11 +1,11 @@
 //! The template set: named templates parsed from many sources, sharing one namespace
 //! (Helm parses every chart file into one set, so every `define` is global).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::ast::{ListNode, is_empty_tree};
 use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
+use crate::names::NameMap;
 use crate::signature::FuncMap;
 use crate::value::Value;
 use crate::{Error, ExecOptions};
@@ -48,7 +48,7 @@ impl Template {
 #[derive(Clone, Debug)]
 pub struct TemplateSet {
     name: String,
-    templates: HashMap<String, Arc<Template>>,
+    templates: NameMap<String, Arc<Template>>,
 }
 
 impl TemplateSet {
@@ -57,7 +57,7 @@ impl TemplateSet {
     pub fn new(name: impl Into<String>) -> Self {
         TemplateSet {
             name: name.into(),
-            templates: HashMap::new(),
+            templates: NameMap::default(),
         }
     }
 

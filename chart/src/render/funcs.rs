@@ -3,7 +3,6 @@
 //! functions `toYaml`, `mustToYaml`, `toYamlPretty`, `fromYaml`, `fromYamlArray`, `toJson`,
 //! `mustToJson`, `fromJson`, `fromJsonArray`, `toToml`, `fromToml`.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -142,13 +141,17 @@ fn str_arg(v: &Value) -> &str {
 
 /// Per-render nesting counters shared by `include` and `tpl` (Helm's `includedNames`).
 #[derive(Default)]
-struct IncludedNames(HashMap<String, usize>);
+struct IncludedNames(flotilla_gotmpl::names::NameMap<String, usize>);
 
 fn include(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Value, FuncError> {
-    let name = str_arg(&a[0]).to_string();
+    let name = str_arg(&a[0]);
     {
         let counts = &mut ctx.state::<IncludedNames>().0;
-        let n = counts.entry(name.clone()).or_insert(0);
+        // The name is copied only the first time it is included.
+        if !counts.contains_key(name) {
+            counts.insert(name.to_string(), 0);
+        }
+        let n = counts.get_mut(name).expect("inserted above");
         if *n > MAX_INCLUDE_NESTING {
             return Err(FuncError::new(format!(
                 "rendering template has a nested reference name: {name}: unable to execute template"
@@ -156,8 +159,8 @@ fn include(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Va
         }
         *n += 1;
     }
-    let out = ctx.execute_template(&name, a[1].clone());
-    if let Some(n) = ctx.state::<IncludedNames>().0.get_mut(&name) {
+    let out = ctx.execute_template(name, a[1].clone());
+    if let Some(n) = ctx.state::<IncludedNames>().0.get_mut(name) {
         *n = n.saturating_sub(1);
     }
     Ok(Value::string(out?))
