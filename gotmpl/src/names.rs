@@ -80,9 +80,23 @@ mod tests {
     #[test]
     fn names_that_differ_hash_differently() {
         let names = [
-            "", "a", "ab", "ab\0", "include", "tpl", "toYaml", "nindent", "indent", "quote",
-            "default", "common.labels", "common.labels.standard", "argo-cd.fullname",
-            "argo-cd.name", "12345678", "123456780",
+            "",
+            "a",
+            "ab",
+            "ab\0",
+            "include",
+            "tpl",
+            "toYaml",
+            "nindent",
+            "indent",
+            "quote",
+            "default",
+            "common.labels",
+            "common.labels.standard",
+            "argo-cd.fullname",
+            "argo-cd.name",
+            "12345678",
+            "123456780",
         ];
         let mut seen = std::collections::HashSet::new();
         for n in names {
@@ -102,7 +116,11 @@ mod tests {
             low.insert(h & 1023);
             top.insert(h >> 57);
         }
-        assert!(low.len() > 550, "{} distinct low-bit buckets of 1000", low.len());
+        assert!(
+            low.len() > 550,
+            "{} distinct low-bit buckets of 1000",
+            low.len()
+        );
         assert_eq!(top.len(), 128);
     }
 

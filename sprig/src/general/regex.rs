@@ -127,12 +127,15 @@ const CACHED_PATTERN_LEN: usize = 1024;
 
 /// Patterns already compiled, with their result (errors too), shared by every render of the
 /// process: a pattern's compilation does not depend on anything but its text.
-static COMPILED: Mutex<Vec<(Box<str>, Result<Arc<regex::Regex>, String>)>> = Mutex::new(Vec::new());
+static COMPILED: Mutex<Vec<(Box<str>, Compiled)>> = Mutex::new(Vec::new());
+
+/// A compiled pattern, or Go's error for it.
+type Compiled = Result<Arc<regex::Regex>, String>;
 
 /// Compiles a Go regular expression, or returns the one compiled earlier from the same
 /// text (Go's Sprig compiles on every call; the result is the same).
-pub(crate) fn compile(pattern: &str) -> Result<Arc<regex::Regex>, String> {
-    let cached = |cache: &[(Box<str>, Result<Arc<regex::Regex>, String>)]| {
+pub(crate) fn compile(pattern: &str) -> Compiled {
+    let cached = |cache: &[(Box<str>, Compiled)]| {
         cache
             .iter()
             .find(|(p, _)| **p == *pattern)
