@@ -236,3 +236,36 @@ fn schemas_the_meta_schema_refuses_fail_like_helm() {
         );
     }
 }
+
+/// A `$ref` cycle that consumes no value is an error (helm: `both /$ref and  resolve to
+/// "file:///values.schema.json#" causing reference cycle`), not an endless walk.
+#[test]
+fn reference_cycles_are_errors() {
+    let values: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"x": 1}"#).unwrap();
+    for (schema, url) in [
+        (r##"{"$ref": "#"}"##, "file:///values.schema.json#"),
+        (
+            r##"{"$schema": "http://json-schema.org/draft-07/schema#", "$ref": "#"}"##,
+            "file:///values.schema.json#",
+        ),
+        (
+            r##"{"properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}"##,
+            "file:///values.schema.json#/$defs/",
+        ),
+    ] {
+        let e = flotilla_chart::schema::validate_single(&values, schema.as_bytes()).unwrap_err();
+        assert!(
+            e.contains(url) && e.contains("causing reference cycle"),
+            "{schema}: {e}"
+        );
+    }
+    // Recursion that consumes the values is no cycle.
+    let tree: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"a": {"a": {"a": {}}}}"#).unwrap();
+    flotilla_chart::schema::validate_single(
+        &tree,
+        br##"{"type": "object", "properties": {"a": {"$ref": "#"}}}"##,
+    )
+    .unwrap();
+}

@@ -361,6 +361,15 @@ impl<'v> Inst<'v> {
         }
     }
 
+    /// The address of the value (the same value at the same place in the values).
+    fn addr(self) -> usize {
+        match self {
+            Inst::V(Value::Object(m)) | Inst::M(m) => std::ptr::from_ref(m) as usize,
+            Inst::V(v) => std::ptr::from_ref(v) as usize,
+            Inst::S(s) => s.as_ptr() as usize,
+        }
+    }
+
     fn equals(self, j: &J<'_>) -> bool {
         match (self, j) {
             (Inst::V(v), j) => value_equals(v, j),
@@ -578,6 +587,9 @@ struct Walker<'s> {
     /// When walking a meta-schema over a schema: its documents, and this one's URL.
     meta: Option<&'s meta::MetaDocs>,
     base: &'s str,
+    /// The local `$ref` targets being validated, each with the instance value it is
+    /// validating (by address): meeting one again is a reference cycle.
+    ref_scope: RefCell<Vec<(usize, usize)>>,
 }
 
 impl<'s> Walker<'s> {
@@ -589,6 +601,7 @@ impl<'s> Walker<'s> {
             regexes: RefCell::new(HashMap::new()),
             meta: None,
             base: "",
+            ref_scope: RefCell::new(Vec::new()),
         }
     }
 
@@ -811,7 +824,21 @@ impl<'s> Walker<'s> {
             }
         }
         let target = self.resolve(r)?;
-        let err = self.validate(target, v, loc)?;
+        let key = (std::ptr::from_ref(target) as usize, v.addr());
+        if self.ref_scope.borrow().contains(&key) {
+            // The library reports the two keyword locations; ours names the reference.
+            return Some(Node::msg(
+                loc.clone(),
+                format!(
+                    "$ref {} resolves to \"file:///values.schema.json{r}\" causing reference cycle",
+                    quote(r)
+                ),
+            ));
+        }
+        self.ref_scope.borrow_mut().push(key);
+        let err = self.validate(target, v, loc);
+        self.ref_scope.borrow_mut().pop();
+        let err = err?;
         let causes = match err.kind {
             Kind::Group => err.causes,
             _ => vec![err],
