@@ -162,7 +162,18 @@ struct Scanner<'k> {
 }
 
 pub(crate) fn indent_of(line: &[u8]) -> usize {
-    line.iter().take_while(|&&b| b == b' ').count()
+    // Eight bytes at a time: manifests are indented deeply (CRD schemas by 20 and more).
+    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
+    let mut n = 0;
+    while let Some(word) = line.get(n..n + 8) {
+        let other = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ SPACES;
+        if other != 0 {
+            // The lowest non-zero byte is the first that is not a space.
+            return n + (other.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + line[n..].iter().take_while(|&&b| b == b' ').count()
 }
 
 impl Scanner<'_> {
@@ -636,6 +647,27 @@ mod tests {
 
     use super::*;
     use crate::Value;
+
+    #[test]
+    fn indentation_is_counted_as_byte_by_byte() {
+        for len in 0..40 {
+            for spaces in 0..=len {
+                for other in [b'a', b'\t', b'\n', 0x80] {
+                    let mut line = vec![b' '; len];
+                    if spaces < len {
+                        line[spaces] = other;
+                        // Spaces after the first other byte do not count.
+                        line[len - 1] = if len - 1 > spaces {
+                            b' '
+                        } else {
+                            line[len - 1]
+                        };
+                    }
+                    assert_eq!(indent_of(&line), spaces, "{line:?}");
+                }
+            }
+        }
+    }
     use crate::parse::{DecodeOptions, unmarshal, unmarshal_keys, unmarshal_keys_parsed};
     use std::path::{Path, PathBuf};
 

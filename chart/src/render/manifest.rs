@@ -418,13 +418,31 @@ pub fn sort_manifests(
             });
         }
     }
-    result
-        .hooks
-        .sort_by(|a, b| kind_cmp(&a.kind, &b.kind, order));
-    result
-        .manifests
-        .sort_by(|a, b| kind_cmp(&a.head.kind, &b.head.kind, order));
+    sort_by_kind(&mut result.hooks, |h| &h.kind, order);
+    sort_by_kind(&mut result.manifests, |m| &m.head.kind, order);
     Ok(result)
+}
+
+/// A stable sort by [`kind_cmp`], each item's place in `order` looked up once.
+fn sort_by_kind<T>(items: &mut Vec<T>, kind: impl Fn(&T) -> &str, order: &[&str]) {
+    use std::cmp::Ordering;
+    let ranks: Vec<Option<usize>> = items
+        .iter()
+        .map(|t| order.iter().position(|k| *k == kind(t)))
+        .collect();
+    let mut sorted: Vec<usize> = (0..items.len()).collect();
+    sorted.sort_by(|&a, &b| match (ranks[a], ranks[b]) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => kind(&items[a]).cmp(kind(&items[b])),
+    });
+    let mut slots: Vec<Option<T>> = items.drain(..).map(Some).collect();
+    items.extend(
+        sorted
+            .into_iter()
+            .map(|i| slots[i].take().expect("each index comes once")),
+    );
 }
 
 /// `strconv.Atoi`: optional sign, decimal digits, within `int64`.
@@ -520,6 +538,30 @@ mod tests {
         assert_eq!(
             r.warnings,
             vec!["level=INFO msg=\"skipping unknown hooks\" hookTypes=bogus".to_string()]
+        );
+    }
+
+    #[test]
+    fn sorting_by_kind_is_stable_and_agrees_with_kind_cmp() {
+        let kinds = [
+            "Zed",
+            "Service",
+            "Alpha",
+            "Namespace",
+            "Service",
+            "Zed",
+            "Job",
+            "Alpha",
+            "Secret",
+        ];
+        let mut items: Vec<(usize, &str)> = kinds.iter().copied().enumerate().collect();
+        let mut want = items.clone();
+        want.sort_by(|a, b| kind_cmp(a.1, b.1, INSTALL_ORDER));
+        sort_by_kind(&mut items, |t| t.1, INSTALL_ORDER);
+        assert_eq!(items, want);
+        assert_eq!(
+            items.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![3, 8, 1, 4, 6, 2, 7, 0, 5]
         );
     }
 
