@@ -207,6 +207,44 @@ fn analyze_scalar(value: &[u8], tabs_in_blocks: bool) -> Analysis {
             preceded_by_whitespace = false;
             continue;
         }
+        // The other common ASCII characters past the first, as the general code below
+        // takes them.
+        if i > 0 {
+            let last = i + 1 == value.len();
+            match value[i] {
+                b' ' => {
+                    trailing_space |= last;
+                    break_space |= previous_break;
+                    previous_space = true;
+                    previous_break = false;
+                    preceded_by_whitespace = true;
+                    i += 1;
+                    continue;
+                }
+                b'\n' => {
+                    line_breaks = true;
+                    trailing_break |= last;
+                    space_break |= previous_space;
+                    previous_space = false;
+                    previous_break = true;
+                    preceded_by_whitespace = true;
+                    i += 1;
+                    continue;
+                }
+                c @ (b',' | b'?' | b'[' | b']' | b'{' | b'}' | b':') => {
+                    flow_indicators = true;
+                    if c == b':' && (last || matches!(value[i + 1], b' ' | b'\t')) {
+                        block_indicators = true;
+                    }
+                    previous_space = false;
+                    previous_break = false;
+                    preceded_by_whitespace = false;
+                    i += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
         let w = width(value[i]).max(1);
         let followed_by_whitespace = i + w >= value.len() || is_blank(value, i + w);
         if i == 0 {

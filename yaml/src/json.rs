@@ -289,7 +289,7 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
 /// scalar as a line break and folds it: spaces around the break vanish, one break becomes a
 /// space, `n` consecutive breaks become `n - 1` newlines.
 fn fold_nel(s: &str) -> String {
-    if !s.contains('\u{85}') {
+    if !s.as_bytes().contains(&0x85) || !s.contains('\u{85}') {
         return s.to_owned();
     }
     let mut out = String::with_capacity(s.len());

@@ -1528,10 +1528,44 @@ fn key_repr(v: &Value) -> Option<KeyRepr> {
     })
 }
 
-/// A mapping under construction with a key index.
+/// A mapping under construction. Small mappings are searched key by key; from
+/// [`MapBuilder::LINEAR`] entries on, a key index is kept.
+#[derive(Default)]
 struct MapBuilder {
     map: Mapping,
-    index: HashMap<KeyRepr, usize>,
+    index: Option<HashMap<KeyRepr, usize>>,
+}
+
+impl MapBuilder {
+    const LINEAR: usize = 16;
+
+    /// The position of a key equal to `key` (Go's `==`).
+    fn find(&mut self, key: &Value) -> Option<usize> {
+        if self.map.len() < Self::LINEAR {
+            return self.map.position(key);
+        }
+        let map = &self.map;
+        let index = self.index.get_or_insert_with(|| {
+            let mut index = HashMap::with_capacity(map.len() * 2);
+            for (i, k) in map.keys().enumerate() {
+                if let Some(r) = key_repr(k) {
+                    index.entry(r).or_insert(i);
+                }
+            }
+            index
+        });
+        key_repr(key).and_then(|r| index.get(&r).copied())
+    }
+
+    /// Appends a key that [`MapBuilder::find`] did not find.
+    fn push(&mut self, key: Value, value: Value) {
+        if let Some(index) = self.index.as_mut()
+            && let Some(r) = key_repr(&key)
+        {
+            index.insert(r, self.map.len());
+        }
+        self.map.push_unchecked(key, value);
+    }
 }
 
 struct Decoder<'a> {
@@ -1569,7 +1603,7 @@ fn go_quote_key(v: &Value) -> String {
     }
 }
 
-impl Decoder<'_> {
+impl<'a> Decoder<'a> {
     fn node(&self, idx: usize) -> Result<&Node, Error> {
         self.doc
             .nodes
@@ -1608,7 +1642,11 @@ impl Decoder<'_> {
     }
 
     fn decode_inner(&mut self, idx: usize) -> Result<Value, Error> {
-        let node = self.node(idx)?;
+        let doc: &'a Doc = self.doc;
+        let node = doc
+            .nodes
+            .get(idx)
+            .ok_or_else(|| Error::raw("yaml: internal error: dangling node"))?;
         match &node.kind {
             Kind::Alias { target, name } => {
                 let (target, name) = (*target, name.clone());
@@ -1631,20 +1669,15 @@ impl Decoder<'_> {
                 implicit,
             } => scalar(value, tag, *implicit),
             Kind::Seq(children) => {
-                let children = children.clone();
                 let mut out = Vec::with_capacity(children.len());
-                for c in children {
+                for &c in children {
                     out.push(self.decode(c)?);
                 }
                 Ok(Value::Seq(out))
             }
             Kind::Map(children) => {
-                let children = children.clone();
-                let mut b = MapBuilder {
-                    map: Mapping::new(),
-                    index: HashMap::new(),
-                };
-                self.mapping_into(&children, &mut b)?;
+                let mut b = MapBuilder::default();
+                self.mapping_into(children, &mut b)?;
                 Ok(Value::Map(b.map))
             }
         }
@@ -1686,22 +1719,17 @@ impl Decoder<'_> {
     }
 
     fn set(&mut self, b: &mut MapBuilder, key: Value, value: Value) -> Result<(), Error> {
-        match key_repr(&key) {
-            Some(repr) => {
-                if let Some(&pos) = b.index.get(&repr) {
-                    if self.opts.strict {
-                        return Err(Error::raw(format!(
-                            "yaml: unmarshal errors:\n  key {} already set in map",
-                            go_quote_key(&key)
-                        )));
-                    }
-                    b.map.set_at(pos, value);
-                } else {
-                    b.index.insert(repr, b.map.len());
-                    b.map.push_unchecked(key, value);
+        match b.find(&key) {
+            Some(pos) => {
+                if self.opts.strict {
+                    return Err(Error::raw(format!(
+                        "yaml: unmarshal errors:\n  key {} already set in map",
+                        go_quote_key(&key)
+                    )));
                 }
+                b.map.set_at(pos, value);
             }
-            None => b.map.push_unchecked(key, value),
+            None => b.push(key, value),
         }
         Ok(())
     }
@@ -1938,10 +1966,7 @@ pub(crate) fn unmarshal_keys_parsed(src: &str, keys: &[&str]) -> Result<Value, E
         in_alias: Vec::new(),
         depth: 0,
     };
-    let mut b = MapBuilder {
-        map: Mapping::new(),
-        index: HashMap::new(),
-    };
+    let mut b = MapBuilder::default();
     for pair in children.chunks(2) {
         let key = d.decode(pair[0])?;
         if matches!(&key, Value::String(k) if keys.contains(&k.as_str())) {

@@ -185,6 +185,11 @@ impl Mapping {
         Mapping { entries }
     }
 
+    /// The position of a key equal to `key` (Go's `==`).
+    pub(crate) fn position(&self, key: &Value) -> Option<usize> {
+        self.entries.iter().position(|(k, _)| k.key_eq(key))
+    }
+
     /// Replaces the value at `index`.
     pub(crate) fn set_at(&mut self, index: usize, value: Value) {
         if let Some(slot) = self.entries.get_mut(index) {
