@@ -25,6 +25,10 @@ const MAX_NESTING: usize = 200;
 const MAX_FLOW_NESTING: usize = 20;
 /// Longest flow mapping key accepted (as the head reader's block keys).
 const MAX_KEY_BYTES: usize = 1000;
+/// Most entries of one mapping: a repeated key is looked for by a linear search, so larger
+/// mappings go to the full parser, whose decoder indexes keys (no quadratic time on hostile
+/// input).
+const MAX_MAP_ENTRIES: usize = 512;
 
 /// The first (only) document of `src` decoded as go-yaml v2 decodes it into `interface{}`,
 /// when `src` is within the subset; `None` otherwise.
@@ -144,9 +148,13 @@ fn quoted(l: &str, at: usize) -> Option<(String, usize)> {
 }
 
 /// Sets `key` in `m` as go-yaml's decoder does: a repeated key keeps its first position and
-/// takes the last value.
-fn insert(m: &mut Mapping, key: Value, value: Value) {
+/// takes the last value. `None` once the mapping is too large for the fast path.
+fn insert(m: &mut Mapping, key: Value, value: Value) -> Option<()> {
+    if m.len() >= MAX_MAP_ENTRIES {
+        return None;
+    }
     m.insert(key, value);
+    Some(())
 }
 
 /// A one-line flow collection at `at` (`[` or `{`, as the head reader accepts them): its
@@ -183,7 +191,7 @@ fn flow(l: &str, at: usize, depth: usize) -> Option<(Value, usize)> {
                 _ => flow_scalar_value(l, i)?,
             };
             match key {
-                Some(k) => insert(&mut map, k, v),
+                Some(k) => insert(&mut map, k, v)?,
                 None => items.push(v),
             }
             i = skip(end);
@@ -287,7 +295,7 @@ impl<'a> Reader<'a> {
                 (_, None) => return None,
             };
             let value = self.inline_value(l, after, col, true)?;
-            insert(&mut m, key, value);
+            insert(&mut m, key, value)?;
         }
         self.depth -= 1;
         Some(Value::Map(m))
@@ -815,6 +823,24 @@ mod tests {
             check("- a\n-\n  b: 1\n  c:\n  - x\n  - y\n- \n- - z\n")
                 || block_value("- - z\n").is_none()
         );
+    }
+
+    #[test]
+    fn huge_mappings_go_to_the_full_parser() {
+        let small: String = (0..MAX_MAP_ENTRIES)
+            .map(|i| format!("k{i}: {i}\n"))
+            .collect();
+        assert!(block_value(&small).is_some());
+        let big = format!("{small}last: 1\n");
+        assert!(block_value(&big).is_none());
+        let flow = format!(
+            "{{{}}}",
+            (0..=MAX_MAP_ENTRIES)
+                .map(|i| format!("k{i}: {i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert!(block_value(&flow).is_none());
     }
 
     #[test]
