@@ -1,5 +1,7 @@
 //! The loaded chart: Helm's `chart.Chart` (v2).
 
+use std::sync::Arc;
+
 use crate::metadata::{Lock, Metadata};
 use crate::time::GoTime;
 use crate::values::Values;
@@ -9,8 +11,9 @@ use crate::values::Values;
 pub struct File {
     /// Path relative to the chart root, `/`-separated.
     pub name: String,
-    /// Contents (a leading UTF-8 BOM removed).
-    pub data: Vec<u8>,
+    /// Contents (a leading UTF-8 BOM removed). Shared: a chart's `raw` list, its
+    /// `templates`/`files` and the `.Files` object of a render all point at one copy.
+    pub data: Arc<[u8]>,
     /// Modification time, when known.
     pub mod_time: Option<GoTime>,
 }

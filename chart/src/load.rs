@@ -500,17 +500,9 @@ impl From<BufferedFile> for File {
     fn from(f: BufferedFile) -> File {
         File {
             name: f.name,
-            data: f.data,
+            data: f.data.into(),
             mod_time: f.mod_time,
         }
-    }
-}
-
-fn file(f: &BufferedFile) -> File {
-    File {
-        name: f.name.clone(),
-        data: f.data.clone(),
-        mod_time: f.mod_time,
     }
 }
 
@@ -522,17 +514,21 @@ pub fn load_files(files: Vec<BufferedFile>) -> Result<Chart, LoadError> {
 
 fn load_files_detected(
     files: Vec<BufferedFile>,
-    mut detected: Option<Detected>,
+    detected: Option<Detected>,
 ) -> Result<Chart, LoadError> {
+    load_shared_files(files.into_iter().map(File::from).collect(), detected)
+}
+
+/// [`load_files`] on files whose contents are already shared: `raw` and the classified
+/// lists (templates, `.Files`, the files of a subchart directory) hold the same bytes.
+fn load_shared_files(files: Vec<File>, mut detected: Option<Detected>) -> Result<Chart, LoadError> {
     let mut metadata: Option<Metadata> = None;
     let mut mod_time = None;
-    let mut raw = Vec::new();
     for f in &files {
-        raw.push(file(f));
         if f.name == "Chart.yaml" {
             let known = detected
                 .take()
-                .filter(|d| metadata.is_none() && d.data == f.data);
+                .filter(|d| metadata.is_none() && *d.data == *f.data);
             let md = metadata.get_or_insert_with(Metadata::default);
             match known {
                 Some(d) => *md = d.metadata,
@@ -548,9 +544,9 @@ fn load_files_detected(
         }
     }
     let mut c = Chart::new(Metadata::default());
-    c.raw = raw;
+    c.raw = files.clone();
     c.mod_time = mod_time;
-    let mut subcharts: BTreeMap<String, Vec<BufferedFile>> = BTreeMap::new();
+    let mut subcharts: BTreeMap<String, Vec<File>> = BTreeMap::new();
     for f in files {
         match f.name.as_str() {
             "Chart.yaml" => {}
@@ -564,7 +560,7 @@ fn load_files_detected(
                 c.values = Some(load_values_bytes(&f.data).map_err(LoadError::Values)?);
             }
             "values.schema.json" => {
-                c.schema = Some(f.data.clone());
+                c.schema = Some(f.data.to_vec());
                 c.schema_mod_time = f.mod_time;
             }
             "requirements.yaml" => {
@@ -574,7 +570,7 @@ fn load_files_detected(
                     source: e,
                 })?;
                 if md.api_version == "v1" {
-                    c.files.push(file(&f));
+                    c.files.push(f);
                 }
             }
             "requirements.lock" => {
@@ -584,24 +580,24 @@ fn load_files_detected(
                 })?);
                 let md = metadata.get_or_insert_with(Metadata::default);
                 if md.api_version == "v1" {
-                    c.files.push(file(&f));
+                    c.files.push(f);
                 }
             }
-            n if n.starts_with("templates/") => c.templates.push(File::from(f)),
+            n if n.starts_with("templates/") => c.templates.push(f),
             n if n.starts_with("charts/") => {
                 if go_ext(n) == ".prov" {
-                    c.files.push(file(&f));
+                    c.files.push(f);
                     continue;
                 }
                 let fname = &n["charts/".len()..];
                 let cname = fname.split('/').next().unwrap_or("").to_owned();
-                subcharts.entry(cname).or_default().push(BufferedFile {
+                subcharts.entry(cname).or_default().push(File {
                     name: fname.to_owned(),
                     data: f.data,
                     mod_time: f.mod_time,
                 });
             }
-            _ => c.files.push(File::from(f)),
+            _ => c.files.push(f),
         }
     }
     let mut md = metadata.ok_or(LoadError::MissingChartYaml)?;
@@ -622,18 +618,18 @@ fn load_files_detected(
             }
             load_archive(&first.data)
         } else {
-            let buff: Vec<BufferedFile> = files
+            let buff: Vec<File> = files
                 .into_iter()
                 .filter_map(|f| {
                     let (_, rest) = f.name.split_once('/')?;
-                    Some(BufferedFile {
+                    Some(File {
                         name: rest.to_owned(),
                         data: f.data,
                         mod_time: f.mod_time,
                     })
                 })
                 .collect();
-            load_files(buff)
+            load_shared_files(buff, None)
         };
         let sub = sub.map_err(|e| LoadError::Subchart {
             name: n.clone(),

@@ -428,7 +428,7 @@ fn record_files(files: &[File]) -> Option<Vec<RecordFile>> {
             .iter()
             .map(|f| RecordFile {
                 name: f.name.clone(),
-                data: f.data.clone(),
+                data: f.data.to_vec(),
                 modtime: f.mod_time.unwrap_or(GoTime::ZERO),
             })
             .collect(),
@@ -457,7 +457,7 @@ fn chart_files(files: Option<&Vec<RecordFile>>) -> Vec<File> {
         .flatten()
         .map(|f| File {
             name: f.name.clone(),
-            data: f.data.clone(),
+            data: f.data.as_slice().into(),
             mod_time: (!f.modtime.is_zero()).then_some(f.modtime),
         })
         .collect()

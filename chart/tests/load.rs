@@ -137,7 +137,7 @@ fn backslashes_bom_and_nested_archives_load() {
     let c = load_archive(&top).unwrap();
     assert_eq!(c.name(), "t");
     assert_eq!(c.templates[0].name, "templates/a.yaml");
-    assert_eq!(c.templates[0].data, b"kind: A\r\n");
+    assert_eq!(&*c.templates[0].data, b"kind: A\r\n");
     assert_eq!(c.dependencies.len(), 1);
     assert_eq!(c.dependencies[0].values()["s"].as_f64(), Some(1.0));
     assert_eq!(

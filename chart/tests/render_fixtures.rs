@@ -72,7 +72,7 @@ fn render_fixtures_print_what_helm_prints() {
             let chart = area.join("chart").to_string_lossy().into_owned() + "/";
             let (out, err, code) = match template(&chart, &opts) {
                 Ok(o) => (
-                    o.stdout,
+                    o.stdout.to_text(),
                     o.warnings
                         .iter()
                         .map(|w| format!("{w}\n"))

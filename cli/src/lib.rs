@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::{Args, Parser, Subcommand};
-use flotilla_chart::render::{OutputFile, TemplateOptions, WriteMode, template};
+use flotilla_chart::render::{OutputFile, Stdout, TemplateOptions, WriteMode, template};
 
 /// Flotilla: Helm releases across a fleet of Kubernetes clusters.
 #[derive(Debug, Parser)]
@@ -119,11 +119,10 @@ impl From<TemplateArgs> for TemplateOptions {
 /// ([`flotilla_chart::render::leave_allocations_to_exit`]).
 pub fn run(cli: Cli) -> i32 {
     flotilla_chart::render::leave_allocations_to_exit();
-    run_with(
-        cli,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
-    )
+    // The output is written in pieces (one per document and header): buffered, so that
+    // they go out in a few large writes rather than one write per line.
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+    run_with(cli, &mut out, &mut std::io::stderr().lock())
 }
 
 /// [`run`] writing to the given streams (files of `--output-dir` still go to disk).
@@ -144,7 +143,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             }
             let (stdout, warnings, files, error) = match template(&chart, &opts) {
                 Ok(o) => (o.stdout, o.warnings, o.files, None),
-                Err(e) => (String::new(), e.warnings, e.files, Some(e.message)),
+                Err(e) => (Stdout::default(), e.warnings, e.files, Some(e.message)),
             };
             for w in &warnings {
                 let _ = writeln!(err, "{w}");
@@ -156,14 +155,12 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 Err(write_error) => Some(write_error),
             };
             if let Some(msg) = error {
+                // The `wrote` lines go out before the error, as Helm prints them.
+                let _ = out.flush();
                 let _ = writeln!(err, "Error: {msg}");
                 return 1;
             }
-            if out
-                .write_all(stdout.as_bytes())
-                .and_then(|()| out.flush())
-                .is_err()
-            {
+            if stdout.write_to(out).and_then(|()| out.flush()).is_err() {
                 return 1;
             }
             0

@@ -89,7 +89,7 @@ pub fn template_parse(data: &[u8]) {
 fn file(name: &str, data: &[u8]) -> File {
     File {
         name: name.to_string(),
-        data: data.to_vec(),
+        data: data.into(),
         mod_time: None,
     }
 }

@@ -197,7 +197,7 @@ pub fn run_case(case: &Case) -> Outcome {
             ));
         }
     };
-    if let Some(d) = compare(&out.stdout, &golden, &masked) {
+    if let Some(d) = compare(&out.stdout.to_text(), &golden, &masked) {
         return Outcome::Fail(d);
     }
     let got_stderr: String = out.warnings.iter().map(|w| format!("{w}\n")).collect();

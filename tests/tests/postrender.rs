@@ -838,7 +838,8 @@ fn template_with_post_renderers_matches_helm_with_a_kustomize_plugin() {
         let want = String::from_utf8(out.stdout).expect("utf-8");
         let got = ours
             .unwrap_or_else(|e| panic!("{chart}/{stem}: ours failed: {}", e.message))
-            .stdout;
+            .stdout
+            .to_text();
         let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
         for (i, (a, b)) in w.iter().zip(&g).enumerate() {
             assert!(

@@ -247,7 +247,7 @@ fn chart_bytes(chart: &Chart) -> Vec<u8> {
         for f in files {
             out.extend(f.name.as_bytes());
             out.push(0);
-            out.extend(&f.data);
+            out.extend_from_slice(&f.data);
             out.push(0);
         }
     });

@@ -432,7 +432,9 @@ mod tests {
         let mut chart = Chart::new(metadata);
         chart.templates.push(flotilla_chart::File {
             name: "templates/cm.yaml".into(),
-            data: b"kind: ConfigMap\nname: {{ .Release.Name }}\n".to_vec(),
+            data: b"kind: ConfigMap\nname: {{ .Release.Name }}\n"
+                .as_slice()
+                .into(),
             mod_time: None,
         });
         let options = RenderOptions {

@@ -189,7 +189,11 @@ impl Engine {
                     }
                     flotilla_gotmpl::Error::Parse(msg) => RenderError(msg),
                 })?;
-            rendered.insert(t.path.clone(), strip_no_value(out));
+            // The output grew by doubling: give the unused half back now, as every
+            // rendered file is kept until the documents are split out of it.
+            let mut out = strip_no_value(out);
+            out.shrink_to_fit();
+            rendered.insert(t.path.clone(), out);
         }
         if LEAVE_TO_EXIT.load(std::sync::atomic::Ordering::Relaxed) {
             std::mem::forget((set, templates, funcs, shared, root_values));
@@ -392,7 +396,7 @@ mod tests {
         });
         chart.templates.push(File {
             name: "templates/t.yaml".to_string(),
-            data: template.as_bytes().to_vec(),
+            data: template.as_bytes().into(),
             mod_time: None,
         });
         chart

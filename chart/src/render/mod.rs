@@ -32,6 +32,7 @@ pub use engine::{Engine, ReleaseOptions, RenderError, leave_allocations_to_exit}
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
-    OutputFile, ReleaseRenderError, RenderOptions, RenderedRelease, TemplateError, TemplateOptions,
-    TemplateOutput, WriteMode, render_release, render_release_post_rendered, template,
+    OutputFile, ReleaseRenderError, RenderOptions, RenderedRelease, Stdout, TemplateError,
+    TemplateOptions, TemplateOutput, WriteMode, render_release, render_release_post_rendered,
+    template,
 };

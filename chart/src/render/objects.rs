@@ -421,7 +421,7 @@ impl FilesObject {
         FilesObject {
             entries: files
                 .iter()
-                .map(|f| (f.name.clone(), Arc::from(f.data.as_slice())))
+                .map(|f| (f.name.clone(), f.data.clone()))
                 .collect(),
         }
     }
@@ -553,7 +553,7 @@ mod tests {
     fn files_lines_drop_one_trailing_newline() {
         let f = FilesObject::new(&[crate::File {
             name: "a.txt".into(),
-            data: b"x\ny\n\n".to_vec(),
+            data: b"x\ny\n\n".as_slice().into(),
             mod_time: None,
         }]);
         let v = f
@@ -570,7 +570,7 @@ mod tests {
     fn as_config_keys_by_basename() {
         let f = FilesObject::new(&[crate::File {
             name: "conf/a.txt".into(),
-            data: b"one\ntwo".to_vec(),
+            data: b"one\ntwo".as_slice().into(),
             mod_time: None,
         }]);
         let v = f.call_method("AsConfig", &[]).expect("config");

@@ -69,11 +69,154 @@ pub struct TemplateOptions {
 pub struct TemplateOutput {
     /// stdout, byte for byte (after the `wrote PATH` lines of [`Self::files`], which the
     /// caller prints as it writes them).
-    pub stdout: String,
+    pub stdout: Stdout,
     /// stderr lines (`level=INFO msg=...`), in order.
     pub warnings: Vec<String>,
     /// With `--output-dir`: the files to write, in Helm's order.
     pub files: Vec<OutputFile>,
+}
+
+/// What `helm template` prints on stdout, kept as the pieces it is made of (the rendered
+/// documents moved, not copied, and `crds/` files shared with the chart) so that a caller
+/// can write it out without first joining it into one more copy of the whole output.
+#[derive(Debug, Clone, Default)]
+pub struct Stdout {
+    pieces: Vec<Piece>,
+}
+
+#[derive(Debug, Clone)]
+enum Piece {
+    Static(&'static str),
+    Owned(String),
+    /// A chart file's bytes, valid UTF-8.
+    Shared(Arc<[u8]>),
+}
+
+impl Piece {
+    fn as_str(&self) -> &str {
+        match self {
+            Piece::Static(s) => s,
+            Piece::Owned(s) => s,
+            // Only valid UTF-8 is stored as shared bytes (see `Stdout::push_file`).
+            Piece::Shared(b) => std::str::from_utf8(b).unwrap_or_default(),
+        }
+    }
+}
+
+impl Stdout {
+    fn push_static(&mut self, s: &'static str) {
+        self.pieces.push(Piece::Static(s));
+    }
+
+    fn push(&mut self, s: String) {
+        if !s.is_empty() {
+            self.pieces.push(Piece::Owned(s));
+        }
+    }
+
+    /// A chart file as text: shared when it is valid UTF-8; otherwise (as everywhere a
+    /// file becomes text here) with U+FFFD for the invalid bytes.
+    fn push_file(&mut self, data: &Arc<[u8]>) {
+        match crate::utf8_lossy(data) {
+            std::borrow::Cow::Borrowed(_) => self.pieces.push(Piece::Shared(data.clone())),
+            std::borrow::Cow::Owned(s) => self.push(s),
+        }
+    }
+
+    /// `---\n# Source: NAME\nDATA\n`, the block Helm prints for each document.
+    fn push_document(&mut self, name: String, data: String) {
+        self.push_static("---\n# Source: ");
+        self.push(name);
+        self.push_static("\n");
+        self.push(data);
+        self.push_static("\n");
+    }
+
+    /// `strings.TrimSpace` of everything pushed so far, which starts with `---` when it is
+    /// not empty: only trailing white space goes.
+    fn trim_end(&mut self) {
+        while let Some(last) = self.pieces.last_mut() {
+            let text = last.as_str();
+            let kept = text.trim_end().len();
+            if kept == text.len() {
+                break;
+            }
+            match last {
+                _ if kept == 0 => {
+                    self.pieces.pop();
+                }
+                Piece::Static(s) => *s = &s[..kept],
+                Piece::Owned(s) => s.truncate(kept),
+                Piece::Shared(b) => {
+                    let owned = String::from_utf8_lossy(&b[..kept]).into_owned();
+                    *last = Piece::Owned(owned);
+                }
+            }
+        }
+    }
+
+    /// The output's length in bytes.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(|p| p.as_str().len()).sum()
+    }
+
+    /// Whether nothing is printed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the output piece by piece.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for p in &self.pieces {
+            out.write_all(p.as_str().as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The whole output as one string.
+    pub fn to_text(&self) -> String {
+        let mut s = String::with_capacity(self.len());
+        for p in &self.pieces {
+            s.push_str(p.as_str());
+        }
+        s
+    }
+}
+
+impl From<String> for Stdout {
+    fn from(s: String) -> Self {
+        let mut out = Stdout::default();
+        out.push(s);
+        out
+    }
+}
+
+impl std::fmt::Display for Stdout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.pieces.iter().try_for_each(|p| f.write_str(p.as_str()))
+    }
+}
+
+impl PartialEq for Stdout {
+    /// Equal when the printed text is, however it is split into pieces.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.to_text() == other.to_text()
+    }
+}
+
+impl Eq for Stdout {}
+
+impl PartialEq<str> for Stdout {
+    fn eq(&self, other: &str) -> bool {
+        let mut rest = other.as_bytes();
+        for p in &self.pieces {
+            let Some(after) = rest.strip_prefix(p.as_str().as_bytes()) else {
+                return false;
+            };
+            rest = after;
+        }
+        rest.is_empty()
+    }
 }
 
 /// One write of `helm template --output-dir` (`writeToFile`): the caller creates the
@@ -228,6 +371,48 @@ pub fn render_release_post_rendered(
     hooks_too: bool,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
+    let sorted = render_sorted(chart, user, opts, post_renderers, hooks_too, warnings)?;
+    let mut manifest = String::new();
+    if opts.include_crds {
+        for (path, f) in crd_objects(chart) {
+            manifest.push_str("---\n# Source: ");
+            manifest.push_str(&path);
+            manifest.push('\n');
+            manifest.push_str(&crate::utf8_lossy(&f.data));
+            manifest.push('\n');
+        }
+    }
+    for m in &sorted.manifests {
+        manifest.push_str("---\n# Source: ");
+        manifest.push_str(&m.name);
+        manifest.push('\n');
+        manifest.push_str(&m.content);
+        manifest.push('\n');
+    }
+    Ok(RenderedRelease {
+        manifest,
+        hooks: sorted.hooks,
+        notes: sorted.notes,
+        manifests: sorted.manifests,
+    })
+}
+
+/// What [`render_sorted`] returns: a [`RenderedRelease`] before its manifest text is built.
+struct SortedRelease {
+    manifests: Vec<Manifest>,
+    hooks: Vec<Hook>,
+    notes: String,
+}
+
+/// Coalesce, validate, render, take the notes out, post-render and sort.
+fn render_sorted(
+    chart: &Chart,
+    user: &Values,
+    opts: &RenderOptions,
+    post_renderers: &[crate::postrender::PostRenderer],
+    hooks_too: bool,
+    warnings: &mut Vec<String>,
+) -> Result<SortedRelease, ReleaseRenderError> {
     let mut coalesce_warnings = Vec::new();
     let values = crate::coalesce::coalesce_values(chart, user, &mut coalesce_warnings);
     warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
@@ -267,6 +452,8 @@ pub fn render_release_post_rendered(
 
     let mut sorted = sort_manifests(&files, INSTALL_ORDER)
         .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
+    // The documents are copies: the rendered files are not needed any more.
+    drop(files);
     warnings.extend(std::mem::take(&mut sorted.warnings));
     if !hooks_too && !post_renderers.is_empty() {
         // Only the release's own documents, regrouped by the file they came from.
@@ -286,28 +473,10 @@ pub fn render_release_post_rendered(
         sorted.hooks.extend(resorted.hooks);
     }
 
-    let mut manifest = String::new();
-    if opts.include_crds {
-        for (path, f) in crd_objects(chart) {
-            manifest.push_str("---\n# Source: ");
-            manifest.push_str(&path);
-            manifest.push('\n');
-            manifest.push_str(&crate::utf8_lossy(&f.data));
-            manifest.push('\n');
-        }
-    }
-    for m in &sorted.manifests {
-        manifest.push_str("---\n# Source: ");
-        manifest.push_str(&m.name);
-        manifest.push('\n');
-        manifest.push_str(&m.content);
-        manifest.push('\n');
-    }
-    Ok(RenderedRelease {
-        manifest,
+    Ok(SortedRelease {
+        manifests: sorted.manifests,
         hooks: sorted.hooks,
         notes,
-        manifests: sorted.manifests,
     })
 }
 
@@ -506,7 +675,7 @@ pub fn render_template_chart(
         skip_schema_validation: opts.skip_schema_validation,
         lookup: None,
     };
-    let rel = match render_release_post_rendered(
+    let rel = match render_sorted(
         &chart,
         &user,
         &render_opts,
@@ -523,24 +692,36 @@ pub fn render_template_chart(
             ));
         }
     };
+    drop(user);
 
-    let mut out = String::new();
+    let mut out = Stdout::default();
     let mut files = Vec::new();
     match &opts.output_dir {
-        None => out.push_str(rel.manifest.trim()),
+        None => {
+            // The release manifest, `strings.TrimSpace`d: CRDs, then the manifests.
+            if opts.include_crds {
+                for (path, f) in crd_objects(&chart) {
+                    out.push_static("---\n# Source: ");
+                    out.push(path);
+                    out.push_static("\n");
+                    out.push_file(&f.data);
+                    out.push_static("\n");
+                }
+            }
+            for m in rel.manifests {
+                out.push_document(m.name, m.content);
+            }
+            out.trim_end();
+        }
         Some(dir) => files = output_files(&chart, &rel, dir, name, opts),
     }
-    out.push('\n');
+    out.push_static("\n");
     if !opts.no_hooks && opts.output_dir.is_none() {
-        for h in &rel.hooks {
-            if opts.skip_tests && is_test_hook(h) {
+        for h in rel.hooks {
+            if opts.skip_tests && is_test_hook(&h) {
                 continue;
             }
-            out.push_str("---\n# Source: ");
-            out.push_str(&h.path);
-            out.push('\n');
-            out.push_str(&h.manifest);
-            out.push('\n');
+            out.push_document(h.path, h.manifest);
         }
     }
     if opts.show_only.is_empty() {
@@ -550,9 +731,9 @@ pub fn render_template_chart(
             files,
         });
     }
-    match show_only(&out, &opts.show_only) {
+    match show_only(&out.to_text(), &opts.show_only) {
         Ok(stdout) => Ok(TemplateOutput {
-            stdout,
+            stdout: stdout.into(),
             warnings,
             files,
         }),
@@ -572,7 +753,7 @@ fn is_test_hook(h: &Hook) -> bool {
 /// `helm template` write them.
 fn output_files(
     chart: &Chart,
-    rel: &RenderedRelease,
+    rel: &SortedRelease,
     dir: &str,
     release: &str,
     opts: &TemplateOptions,
@@ -680,6 +861,37 @@ fn show_only(out: &str, patterns: &[String]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stdout_pieces_print_as_one_text_trimmed_like_trim_space() {
+        let mut out = Stdout::default();
+        out.push_document("c/templates/a.yaml".to_string(), "a: 1".to_string());
+        out.push_file(&Arc::from(&b"kind: CRD\n \n"[..]));
+        out.push_static("\n\t");
+        out.trim_end();
+        out.push_static("\n");
+        let want = "---\n# Source: c/templates/a.yaml\na: 1\nkind: CRD\n";
+        assert_eq!(out.to_text(), want);
+        assert_eq!(out.to_string(), want);
+        assert_eq!(out.len(), want.len());
+        assert!(out == *want);
+        assert!(out != *"---\n# Source: c/templates/a.yaml\na: 1\n");
+        assert_eq!(out, Stdout::from(want.to_string()));
+        let mut written = Vec::new();
+        out.write_to(&mut written).expect("written");
+        assert_eq!(written, want.as_bytes());
+
+        // Pieces that are all white space go; an empty output stays empty.
+        let mut blank = Stdout::default();
+        blank.push_file(&Arc::from(&b" \n"[..]));
+        blank.push_static("\n");
+        blank.trim_end();
+        assert!(blank.is_empty());
+        // Invalid UTF-8 in a file prints as U+FFFD, as everywhere else.
+        let mut bad = Stdout::default();
+        bad.push_file(&Arc::from(&b"a\xffb"[..]));
+        assert_eq!(bad.to_text(), "a\u{fffd}b");
+    }
 
     #[test]
     fn output_dir_with_release_name_is_cleaned_like_filepath_join() {
