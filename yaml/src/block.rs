@@ -565,23 +565,9 @@ mod tests {
     //! parser must read the document without error to the same value.
 
     use super::*;
+    use crate::head::tests::{files_under, shared_charts};
     use crate::parse::{DecodeOptions, unmarshal_parsed};
     use std::path::{Path, PathBuf};
-
-    fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-            .map(|e| e.expect("directory entry").path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                files_under(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
 
     /// Documents as Helm's values loader splits a stream: on `---` lines.
     fn split(text: &str) -> Vec<String> {
@@ -600,12 +586,7 @@ mod tests {
     /// Every document of the YAML files of the shared charts (values files of the charts,
     /// their subcharts and the cases, Chart.yaml, CRDs) and of the golden outputs, by file.
     fn corpus() -> Vec<(PathBuf, Vec<String>)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
-        assert!(
-            dir.is_dir(),
-            "the chart corpus is expected at {}",
-            dir.display()
-        );
+        let dir = shared_charts();
         let mut files = Vec::new();
         files_under(&dir, &mut files);
         files

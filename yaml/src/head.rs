@@ -641,7 +641,7 @@ pub(crate) fn flow_scalar(b: &[u8], at: usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The fast path against the full parser: wherever [`block_head`] answers, the full
     //! parser must read the document without error and find the same head.
 
@@ -673,7 +673,8 @@ mod tests {
 
     const KEYS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
-    fn shared_charts() -> PathBuf {
+    /// `../shared/charts`, the corpus of real charts (also read by `block.rs`'s tests).
+    pub(crate) fn shared_charts() -> PathBuf {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
         assert!(
             dir.is_dir(),
@@ -683,7 +684,8 @@ mod tests {
         dir
     }
 
-    fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    /// Every file below `dir`, in sorted order.
+    pub(crate) fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
             .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
             .map(|e| e.expect("directory entry").path())
