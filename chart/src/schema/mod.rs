@@ -573,6 +573,30 @@ impl<'s> Kw<'s> {
     }
 }
 
+/// `min*`/`max*` of a count (properties, items, characters): each bound that `len` breaks, as
+/// Helm's library words it.
+fn count_bounds(
+    len: usize,
+    (min_name, min): (&str, Option<&J<'_>>),
+    (max_name, max): (&str, Option<&J<'_>>),
+    loc: &[String],
+    errs: &mut Vec<Node>,
+) {
+    let msg = |name: &str, want: usize| {
+        format!(
+            "{name}: got {}, want {}",
+            localized_int(len),
+            localized_int(want)
+        )
+    };
+    if let Some(want) = usize_of(min).filter(|w| len < *w) {
+        errs.push(Node::msg(loc.to_vec(), msg(min_name, want)));
+    }
+    if let Some(want) = usize_of(max).filter(|w| len > *w) {
+        errs.push(Node::msg(loc.to_vec(), msg(max_name, want)));
+    }
+}
+
 fn usize_of(v: Option<&J<'_>>) -> Option<usize> {
     v.and_then(J::as_f64).map(|f| f as usize)
 }
@@ -870,30 +894,13 @@ impl<'s> Walker<'s> {
         loc: &mut Vec<String>,
         errs: &mut Vec<Node>,
     ) {
-        if let Some(min) = usize_of(kw.min_properties) {
-            if obj.len() < min {
-                errs.push(Node::msg(
-                    loc.clone(),
-                    format!(
-                        "minProperties: got {}, want {}",
-                        localized_int(obj.len()),
-                        localized_int(min)
-                    ),
-                ));
-            }
-        }
-        if let Some(max) = usize_of(kw.max_properties) {
-            if obj.len() > max {
-                errs.push(Node::msg(
-                    loc.clone(),
-                    format!(
-                        "maxProperties: got {}, want {}",
-                        localized_int(obj.len()),
-                        localized_int(max)
-                    ),
-                ));
-            }
-        }
+        count_bounds(
+            obj.len(),
+            ("minProperties", kw.min_properties),
+            ("maxProperties", kw.max_properties),
+            loc,
+            errs,
+        );
         let missing_of = |reqd: &J<'_>| -> Vec<String> {
             reqd.as_array()
                 .map(|a| {
@@ -1031,30 +1038,13 @@ impl<'s> Walker<'s> {
         loc: &mut Vec<String>,
         errs: &mut Vec<Node>,
     ) {
-        if let Some(min) = usize_of(kw.min_items) {
-            if arr.len() < min {
-                errs.push(Node::msg(
-                    loc.clone(),
-                    format!(
-                        "minItems: got {}, want {}",
-                        localized_int(arr.len()),
-                        localized_int(min)
-                    ),
-                ));
-            }
-        }
-        if let Some(max) = usize_of(kw.max_items) {
-            if arr.len() > max {
-                errs.push(Node::msg(
-                    loc.clone(),
-                    format!(
-                        "maxItems: got {}, want {}",
-                        localized_int(arr.len()),
-                        localized_int(max)
-                    ),
-                ));
-            }
-        }
+        count_bounds(
+            arr.len(),
+            ("minItems", kw.min_items),
+            ("maxItems", kw.max_items),
+            loc,
+            errs,
+        );
         if kw.unique_items == Some(&J::Bool(true)) && arr.len() > 1 {
             'outer: for i in 1..arr.len() {
                 for j in 0..i {
@@ -1184,30 +1174,13 @@ impl<'s> Walker<'s> {
             return;
         }
         let len = st.chars().count();
-        if let Some(min) = usize_of(kw.min_length) {
-            if len < min {
-                errs.push(Node::msg(
-                    loc.to_vec(),
-                    format!(
-                        "minLength: got {}, want {}",
-                        localized_int(len),
-                        localized_int(min)
-                    ),
-                ));
-            }
-        }
-        if let Some(max) = usize_of(kw.max_length) {
-            if len > max {
-                errs.push(Node::msg(
-                    loc.to_vec(),
-                    format!(
-                        "maxLength: got {}, want {}",
-                        localized_int(len),
-                        localized_int(max)
-                    ),
-                ));
-            }
-        }
+        count_bounds(
+            len,
+            ("minLength", kw.min_length),
+            ("maxLength", kw.max_length),
+            loc,
+            errs,
+        );
         if let Some(J::Str(p)) = kw.pattern {
             if self.is_match(p, st) == Some(false) {
                 errs.push(Node::msg(
