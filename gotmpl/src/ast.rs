@@ -1,160 +1,153 @@
-//! The parse tree, after Go's `text/template/parse/node.go`. `Display` re-prints nodes the
-//! way Go's `Node.String()` does; execution errors quote that text (`at <.Values.x>`).
+//! The parse tree, after Go's `text/template/parse/node.go`. `Display` (through
+//! [`Ast::show`]) re-prints nodes the way Go's `Node.String()` does; execution errors quote
+//! that text (`at <.Values.x>`).
+//!
+//! The tree of one parsed source is stored flat in an [`Ast`]: one array per node kind, with
+//! nodes naming their children by index ([`Span`]s of consecutive children, or single
+//! indices), and texts as byte ranges of the source ([`SrcStr`]). A source of any size is a
+//! dozen allocations, and a node takes 12 to 28 bytes: the tree of a chart is the biggest
+//! thing a render keeps, and every fresh heap page costs a page fault.
 
 use std::fmt;
-use std::ops::Deref;
-use std::sync::Arc;
 
-/// A piece of a template's source text. Names, literals and text are ranges of the shared
-/// source rather than copies (a literal with escapes owns its decoded text), so parsing
-/// allocates no string per token.
-#[derive(Clone)]
+/// Marks a [`SrcStr`] of the decoded literals ([`Ast`]'s `extra`) rather than the source.
+const EXTRA: u32 = 1 << 31;
+
+/// Largest source the parser accepts (offsets are 31-bit).
+pub(crate) const MAX_SOURCE_LEN: usize = (EXTRA - 1) as usize;
+
+/// A piece of text: a byte range of the parsed source, or of the decoded string literals
+/// (a literal with escapes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SrcStr {
-    src: Arc<str>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
 }
 
 impl SrcStr {
     /// `src[start..end]`; the range must lie on character boundaries.
-    pub fn new(src: &Arc<str>, start: usize, end: usize) -> Self {
-        debug_assert!(src.get(start..end).is_some());
+    pub fn source(start: usize, end: usize) -> Self {
+        debug_assert!(start <= end && end <= MAX_SOURCE_LEN);
         SrcStr {
-            src: Arc::clone(src),
-            start,
-            end,
+            start: start as u32,
+            end: end as u32,
         }
     }
-
-    /// A string of its own (a decoded literal).
-    pub fn owned(s: String) -> Self {
-        let end = s.len();
-        SrcStr {
-            src: Arc::from(s),
-            start: 0,
-            end,
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.src[self.start..self.end]
-    }
 }
 
-impl Deref for SrcStr {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
+/// Consecutive children in one of [`Ast`]'s arrays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: u32,
+    len: u32,
 }
 
-impl AsRef<str> for SrcStr {
-    fn as_ref(&self) -> &str {
-        self.as_str()
+impl Span {
+    pub fn len(self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+
+    fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
     }
 }
 
-impl fmt::Display for SrcStr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for SrcStr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-/// A list of nodes (a template body or a branch).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ListNode {
-    pub nodes: Vec<Node>,
-}
-
-/// A statement-level node.
-#[derive(Clone, Debug)]
+/// A statement-level node. Lists of nodes (a template body, a branch) are [`Span`]s of
+/// [`Ast::nodes`].
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Node {
     Text(SrcStr),
-    Action(Pipe),
-    If(Branch),
-    With(Branch),
-    Range(Branch),
-    Template {
-        pos: usize,
-        name: SrcStr,
-        pipe: Option<Pipe>,
-    },
+    /// A pipeline ([`Ast::pipe`]).
+    Action(u32),
+    /// A branch ([`Ast::branch`]).
+    If(u32),
+    With(u32),
+    Range(u32),
+    /// A `{{template}}` call ([`Ast::call`]).
+    Template(u32),
     Break,
     Continue,
 }
 
 /// The shared shape of `if`, `with` and `range`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Branch {
-    pub pos: usize,
-    pub pipe: Pipe,
-    pub list: ListNode,
-    pub else_list: Option<ListNode>,
+    pub pos: u32,
+    pub pipe: u32,
+    pub list: Span,
+    pub else_list: Option<Span>,
 }
 
-/// A pipeline with optional declarations.
-#[derive(Clone, Debug)]
+/// `{{template "name" pipeline}}` (or a `block`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TemplateCall {
+    pub pos: u32,
+    pub name: SrcStr,
+    pub pipe: Option<u32>,
+}
+
+/// A pipeline with optional declarations (`decl` in [`Ast::names`], `cmds` in
+/// [`Ast::cmds`]).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Pipe {
-    pub pos: usize,
+    pub pos: u32,
     pub is_assign: bool,
-    pub decl: Vec<SrcStr>,
-    pub cmds: Vec<Command>,
+    pub decl: Span,
+    pub cmds: Span,
 }
 
-/// One stage of a pipeline.
-#[derive(Clone, Debug)]
+/// One stage of a pipeline (`args` in [`Ast::args`]).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Command {
-    pub pos: usize,
-    pub args: Vec<Arg>,
+    pub pos: u32,
+    pub args: Span,
 }
 
-/// An operand.
-#[derive(Clone, Debug)]
+/// An operand. Name lists are [`Span`]s of [`Ast::names`].
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Arg {
     /// `.a.b`
     Field {
-        pos: usize,
-        idents: Vec<SrcStr>,
+        pos: u32,
+        idents: Span,
     },
-    /// `$x.a.b` (`idents[0]` is the variable name).
+    /// `$x.a.b` (the first ident is the variable name).
     Variable {
-        pos: usize,
-        idents: Vec<SrcStr>,
+        pos: u32,
+        idents: Span,
     },
-    /// `(pipe).a.b`, `fn.a` (the term is a pipeline or an identifier).
+    /// `(pipe).a.b`, `fn.a` (the term, in [`Ast::arg`], is a pipeline or an identifier).
     Chain {
-        pos: usize,
-        node: Box<Arg>,
-        fields: Vec<SrcStr>,
+        pos: u32,
+        node: u32,
+        fields: Span,
     },
     /// A function name.
     Identifier {
-        pos: usize,
+        pos: u32,
         name: SrcStr,
     },
-    /// `( pipeline )`
-    Pipe(Box<Pipe>),
+    /// `( pipeline )` ([`Ast::pipe`]).
+    Pipe(u32),
     Dot {
-        pos: usize,
+        pos: u32,
     },
     Nil {
-        pos: usize,
+        pos: u32,
     },
     Bool {
-        pos: usize,
+        pos: u32,
         val: bool,
     },
-    Number(Box<Number>),
-    /// A string literal: its source text (with quotes) and its value.
+    /// A number ([`Ast::number`]).
+    Number(u32),
+    /// A string literal: its source text (with quotes, starting at its position) and its
+    /// value.
     String {
-        pos: usize,
         quoted: SrcStr,
         text: SrcStr,
     },
@@ -163,7 +156,7 @@ pub(crate) enum Arg {
 /// A numeric constant, with every Go representation it admits.
 #[derive(Clone, Debug)]
 pub(crate) struct Number {
-    pub pos: usize,
+    pub pos: u32,
     pub text: SrcStr,
     pub is_int: bool,
     pub is_uint: bool,
@@ -174,21 +167,6 @@ pub(crate) struct Number {
 }
 
 impl Arg {
-    pub fn pos(&self) -> usize {
-        match self {
-            Arg::Field { pos, .. }
-            | Arg::Variable { pos, .. }
-            | Arg::Chain { pos, .. }
-            | Arg::Identifier { pos, .. }
-            | Arg::Dot { pos }
-            | Arg::Nil { pos }
-            | Arg::Bool { pos, .. }
-            | Arg::String { pos, .. } => *pos,
-            Arg::Pipe(p) => p.pos,
-            Arg::Number(n) => n.pos,
-        }
-    }
-
     /// Whether the node is a constant or dot (not executable after a `|`).
     pub fn is_non_executable(&self) -> bool {
         matches!(
@@ -202,123 +180,347 @@ impl Arg {
     }
 }
 
-impl fmt::Display for Arg {
+/// The trees parsed from one source: its text, the decoded literals, and the nodes.
+#[derive(Debug, Default)]
+pub(crate) struct Ast {
+    src: Box<str>,
+    extra: Box<str>,
+    nodes: Box<[Node]>,
+    branches: Box<[Branch]>,
+    calls: Box<[TemplateCall]>,
+    pipes: Box<[Pipe]>,
+    cmds: Box<[Command]>,
+    args: Box<[Arg]>,
+    names: Box<[SrcStr]>,
+    numbers: Box<[Number]>,
+}
+
+impl Ast {
+    /// The source text.
+    pub fn src(&self) -> &str {
+        &self.src
+    }
+
+    pub fn str(&self, s: SrcStr) -> &str {
+        if s.start & EXTRA == 0 {
+            &self.src[s.start as usize..s.end as usize]
+        } else {
+            &self.extra[(s.start & !EXTRA) as usize..(s.end & !EXTRA) as usize]
+        }
+    }
+
+    pub fn nodes(&self, s: Span) -> &[Node] {
+        &self.nodes[s.range()]
+    }
+
+    pub fn cmds(&self, s: Span) -> &[Command] {
+        &self.cmds[s.range()]
+    }
+
+    pub fn args(&self, s: Span) -> &[Arg] {
+        &self.args[s.range()]
+    }
+
+    pub fn names(&self, s: Span) -> &[SrcStr] {
+        &self.names[s.range()]
+    }
+
+    pub fn branch(&self, i: u32) -> &Branch {
+        &self.branches[i as usize]
+    }
+
+    pub fn call(&self, i: u32) -> &TemplateCall {
+        &self.calls[i as usize]
+    }
+
+    pub fn pipe(&self, i: u32) -> &Pipe {
+        &self.pipes[i as usize]
+    }
+
+    pub fn arg(&self, i: u32) -> &Arg {
+        &self.args[i as usize]
+    }
+
+    pub fn number(&self, i: u32) -> &Number {
+        &self.numbers[i as usize]
+    }
+
+    /// The position of an operand.
+    pub fn arg_pos(&self, arg: &Arg) -> usize {
+        (match arg {
+            Arg::Field { pos, .. }
+            | Arg::Variable { pos, .. }
+            | Arg::Chain { pos, .. }
+            | Arg::Identifier { pos, .. }
+            | Arg::Dot { pos }
+            | Arg::Nil { pos }
+            | Arg::Bool { pos, .. } => *pos,
+            Arg::String { quoted, .. } => quoted.start,
+            Arg::Pipe(p) => self.pipe(*p).pos,
+            Arg::Number(n) => self.number(*n).pos,
+        }) as usize
+    }
+
+    /// `node` printed as Go's `Node.String()` prints it.
+    pub fn show<'a, T: ?Sized>(&'a self, node: &'a T) -> Show<'a, T> {
+        Show { ast: self, node }
+    }
+}
+
+/// Whether a list holds nothing but whitespace text and comments (Go's `IsEmptyTree`): an
+/// empty redefinition does not replace an existing template.
+fn is_empty_list<'s>(nodes: &[Node], text: impl Fn(SrcStr) -> &'s str) -> bool {
+    nodes.iter().all(|n| match n {
+        Node::Text(t) => text(*t)
+            .trim_matches(|c: char| c.is_whitespace())
+            .is_empty(),
+        _ => false,
+    })
+}
+
+/// The arrays of an [`Ast`] being built by the parser. Children are complete before their
+/// parent, so a parent's children are moved from the parser's stacks to the end of an array
+/// in one piece ([`AstBuilder::push_nodes`] and the like).
+#[derive(Debug, Default)]
+pub(crate) struct AstBuilder {
+    extra: String,
+    nodes: Vec<Node>,
+    branches: Vec<Branch>,
+    calls: Vec<TemplateCall>,
+    pipes: Vec<Pipe>,
+    cmds: Vec<Command>,
+    args: Vec<Arg>,
+    names: Vec<SrcStr>,
+    numbers: Vec<Number>,
+}
+
+/// Appends `items` to `array`, returning their span.
+fn push_all<T>(array: &mut Vec<T>, items: impl ExactSizeIterator<Item = T>) -> Span {
+    let start = array.len() as u32;
+    let len = items.len() as u32;
+    array.extend(items);
+    Span { start, len }
+}
+
+/// Appends `item` to `array`, returning its index.
+fn push_one<T>(array: &mut Vec<T>, item: T) -> u32 {
+    array.push(item);
+    (array.len() - 1) as u32
+}
+
+impl AstBuilder {
+    /// A decoded literal, kept beside the source.
+    pub fn owned(&mut self, s: &str) -> SrcStr {
+        let start = self.extra.len();
+        self.extra.push_str(s);
+        SrcStr {
+            start: start as u32 | EXTRA,
+            end: self.extra.len() as u32 | EXTRA,
+        }
+    }
+
+    pub fn push_nodes(&mut self, nodes: impl ExactSizeIterator<Item = Node>) -> Span {
+        push_all(&mut self.nodes, nodes)
+    }
+
+    pub fn push_cmds(&mut self, cmds: impl ExactSizeIterator<Item = Command>) -> Span {
+        push_all(&mut self.cmds, cmds)
+    }
+
+    pub fn push_args(&mut self, args: impl ExactSizeIterator<Item = Arg>) -> Span {
+        push_all(&mut self.args, args)
+    }
+
+    pub fn push_names(&mut self, names: impl ExactSizeIterator<Item = SrcStr>) -> Span {
+        push_all(&mut self.names, names)
+    }
+
+    pub fn branch(&mut self, b: Branch) -> u32 {
+        push_one(&mut self.branches, b)
+    }
+
+    pub fn call(&mut self, c: TemplateCall) -> u32 {
+        push_one(&mut self.calls, c)
+    }
+
+    pub fn pipe(&mut self, p: Pipe) -> u32 {
+        push_one(&mut self.pipes, p)
+    }
+
+    pub fn arg(&mut self, a: Arg) -> u32 {
+        push_one(&mut self.args, a)
+    }
+
+    pub fn number(&mut self, n: Number) -> u32 {
+        push_one(&mut self.numbers, n)
+    }
+
+    /// The first operand of a command already built.
+    pub fn first_arg(&self, cmd: &Command) -> Option<&Arg> {
+        self.args[cmd.args.range()].first()
+    }
+
+    /// The text of `s`; `src` is the source.
+    pub fn text<'s>(&'s self, src: &'s str, s: SrcStr) -> &'s str {
+        if s.start & EXTRA == 0 {
+            &src[s.start as usize..s.end as usize]
+        } else {
+            &self.extra[(s.start & !EXTRA) as usize..(s.end & !EXTRA) as usize]
+        }
+    }
+
+    /// Whether a built list is empty in Go's `IsEmptyTree` sense; `src` is the source.
+    pub fn is_empty_list(&self, src: &str, list: Span) -> bool {
+        is_empty_list(&self.nodes[list.range()], |s| self.text(src, s))
+    }
+
+    /// The finished tree, each array sized exactly.
+    pub fn finish(self, src: &str) -> Ast {
+        Ast {
+            src: Box::from(src),
+            extra: self.extra.into_boxed_str(),
+            nodes: self.nodes.into_boxed_slice(),
+            branches: self.branches.into_boxed_slice(),
+            calls: self.calls.into_boxed_slice(),
+            pipes: self.pipes.into_boxed_slice(),
+            cmds: self.cmds.into_boxed_slice(),
+            args: self.args.into_boxed_slice(),
+            names: self.names.into_boxed_slice(),
+            numbers: self.numbers.into_boxed_slice(),
+        }
+    }
+}
+
+/// A node with the tree it belongs to, printed as Go's `Node.String()`.
+pub(crate) struct Show<'a, T: ?Sized> {
+    ast: &'a Ast,
+    node: &'a T,
+}
+
+impl fmt::Display for Show<'_, Arg> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        let ast = self.ast;
+        match self.node {
             Arg::Field { idents, .. } => {
-                for i in idents {
-                    write!(f, ".{i}")?;
+                for i in ast.names(*idents) {
+                    write!(f, ".{}", ast.str(*i))?;
                 }
                 Ok(())
             }
             Arg::Variable { idents, .. } => {
-                for (i, ident) in idents.iter().enumerate() {
+                for (i, ident) in ast.names(*idents).iter().enumerate() {
                     if i > 0 {
                         f.write_str(".")?;
                     }
-                    f.write_str(ident)?;
+                    f.write_str(ast.str(*ident))?;
                 }
                 Ok(())
             }
             Arg::Chain { node, fields, .. } => {
-                if let Arg::Pipe(p) = node.as_ref() {
-                    write!(f, "({p})")?;
+                let node = ast.arg(*node);
+                if let Arg::Pipe(p) = node {
+                    write!(f, "({})", ast.show(ast.pipe(*p)))?;
                 } else {
-                    write!(f, "{node}")?;
+                    write!(f, "{}", ast.show(node))?;
                 }
-                for field in fields {
-                    write!(f, ".{field}")?;
+                for field in ast.names(*fields) {
+                    write!(f, ".{}", ast.str(*field))?;
                 }
                 Ok(())
             }
-            Arg::Identifier { name, .. } => f.write_str(name),
-            Arg::Pipe(p) => write!(f, "{p}"),
+            Arg::Identifier { name, .. } => f.write_str(ast.str(*name)),
+            Arg::Pipe(p) => write!(f, "{}", ast.show(ast.pipe(*p))),
             Arg::Dot { .. } => f.write_str("."),
             Arg::Nil { .. } => f.write_str("nil"),
             Arg::Bool { val, .. } => write!(f, "{val}"),
-            Arg::Number(n) => f.write_str(&n.text),
-            Arg::String { quoted, .. } => f.write_str(quoted),
+            Arg::Number(n) => f.write_str(ast.str(ast.number(*n).text)),
+            Arg::String { quoted, .. } => f.write_str(ast.str(*quoted)),
         }
     }
 }
 
-impl fmt::Display for Command {
+impl fmt::Display for Show<'_, Command> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, a) in self.args.iter().enumerate() {
+        let ast = self.ast;
+        for (i, a) in ast.args(self.node.args).iter().enumerate() {
             if i > 0 {
                 f.write_str(" ")?;
             }
             if let Arg::Pipe(p) = a {
-                write!(f, "({p})")?;
+                write!(f, "({})", ast.show(ast.pipe(*p)))?;
             } else {
-                write!(f, "{a}")?;
+                write!(f, "{}", ast.show(a))?;
             }
         }
         Ok(())
     }
 }
 
-impl fmt::Display for Pipe {
+impl fmt::Display for Show<'_, Pipe> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.decl.is_empty() {
-            for (i, d) in self.decl.iter().enumerate() {
+        let ast = self.ast;
+        let pipe = self.node;
+        if !pipe.decl.is_empty() {
+            for (i, d) in ast.names(pipe.decl).iter().enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
                 }
-                f.write_str(d)?;
+                f.write_str(ast.str(*d))?;
             }
-            f.write_str(if self.is_assign { " = " } else { " := " })?;
+            f.write_str(if pipe.is_assign { " = " } else { " := " })?;
         }
-        for (i, c) in self.cmds.iter().enumerate() {
+        for (i, c) in ast.cmds(pipe.cmds).iter().enumerate() {
             if i > 0 {
                 f.write_str(" | ")?;
             }
-            write!(f, "{c}")?;
+            write!(f, "{}", ast.show(c))?;
         }
         Ok(())
     }
 }
 
-impl fmt::Display for ListNode {
+impl fmt::Display for Show<'_, [Node]> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for n in &self.nodes {
-            write!(f, "{n}")?;
+        for n in self.node {
+            write!(f, "{}", self.ast.show(n))?;
         }
         Ok(())
     }
 }
 
-fn write_branch(f: &mut fmt::Formatter<'_>, kw: &str, b: &Branch) -> fmt::Result {
-    write!(f, "{{{{{kw} {}}}}}{}", b.pipe, b.list)?;
-    if let Some(e) = &b.else_list {
-        write!(f, "{{{{else}}}}{e}")?;
+fn write_branch(f: &mut fmt::Formatter<'_>, ast: &Ast, kw: &str, b: u32) -> fmt::Result {
+    let b = ast.branch(b);
+    write!(
+        f,
+        "{{{{{kw} {}}}}}{}",
+        ast.show(ast.pipe(b.pipe)),
+        ast.show(ast.nodes(b.list))
+    )?;
+    if let Some(e) = b.else_list {
+        write!(f, "{{{{else}}}}{}", ast.show(ast.nodes(e)))?;
     }
     f.write_str("{{end}}")
 }
 
-impl fmt::Display for Node {
+impl fmt::Display for Show<'_, Node> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Node::Text(t) => f.write_str(t),
-            Node::Action(p) => write!(f, "{{{{{p}}}}}"),
-            Node::If(b) => write_branch(f, "if", b),
-            Node::With(b) => write_branch(f, "with", b),
-            Node::Range(b) => write_branch(f, "range", b),
-            Node::Template { name, pipe, .. } => match pipe {
-                Some(p) => write!(f, "{{{{template {} {p}}}}}", crate::gofmt::quote(name)),
-                None => write!(f, "{{{{template {}}}}}", crate::gofmt::quote(name)),
-            },
+        let ast = self.ast;
+        match self.node {
+            Node::Text(t) => f.write_str(ast.str(*t)),
+            Node::Action(p) => write!(f, "{{{{{}}}}}", ast.show(ast.pipe(*p))),
+            Node::If(b) => write_branch(f, ast, "if", *b),
+            Node::With(b) => write_branch(f, ast, "with", *b),
+            Node::Range(b) => write_branch(f, ast, "range", *b),
+            Node::Template(c) => {
+                let c = ast.call(*c);
+                let name = crate::gofmt::quote(ast.str(c.name));
+                match c.pipe {
+                    Some(p) => write!(f, "{{{{template {name} {}}}}}", ast.show(ast.pipe(p))),
+                    None => write!(f, "{{{{template {name}}}}}"),
+                }
+            }
             Node::Break => f.write_str("{{break}}"),
             Node::Continue => f.write_str("{{continue}}"),
         }
     }
-}
-
-/// Whether a tree holds nothing but whitespace text and comments (Go's `IsEmptyTree`): an
-/// empty redefinition does not replace an existing template.
-pub(crate) fn is_empty_tree(list: &ListNode) -> bool {
-    list.nodes.iter().all(|n| match n {
-        Node::Text(t) => t.trim_matches(|c: char| c.is_whitespace()).is_empty(),
-        _ => false,
-    })
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe, SrcStr};
+use crate::ast::{Arg, Ast, Branch, Command, Node, Number, Pipe, Span, SrcStr};
 use crate::gofmt;
 use crate::signature::{ArgType, FuncMap, Function, Signature};
 use crate::template::{Template, TemplateSet};
@@ -110,23 +110,23 @@ enum Cur<'t> {
 }
 
 impl Cur<'_> {
-    fn pos(&self) -> usize {
+    fn pos(&self, ast: &Ast) -> usize {
         match self {
             Cur::None => 0,
             Cur::Node(_, pos) => *pos,
-            Cur::Pipe(p) => p.pos,
-            Cur::Cmd(c) => c.pos,
-            Cur::Arg(a) => a.pos(),
+            Cur::Pipe(p) => p.pos as usize,
+            Cur::Cmd(c) => c.pos as usize,
+            Cur::Arg(a) => ast.arg_pos(a),
         }
     }
 
-    fn context(&self) -> String {
+    fn context(&self, ast: &Ast) -> String {
         match self {
             Cur::None => String::new(),
-            Cur::Node(n, _) => n.to_string(),
-            Cur::Pipe(p) => p.to_string(),
-            Cur::Cmd(c) => c.to_string(),
-            Cur::Arg(a) => a.to_string(),
+            Cur::Node(n, _) => ast.show(*n).to_string(),
+            Cur::Pipe(p) => ast.show(*p).to_string(),
+            Cur::Cmd(c) => ast.show(*c).to_string(),
+            Cur::Arg(a) => ast.show(*a).to_string(),
         }
     }
 }
@@ -269,13 +269,14 @@ fn run_template_into(
         shared,
         set,
         tmpl,
+        ast: &tmpl.ast,
         cur: Cur::None,
         vars: Vec::new(),
         out,
     };
     frame.enter_template()?;
     frame.vars.push(("$", dot.clone()));
-    let r = frame.walk_list(&dot, &tmpl.root);
+    let r = frame.walk_list(&dot, tmpl.root);
     frame.shared.depth -= 1;
     r?;
     Ok(frame.out)
@@ -286,6 +287,8 @@ struct Frame<'t, 's, 'f> {
     shared: &'s mut Shared<'f>,
     set: &'t TemplateSet,
     tmpl: &'t Template,
+    /// The tree `tmpl` is part of.
+    ast: &'t Ast,
     cur: Cur<'t>,
     vars: Vec<(&'t str, Ev)>,
     out: String,
@@ -434,8 +437,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         if let Cur::None = self.cur {
             return Err(Error::Exec(format!("template: {name}: {}", msg.as_ref())));
         }
-        let pos = self.cur.pos().min(self.tmpl.text.len());
-        let text = &self.tmpl.text[..floor_char_boundary(&self.tmpl.text, pos)];
+        let src = self.ast.src();
+        let pos = self.cur.pos(self.ast).min(src.len());
+        let text = &src[..floor_char_boundary(src, pos)];
         let (line, col) = match text.rfind('\n') {
             Some(i) => (1 + text.matches('\n').count(), text.len() - (i + 1)),
             None => (1, text.len()),
@@ -444,7 +448,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             "template: {}:{line}:{col}: executing {} at <{}>: {}",
             self.tmpl.parse_name,
             gofmt::quote(name),
-            self.cur.context(),
+            self.cur.context(self.ast),
             msg.as_ref()
         )))
     }
@@ -529,8 +533,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     // ---- walking ----
 
-    fn walk_list(&mut self, dot: &Ev, list: &'t ListNode) -> R<Flow> {
-        for node in &list.nodes {
+    fn walk_list(&mut self, dot: &Ev, list: Span) -> R<Flow> {
+        for node in self.ast.nodes(list) {
             let flow = self.walk(dot, node)?;
             if flow != Flow::Normal {
                 return Ok(flow);
@@ -541,15 +545,18 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     fn walk(&mut self, dot: &Ev, node: &'t Node) -> R<Flow> {
         self.step()?;
+        let ast = self.ast;
         match node {
             Node::Text(t) => {
-                self.write(t)?;
+                self.write(ast.str(*t))?;
             }
             Node::Action(pipe) => {
-                self.cur = Cur::Node(node, pipe.pos);
+                let pipe = ast.pipe(*pipe);
+                let pos = pipe.pos as usize;
+                self.cur = Cur::Node(node, pos);
                 let val = self.eval_pipeline(dot, pipe)?;
                 if pipe.decl.is_empty() {
-                    self.cur = Cur::Node(node, pipe.pos);
+                    self.cur = Cur::Node(node, pos);
                     match val {
                         Ev::Invalid => self.write("<no value>")?,
                         Ev::Val(Value::String(s)) | Ev::Iface(Value::String(s)) => {
@@ -562,12 +569,24 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     }
                 }
             }
-            Node::If(b) => return self.nested(|f| f.walk_if_or_with(false, dot, node, b)),
-            Node::With(b) => return self.nested(|f| f.walk_if_or_with(true, dot, node, b)),
-            Node::Range(b) => return self.nested(|f| f.walk_range(dot, node, b)),
-            Node::Template { pos, name, pipe } => {
-                self.cur = Cur::Node(node, *pos);
-                self.walk_template(dot, node, *pos, name, pipe.as_ref())?;
+            Node::If(b) => {
+                let b = ast.branch(*b);
+                return self.nested(|f| f.walk_if_or_with(false, dot, node, b));
+            }
+            Node::With(b) => {
+                let b = ast.branch(*b);
+                return self.nested(|f| f.walk_if_or_with(true, dot, node, b));
+            }
+            Node::Range(b) => {
+                let b = ast.branch(*b);
+                return self.nested(|f| f.walk_range(dot, node, b));
+            }
+            Node::Template(c) => {
+                let c = ast.call(*c);
+                let pos = c.pos as usize;
+                self.cur = Cur::Node(node, pos);
+                let pipe = c.pipe.map(|p| ast.pipe(p));
+                self.walk_template(dot, node, pos, ast.str(c.name), pipe)?;
             }
             Node::Break => return Ok(Flow::Break),
             Node::Continue => return Ok(Flow::Continue),
@@ -582,17 +601,17 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn walk_if_or_with(&mut self, with: bool, dot: &Ev, node: &'t Node, b: &'t Branch) -> R<Flow> {
-        self.cur = Cur::Node(node, b.pos);
+        self.cur = Cur::Node(node, b.pos as usize);
         let mark = self.vars.len();
         let r = (|| {
-            let val = self.eval_pipeline(dot, &b.pipe)?;
+            let val = self.eval_pipeline(dot, self.ast.pipe(b.pipe))?;
             if val.truth() {
                 if with {
-                    self.walk_list(&val, &b.list)
+                    self.walk_list(&val, b.list)
                 } else {
-                    self.walk_list(dot, &b.list)
+                    self.walk_list(dot, b.list)
                 }
-            } else if let Some(e) = &b.else_list {
+            } else if let Some(e) = b.else_list {
                 self.walk_list(dot, e)
             } else {
                 Ok(Flow::Normal)
@@ -603,7 +622,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn walk_range(&mut self, dot: &Ev, node: &'t Node, r: &'t Branch) -> R<Flow> {
-        self.cur = Cur::Node(node, r.pos);
+        self.cur = Cur::Node(node, r.pos as usize);
         let outer_mark = self.vars.len();
         let result = self.walk_range_inner(dot, r);
         self.vars.truncate(outer_mark);
@@ -611,33 +630,36 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn range_iteration(&mut self, r: &'t Branch, mark: usize, index: Ev, elem: Ev) -> R<Flow> {
-        let decl = &r.pipe.decl;
+        let ast = self.ast;
+        let pipe = ast.pipe(r.pipe);
+        let decl = ast.names(pipe.decl);
         if !decl.is_empty() {
-            if r.pipe.is_assign {
+            if pipe.is_assign {
                 if decl.len() > 1 {
-                    self.set_var(&decl[0], index.clone())?;
+                    self.set_var(ast.str(decl[0]), index.clone())?;
                 } else {
-                    self.set_var(&decl[0], elem.clone())?;
+                    self.set_var(ast.str(decl[0]), elem.clone())?;
                 }
             } else {
                 self.set_top_var(1, elem.clone());
             }
         }
         if decl.len() > 1 {
-            if r.pipe.is_assign {
-                self.set_var(&decl[1], elem.clone())?;
+            if pipe.is_assign {
+                self.set_var(ast.str(decl[1]), elem.clone())?;
             } else {
                 self.set_top_var(2, index);
             }
         }
         self.step()?;
-        let flow = self.walk_list(&elem, &r.list);
+        let flow = self.walk_list(&elem, r.list);
         self.vars.truncate(mark);
         flow
     }
 
     fn walk_range_inner(&mut self, dot: &Ev, r: &'t Branch) -> R<()> {
-        let val = self.eval_pipeline(dot, &r.pipe)?;
+        let pipe = self.ast.pipe(r.pipe);
+        let val = self.eval_pipeline(dot, pipe)?;
         let mark = self.vars.len();
         let mut ran = false;
         match val.concrete().cloned() {
@@ -679,7 +701,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 }
             }
             Some(v @ (Value::Int(_) | Value::Int64(_) | Value::Uint64(_) | Value::Uint8(_))) => {
-                if r.pipe.decl.len() > 1 {
+                if pipe.decl.len() > 1 {
                     return self.errorf(format!(
                         "can't use {} to iterate over more than one variable",
                         gofmt::sprint_value(&v)
@@ -741,7 +763,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 ));
             }
         }
-        if !ran && let Some(e) = &r.else_list {
+        if !ran && let Some(e) = r.else_list {
             self.walk_list(dot, e)?;
         }
         Ok(())
@@ -774,17 +796,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     fn eval_pipeline(&mut self, dot: &Ev, pipe: &'t Pipe) -> R<Ev> {
         self.cur = Cur::Pipe(pipe);
+        let ast = self.ast;
         let mut value: Option<Ev> = None;
-        for cmd in &pipe.cmds {
+        for cmd in ast.cmds(pipe.cmds) {
             let v = self.eval_command(dot, cmd, value.take())?;
             value = Some(v.unwrap_iface());
         }
         let value = value.unwrap_or(Ev::Invalid);
-        for name in &pipe.decl {
+        for name in ast.names(pipe.decl) {
+            let name = ast.str(*name);
             if pipe.is_assign {
                 self.set_var(name, value.clone())?;
             } else {
-                self.vars.push((name.as_str(), value.clone()));
+                self.vars.push((name, value.clone()));
             }
         }
         Ok(value)
@@ -792,46 +816,51 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
     fn not_a_function(&self, args: &'t [Arg], fin: &Option<Ev>) -> R<()> {
         if args.len() > 1 || fin.is_some() {
-            return self.errorf(format!("can't give argument to non-function {}", args[0]));
+            return self.errorf(format!(
+                "can't give argument to non-function {}",
+                self.ast.show(&args[0])
+            ));
         }
         Ok(())
     }
 
     fn eval_command(&mut self, dot: &Ev, cmd: &'t Command, fin: Option<Ev>) -> R<Ev> {
-        let Some(first) = cmd.args.first() else {
+        let ast = self.ast;
+        let args = ast.args(cmd.args);
+        let Some(first) = args.first() else {
             return self.errorf("empty command");
         };
         match first {
-            Arg::Field { .. } => return self.eval_field_node(dot, first, &cmd.args, fin),
-            Arg::Chain { .. } => return self.eval_chain_node(dot, first, &cmd.args, fin),
+            Arg::Field { .. } => return self.eval_field_node(dot, first, args, fin),
+            Arg::Chain { .. } => return self.eval_chain_node(dot, first, args, fin),
             Arg::Identifier { name, .. } => {
-                return self.eval_function(dot, first, name, Cur::Cmd(cmd), &cmd.args, fin);
+                return self.eval_function(dot, first, ast.str(*name), Cur::Cmd(cmd), args, fin);
             }
             Arg::Pipe(p) => {
-                self.not_a_function(&cmd.args, &fin)?;
-                return self.nested(|f| f.eval_pipeline(dot, p));
+                self.not_a_function(args, &fin)?;
+                return self.nested(|f| f.eval_pipeline(dot, ast.pipe(*p)));
             }
-            Arg::Variable { .. } => return self.eval_variable_node(dot, first, &cmd.args, fin),
+            Arg::Variable { .. } => return self.eval_variable_node(dot, first, args, fin),
             _ => {}
         }
         self.cur = Cur::Arg(first);
-        self.not_a_function(&cmd.args, &fin)?;
+        self.not_a_function(args, &fin)?;
         match first {
             Arg::Bool { val, .. } => Ok(Ev::Val(Value::Bool(*val))),
             Arg::Dot { .. } => Ok(dot.clone()),
             Arg::Nil { .. } => self.errorf("nil is not a command"),
-            Arg::Number(n) => self.ideal_constant(first, n),
-            Arg::String { text, .. } => Ok(Ev::Val(Value::string(text))),
+            Arg::Number(n) => self.ideal_constant(first, ast.number(*n)),
+            Arg::String { text, .. } => Ok(Ev::Val(Value::string(ast.str(*text)))),
             _ => self.errorf(format!(
                 "can't evaluate command {}",
-                gofmt::quote(&first.to_string())
+                gofmt::quote(&ast.show(first).to_string())
             )),
         }
     }
 
     fn ideal_constant(&mut self, node: &'t Arg, n: &Number) -> R<Ev> {
         self.cur = Cur::Arg(node);
-        let t = &n.text;
+        let t = self.ast.str(n.text);
         let is_hex_int = t.len() > 2
             && t.starts_with('0')
             && matches!(t.as_bytes()[1], b'x' | b'X')
@@ -860,6 +889,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let Arg::Field { idents, .. } = field else {
             return self.errorf("internal error: not a field");
         };
+        let idents = self.ast.names(*idents);
         self.eval_field_chain(dot, dot.clone(), field, idents, args, fin)
     }
 
@@ -871,14 +901,19 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         fin: Option<Ev>,
     ) -> R<Ev> {
         self.cur = Cur::Arg(chain);
+        let ast = self.ast;
         let Arg::Chain { node, fields, .. } = chain else {
             return self.errorf("internal error: not a chain");
         };
+        let (node, fields) = (ast.arg(*node), ast.names(*fields));
         if fields.is_empty() {
             return self.errorf("internal error: no fields in evalChainNode");
         }
-        if let Arg::Nil { .. } = node.as_ref() {
-            return self.errorf(format!("indirection through explicit nil in {chain}"));
+        if let Arg::Nil { .. } = node {
+            return self.errorf(format!(
+                "indirection through explicit nil in {}",
+                ast.show(chain)
+            ));
         }
         let pipe = self.nested(|f| f.eval_arg_raw(dot, node))?;
         self.eval_field_chain(dot, pipe, chain, fields, args, fin)
@@ -892,15 +927,20 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         fin: Option<Ev>,
     ) -> R<Ev> {
         self.cur = Cur::Arg(var);
+        let ast = self.ast;
         let Arg::Variable { idents, .. } = var else {
             return self.errorf("internal error: not a variable");
         };
-        let value = self.var_value(&idents[0])?;
+        let idents = ast.names(*idents);
+        let value = self.var_value(ast.str(idents[0]))?;
         if idents.len() == 1 {
             if !args.is_empty() {
                 self.not_a_function(args, &fin)?;
             } else if fin.is_some() {
-                return self.errorf(format!("can't give argument to non-function {var}"));
+                return self.errorf(format!(
+                    "can't give argument to non-function {}",
+                    ast.show(var)
+                ));
             }
             return Ok(value);
         }
@@ -916,12 +956,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         args: &'t [Arg],
         fin: Option<Ev>,
     ) -> R<Ev> {
+        let ast = self.ast;
         let n = idents.len();
         for ident in &idents[..n.saturating_sub(1)] {
-            receiver = self.eval_field(dot, ident, node, &[], None, receiver)?;
+            receiver = self.eval_field(dot, ast.str(*ident), node, &[], None, receiver)?;
         }
         match idents.last() {
-            Some(last) => self.eval_field(dot, last, node, args, fin, receiver),
+            Some(last) => self.eval_field(dot, ast.str(*last), node, args, fin, receiver),
             None => Ok(receiver),
         }
     }
@@ -1128,7 +1169,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         let result = match fun {
             Callable::Builtin(b) => {
                 let callee = match b {
-                    Builtin::Call => args.first().map(|a| a.to_string()).unwrap_or_default(),
+                    Builtin::Call => args
+                        .first()
+                        .map(|a| self.ast.show(a).to_string())
+                        .unwrap_or_default(),
                     _ => String::new(),
                 };
                 call_builtin(b, argv, &callee)
@@ -1236,10 +1280,12 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 return self.validate_type(v, t);
             }
             Arg::Pipe(p) => {
+                let p = self.ast.pipe(*p);
                 let v = self.nested(|f| f.eval_pipeline(dot, p))?;
                 return self.validate_type(v, t);
             }
             Arg::Identifier { name, .. } => {
+                let name = self.ast.str(*name);
                 let v = self.eval_function(dot, arg, name, Cur::Arg(arg), &[], None)?;
                 return self.validate_type(v, t);
             }
@@ -1256,36 +1302,48 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             PType::B(BParam::Str) => &ArgType::String,
             PType::T(at) => at,
         };
-        match (at, arg) {
-            (ArgType::Bool, Arg::Bool { val, .. }) => Ok(Ev::Val(Value::Bool(*val))),
-            (ArgType::Bool, _) => self.errorf(format!("expected bool; found {arg}")),
-            (ArgType::Float64, Arg::Number(n)) if n.is_float => Ok(Ev::Val(Value::Float(n.float))),
-            (ArgType::Float64, _) => self.errorf(format!("expected float; found {arg}")),
-            (ArgType::Int, Arg::Number(n)) if n.is_int => Ok(Ev::Val(Value::Int(n.int))),
-            (ArgType::Int64, Arg::Number(n)) if n.is_int => Ok(Ev::Val(Value::Int64(n.int))),
-            (ArgType::Int | ArgType::Int64, _) => {
-                self.errorf(format!("expected integer; found {arg}"))
+        let ast = self.ast;
+        let shown = ast.show(arg);
+        let number = match arg {
+            Arg::Number(n) => Some(ast.number(*n)),
+            _ => None,
+        };
+        match (at, arg, number) {
+            (ArgType::Bool, Arg::Bool { val, .. }, _) => Ok(Ev::Val(Value::Bool(*val))),
+            (ArgType::Bool, ..) => self.errorf(format!("expected bool; found {shown}")),
+            (ArgType::Float64, _, Some(n)) if n.is_float => Ok(Ev::Val(Value::Float(n.float))),
+            (ArgType::Float64, ..) => self.errorf(format!("expected float; found {shown}")),
+            (ArgType::Int, _, Some(n)) if n.is_int => Ok(Ev::Val(Value::Int(n.int))),
+            (ArgType::Int64, _, Some(n)) if n.is_int => Ok(Ev::Val(Value::Int64(n.int))),
+            (ArgType::Int | ArgType::Int64, ..) => {
+                self.errorf(format!("expected integer; found {shown}"))
             }
-            (ArgType::Uint32, Arg::Number(n)) if n.is_uint => {
+            (ArgType::Uint32, _, Some(n)) if n.is_uint => {
                 Ok(Ev::Val(Value::Uint64(n.uint & 0xFFFF_FFFF)))
             }
-            (ArgType::Uint32, _) => self.errorf(format!("expected unsigned integer; found {arg}")),
-            (ArgType::String, Arg::String { text, .. }) => Ok(Ev::Val(Value::string(text))),
-            (ArgType::String, _) => self.errorf(format!("expected string; found {arg}")),
+            (ArgType::Uint32, ..) => {
+                self.errorf(format!("expected unsigned integer; found {shown}"))
+            }
+            (ArgType::String, Arg::String { text, .. }, _) => {
+                Ok(Ev::Val(Value::string(ast.str(*text))))
+            }
+            (ArgType::String, ..) => self.errorf(format!("expected string; found {shown}")),
             _ => self.errorf(format!(
-                "can't handle {arg} for arg of type {}",
+                "can't handle {shown} for arg of type {}",
                 at.go_name()
             )),
         }
     }
 
     fn eval_empty_interface(&mut self, arg: &'t Arg) -> R<Ev> {
+        let ast = self.ast;
         match arg {
             Arg::Bool { val, .. } => Ok(Ev::Val(Value::Bool(*val))),
-            Arg::Number(n) => self.ideal_constant(arg, n),
-            Arg::String { text, .. } => Ok(Ev::Val(Value::string(text))),
+            Arg::Number(n) => self.ideal_constant(arg, ast.number(*n)),
+            Arg::String { text, .. } => Ok(Ev::Val(Value::string(ast.str(*text)))),
             _ => self.errorf(format!(
-                "can't handle assignment of {arg} to empty interface argument"
+                "can't handle assignment of {} to empty interface argument",
+                ast.show(arg)
             )),
         }
     }

@@ -1,9 +1,10 @@
 //! The parser: tokens to trees, following Go's `text/template/parse/parse.go`, with Go's
 //! error messages (`template: NAME:LINE: MESSAGE`).
 
-use std::sync::Arc;
-
-use crate::ast::{Arg, Branch, Command, ListNode, Node, Number, Pipe, SrcStr};
+use crate::ast::{
+    Arg, Ast, AstBuilder, Branch, Command, MAX_SOURCE_LEN, Node, Number, Pipe, Span, SrcStr,
+    TemplateCall,
+};
 use crate::lex::{Item, ItemType, Lexer};
 
 /// Maximum nesting of control structures (each `else if` link counts), blocks and
@@ -18,26 +19,33 @@ pub const PARSE_STACK_BUDGET: usize = 1 << 20;
 /// Maximum commands in one pipeline (Go's limit).
 const MAX_PIPELINE_CMDS: usize = 100_000;
 
-/// One tree produced by a parse: a name and a body.
+/// One tree produced by a parse: a name and a body (in the parse's [`Ast`]).
 #[derive(Debug)]
 pub(crate) struct ParsedTree {
     pub name: String,
-    pub root: ListNode,
+    pub root: Span,
+    /// Whether the body is empty in Go's `IsEmptyTree` sense.
+    pub empty: bool,
 }
 
-/// Parses `src` as template `name`; returns the top-level tree and every `define`/`block`
-/// in the order met. `has_func` tells whether a function name exists (builtins included).
-/// The trees' names, literals and text are ranges of `src`.
-pub(crate) fn parse<'a>(
+/// Parses `src` as template `name`; returns the nodes and every tree: the top-level one and
+/// each `define`/`block` in the order met. `has_func` tells whether a function name exists
+/// (builtins included). The trees' names, literals and text are ranges of `src`.
+pub(crate) fn parse(
     name: &str,
-    src: &'a Arc<str>,
-    has_func: &'a dyn Fn(&str) -> bool,
-) -> Result<Vec<ParsedTree>, String> {
-    let text: &'a str = src;
-    let lex = Lexer::new(text, !has_func("break"), !has_func("continue"));
+    src: &str,
+    has_func: &dyn Fn(&str) -> bool,
+) -> Result<(Ast, Vec<ParsedTree>), String> {
+    if src.len() > MAX_SOURCE_LEN {
+        return Err(format!(
+            "template: {name}: source of {} bytes is over the limit of {MAX_SOURCE_LEN}",
+            src.len()
+        ));
+    }
+    let lex = Lexer::new(src, !has_func("break"), !has_func("continue"));
     let eof = Item {
         typ: ItemType::Eof,
-        pos: text.len(),
+        pos: src.len(),
         val: "",
         line: 0,
     };
@@ -48,34 +56,46 @@ pub(crate) fn parse<'a>(
         peek_count: 0,
         vars: vec!["$"],
         has_func,
-        parse_name: name.to_string(),
+        parse_name: name,
         action_line: 0,
         range_depth: 0,
         depth: 0,
         trees: Vec::new(),
         stack_base: crate::exec::stack_position(),
+        ast: AstBuilder::default(),
         field_stack: Vec::new(),
+        node_stack: Vec::new(),
+        cmd_stack: Vec::new(),
+        arg_stack: Vec::new(),
     };
     let root = p.parse_top()?;
     p.add(name.to_string(), root)?;
-    Ok(p.trees)
+    Ok((p.ast.finish(src), p.trees))
 }
 
 struct Parser<'a> {
-    src: &'a Arc<str>,
+    src: &'a str,
     lex: Lexer<'a>,
     token: [Item<'a>; 3],
     peek_count: usize,
     vars: Vec<&'a str>,
     has_func: &'a dyn Fn(&str) -> bool,
-    parse_name: String,
+    parse_name: &'a str,
     action_line: usize,
     range_depth: usize,
     depth: usize,
     trees: Vec<ParsedTree>,
     stack_base: usize,
+    /// The nodes built so far.
+    ast: AstBuilder,
     /// The fields of the chain being parsed.
     field_stack: Vec<SrcStr>,
+    /// The nodes of the lists being parsed (each list moves its own to `ast` when done).
+    node_stack: Vec<Node>,
+    /// The commands of the pipelines being parsed.
+    cmd_stack: Vec<Command>,
+    /// The operands of the commands being parsed.
+    arg_stack: Vec<Arg>,
 }
 
 type PResult<T> = Result<T, String>;
@@ -86,28 +106,33 @@ enum Parsed {
     Else,
 }
 
+/// A token position as stored in the tree (sources are shorter than 2^31 bytes).
+fn pos32(pos: usize) -> u32 {
+    debug_assert!(pos <= MAX_SOURCE_LEN);
+    pos as u32
+}
+
 impl<'a> Parser<'a> {
     /// The source text of a token, less its first `skip` bytes.
     fn slice(&self, token: &Item<'_>, skip: usize) -> SrcStr {
-        SrcStr::new(self.src, token.pos + skip, token.pos + token.val.len())
+        SrcStr::source(token.pos + skip, token.pos + token.val.len())
     }
 
     /// The value of a string literal token: a range of the source unless it has escapes
     /// (or, raw, carriage returns).
-    fn string_value(&self, token: &Item<'_>) -> PResult<SrcStr> {
+    fn string_value(&mut self, token: &Item<'_>) -> PResult<SrcStr> {
         let plain = match token.typ {
             ItemType::RawString => !token.val.contains('\r'),
             _ => !token.val.contains('\\'),
         };
         if plain && token.val.len() >= 2 {
-            return Ok(SrcStr::new(
-                self.src,
+            return Ok(SrcStr::source(
                 token.pos + 1,
                 token.pos + token.val.len() - 1,
             ));
         }
         match unquote(token.val) {
-            Ok(s) => Ok(SrcStr::owned(s)),
+            Ok(s) => Ok(self.ast.owned(&s)),
             Err(e) => self.errorf(e),
         }
     }
@@ -214,13 +239,15 @@ impl<'a> Parser<'a> {
     }
 
     /// Adds a tree to this parse's set: a second non-empty definition is an error.
-    fn add(&mut self, name: String, root: ListNode) -> PResult<()> {
+    fn add(&mut self, name: String, root: Span) -> PResult<()> {
+        let empty = self.ast.is_empty_list(self.src, root);
         if let Some(i) = self.trees.iter().position(|t| t.name == name) {
-            if crate::ast::is_empty_tree(&self.trees[i].root) {
+            if self.trees[i].empty {
                 self.trees[i].root = root;
+                self.trees[i].empty = empty;
                 return Ok(());
             }
-            if !crate::ast::is_empty_tree(&root) {
+            if !empty {
                 return self.errorf(format!(
                     "template: multiple definition of template {}",
                     crate::gofmt::quote(&name)
@@ -228,12 +255,17 @@ impl<'a> Parser<'a> {
             }
             return Ok(());
         }
-        self.trees.push(ParsedTree { name, root });
+        self.trees.push(ParsedTree { name, root, empty });
         Ok(())
     }
 
-    fn parse_top(&mut self) -> PResult<ListNode> {
-        let mut root = ListNode::default();
+    /// Moves the nodes above `mark` on the node stack to the tree: a finished list.
+    fn finish_list(&mut self, mark: usize) -> Span {
+        self.ast.push_nodes(self.node_stack.drain(mark..))
+    }
+
+    fn parse_top(&mut self) -> PResult<Span> {
+        let mark = self.node_stack.len();
         while self.peek().typ != ItemType::Eof {
             if self.peek().typ == ItemType::LeftDelim {
                 let delim = self.next();
@@ -244,12 +276,12 @@ impl<'a> Parser<'a> {
                 self.backup2(delim);
             }
             match self.text_or_action()? {
-                Parsed::Node(n) => root.nodes.push(n),
+                Parsed::Node(n) => self.node_stack.push(n),
                 Parsed::End => return self.errorf("unexpected {{end}}"),
                 Parsed::Else => return self.errorf("unexpected {{else}}"),
             }
         }
-        Ok(root)
+        Ok(self.finish_list(mark))
     }
 
     fn parse_definition(&mut self) -> PResult<()> {
@@ -277,12 +309,12 @@ impl<'a> Parser<'a> {
         self.add(name, list)
     }
 
-    fn item_list(&mut self) -> PResult<(ListNode, Parsed)> {
-        let mut list = ListNode::default();
+    fn item_list(&mut self) -> PResult<(Span, Parsed)> {
+        let mark = self.node_stack.len();
         while self.peek_non_space().typ != ItemType::Eof {
             match self.text_or_action()? {
-                Parsed::Node(n) => list.nodes.push(n),
-                other => return Ok((list, other)),
+                Parsed::Node(n) => self.node_stack.push(n),
+                other => return Ok((self.finish_list(mark), other)),
             }
         }
         self.errorf("unexpected EOF")
@@ -327,7 +359,7 @@ impl<'a> Parser<'a> {
         }
         self.backup();
         let pipe = self.pipeline("command", ItemType::RightDelim)?;
-        Ok(Parsed::Node(Node::Action(pipe)))
+        Ok(Parsed::Node(Node::Action(self.ast.pipe(pipe))))
     }
 
     fn break_or_continue(&mut self, what: &str) -> PResult<()> {
@@ -352,13 +384,10 @@ impl<'a> Parser<'a> {
 
     fn pipeline(&mut self, context: &str, end: ItemType) -> PResult<Pipe> {
         let token = self.peek_non_space();
-        let mut pipe = Pipe {
-            pos: token.pos,
-            is_assign: false,
-            decl: Vec::new(),
-            cmds: Vec::new(),
-        };
-        // Declarations or assignments.
+        let mut is_assign = false;
+        // Declarations or assignments (at most two names).
+        let mut decl = [SrcStr::source(0, 0); 2];
+        let mut decls = 0;
         loop {
             let v = self.peek_non_space();
             if v.typ != ItemType::Variable {
@@ -368,16 +397,18 @@ impl<'a> Parser<'a> {
             let token_after = self.peek();
             let next = self.peek_non_space();
             if next.typ == ItemType::Assign || next.typ == ItemType::Declare {
-                pipe.is_assign = next.typ == ItemType::Assign;
+                is_assign = next.typ == ItemType::Assign;
                 self.next_non_space();
-                pipe.decl.push(self.slice(&v, 0));
+                decl[decls] = self.slice(&v, 0);
+                decls += 1;
                 self.vars.push(v.val);
                 break;
             } else if next.typ == ItemType::Char && next.val == "," {
                 self.next_non_space();
-                pipe.decl.push(self.slice(&v, 0));
+                decl[decls] = self.slice(&v, 0);
+                decls += 1;
                 self.vars.push(v.val);
-                if context == "range" && pipe.decl.len() < 2 {
+                if context == "range" && decls < 2 {
                     match self.peek_non_space().typ {
                         ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => {
                             continue;
@@ -394,12 +425,20 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
+        let decl = self.ast.push_names(decl[..decls].iter().copied());
+        let mark = self.cmd_stack.len();
         loop {
-            let token = self.next_non_space();
-            match token.typ {
+            let token_next = self.next_non_space();
+            match token_next.typ {
                 t if t == end => {
-                    self.check_pipeline(&pipe, context)?;
-                    return Ok(pipe);
+                    self.check_pipeline(mark, context)?;
+                    let cmds = self.ast.push_cmds(self.cmd_stack.drain(mark..));
+                    return Ok(Pipe {
+                        pos: pos32(token.pos),
+                        is_assign,
+                        decl,
+                        cmds,
+                    });
                 }
                 ItemType::Bool
                 | ItemType::CharConstant
@@ -415,22 +454,24 @@ impl<'a> Parser<'a> {
                 | ItemType::LeftParen => {
                     self.backup();
                     let cmd = self.command()?;
-                    pipe.cmds.push(cmd);
-                    if pipe.cmds.len() > MAX_PIPELINE_CMDS {
+                    self.cmd_stack.push(cmd);
+                    if self.cmd_stack.len() - mark > MAX_PIPELINE_CMDS {
                         return self.errorf("pipeline too long");
                     }
                 }
-                _ => return self.unexpected(&token, context),
+                _ => return self.unexpected(&token_next, context),
             }
         }
     }
 
-    fn check_pipeline(&self, pipe: &Pipe, context: &str) -> PResult<()> {
-        if pipe.cmds.is_empty() {
+    /// Checks the commands above `mark` on the command stack: a finished pipeline.
+    fn check_pipeline(&self, mark: usize, context: &str) -> PResult<()> {
+        let cmds = &self.cmd_stack[mark..];
+        if cmds.is_empty() {
             return self.errorf(format!("missing value for {context}"));
         }
-        for (i, c) in pipe.cmds.iter().enumerate().skip(1) {
-            if c.args.first().is_some_and(Arg::is_non_executable) {
+        for (i, c) in cmds.iter().enumerate().skip(1) {
+            if self.ast.first_arg(c).is_some_and(Arg::is_non_executable) {
                 return self.errorf(format!(
                     "non executable command in pipeline stage {}",
                     i + 1
@@ -440,17 +481,19 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    fn control(&mut self, context: &str) -> PResult<Branch> {
+    fn control(&mut self, context: &str) -> PResult<u32> {
         self.enter()?;
         let mark = self.vars.len();
         let r = self.control_inner(context);
         self.vars.truncate(mark);
         self.leave();
-        r
+        r.map(|b| self.ast.branch(b))
     }
 
     fn control_inner(&mut self, context: &str) -> PResult<Branch> {
         let pipe = self.pipeline(context, ItemType::RightDelim)?;
+        let pos = pipe.pos;
+        let pipe = self.ast.pipe(pipe);
         if context == "range" {
             self.range_depth += 1;
         }
@@ -465,15 +508,11 @@ impl<'a> Parser<'a> {
             if context == "if" && self.peek().typ == ItemType::If {
                 self.next();
                 let inner = self.control("if")?;
-                else_list = Some(ListNode {
-                    nodes: vec![Node::If(inner)],
-                });
+                else_list = Some(self.ast.push_nodes(std::iter::once(Node::If(inner))));
             } else if context == "with" && self.peek().typ == ItemType::With {
                 self.next();
                 let inner = self.control("with")?;
-                else_list = Some(ListNode {
-                    nodes: vec![Node::With(inner)],
-                });
+                else_list = Some(self.ast.push_nodes(std::iter::once(Node::With(inner))));
             } else {
                 let (list, next) = self.item_list()?;
                 if let Parsed::Else = next {
@@ -483,7 +522,7 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(Branch {
-            pos: pipe.pos,
+            pos,
             pipe,
             list,
             else_list,
@@ -502,6 +541,7 @@ impl<'a> Parser<'a> {
         let token = self.next_non_space();
         let name = self.template_name(&token, CONTEXT)?;
         let pipe = self.pipeline(CONTEXT, ItemType::RightDelim)?;
+        let pipe = self.ast.pipe(pipe);
         let saved_vars = std::mem::replace(&mut self.vars, vec!["$"]);
         let saved_range = std::mem::replace(&mut self.range_depth, 0);
         self.enter()?;
@@ -512,12 +552,13 @@ impl<'a> Parser<'a> {
         if let Parsed::Else = end {
             return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
         }
-        self.add(name.to_string(), list)?;
-        Ok(Node::Template {
-            pos: token.pos,
+        let name_text = self.ast.text(self.src, name).to_string();
+        self.add(name_text, list)?;
+        Ok(Node::Template(self.ast.call(TemplateCall {
+            pos: pos32(token.pos),
             name,
             pipe: Some(pipe),
-        })
+        })))
     }
 
     fn template_control(&mut self) -> PResult<Node> {
@@ -527,25 +568,23 @@ impl<'a> Parser<'a> {
         let mut pipe = None;
         if self.next_non_space().typ != ItemType::RightDelim {
             self.backup();
-            pipe = Some(self.pipeline(CONTEXT, ItemType::RightDelim)?);
+            let p = self.pipeline(CONTEXT, ItemType::RightDelim)?;
+            pipe = Some(self.ast.pipe(p));
         }
-        Ok(Node::Template {
-            pos: token.pos,
+        Ok(Node::Template(self.ast.call(TemplateCall {
+            pos: pos32(token.pos),
             name,
             pipe,
-        })
+        })))
     }
 
     fn command(&mut self) -> PResult<Command> {
         let pos = self.peek_non_space().pos;
-        let mut cmd = Command {
-            pos,
-            args: Vec::new(),
-        };
+        let mark = self.arg_stack.len();
         loop {
             self.peek_non_space();
             if let Some(op) = self.operand()? {
-                cmd.args.push(op);
+                self.arg_stack.push(op);
             }
             let token = self.next();
             match token.typ {
@@ -556,10 +595,14 @@ impl<'a> Parser<'a> {
             }
             break;
         }
-        if cmd.args.is_empty() {
+        if self.arg_stack.len() == mark {
             return self.errorf("empty command");
         }
-        Ok(cmd)
+        let args = self.ast.push_args(self.arg_stack.drain(mark..));
+        Ok(Command {
+            pos: pos32(pos),
+            args,
+        })
     }
 
     fn operand(&mut self) -> PResult<Option<Arg>> {
@@ -569,7 +612,7 @@ impl<'a> Parser<'a> {
         ) {
             return self.field_or_variable().map(Some);
         }
-        let Some(node) = self.term()? else {
+        let Some((node, text)) = self.term()? else {
             return Ok(None);
         };
         if self.peek().typ != ItemType::Field {
@@ -577,25 +620,29 @@ impl<'a> Parser<'a> {
         }
         let chain_pos = self.peek().pos;
         match node {
+            // These print as their token's text.
             Arg::Bool { .. }
             | Arg::String { .. }
             | Arg::Number(_)
             | Arg::Nil { .. }
             | Arg::Dot { .. } => self.errorf(format!(
                 "unexpected . after term {}",
-                crate::gofmt::quote(&node.to_string())
+                crate::gofmt::quote(text)
             )),
-            other => Ok(Some(Arg::Chain {
-                pos: chain_pos,
-                node: Box::new(other),
-                fields: self.fields_after(None),
-            })),
+            other => {
+                let node = self.ast.arg(other);
+                let fields = self.fields_after(None);
+                Ok(Some(Arg::Chain {
+                    pos: pos32(chain_pos),
+                    node,
+                    fields,
+                }))
+            }
         }
     }
 
     /// Go's `term` and `operand` for a field or variable and the fields chained to it
-    /// (`.a.b`, `$x.a`), in one step so that its names are allocated once. As in Go, a chain
-    /// takes the position of its second field.
+    /// (`.a.b`, `$x.a`). As in Go, a chain takes the position of its second field.
     fn field_or_variable(&mut self) -> PResult<Arg> {
         let token = self.next_non_space();
         let is_var = token.typ == ItemType::Variable;
@@ -611,12 +658,11 @@ impl<'a> Parser<'a> {
             self.slice(&token, 1)
         };
         let mut pos = token.pos;
-        let idents = if self.peek().typ == ItemType::Field {
+        if self.peek().typ == ItemType::Field {
             pos = self.peek().pos;
-            self.fields_after(Some(first))
-        } else {
-            vec![first]
-        };
+        }
+        let idents = self.fields_after(Some(first));
+        let pos = pos32(pos);
         Ok(if is_var {
             Arg::Variable { pos, idents }
         } else {
@@ -624,24 +670,24 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// `first` and the names of the field tokens that follow, in a vector of their size.
-    fn fields_after(&mut self, first: Option<SrcStr>) -> Vec<SrcStr> {
+    /// `first` and the names of the field tokens that follow.
+    fn fields_after(&mut self, first: Option<SrcStr>) -> Span {
         self.field_stack.clear();
+        self.field_stack.extend(first);
         while self.peek().typ == ItemType::Field {
             let f = self.next();
             let name = self.slice(&f, 1);
             self.field_stack.push(name);
         }
-        let mut fields = Vec::with_capacity(usize::from(first.is_some()) + self.field_stack.len());
-        fields.extend(first);
-        fields.append(&mut self.field_stack);
-        fields
+        self.ast.push_names(self.field_stack.drain(..))
     }
 
-    /// Go's `term`, except fields and variables ([`Parser::field_or_variable`]).
-    fn term(&mut self) -> PResult<Option<Arg>> {
+    /// Go's `term`, except fields and variables ([`Parser::field_or_variable`]): the
+    /// operand and its token's text.
+    fn term(&mut self) -> PResult<Option<(Arg, &'a str)>> {
         let token = self.next_non_space();
-        Ok(Some(match token.typ {
+        let pos = pos32(token.pos);
+        let arg = match token.typ {
             ItemType::Identifier => {
                 if !(self.has_func)(token.val) {
                     return self.errorf(format!(
@@ -650,19 +696,19 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 Arg::Identifier {
-                    pos: token.pos,
+                    pos,
                     name: self.slice(&token, 0),
                 }
             }
-            ItemType::Dot => Arg::Dot { pos: token.pos },
-            ItemType::Nil => Arg::Nil { pos: token.pos },
+            ItemType::Dot => Arg::Dot { pos },
+            ItemType::Nil => Arg::Nil { pos },
             ItemType::Bool => Arg::Bool {
-                pos: token.pos,
+                pos,
                 val: token.val == "true",
             },
             ItemType::CharConstant | ItemType::Complex | ItemType::Number => {
-                match parse_number(token.pos, self.slice(&token, 0), token.typ) {
-                    Ok(n) => Arg::Number(Box::new(n)),
+                match parse_number(pos, token.val, self.slice(&token, 0), token.typ) {
+                    Ok(n) => Arg::Number(self.ast.number(n)),
                     Err(e) => return self.errorf(e),
                 }
             }
@@ -670,10 +716,9 @@ impl<'a> Parser<'a> {
                 self.enter()?;
                 let r = self.pipeline("parenthesized pipeline", ItemType::RightParen);
                 self.leave();
-                Arg::Pipe(Box::new(r?))
+                Arg::Pipe(self.ast.pipe(r?))
             }
             ItemType::String | ItemType::RawString => Arg::String {
-                pos: token.pos,
                 quoted: self.slice(&token, 0),
                 text: self.string_value(&token)?,
             },
@@ -681,7 +726,8 @@ impl<'a> Parser<'a> {
                 self.backup();
                 return Ok(None);
             }
-        }))
+        };
+        Ok(Some((arg, token.val)))
     }
 }
 
@@ -918,11 +964,10 @@ fn parse_hex_float(s: &str) -> Option<f64> {
 }
 
 /// Go's `newNumber`: all the representations a numeric constant admits.
-fn parse_number(pos: usize, source: SrcStr, typ: ItemType) -> Result<Number, String> {
-    let text: &str = &source;
+fn parse_number(pos: u32, text: &str, source: SrcStr, typ: ItemType) -> Result<Number, String> {
     let mut n = Number {
         pos,
-        text: source.clone(),
+        text: source,
         is_int: false,
         is_uint: false,
         is_float: false,
@@ -1004,7 +1049,7 @@ mod tests {
     }
 
     fn err(src: &str) -> String {
-        parse("t", &Arc::from(src), &has).err().unwrap_or_default()
+        parse("t", src, &has).err().unwrap_or_default()
     }
 
     #[test]
@@ -1072,41 +1117,29 @@ mod tests {
         assert!(err(&src).ends_with("max expression depth exceeded"));
     }
 
+    fn num(text: &str, typ: ItemType) -> Result<Number, String> {
+        parse_number(0, text, SrcStr::source(0, text.len()), typ)
+    }
+
     #[test]
     fn numbers_admit_every_go_representation() {
-        let n = parse_number(0, SrcStr::owned("0x1F".to_string()), ItemType::Number).expect("hex");
+        let n = num("0x1F", ItemType::Number).expect("hex");
         assert!(n.is_int && n.int == 31);
-        let n =
-            parse_number(0, SrcStr::owned("0777".to_string()), ItemType::Number).expect("octal");
+        let n = num("0777", ItemType::Number).expect("octal");
         assert_eq!(n.int, 511);
-        let n = parse_number(0, SrcStr::owned("1_000".to_string()), ItemType::Number)
-            .expect("underscore");
+        let n = num("1_000", ItemType::Number).expect("underscore");
         assert_eq!(n.int, 1000);
-        let n = parse_number(0, SrcStr::owned("2.0".to_string()), ItemType::Number).expect("float");
+        let n = num("2.0", ItemType::Number).expect("float");
         assert!(n.is_float && n.is_int && n.int == 2);
-        let n = parse_number(0, SrcStr::owned("1e3".to_string()), ItemType::Number).expect("exp");
+        let n = num("1e3", ItemType::Number).expect("exp");
         assert!(n.is_float && n.float == 1000.0);
-        let n = parse_number(0, SrcStr::owned("'a'".to_string()), ItemType::CharConstant)
-            .expect("char");
+        let n = num("'a'", ItemType::CharConstant).expect("char");
         assert_eq!(n.int, 97);
-        let n = parse_number(
-            0,
-            SrcStr::owned("'\\n'".to_string()),
-            ItemType::CharConstant,
-        )
-        .expect("escaped char");
+        let n = num("'\\n'", ItemType::CharConstant).expect("escaped char");
         assert_eq!(n.int, 10);
-        let n = parse_number(0, SrcStr::owned("0x1p-2".to_string()), ItemType::Number)
-            .expect("hex float");
+        let n = num("0x1p-2", ItemType::Number).expect("hex float");
         assert_eq!(n.float, 0.25);
-        assert!(
-            parse_number(
-                0,
-                SrcStr::owned("99999999999999999999".to_string()),
-                ItemType::Number
-            )
-            .is_err()
-        );
+        assert!(num("99999999999999999999", ItemType::Number).is_err());
     }
 
     #[test]

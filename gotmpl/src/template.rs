@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::{ListNode, is_empty_tree};
+use crate::ast::{Ast, Span};
 use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
 use crate::names::NameMap;
 use crate::signature::FuncMap;
@@ -22,13 +22,14 @@ pub fn sort_in_helm_parse_order<S: AsRef<str>>(names: &mut [S]) {
     });
 }
 
-/// One named template: its body, and the source it was parsed from (for error positions).
+/// One named template: its body, in the tree of the source it was parsed from (which also
+/// gives error positions).
 #[derive(Debug)]
 pub struct Template {
     pub(crate) name: String,
     pub(crate) parse_name: String,
-    pub(crate) text: Arc<str>,
-    pub(crate) root: ListNode,
+    pub(crate) ast: Arc<Ast>,
+    pub(crate) root: Span,
 }
 
 impl Template {
@@ -73,16 +74,16 @@ impl TemplateSet {
     /// On error the set is unchanged.
     pub fn parse(&mut self, name: &str, text: &str, funcs: &FuncMap) -> Result<(), Error> {
         let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
-        let source: Arc<str> = Arc::from(text);
-        let trees = crate::parse::parse(name, &source, &has).map_err(Error::Parse)?;
+        let (ast, trees) = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
+        let ast = Arc::new(ast);
         for tree in trees {
-            if is_empty_tree(&tree.root) && self.templates.contains_key(&tree.name) {
+            if tree.empty && self.templates.contains_key(&tree.name) {
                 continue;
             }
             let t = Template {
                 name: tree.name.clone(),
                 parse_name: name.to_string(),
-                text: Arc::clone(&source),
+                ast: Arc::clone(&ast),
                 root: tree.root,
             };
             self.templates.insert(tree.name, Arc::new(t));
