@@ -866,24 +866,27 @@ fn parse_uint_base0(s: &str) -> Option<u64> {
     if s.is_empty() || s.starts_with(['+', '-']) {
         return None;
     }
-    let (digits, radix, prefixed) =
-        if let Some(r) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-            (r, 16, true)
-        } else if let Some(r) = s.strip_prefix("0o").or_else(|| s.strip_prefix("0O")) {
-            (r, 8, true)
-        } else if let Some(r) = s.strip_prefix("0b").or_else(|| s.strip_prefix("0B")) {
-            (r, 2, true)
-        } else if s.len() > 1 && s.starts_with('0') {
-            (&s[1..], 8, true)
-        } else {
-            (s, 10, false)
-        };
-    if s.contains('_') && !(prefixed && underscore_ok(s)) && !underscore_ok(s) {
-        return None;
+    let (digits, radix) = if let Some(r) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (r, 16)
+    } else if let Some(r) = s.strip_prefix("0o").or_else(|| s.strip_prefix("0O")) {
+        (r, 8)
+    } else if let Some(r) = s.strip_prefix("0b").or_else(|| s.strip_prefix("0B")) {
+        (r, 2)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    if !s.contains('_') {
+        if digits.is_empty() {
+            return None;
+        }
+        return u64::from_str_radix(digits, radix).ok();
     }
-    if s.contains('_') && !prefixed {
-        // Underscores need a base prefix in base-0 parsing... except Go allows them for
-        // decimal too when base is 0 ("1_000"); underscore_ok has checked placement.
+    // Go allows underscores in base-0 parsing, decimal included ("1_000"), where
+    // `underscore_ok` accepts their placement.
+    if !underscore_ok(s) {
+        return None;
     }
     let clean: String = digits.chars().filter(|&c| c != '_').collect();
     if clean.is_empty() {
