@@ -1,6 +1,8 @@
 //! The `flotilla` command line as a library: argument types and what each subcommand does.
 //! `main.rs` parses and calls [`run`].
 
+pub mod memory;
+
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
