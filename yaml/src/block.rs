@@ -5,8 +5,10 @@
 //! scalars, literal and folded block scalars, one-line flow collections, comments. This
 //! module reads that subset line by line straight into [`Value`]s, with the same scalar
 //! resolution and repeated-key rule as the full decoder, and answers `None` for anything
-//! outside it (the same subset as the head reader in `head.rs`, whose line tests it reuses:
-//! anchors, aliases, tags, explicit keys, directives, document markers, tabs, multi-line
+//! outside it (the same subset as the head reader in `head.rs`, whose line tests it reuses,
+//! plus anchors on one-line scalars and aliases of them; anything else is left: anchors on
+//! collections or keys, aliases of collections, merge keys, tags, explicit keys,
+//! directives, document markers, tabs, multi-line
 //! quoted scalars or flow collections, block scalar indentation indicators, plain scalars
 //! holding `: `, keys over 1000 bytes, control or line-separator characters, a root that is
 //! not a collection at column 0). The caller then runs the full parser, so every error is
@@ -29,6 +31,10 @@ const MAX_KEY_BYTES: usize = 1000;
 /// mappings go to the full parser, whose decoder indexes keys (no quadratic time on hostile
 /// input).
 const MAX_MAP_ENTRIES: usize = 512;
+/// Most anchors and most aliases in one document: an alias is looked up by a linear search
+/// of the anchors, so more go to the full parser.
+const MAX_ANCHORS: usize = 64;
+const MAX_ALIASES: usize = 256;
 
 /// The first (only) document of `src` decoded as go-yaml v2 decodes it into `interface{}`,
 /// when `src` is within the subset; `None` otherwise.
@@ -38,16 +44,22 @@ pub(crate) fn block_value(src: &str) -> Option<Value> {
         return None;
     }
     let mut lines = Vec::with_capacity(bytes.len() / 32 + 1);
-    for line in src.split('\n') {
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len())) {
+        // Both ends are at ASCII line feeds (or the end), so on character boundaries.
+        let line = src.get(start..end)?;
         if line.starts_with("---") || line.starts_with("...") {
             return None;
         }
         lines.push(line);
+        start = end + 1;
     }
     let mut r = Reader {
         lines,
         n: 0,
         depth: 0,
+        anchors: Vec::new(),
+        aliases: 0,
     };
     r.skip_void();
     let Some(first) = r.line() else {
@@ -239,6 +251,21 @@ struct Reader<'a> {
     /// The current line.
     n: usize,
     depth: usize,
+    /// The anchors met so far (on scalars only), in document order: an alias names the
+    /// latest of that name, as libyaml's parser keeps it.
+    anchors: Vec<(&'a str, Value)>,
+    aliases: usize,
+}
+
+/// The end of an anchor or alias name starting at `at`: libyaml's `[0-9A-Za-z_-]+` (which
+/// every reader of this crate takes alike; other names are left to the full parser).
+fn anchor_name_end(b: &[u8], at: usize) -> Option<usize> {
+    let n = b
+        .get(at..)?
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        .count();
+    (n > 0).then_some(at + n)
 }
 
 impl<'a> Reader<'a> {
@@ -415,8 +442,44 @@ impl<'a> Reader<'a> {
                 self.n += 1;
                 Some(v)
             }
+            b'&' => self.anchored(l, at, parent),
+            b'*' => {
+                let end = anchor_name_end(b, at + 1)?;
+                after_node(&b[end..])?;
+                let name = l.get(at + 1..end)?;
+                self.aliases += 1;
+                if self.aliases > MAX_ALIASES {
+                    return None;
+                }
+                // An unknown anchor is the full parser's error.
+                let (_, v) = self.anchors.iter().rev().find(|(n, _)| *n == name)?;
+                let v = v.clone();
+                self.n += 1;
+                Some(v)
+            }
             _ => self.plain(l, at, parent),
         }
+    }
+
+    /// An anchor at `at` (`&name`), followed on its line by the plain or quoted scalar it
+    /// names; an anchor on anything else (a collection, a block scalar, an empty node) is
+    /// left to the full parser.
+    fn anchored(&mut self, l: &'a str, at: usize, parent: usize) -> Option<Value> {
+        let b = l.as_bytes();
+        let end = anchor_name_end(b, at + 1)?;
+        let name = l.get(at + 1..end)?;
+        let node = end + spaces(&b[end..]);
+        if node == end || self.anchors.len() >= MAX_ANCHORS {
+            return None;
+        }
+        match b.get(node) {
+            Some(b'"' | b'\'') => {}
+            Some(_) if plain_start(&b[node..], false) => {}
+            _ => return None,
+        }
+        let v = self.scalar(l, node, parent)?;
+        self.anchors.push((name, v.clone()));
+        Some(v)
     }
 
     /// A plain scalar at `at`, going on over the following lines indented more than
@@ -807,6 +870,65 @@ mod tests {
     }
 
     #[test]
+    fn anchored_scalars_and_their_aliases_decode_as_the_full_parser() {
+        for doc in [
+            "a: &x 1\nb: *x\n",
+            "port: &p 9121\npath: &s /metrics\nsm:\n  path: *s\n  port: *p\n",
+            "a: &x 'q'\nb: *x # c\nc:\n- *x\n- &y \"d\\n\"\n- *y\n",
+            "a: &x yes\nb: &x ~\nc: *x\n",
+            "a: &x-1_B plain\n  folded\nb:\n  c: *x-1_B\n",
+            "- &x 1\n- *x\n- k: *x\n",
+            "a: &x 1 # c\nb: *x\n",
+        ] {
+            assert!(check(doc), "{doc:?}");
+        }
+        let many: String = (0..=MAX_ALIASES).map(|i| format!("k{i}: *x\n")).collect();
+        assert!(block_value(&format!("a: &x 1\n{many}")).is_none());
+        assert!(check(&format!("a: &x 1\n{}", &many[..many.len() / 2])));
+    }
+
+    /// Small edits of documents full of anchors and aliases (as redis-ha's and
+    /// alertmanager's values use them): wherever the fast path still answers, the full
+    /// parser agrees.
+    #[test]
+    fn mutated_anchor_documents_never_fool_the_fast_path() {
+        const INSERTS: &[u8] = b" :#-&*!|>'\"[]{},.~0xy_\n";
+        let docs = [
+            "exporter:\n  port: &exporter_port 9121\n  path: &path /metrics\n  name: &n 'x'\nsm:\n  endpoints:\n  - port: *exporter_port\n    path: *path\n  - *n\n  - &m \"q\"\n  - *m\nother: *exporter_port\n",
+            "containerPortName: &containerPortName http\nservice:\n  port: *containerPortName\n  list:\n  - &a yes\n  - *a\n  more: &b 1.5 # c\n  again: *b\n",
+        ];
+        let mut seed: u64 = 0x1234_5678_9abc_def1;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n.max(1) as u64) as usize
+        };
+        let (mut tried, mut answered) = (0, 0);
+        for doc in docs {
+            assert!(check(doc), "{doc}");
+            for _ in 0..3000 {
+                let mut b = doc.as_bytes().to_vec();
+                for _ in 0..=next(2) {
+                    let at = next(b.len());
+                    match next(3) {
+                        0 => b.insert(at, INSERTS[next(INSERTS.len())]),
+                        1 => {
+                            b.remove(at);
+                        }
+                        _ => b[at] = INSERTS[next(INSERTS.len())],
+                    }
+                }
+                let m = String::from_utf8(b).expect("ASCII edits of ASCII");
+                tried += 1;
+                answered += usize::from(check(&m));
+            }
+        }
+        eprintln!("{answered} of {tried} anchor mutants on the fast path");
+        assert!(answered > 1000, "{answered} of {tried}");
+    }
+
+    #[test]
     fn huge_mappings_go_to_the_full_parser() {
         let small: String = (0..MAX_MAP_ENTRIES)
             .map(|i| format!("k{i}: {i}\n"))
@@ -827,7 +949,20 @@ mod tests {
     #[test]
     fn unusual_documents_go_to_the_full_parser() {
         for doc in [
-            "a: &x 1\nb: *x\n",
+            "a: &x\n  b: 1\nc: *x\n",
+            "a: &x [1]\nb: *x\n",
+            "a: &x |\n  t\nb: *x\n",
+            "a: *x\n",
+            "a: &x 1\nb: *y\n",
+            "a: &x.y 1\nb: *x.y\n",
+            "a: &x 1\nb: *x:\n",
+            "a: &x 1\nb: *x#c\n",
+            "a: &x &y 1\n",
+            "a: &x *y\n",
+            "&x a: 1\n",
+            "a: &x 1\n*x : 2\n",
+            "a: [&x 1, *x]\n",
+            "a: &x 1\n<<: *x\n",
             "a: !!str 1\n",
             "? a\n: 1\n",
             "a: 1\n\tb: 2\n",
