@@ -123,7 +123,8 @@ fn separators(text: &str) -> Vec<std::ops::Range<usize>> {
         from = ws_after(3);
         found.push(0..from);
     }
-    while let Some(at) = text[from..].find("\n---") {
+    let finder = memchr::memmem::Finder::new(b"\n---");
+    while let Some(at) = finder.find(&b[from..]) {
         let newline = from + at;
         let mut start = newline;
         while start > from && is_go_space(b[start - 1]) {
