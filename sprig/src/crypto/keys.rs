@@ -185,6 +185,9 @@ impl PrivKey {
     pub(crate) fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, String> {
         match self {
             PrivKey::Rsa(k) => {
+                if let Some(sig) = super::sign::sign_sha256(k, msg) {
+                    return Ok(sig);
+                }
                 let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(k.as_ref().clone());
                 let sig = signer.try_sign(msg).map_err(|e| e.to_string())?;
                 Ok(sig.to_vec())

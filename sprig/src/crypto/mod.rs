@@ -7,6 +7,7 @@ mod cert;
 mod der;
 mod keys;
 mod prime;
+mod sign;
 
 use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use base64::Engine;

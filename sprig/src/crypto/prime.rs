@@ -312,9 +312,8 @@ impl<const N: usize> Modulus<N> {
         self.mul(x, self.r2())
     }
 
-    /// `x R^-1 mod m`.
-    #[cfg(test)]
-    fn leave(&self, x: &[u64; N]) -> [u64; N] {
+    /// `x R^-1 mod m`: the plain value of `x` in Montgomery form.
+    pub(crate) fn leave(&self, x: &[u64; N]) -> [u64; N] {
         let mut unit = [0u64; N];
         unit[0] = 1;
         self.mul(x, &unit)
@@ -613,9 +612,22 @@ fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
     }
 }
 
-fn to_biguint<const N: usize>(x: &[u64; N]) -> BigUint {
+pub(crate) fn to_biguint<const N: usize>(x: &[u64; N]) -> BigUint {
     let bytes: Vec<u8> = x.iter().rev().flat_map(|l| l.to_be_bytes()).collect();
     BigUint::from_bytes_be(&bytes)
+}
+
+/// `x` as `N` little-endian limbs; `None` when it does not fit.
+pub(crate) fn from_biguint<const N: usize>(x: &BigUint) -> Option<[u64; N]> {
+    let bytes = x.to_bytes_le();
+    if bytes.len() > 8 * N {
+        return None;
+    }
+    let mut out = [0u64; N];
+    for (i, b) in bytes.iter().enumerate() {
+        out[i / 8] |= u64::from(*b) << (8 * (i % 8));
+    }
+    Some(out)
 }
 
 /// `count` distinct random primes of `bits` bits (top two bits set), found by up to
@@ -667,13 +679,7 @@ mod tests {
     use super::*;
 
     fn from_biguint<const N: usize>(x: &BigUint) -> [u64; N] {
-        let bytes = x.to_bytes_le();
-        assert!(bytes.len() <= 8 * N, "{x} does not fit {N} limbs");
-        let mut out = [0u64; N];
-        for (i, b) in bytes.iter().enumerate() {
-            out[i / 8] |= u64::from(*b) << (8 * (i % 8));
-        }
-        out
+        super::from_biguint(x).unwrap_or_else(|| panic!("{x} does not fit {N} limbs"))
     }
 
     fn random_odd<const N: usize>(bits: usize) -> [u64; N] {
