@@ -269,11 +269,16 @@ impl Scanner<'_> {
             return Some(());
         }
         let dash = rest == b"-" || rest.starts_with(b"- ");
+        // The key at `indent` when already read (the first key of a nested mapping).
+        let mut known_key = None;
         if let Open::Value { parent, in_map } = self.open {
             self.open = Open::Nothing;
-            if indent > parent && !dash && key_at(b, indent).is_none() {
-                // The value on a line of its own (`resources:` then `  {}`).
-                return self.value(b, indent, parent, in_map);
+            if indent > parent && !dash {
+                match key_at(b, indent) {
+                    // The value on a line of its own (`resources:` then `  {}`).
+                    None => return self.value(b, indent, parent, in_map),
+                    Some(k) => known_key = Some(k),
+                }
             }
             if indent > parent || (indent == parent && in_map && dash) {
                 self.push(if dash {
@@ -302,7 +307,7 @@ impl Scanner<'_> {
         }
         match *self.stack.last()? {
             Frame::Map(i) if i == indent => {
-                let (key_end, wanted) = self.key(b, indent)?;
+                let (key_end, wanted) = self.key(b, indent, known_key)?;
                 if self.stack.len() == 1 {
                     self.entries.push((offset, wanted));
                 }
@@ -323,8 +328,16 @@ impl Scanner<'_> {
 
     /// A key at `at`: the offset just past its `:`, and whether it is a top-level key that
     /// is wanted.
-    fn key(&self, b: &[u8], at: usize) -> Option<(usize, bool)> {
-        let (text, end) = key_at(b, at)?;
+    fn key<'b>(
+        &self,
+        b: &'b [u8],
+        at: usize,
+        known: Option<(Option<&'b [u8]>, usize)>,
+    ) -> Option<(usize, bool)> {
+        let (text, end) = match known {
+            Some(k) => k,
+            None => key_at(b, at)?,
+        };
         if self.stack.len() != 1 {
             return Some((end, false));
         }
