@@ -3,9 +3,12 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::ast::{Ast, Span};
 use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
 use crate::names::NameMap;
+use crate::parse::ParsedTree;
 use crate::signature::FuncMap;
 use crate::value::Value;
 use crate::{Error, ExecOptions};
@@ -73,22 +76,62 @@ impl TemplateSet {
     /// an error. Every function a template names must exist in `funcs` or the builtins.
     /// On error the set is unchanged.
     pub fn parse(&mut self, name: &str, text: &str, funcs: &FuncMap) -> Result<(), Error> {
-        let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
-        let (ast, trees) = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
-        let ast = Arc::new(ast);
+        let parsed = parse_source(name, text, funcs)?;
+        self.add(parsed);
+        Ok(())
+    }
+
+    /// Parses `sources` (name, text) in order into the set, exactly as one [`parse`] call
+    /// per source in that order would: the same definitions win, and on error the set holds
+    /// the sources before the first one (in order) that fails, whose index and error are
+    /// returned. With `threads` > 1 the sources are parsed on that many threads (this one
+    /// included), each taking the largest source left, and added in order afterwards.
+    ///
+    /// [`parse`]: TemplateSet::parse
+    pub fn parse_all<N, T>(
+        &mut self,
+        sources: &[(N, T)],
+        funcs: &FuncMap,
+        threads: usize,
+    ) -> Result<(), (usize, Error)>
+    where
+        N: AsRef<str> + Sync,
+        T: AsRef<str> + Sync,
+    {
+        let threads = threads.clamp(1, sources.len().max(1));
+        if threads == 1 {
+            for (i, (name, text)) in sources.iter().enumerate() {
+                self.parse(name.as_ref(), text.as_ref(), funcs)
+                    .map_err(|e| (i, e))?;
+            }
+            return Ok(());
+        }
+        let parsed = parse_on_threads(sources, funcs, threads);
+        for (i, result) in parsed.into_iter().enumerate() {
+            self.add(result.map_err(|e| (i, e))?);
+        }
+        Ok(())
+    }
+
+    /// Adds the trees of one parsed source, in the order its parse met them.
+    fn add(&mut self, parsed: ParsedSource) {
+        let ParsedSource {
+            parse_name,
+            ast,
+            trees,
+        } = parsed;
         for tree in trees {
             if tree.empty && self.templates.contains_key(&tree.name) {
                 continue;
             }
             let t = Template {
                 name: tree.name.clone(),
-                parse_name: name.to_string(),
+                parse_name: parse_name.clone(),
                 ast: Arc::clone(&ast),
                 root: tree.root,
             };
             self.templates.insert(tree.name, Arc::new(t));
         }
-        Ok(())
     }
 
     /// The template named `name`.
@@ -132,4 +175,81 @@ impl TemplateSet {
         };
         run_template(&mut shared, self, tmpl, dot)
     }
+}
+
+/// One source parsed on its own, before it joins a set.
+struct ParsedSource {
+    parse_name: String,
+    ast: Arc<Ast>,
+    trees: Vec<ParsedTree>,
+}
+
+fn parse_source(name: &str, text: &str, funcs: &FuncMap) -> Result<ParsedSource, Error> {
+    let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
+    let (ast, trees) = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
+    Ok(ParsedSource {
+        parse_name: name.to_string(),
+        ast: Arc::new(ast),
+        trees,
+    })
+}
+
+/// Stack of a parsing thread: room for the parser's own budget (it stops at
+/// [`crate::PARSE_STACK_BUDGET`] bytes below its entry) and for reporting the error.
+/// Untouched pages cost nothing.
+const PARSE_THREAD_STACK: usize = 4 * crate::parse::PARSE_STACK_BUDGET;
+
+/// Parses every source on `threads` threads (this one and `threads - 1` spawned), each
+/// taking the largest source not yet taken; the results come back in the sources' order.
+fn parse_on_threads<N, T>(
+    sources: &[(N, T)],
+    funcs: &FuncMap,
+    threads: usize,
+) -> Vec<Result<ParsedSource, Error>>
+where
+    N: AsRef<str> + Sync,
+    T: AsRef<str> + Sync,
+{
+    // Largest first, so that the last sources taken are small and the threads end together.
+    let mut by_size: Vec<usize> = (0..sources.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(sources[i].1.as_ref().len()));
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&i) = by_size.get(k) else {
+                return done;
+            };
+            let (name, text) = &sources[i];
+            done.push((i, parse_source(name.as_ref(), text.as_ref(), funcs)));
+        }
+    };
+    let mut slots: Vec<Option<Result<ParsedSource, Error>>> =
+        std::iter::repeat_with(|| None).take(sources.len()).collect();
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads)
+            .map(|_| {
+                std::thread::Builder::new()
+                    .name("gotmpl-parse".to_string())
+                    .stack_size(PARSE_THREAD_STACK)
+                    .spawn_scoped(scope, work)
+            })
+            .collect();
+        let mut all = work();
+        // A thread that could not be started took nothing: this one parsed it all.
+        for handle in helpers.into_iter().flatten() {
+            match handle.join() {
+                Ok(done) => all.extend(done),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        for (i, r) in all {
+            slots[i] = Some(r);
+        }
+    });
+    slots
+        .into_iter()
+        .map(|r| r.expect("every source is taken by exactly one thread"))
+        .collect()
 }

@@ -142,12 +142,14 @@ impl Engine {
             sb.cmp(&sa).then_with(|| b.cmp(a))
         });
 
+        let sources: Vec<(&str, &str)> = order
+            .iter()
+            .map(|&i| (templates[i].path.as_str(), &*templates[i].source))
+            .collect();
         let mut set = TemplateSet::new("gotpl");
-        for &i in &order {
-            let t = &templates[i];
-            set.parse(&t.path, &t.source, &funcs)
-                .map_err(|e| RenderError(cleanup_parse_error(&t.path, &e.to_string())))?;
-        }
+        set.parse_all(&sources, &funcs, parse_threads(&sources))
+            .map_err(|(k, e)| RenderError(cleanup_parse_error(sources[k].0, &e.to_string())))?;
+        drop(sources);
         let opts = ExecOptions {
             missing_key: if self.strict {
                 MissingKey::Error
@@ -200,6 +202,20 @@ impl Engine {
         }
         Ok(rendered)
     }
+}
+
+/// Template bytes below which a chart's templates are parsed on this thread alone: starting a
+/// second thread (and its malloc arena) costs about as much as parsing this much text.
+const PARALLEL_PARSE_MIN_BYTES: usize = 32 << 10;
+
+/// Threads to parse `sources` on: two where the text is worth it and the machine has two
+/// cores to give (Helm parses on one).
+fn parse_threads(sources: &[(&str, &str)]) -> usize {
+    let bytes: usize = sources.iter().map(|(_, text)| text.len()).sum();
+    if bytes < PARALLEL_PARSE_MIN_BYTES {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
 /// `strings.ReplaceAll(out, "<no value>", "")`, without copying text that has none.
