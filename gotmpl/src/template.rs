@@ -225,8 +225,9 @@ where
             done.push((i, parse_source(name.as_ref(), text.as_ref(), funcs)));
         }
     };
-    let mut slots: Vec<Option<Result<ParsedSource, Error>>> =
-        std::iter::repeat_with(|| None).take(sources.len()).collect();
+    let mut slots: Vec<Option<Result<ParsedSource, Error>>> = std::iter::repeat_with(|| None)
+        .take(sources.len())
+        .collect();
     std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads)
             .map(|_| {
@@ -252,4 +253,98 @@ where
         .into_iter()
         .map(|r| r.expect("every source is taken by exactly one thread"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a set holds: every template's name and the source its body came from (one
+    /// source defines a name once).
+    fn contents(set: &TemplateSet) -> Vec<(String, String)> {
+        set.names()
+            .into_iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    set.get(n).expect("listed").parse_name.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Sources in parse order: redefinitions (a later non-empty body wins, an empty one keeps
+    /// the earlier), sizes that make the threads take them out of order, and parse errors in
+    /// two places.
+    fn sources() -> Vec<(String, String)> {
+        let mut v = Vec::new();
+        for i in 0..24 {
+            let body =
+                "row {{ .Values.x }} {{ if .a }}{{ .b }}{{ end }}\n".repeat(1 + (i * 7) % 40);
+            let define = match i % 4 {
+                0 => format!(r#"{{{{ define "x" }}}}{i}{{{{ end }}}}"#),
+                1 => r#"{{ define "x" }}{{/* empty */}}{{ end }}"#.to_string(),
+                2 => format!(r#"{{{{ define "y{}" }}}}{i}{{{{ end }}}}"#, i % 3),
+                _ => String::new(),
+            };
+            let text = define + &body;
+            v.push((format!("c/templates/t{i:02}.yaml"), text));
+        }
+        v
+    }
+
+    type Outcome = (Vec<(String, String)>, Option<(usize, Error)>);
+
+    /// One `parse` call per source, stopping at the first error.
+    fn sequential(sources: &[(String, String)]) -> Outcome {
+        let funcs = FuncMap::new();
+        let mut set = TemplateSet::new("gotpl");
+        for (i, (name, text)) in sources.iter().enumerate() {
+            if let Err(e) = set.parse(name, text, &funcs) {
+                return (contents(&set), Some((i, e)));
+            }
+        }
+        (contents(&set), None)
+    }
+
+    #[test]
+    fn parsing_on_threads_gives_the_set_and_first_error_of_one_parse_per_source() {
+        let ok = sources();
+        let mut broken = sources();
+        broken[9].1.push_str("{{ nope }}");
+        broken[17].1.push_str("{{ .a");
+        let mut broken_late = sources();
+        broken_late[23].1.push_str("{{ end }}");
+        let funcs = FuncMap::new();
+        for srcs in [&ok, &broken, &broken_late] {
+            let (want, want_err) = sequential(srcs);
+            for threads in 1..=4 {
+                let mut set = TemplateSet::new("gotpl");
+                let err = set.parse_all(srcs, &funcs, threads).err();
+                assert_eq!(err, want_err, "{threads} threads");
+                assert_eq!(contents(&set), want, "{threads} threads");
+            }
+        }
+        let (_, err) = sequential(&broken);
+        let (i, e) = err.expect("source 9 fails");
+        assert_eq!(i, 9);
+        assert!(
+            e.to_string().starts_with("template: c/templates/t09.yaml:"),
+            "{e}"
+        );
+        let (held, _) = sequential(&ok);
+        let x = held.iter().find(|(n, _)| n == "x").expect("x defined");
+        assert_eq!(
+            x.1, "c/templates/t20.yaml",
+            "the last non-empty definition wins"
+        );
+    }
+
+    #[test]
+    fn parsing_no_sources_on_threads_leaves_the_set_empty() {
+        let mut set = TemplateSet::new("gotpl");
+        let none: &[(&str, &str)] = &[];
+        assert_eq!(set.parse_all(none, &FuncMap::new(), 2), Ok(()));
+        assert!(set.names().is_empty());
+    }
 }
