@@ -147,7 +147,7 @@ impl Engine {
             .map(|&i| (templates[i].path.as_str(), &*templates[i].source))
             .collect();
         let mut set = TemplateSet::new("gotpl");
-        set.parse_all(&sources, &funcs, parse_threads(&sources))
+        set.parse_all(&sources, &funcs, PARSE_THREADS)
             .map_err(|(k, e)| RenderError(cleanup_parse_error(sources[k].0, &e.to_string())))?;
         drop(sources);
         let opts = ExecOptions {
@@ -204,19 +204,12 @@ impl Engine {
     }
 }
 
-/// Template bytes below which a chart's templates are parsed on this thread alone: starting a
-/// second thread (and its malloc arena) costs about as much as parsing this much text.
-const PARALLEL_PARSE_MIN_BYTES: usize = 32 << 10;
-
-/// Threads to parse `sources` on: two where the text is worth it and the machine has two
-/// cores to give (Helm parses on one).
-fn parse_threads(sources: &[(&str, &str)]) -> usize {
-    let bytes: usize = sources.iter().map(|(_, text)| text.len()).sum();
-    if bytes < PARALLEL_PARSE_MIN_BYTES {
-        return 1;
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
-}
+/// Threads a chart's templates are parsed on ([`TemplateSet::parse_all`] adds them in Helm's
+/// order whatever the number). One: measured on `flotilla template` (README, "Rendering
+/// speed"), a second thread sharing the single malloc arena of `cli/src/memory.rs` waits on
+/// the allocator's lock (grafana: 1.9 ms more CPU, 1 ms more wall), and with an arena of its
+/// own it saved only 2-6% of wall for ~20-60 more page faults.
+const PARSE_THREADS: usize = 1;
 
 /// `strings.ReplaceAll(out, "<no value>", "")`, without copying text that has none.
 fn strip_no_value(out: String) -> String {
