@@ -628,7 +628,7 @@ mod tests {
     //! parser must read the document without error to the same value.
 
     use super::*;
-    use crate::head::tests::{files_under, shared_charts};
+    use crate::head::tests::{Rng, files_under, mutate, shared_charts};
     use crate::parse::{DecodeOptions, unmarshal_parsed};
     use std::path::{Path, PathBuf};
 
@@ -748,13 +748,7 @@ mod tests {
             })
             .flat_map(|(_, d)| d)
             .collect();
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n.max(1) as u64) as usize
-        };
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut answered = 0;
         let mut tried = 0;
         for doc in &docs {
@@ -767,26 +761,8 @@ mod tests {
                 }
                 for _ in 0..12 {
                     let mut b = window.clone().into_bytes();
-                    for _ in 0..=next(2) {
-                        let at = next(b.len());
-                        match next(4) {
-                            0 => b.insert(at, INSERTS[next(INSERTS.len())]),
-                            1 => {
-                                b.remove(at);
-                            }
-                            2 => b[at] = INSERTS[next(INSERTS.len())],
-                            _ => {
-                                let line = b[..at]
-                                    .iter()
-                                    .rposition(|&c| c == b'\n')
-                                    .map_or(0, |n| n + 1);
-                                if next(2) == 0 {
-                                    b.insert(line, b' ');
-                                } else if b.get(line) == Some(&b' ') {
-                                    b.remove(line);
-                                }
-                            }
-                        }
+                    for _ in 0..=rng.below(2) {
+                        mutate(&mut b, INSERTS, 4, &mut rng);
                         if b.is_empty() {
                             break;
                         }
@@ -897,27 +873,14 @@ mod tests {
             "exporter:\n  port: &exporter_port 9121\n  path: &path /metrics\n  name: &n 'x'\nsm:\n  endpoints:\n  - port: *exporter_port\n    path: *path\n  - *n\n  - &m \"q\"\n  - *m\nother: *exporter_port\n",
             "containerPortName: &containerPortName http\nservice:\n  port: *containerPortName\n  list:\n  - &a yes\n  - *a\n  more: &b 1.5 # c\n  again: *b\n",
         ];
-        let mut seed: u64 = 0x1234_5678_9abc_def1;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n.max(1) as u64) as usize
-        };
+        let mut rng = Rng(0x1234_5678_9abc_def1);
         let (mut tried, mut answered) = (0, 0);
         for doc in docs {
             assert!(check(doc), "{doc}");
             for _ in 0..3000 {
                 let mut b = doc.as_bytes().to_vec();
-                for _ in 0..=next(2) {
-                    let at = next(b.len());
-                    match next(3) {
-                        0 => b.insert(at, INSERTS[next(INSERTS.len())]),
-                        1 => {
-                            b.remove(at);
-                        }
-                        _ => b[at] = INSERTS[next(INSERTS.len())],
-                    }
+                for _ in 0..=rng.below(2) {
+                    mutate(&mut b, INSERTS, 3, &mut rng);
                 }
                 let m = String::from_utf8(b).expect("ASCII edits of ASCII");
                 tried += 1;

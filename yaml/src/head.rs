@@ -713,6 +713,45 @@ pub(crate) mod tests {
         }
     }
 
+    /// Reproducible pseudo-random indices (xorshift) for the mutant tests here and in
+    /// `block.rs`.
+    pub(crate) struct Rng(pub(crate) u64);
+
+    impl Rng {
+        /// An index below `n` (0 when `n` is 0).
+        pub(crate) fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n.max(1) as u64) as usize
+        }
+    }
+
+    /// One small edit of `b`, chosen among the first `kinds` of: a byte of `inserts` inserted,
+    /// a byte removed, a byte replaced by one of `inserts`, the edited line's indentation
+    /// grown or shrunk by one space.
+    pub(crate) fn mutate(b: &mut Vec<u8>, inserts: &[u8], kinds: usize, rng: &mut Rng) {
+        let at = rng.below(b.len());
+        match rng.below(kinds) {
+            0 => b.insert(at, inserts[rng.below(inserts.len())]),
+            1 => {
+                b.remove(at);
+            }
+            2 => b[at] = inserts[rng.below(inserts.len())],
+            _ => {
+                let line = b[..at]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |n| n + 1);
+                if rng.below(2) == 0 {
+                    b.insert(line, b' ');
+                } else if b.get(line) == Some(&b' ') {
+                    b.remove(line);
+                }
+            }
+        }
+    }
+
     /// Documents as Helm splits rendered files: on `---` lines, trimmed, empty ones dropped.
     fn split(text: &str) -> Vec<String> {
         let mut docs = Vec::new();
@@ -822,13 +861,7 @@ pub(crate) mod tests {
     fn mutated_corpus_documents_never_fool_the_fast_path() {
         const INSERTS: &[u8] = b" \t:#-?&*!|>'\"[]{},%@`\\\n.~";
         let docs = corpus_docs();
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n.max(1) as u64) as usize
-        };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         let mut answered = 0;
         let mut tried = 0;
         for doc in docs.iter().step_by(3) {
@@ -838,25 +871,7 @@ pub(crate) mod tests {
             }
             for _ in 0..30 {
                 let mut b = doc.clone().into_bytes();
-                let at = next(b.len());
-                match next(4) {
-                    0 => b.insert(at, INSERTS[next(INSERTS.len())]),
-                    1 => {
-                        b.remove(at);
-                    }
-                    2 => b[at] = INSERTS[next(INSERTS.len())],
-                    _ => {
-                        let line = b[..at]
-                            .iter()
-                            .rposition(|&c| c == b'\n')
-                            .map_or(0, |n| n + 1);
-                        if next(2) == 0 {
-                            b.insert(line, b' ');
-                        } else if b.get(line) == Some(&b' ') {
-                            b.remove(line);
-                        }
-                    }
-                }
+                mutate(&mut b, INSERTS, 4, &mut rng);
                 let Ok(m) = String::from_utf8(b) else {
                     continue;
                 };
