@@ -47,12 +47,18 @@ impl Template {
     }
 }
 
-/// A set of named templates. Cloning is cheap (templates are shared) and gives an
-/// independent namespace, as Go's `Template.Clone` does for Helm's `tpl`.
+/// A set of named templates. Cloning is cheap and gives an independent namespace, as Go's
+/// `Template.Clone` does for Helm's `tpl`: the clone shares the original's table of
+/// templates and keeps what is added to it afterwards (`tpl`'s text and its `define`s) in a
+/// small table of its own that shadows the shared one, so a `tpl` call costs what its own
+/// text holds, not a copy of every template of the chart.
 #[derive(Clone, Debug)]
 pub struct TemplateSet {
     name: String,
-    templates: NameMap<String, Arc<Template>>,
+    /// The templates, shared with the sets cloned from this one.
+    shared: Arc<NameMap<String, Arc<Template>>>,
+    /// Templates added while `shared` had other holders; they shadow `shared`.
+    own: NameMap<String, Arc<Template>>,
 }
 
 impl TemplateSet {
@@ -61,7 +67,8 @@ impl TemplateSet {
     pub fn new(name: impl Into<String>) -> Self {
         TemplateSet {
             name: name.into(),
-            templates: NameMap::default(),
+            shared: Arc::default(),
+            own: NameMap::default(),
         }
     }
 
@@ -121,32 +128,54 @@ impl TemplateSet {
             trees,
         } = parsed;
         for tree in trees {
-            if tree.empty && self.templates.contains_key(&tree.name) {
+            if tree.empty && self.contains(&tree.name) {
                 continue;
             }
-            let t = Template {
+            let t = Arc::new(Template {
                 name: tree.name.clone(),
                 parse_name: parse_name.clone(),
                 ast: Arc::clone(&ast),
                 root: tree.root,
-            };
-            self.templates.insert(tree.name, Arc::new(t));
+            });
+            match Arc::get_mut(&mut self.shared) {
+                // No clone shares the table: add to it (what an own entry of the same name
+                // shadowed is replaced as well).
+                Some(table) => {
+                    if !self.own.is_empty() {
+                        self.own.remove(&tree.name);
+                    }
+                    table.insert(tree.name, t);
+                }
+                None => {
+                    self.own.insert(tree.name, t);
+                }
+            }
         }
     }
 
     /// The template named `name`.
     pub fn get(&self, name: &str) -> Option<&Template> {
-        self.templates.get(name).map(Arc::as_ref)
+        if !self.own.is_empty()
+            && let Some(t) = self.own.get(name)
+        {
+            return Some(t);
+        }
+        self.shared.get(name).map(Arc::as_ref)
     }
 
     /// Whether a template named `name` exists.
     pub fn contains(&self, name: &str) -> bool {
-        self.templates.contains_key(name)
+        self.get(name).is_some()
     }
 
     /// The template names, sorted.
     pub fn names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.templates.keys().map(String::as_str).collect();
+        let mut v: Vec<&str> = self
+            .own
+            .keys()
+            .chain(self.shared.keys().filter(|k| !self.own.contains_key(*k)))
+            .map(String::as_str)
+            .collect();
         v.sort_unstable();
         v
     }
@@ -338,6 +367,70 @@ mod tests {
             x.1, "c/templates/t20.yaml",
             "the last non-empty definition wins"
         );
+    }
+
+    fn run(set: &TemplateSet, name: &str) -> String {
+        set.execute(name, &Value::Nil, &FuncMap::new(), &ExecOptions::helm())
+            .expect("executes")
+    }
+
+    #[test]
+    fn a_clone_shares_the_templates_and_keeps_what_it_adds_to_itself() {
+        let funcs = FuncMap::new();
+        let mut set = TemplateSet::new("gotpl");
+        set.parse(
+            "a",
+            r#"{{ define "x" }}base{{ end }}{{ define "y" }}y{{ end }}"#,
+            &funcs,
+        )
+        .expect("parses");
+        let mut clone = set.clone();
+        clone
+            .parse(
+                "gotpl",
+                r#"{{ define "x" }}clone{{ end }}{{ define "y" }} {{ end }}{{ define "z" }}z{{ end }}"#,
+                &funcs,
+            )
+            .expect("parses");
+        // The clone's definitions win in the clone; an empty one keeps the shared body.
+        assert_eq!(run(&clone, "x"), "clone");
+        assert_eq!(run(&clone, "y"), "y");
+        assert_eq!(run(&clone, "z"), "z");
+        assert_eq!(clone.names(), ["a", "gotpl", "x", "y", "z"]);
+        // Nothing leaks into the original.
+        assert_eq!(run(&set, "x"), "base");
+        assert!(!set.contains("z") && !set.contains("gotpl"));
+        assert_eq!(set.names(), ["a", "x", "y"]);
+        // A clone of the clone sees both layers; what it adds stays in it.
+        let mut deeper = clone.clone();
+        deeper
+            .parse(
+                "gotpl",
+                r#"{{ define "w" }}{{ template "z" }}w{{ end }}"#,
+                &funcs,
+            )
+            .expect("parses");
+        assert_eq!(run(&deeper, "w"), "zw");
+        assert_eq!(run(&deeper, "x"), "clone");
+        assert!(!clone.contains("w"));
+        // The original, parsed into while clones share its table, keeps its own additions
+        // from them, and the clones keep theirs.
+        set.parse(
+            "b",
+            r#"{{ define "x" }}second{{ end }}{{ define "v" }}v{{ end }}"#,
+            &funcs,
+        )
+        .expect("parses");
+        assert_eq!(run(&set, "x"), "second");
+        assert_eq!(run(&clone, "x"), "clone");
+        assert!(!clone.contains("v") && !deeper.contains("v"));
+        assert_eq!(set.names(), ["a", "b", "v", "x", "y"]);
+        // Once no clone is left, a later definition replaces the one added meanwhile.
+        drop((clone, deeper));
+        set.parse("c", r#"{{ define "x" }}third{{ end }}"#, &funcs)
+            .expect("parses");
+        assert_eq!(run(&set, "x"), "third");
+        assert_eq!(set.names(), ["a", "b", "c", "v", "x", "y"]);
     }
 
     #[test]
