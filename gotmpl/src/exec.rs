@@ -143,6 +143,9 @@ pub(crate) struct Shared<'f> {
     pub stack_base: usize,
     /// Per-execution state of functions, by type (see [`CallCtx::state`]).
     pub states: Vec<Box<dyn std::any::Any + Send>>,
+    /// Emptied argument vectors of finished calls, reused by the next ones (a call would
+    /// otherwise allocate one).
+    argv_pool: Vec<Vec<Ev>>,
 }
 
 impl<'f> Shared<'f> {
@@ -155,6 +158,7 @@ impl<'f> Shared<'f> {
             steps: 0,
             stack_base: stack_position(),
             states: Vec::new(),
+            argv_pool: Vec::new(),
         }
     }
 }
@@ -271,11 +275,11 @@ fn run_template_into(
         tmpl,
         ast: &tmpl.ast,
         cur: Cur::None,
+        dollar: dot.clone(),
         vars: Vec::new(),
         out,
     };
     frame.enter_template()?;
-    frame.vars.push(("$", dot.clone()));
     let r = frame.walk_list(&dot, tmpl.root);
     frame.shared.depth -= 1;
     r?;
@@ -290,6 +294,10 @@ struct Frame<'t, 's, 'f> {
     /// The tree `tmpl` is part of.
     ast: &'t Ast,
     cur: Cur<'t>,
+    /// `$`, the outermost variable (kept out of `vars`, which most invocations then never
+    /// allocate).
+    dollar: Ev,
+    /// The variables declared so far, innermost last.
     vars: Vec<(&'t str, Ev)>,
     out: String,
 }
@@ -511,6 +519,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 return Ok(v.clone());
             }
         }
+        if name == "$" {
+            return Ok(self.dollar.clone());
+        }
         self.errorf(format!("undefined variable: {name}"))
     }
 
@@ -520,6 +531,10 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 *v = value;
                 return Ok(());
             }
+        }
+        if name == "$" {
+            self.dollar = value;
+            return Ok(());
         }
         self.errorf(format!("undefined variable: {name}"))
     }
@@ -1003,11 +1018,11 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             }
             return Ok(Ev::Invalid);
         }
-        let Some(value) = receiver.concrete().cloned() else {
+        let Some(value) = receiver.concrete() else {
             let typ = receiver.static_type();
             return self.errorf(format!("nil pointer evaluating {typ}.{name}"));
         };
-        if let Value::Object(o) = &value
+        if let Value::Object(o) = value
             && let Some(sig) = o.method(name)
         {
             return self.eval_call(
@@ -1019,7 +1034,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                 fin,
             );
         }
-        if let Value::Map(m) = &value
+        if let Value::Map(m) = value
             && let MapType::Named(type_name) = m.map_type()
             && let Some(f) = self.shared.funcs.method(type_name, name)
         {
@@ -1033,7 +1048,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             );
         }
         let has_args = args.len() > 1 || fin.is_some();
-        match &value {
+        match value {
             Value::Map(m) => {
                 if has_args {
                     return self.errorf(format!("{name} is not a method but has arguments"));
@@ -1145,7 +1160,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             return Ok(v);
         }
 
-        let mut argv: Vec<Ev> = Vec::with_capacity(num_in);
+        let mut argv = self.shared.argv_pool.pop().unwrap_or_default();
+        argv.reserve(num_in);
         let mut i = 0;
         while i < num_fixed && i < args.len() {
             let t = fixed.get(i).unwrap_or(PType::B(BParam::Raw));
@@ -1175,7 +1191,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                         .unwrap_or_default(),
                     _ => String::new(),
                 };
-                call_builtin(b, argv, &callee)
+                call_builtin(b, &mut argv, &callee)
             }
             Callable::Func(f) => {
                 let set = self.set;
@@ -1183,7 +1199,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     shared: &mut *self.shared,
                     set,
                 };
-                with_values(None, argv, |values| f.call(&mut ctx, values))
+                with_values(None, &mut argv, |values| f.call(&mut ctx, values))
                     .map(Ev::Iface)
                     .map_err(|e| e.message().to_string())
             }
@@ -1193,14 +1209,18 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                     shared: &mut *self.shared,
                     set,
                 };
-                with_values(Some(receiver), argv, |values| f.call(&mut ctx, values))
+                with_values(Some(receiver), &mut argv, |values| f.call(&mut ctx, values))
                     .map(Ev::Iface)
                     .map_err(|e| e.message().to_string())
             }
-            Callable::Method(o, _) => with_values(None, argv, |values| o.call_method(name, values))
-                .map(Ev::Iface)
-                .map_err(|e| e.message().to_string()),
+            Callable::Method(o, _) => {
+                with_values(None, &mut argv, |values| o.call_method(name, values))
+                    .map(Ev::Iface)
+                    .map_err(|e| e.message().to_string())
+            }
         };
+        argv.clear();
+        self.shared.argv_pool.push(argv);
         match result {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -1351,12 +1371,12 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
 
 /// Hands a call's arguments (after an optional receiver) to `f` as plain values: on the
 /// stack for the usual few, in one exact allocation otherwise.
-fn with_values<T>(receiver: Option<Value>, argv: Vec<Ev>, f: impl FnOnce(&[Value]) -> T) -> T {
+fn with_values<T>(receiver: Option<Value>, argv: &mut Vec<Ev>, f: impl FnOnce(&[Value]) -> T) -> T {
     const INLINE: usize = 4;
     let n = argv.len() + usize::from(receiver.is_some());
     let mut values = receiver
         .into_iter()
-        .chain(argv.into_iter().map(Ev::into_value));
+        .chain(argv.drain(..).map(Ev::into_value));
     if n <= INLINE {
         let inline: [Value; INLINE] = std::array::from_fn(|_| values.next().unwrap_or_default());
         f(&inline[..n])
@@ -1374,18 +1394,18 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 
 // ---- builtins ----
 
-fn call_builtin(b: Builtin, argv: Vec<Ev>, callee: &str) -> Result<Ev, String> {
+fn call_builtin(b: Builtin, argv: &mut Vec<Ev>, callee: &str) -> Result<Ev, String> {
     match b {
         Builtin::And | Builtin::Or => Err("unreachable: and/or are evaluated lazily".to_string()),
         Builtin::Not => Ok(Ev::Val(Value::Bool(!argv.first().is_some_and(Ev::truth)))),
-        Builtin::Len => length(argv.into_iter().next().unwrap_or(Ev::Invalid)),
+        Builtin::Len => length(argv.drain(..).next().unwrap_or(Ev::Invalid)),
         Builtin::Index => {
-            let mut it = argv.into_iter();
+            let mut it = argv.drain(..);
             let item = it.next().unwrap_or(Ev::Invalid);
             index(item, it.collect())
         }
         Builtin::Slice => {
-            let mut it = argv.into_iter();
+            let mut it = argv.drain(..);
             let item = it.next().unwrap_or(Ev::Invalid);
             slice(item, it.collect())
         }
@@ -1407,19 +1427,19 @@ fn call_builtin(b: Builtin, argv: Vec<Ev>, callee: &str) -> Result<Ev, String> {
         Builtin::Js => Ok(Ev::Val(Value::string(js_escape(&eval_args(argv))))),
         Builtin::Urlquery => Ok(Ev::Val(Value::string(query_escape(&eval_args(argv))))),
         Builtin::Call => {
-            let f = argv.into_iter().next().unwrap_or(Ev::Invalid);
+            let f = argv.drain(..).next().unwrap_or(Ev::Invalid);
             match f.concrete() {
                 None => Err("call of nil".to_string()),
                 Some(v) => Err(format!("non-function {callee} of type {}", v.type_name())),
             }
         }
-        Builtin::Eq => {
-            let mut it = argv.into_iter();
-            let a = it.next().unwrap_or(Ev::Invalid);
-            eq(&a, &it.collect::<Vec<_>>()).map(|t| Ev::Val(Value::Bool(t)))
+        Builtin::Eq => match argv.split_first() {
+            Some((a, rest)) => eq(a, rest),
+            None => eq(&Ev::Invalid, &[]),
         }
+        .map(|t| Ev::Val(Value::Bool(t))),
         Builtin::Ne | Builtin::Lt | Builtin::Le | Builtin::Gt | Builtin::Ge => {
-            let mut it = argv.into_iter();
+            let mut it = argv.drain(..);
             let a = it.next().unwrap_or(Ev::Invalid);
             let c = it.next().unwrap_or(Ev::Invalid);
             let r = match b {
@@ -1434,13 +1454,13 @@ fn call_builtin(b: Builtin, argv: Vec<Ev>, callee: &str) -> Result<Ev, String> {
     }
 }
 
-fn values(argv: Vec<Ev>) -> Vec<Value> {
-    argv.into_iter().map(Ev::into_value).collect()
+fn values(argv: &mut Vec<Ev>) -> Vec<Value> {
+    argv.drain(..).map(Ev::into_value).collect()
 }
 
 /// `evalArgs`: `fmt.Sprint` of the arguments, with no-value/nil printed as `<no value>`.
-fn eval_args(argv: Vec<Ev>) -> String {
-    if let [Ev::Val(Value::String(s)) | Ev::Iface(Value::String(s))] = argv.as_slice() {
+fn eval_args(argv: &[Ev]) -> String {
+    if let [Ev::Val(Value::String(s)) | Ev::Iface(Value::String(s))] = argv {
         return s.to_string();
     }
     let mut out = String::new();
