@@ -9,31 +9,51 @@ use crate::resolve::{self, Resolved};
 use crate::{Error, Mapping, Value};
 
 /// A string-keyed mapping under construction: a repeated key replaces the value in place
-/// (Go map semantics) in constant time.
+/// (Go map semantics). Small mappings are searched in place; a hash index of the keys is
+/// built once a mapping grows past [`KeyedMap::LINEAR`] entries.
 #[derive(Default)]
 struct KeyedMap {
     entries: Vec<(String, Value)>,
-    index: std::collections::HashMap<String, usize>,
+    index: Option<std::collections::HashMap<String, usize>>,
 }
 
 impl KeyedMap {
+    /// Entries searched one by one before the index is built.
+    const LINEAR: usize = 16;
+
     fn insert(&mut self, key: String, value: Value) {
-        if let Some(&i) = self.index.get(&key) {
+        let found = match &self.index {
+            Some(index) => index.get(&key).copied(),
+            None => self.entries.iter().position(|(k, _)| *k == key),
+        };
+        if let Some(i) = found {
             if let Some(slot) = self.entries.get_mut(i) {
                 slot.1 = value;
             }
-        } else {
-            self.index.insert(key.clone(), self.entries.len());
-            self.entries.push((key, value));
+            return;
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() > Self::LINEAR {
+            self.index = Some(
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (k, _))| (k.clone(), i))
+                    .collect(),
+            );
         }
     }
 
     fn finish(self) -> Mapping {
-        let mut m = Mapping::new();
-        for (k, v) in self.entries {
-            m.push_unchecked(Value::String(k), v);
-        }
-        m
+        Mapping::from_entries_unchecked(
+            self.entries
+                .into_iter()
+                .map(|(k, v)| (Value::String(k), v))
+                .collect(),
+        )
     }
 }
 
@@ -231,47 +251,47 @@ pub fn unmarshal_seq(src: &str) -> Result<Vec<Value>, Error> {
 
 /// What a value becomes after `json.Marshal` and go-yaml v2 reading the JSON back
 /// (`JSONToYAML`'s decode step): integral-looking numbers are ints, others floats; keys must
-/// be strings.
-fn json_round_trip(v: &Value) -> Result<Value, Error> {
+/// be strings. Strings are moved, not copied, unless folding changes them.
+fn json_round_trip(v: Value) -> Result<Value, Error> {
     Ok(match v {
         Value::Null => Value::Null,
-        Value::Bool(b) => Value::Bool(*b),
-        Value::Int(i) => Value::Int(*i),
-        Value::Uint(u) => match i64::try_from(*u) {
+        Value::Bool(b) => Value::Bool(b),
+        Value::Int(i) => Value::Int(i),
+        Value::Uint(u) => match i64::try_from(u) {
             Ok(i) => Value::Int(i),
-            Err(_) => Value::Uint(*u),
+            Err(_) => Value::Uint(u),
         },
         Value::Float(f) => {
-            let text = format_json_float(*f)
-                .ok_or_else(|| unsupported_float(*f).wrap("error marshaling into JSON"))?;
+            let text = format_json_float(f)
+                .ok_or_else(|| unsupported_float(f).wrap("error marshaling into JSON"))?;
             match resolve::resolve_plain(&text) {
                 Resolved::Int(i) => Value::Int(i),
                 Resolved::Uint(u) => Value::Uint(u),
                 Resolved::Float(g) => Value::Float(g),
-                _ => Value::Float(*f),
+                _ => Value::Float(f),
             }
         }
         Value::String(s) => {
-            check_json_text(s)?;
-            Value::String(fold_nel(s))
+            check_json_text(&s)?;
+            Value::String(fold_nel_owned(s))
         }
-        Value::Bytes(b) => Value::String(fold_nel(&go_lossy_utf8(b))),
+        Value::Bytes(b) => Value::String(fold_nel(&go_lossy_utf8(&b))),
         Value::Seq(items) => Value::Seq(
             items
-                .iter()
+                .into_iter()
                 .map(json_round_trip)
                 .collect::<Result<_, _>>()?,
         ),
         Value::Map(m) => {
             let mut out = KeyedMap::default();
-            for (k, v) in m.iter() {
+            for (k, v) in m {
                 let key = match k {
                     Value::String(s) => {
-                        check_json_text(s)?;
-                        check_json_key_length(s)?;
-                        fold_nel(s)
+                        check_json_text(&s)?;
+                        check_json_key_length(&s)?;
+                        fold_nel_owned(s)
                     }
-                    Value::Bytes(b) => fold_nel(&go_lossy_utf8(b)),
+                    Value::Bytes(b) => fold_nel(&go_lossy_utf8(&b)),
                     _ => {
                         return Err(Error::raw(
                             "error marshaling into JSON: json: unsupported type: map[interface {}]interface {}",
@@ -283,6 +303,14 @@ fn json_round_trip(v: &Value) -> Result<Value, Error> {
             Value::Map(out.finish())
         }
     })
+}
+
+/// [`fold_nel`] keeping the string when there is nothing to fold.
+fn fold_nel_owned(s: String) -> String {
+    if !s.as_bytes().contains(&0x85) || !s.contains('\u{85}') {
+        return s;
+    }
+    fold_nel(&s)
 }
 
 /// Go's JSON encoder writes U+0085 (NEL) raw; go-yaml then reads it inside a double-quoted
@@ -371,7 +399,12 @@ fn check_json_text(s: &str) -> Result<(), Error> {
 /// final newline). `v` stands for the Go value handed to `json.Marshal`: maps must have
 /// string keys, NaN and infinities are refused.
 pub fn marshal(v: &Value) -> Result<String, Error> {
-    check_finite(v).map_err(|e| e.wrap("error marshaling into JSON"))?;
+    marshal_owned(v.clone())
+}
+
+/// [`marshal`] of a value the caller no longer needs (its strings are reused).
+pub fn marshal_owned(v: Value) -> Result<String, Error> {
+    check_finite(&v).map_err(|e| e.wrap("error marshaling into JSON"))?;
     let j = json_round_trip(v)?;
     crate::to_string(&j)
 }
@@ -379,7 +412,12 @@ pub fn marshal(v: &Value) -> Result<String, Error> {
 /// Helm's `toYaml`: [`marshal`] with one trailing newline removed. Helm turns an error into
 /// an empty string; callers decide.
 pub fn helm_to_yaml(v: &Value) -> Result<String, Error> {
-    let mut s = marshal(v)?;
+    helm_to_yaml_owned(v.clone())
+}
+
+/// [`helm_to_yaml`] of a value the caller no longer needs (its strings are reused).
+pub fn helm_to_yaml_owned(v: Value) -> Result<String, Error> {
+    let mut s = marshal_owned(v)?;
     if s.ends_with('\n') {
         s.pop();
     }

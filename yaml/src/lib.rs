@@ -103,8 +103,8 @@ pub mod testing {
 /// The `sigs.k8s.io/yaml` functions Helm calls.
 pub mod sigs {
     pub use crate::json::{
-        helm_to_yaml, marshal, unmarshal, unmarshal_bytes, unmarshal_map, unmarshal_seq,
-        yaml_to_json,
+        helm_to_yaml, helm_to_yaml_owned, marshal, marshal_owned, unmarshal, unmarshal_bytes,
+        unmarshal_map, unmarshal_seq, yaml_to_json,
     };
 }
 

@@ -258,7 +258,7 @@ fn add_serialisation(f: &mut FuncMap) {
 /// trimmed.
 pub(crate) fn to_yaml(v: &Value) -> Result<String, String> {
     let y = value_to_yaml(v).map_err(|e| format!("error marshaling into JSON: {}", e.0))?;
-    flotilla_yaml::sigs::helm_to_yaml(&y).map_err(|e| e.to_string())
+    flotilla_yaml::sigs::helm_to_yaml_owned(y).map_err(|e| e.to_string())
 }
 
 /// Helm 4's `toYamlPretty` without the error swallowing: a go-yaml v3 encoder with
