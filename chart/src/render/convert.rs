@@ -36,6 +36,26 @@ pub(crate) fn json_to_value(v: &serde_json::Value) -> Value {
     }
 }
 
+/// [`json_to_value`] of a value the caller no longer needs: keys are moved, not copied.
+pub(crate) fn json_into_value(v: serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Array(items) => {
+            Value::list(items.into_iter().map(json_into_value).collect())
+        }
+        serde_json::Value::Object(m) => Value::Map(json_map_into_map(m)),
+        other => json_to_value(&other),
+    }
+}
+
+/// [`json_map_to_map`] of a map the caller no longer needs.
+pub(crate) fn json_map_into_map(m: serde_json::Map<String, serde_json::Value>) -> Map {
+    Map::from_entries(
+        m.into_iter()
+            .map(|(k, v)| (k, json_into_value(v)))
+            .collect::<BTreeMap<_, _>>(),
+    )
+}
+
 /// A JSON object as a `map[string]interface {}`.
 pub(crate) fn json_map_to_map(m: &serde_json::Map<String, serde_json::Value>) -> Map {
     Map::from_entries(
@@ -48,6 +68,11 @@ pub(crate) fn json_map_to_map(m: &serde_json::Map<String, serde_json::Value>) ->
 /// A JSON object as Helm's `common.Values`.
 pub(crate) fn values_map(m: &serde_json::Map<String, serde_json::Value>) -> Map {
     json_map_to_map(m).with_type(MapType::Named(Arc::from(VALUES_TYPE)))
+}
+
+/// [`values_map`] of values the caller no longer needs.
+pub(crate) fn into_values_map(m: serde_json::Map<String, serde_json::Value>) -> Map {
+    json_map_into_map(m).with_type(MapType::Named(Arc::from(VALUES_TYPE)))
 }
 
 /// Why a value cannot be encoded (Go's `json.Marshal` errors).

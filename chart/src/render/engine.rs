@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use flotilla_gotmpl::{ExecOptions, Map, MapType, MissingKey, TemplateSet, Value};
 
-use super::convert::{VALUES_TYPE, values_map};
+use super::convert::{VALUES_TYPE, into_values_map, values_map};
 use super::errors::{cleanup_parse_error, reformat_exec_error};
 use super::funcs::{FuncOptions, Lookup, helm_funcs};
 use super::objects::{Capabilities, CapabilitiesObject, FilesObject};
@@ -89,6 +89,28 @@ impl Engine {
         release: &ReleaseOptions,
         caps: &Capabilities,
     ) -> Result<BTreeMap<String, String>, RenderError> {
+        self.render_on_stack(chart, || values_map(values), release, caps)
+    }
+
+    /// [`Engine::render`] of values the caller no longer needs: they become the templates'
+    /// `.Values` without copying their keys.
+    pub fn render_owned(
+        &self,
+        chart: &Chart,
+        values: Values,
+        release: &ReleaseOptions,
+        caps: &Capabilities,
+    ) -> Result<BTreeMap<String, String>, RenderError> {
+        self.render_on_stack(chart, || into_values_map(values), release, caps)
+    }
+
+    fn render_on_stack(
+        &self,
+        chart: &Chart,
+        values: impl FnOnce() -> Map,
+        release: &ReleaseOptions,
+        caps: &Capabilities,
+    ) -> Result<BTreeMap<String, String>, RenderError> {
         // A fresh stack on this thread rather than a thread of its own: no thread to start
         // and wait for, and every allocation stays in this thread's malloc arena (a second
         // thread gets a new arena, grown page by page, whose freed memory the first cannot
@@ -111,7 +133,7 @@ impl Engine {
     fn render_here(
         &self,
         chart: &Chart,
-        values: &Values,
+        values: impl FnOnce() -> Map,
         release: &ReleaseOptions,
         caps: &Capabilities,
     ) -> Result<BTreeMap<String, String>, RenderError> {
@@ -132,7 +154,7 @@ impl Engine {
             caps: Value::Object(Arc::new(CapabilitiesObject::new(caps))),
         };
         let mut templates = Vec::new();
-        let root_values = Value::Map(values_map(values));
+        let root_values = Value::Map(values());
         collect(chart, None, &root_values, &shared, &mut templates);
 
         let mut order: Vec<usize> = (0..templates.len()).collect();

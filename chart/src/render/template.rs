@@ -435,7 +435,7 @@ fn render_sorted(
         ..Engine::default()
     };
     let mut files = engine
-        .render(chart, &values, &opts.release, caps)
+        .render_owned(chart, values, &opts.release, caps)
         .map_err(|e| ReleaseRenderError::Render(e.0))?;
 
     let root_notes = format!("{}/templates/NOTES.txt", chart.name());
