@@ -143,10 +143,10 @@ pub(crate) fn register(map: &mut FuncMap) {
         Ok(Value::from(parts.join(" ")))
     });
     add(map, "indent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1)).map(Value::from)
+        indent(arg_int(a, 0), arg_str(a, 1), false).map(Value::from)
     });
     add(map, "nindent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1)).map(|s| Value::from(format!("\n{s}")))
+        indent(arg_int(a, 0), arg_str(a, 1), true).map(Value::from)
     });
     add(map, "replace", Signature::fixed([Str, Str, Str]), |a| {
         let (src, old, new) = (arg_str(a, 2), arg_str(a, 0), arg_str(a, 1));
@@ -257,16 +257,38 @@ pub(crate) fn go_replace(s: &str, old: &str, new: &str) -> String {
     s.replace(old, new)
 }
 
-fn indent(n: i64, s: &str) -> Result<String, FuncError> {
+/// `indent` (and, with `newline_first`, `nindent`): `pad + strings.Replace(s, "\n", "\n" +
+/// pad, -1)` with `pad` n spaces, built in one pass into a string of the final size.
+fn indent(n: i64, s: &str, newline_first: bool) -> Result<String, FuncError> {
     if n < 0 {
         return Err(FuncError::new("strings: negative Repeat count"));
     }
-    let lines = s.matches('\n').count() as u128 + 1;
-    if (n as u128) * lines + s.len() as u128 > MAX_BUILD as u128 {
+    let lines = s.bytes().filter(|&b| b == b'\n').count() + 1;
+    if (n as u128) * lines as u128 + s.len() as u128 > MAX_BUILD as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
-    let pad = " ".repeat(n as usize);
-    Ok(format!("{pad}{}", s.replace('\n', &format!("\n{pad}"))))
+    const SPACES: &str = "                                                                ";
+    let n = n as usize;
+    let long_pad;
+    let pad = match SPACES.get(..n) {
+        Some(p) => p,
+        None => {
+            long_pad = " ".repeat(n);
+            &long_pad
+        }
+    };
+    let mut out = String::with_capacity(usize::from(newline_first) + s.len() + n * lines);
+    if newline_first {
+        out.push('\n');
+    }
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(pad);
+        out.push_str(line);
+    }
+    Ok(out)
 }
 
 /// Go's `s[start:end]` slicing panics, as `substr` meets them.
