@@ -296,22 +296,17 @@ fn coalesce_values_inner(
     w: &mut Warnings,
 ) {
     let sub_prefix = concat_prefix(prefix, chart.name());
-    for (key, val) in chart.values().clone() {
-        match v.get_mut(&key) {
+    // The chart's defaults are read in place: only what lands in `v` is copied.
+    for (key, val) in chart.values() {
+        match v.get_mut(key) {
             Some(value) => {
                 if value.is_null() && !merge {
-                    v.remove(&key);
+                    v.remove(key);
                 } else if let Value::Object(dest) = value {
                     match val {
                         Value::Object(src) => {
                             let m = merge || chart.dependencies.iter().any(|d| d.name() == key);
-                            coalesce_tables_full_key(
-                                dest,
-                                src,
-                                &concat_prefix(&sub_prefix, &key),
-                                m,
-                                w,
-                            );
+                            coalesce_tables_ref(dest, src, &concat_prefix(&sub_prefix, key), m, w);
                         }
                         Value::Null => {}
                         _ => w.push(Warning::info(format!(
@@ -321,53 +316,86 @@ fn coalesce_values_inner(
                 }
             }
             None => {
-                v.insert(key, val);
+                v.insert(key.clone(), val.clone());
             }
         }
     }
 }
 
+/// `coalesceTablesFullKey(dst, src, prefix, merge)`. Helm first sets `src[k] = nil` for every
+/// `k` whose `dst` value is nil, and deletes a nil `dst[k]` (when not merging) only where the
+/// original `src[k]` was not nil; so a nil in `dst` is kept against a nil or missing `src`
+/// value, deleted against a non-nil one (when not merging), and otherwise left alone.
 fn coalesce_tables_full_key(
     dst: &mut Values,
-    mut src: Values,
+    src: Values,
     prefix: &str,
     merge: bool,
     w: &mut Warnings,
 ) {
-    let src_non_nil: std::collections::BTreeSet<String> = src
-        .iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(k, _)| k.clone())
-        .collect();
-    for (k, v) in dst.iter() {
-        if v.is_null() {
-            src.insert(k.clone(), Value::Null);
-        }
-    }
     for (key, val) in src {
-        let full_key = concat_prefix(prefix, &key);
         match dst.get_mut(&key) {
-            Some(dv) if !merge && dv.is_null() && src_non_nil.contains(&key) => {
-                dst.remove(&key);
-            }
             None => {
                 dst.insert(key, val);
             }
+            Some(dv) if dv.is_null() => {
+                if !merge && !val.is_null() {
+                    dst.remove(&key);
+                }
+            }
             Some(dv) => match (dv, val) {
                 (Value::Object(d), Value::Object(s)) => {
-                    coalesce_tables_full_key(d, s, &full_key, merge, w)
+                    coalesce_tables_full_key(d, s, &concat_prefix(prefix, &key), merge, w)
                 }
-                (_, s @ Value::Object(_)) => w.push(Warning::info(format!(
-                    "warning: cannot overwrite table with non table for {full_key} ({})",
-                    go_v(&s)
-                ))),
-                (Value::Object(_), s) if !s.is_null() => w.push(Warning::info(format!(
-                    "warning: destination for {full_key} is a table. Ignoring non-table value ({})",
-                    go_v(&s)
-                ))),
-                _ => {}
+                (dv, val) => table_mismatch(dv, &val, prefix, &key, w),
             },
         }
+    }
+}
+
+/// [`coalesce_tables_full_key`] with `src` borrowed: only the values that land in `dst` are
+/// copied.
+fn coalesce_tables_ref(
+    dst: &mut Values,
+    src: &Values,
+    prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) {
+    for (key, val) in src {
+        match dst.get_mut(key) {
+            None => {
+                dst.insert(key.clone(), val.clone());
+            }
+            Some(dv) if dv.is_null() => {
+                if !merge && !val.is_null() {
+                    dst.remove(key);
+                }
+            }
+            Some(dv) => match (dv, val) {
+                (Value::Object(d), Value::Object(s)) => {
+                    coalesce_tables_ref(d, s, &concat_prefix(prefix, key), merge, w)
+                }
+                (dv, val) => table_mismatch(dv, val, prefix, key, w),
+            },
+        }
+    }
+}
+
+/// The warnings of a `dst` value (not nil) and a `src` value that are not both tables.
+fn table_mismatch(dv: &Value, val: &Value, prefix: &str, key: &str, w: &mut Warnings) {
+    match (dv, val) {
+        (_, s @ Value::Object(_)) => w.push(Warning::info(format!(
+            "warning: cannot overwrite table with non table for {} ({})",
+            concat_prefix(prefix, key),
+            go_v(s)
+        ))),
+        (Value::Object(_), s) if !s.is_null() => w.push(Warning::info(format!(
+            "warning: destination for {} is a table. Ignoring non-table value ({})",
+            concat_prefix(prefix, key),
+            go_v(s)
+        ))),
+        _ => {}
     }
 }
 

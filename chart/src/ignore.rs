@@ -142,22 +142,26 @@ impl Rules {
         if path.is_empty() || path == "." || path == "./" {
             return false;
         }
+        // The base name is the same for every `Base` rule: found once, when first needed.
+        let mut base: Option<&str> = None;
         for p in &self.patterns {
-            let target = match p.kind {
-                Kind::Path => path,
-                Kind::Base => go_base(path),
-            };
-            let matched = p.shape.matches(&p.glob, target);
-            if p.negate {
-                if p.must_dir && !is_dir {
-                    return true;
-                }
-                if !matched {
+            // A directory-only rule skips a file before any matching (the result of a
+            // non-negated one would be discarded; a negated one ignores the file).
+            if p.must_dir && !is_dir {
+                if p.negate {
                     return true;
                 }
                 continue;
             }
-            if p.must_dir && !is_dir {
+            let target = match p.kind {
+                Kind::Path => path,
+                Kind::Base => *base.get_or_insert_with(|| go_base(path)),
+            };
+            let matched = p.shape.matches(&p.glob, target);
+            if p.negate {
+                if !matched {
+                    return true;
+                }
                 continue;
             }
             if matched {

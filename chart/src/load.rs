@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::chart::{Chart, File};
 use crate::ignore::{IgnoreError, Rules};
@@ -268,7 +269,7 @@ fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, Lo
     rules.add_defaults();
     let mut files = Vec::new();
     walk(&top, &top, "", &rules, &mut files, 0)?;
-    load_files_detected(files, detected)
+    load_shared_files(files, detected)
 }
 
 fn walk(
@@ -276,7 +277,7 @@ fn walk(
     dir: &Path,
     rel: &str,
     rules: &Rules,
-    out: &mut Vec<BufferedFile>,
+    out: &mut Vec<File>,
     depth: usize,
 ) -> Result<(), LoadError> {
     if depth > 64 {
@@ -319,12 +320,11 @@ fn walk(
         if md.len() > MAX_DECOMPRESSED_FILE_SIZE {
             return Err(LoadError::FileTooLarge(name));
         }
-        let data = std::fs::read(&path).map_err(|e| LoadError::Read {
+        let data = read_shared(&path, md.len()).map_err(|e| LoadError::Read {
             path: n.clone(),
             source: e,
         })?;
-        let data = strip_bom(data);
-        out.push(BufferedFile {
+        out.push(File {
             name: n,
             data,
             mod_time: md.modified().ok().map(GoTime::from_system),
@@ -332,6 +332,38 @@ fn walk(
     }
     let _ = top;
     Ok(())
+}
+
+/// A file's contents, BOM stripped, read straight into the shared buffer the chart keeps
+/// (no second copy of every file): `len` is the size the directory entry gave, and a file
+/// that turns out to be shorter or longer is read again the ordinary way.
+fn read_shared(path: &Path, len: u64) -> std::io::Result<Arc<[u8]>> {
+    let mut f = std::fs::File::open(path)?;
+    if let Ok(n) = usize::try_from(len) {
+        let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, n).collect();
+        if let Some(buf) = Arc::get_mut(&mut data) {
+            let mut filled = 0;
+            while filled < n {
+                match f.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(k) => filled += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut probe = [0u8; 1];
+            if filled == n && f.read(&mut probe)? == 0 {
+                if data.starts_with(UTF8_BOM) {
+                    return Ok(Arc::from(&data[UTF8_BOM.len()..]));
+                }
+                return Ok(data);
+            }
+        }
+    }
+    let mut f = std::fs::File::open(path)?;
+    let mut data = Vec::new();
+    f.read_to_end(&mut data)?;
+    Ok(strip_bom(data).into())
 }
 
 fn strip_bom(mut data: Vec<u8>) -> Vec<u8> {

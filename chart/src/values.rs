@@ -80,22 +80,25 @@ pub fn parse_yaml_map(src: &str) -> Result<Values, flotilla_yaml::Error> {
 /// Splits a stream into documents as `k8s.io/apimachinery/pkg/util/yaml.YAMLReader` does: a
 /// line that starts with `---` followed only by whitespace ends a document; empty documents
 /// are skipped.
-pub(crate) fn split_yaml_documents(src: &str) -> Vec<String> {
+pub(crate) fn split_yaml_documents(src: &str) -> Vec<&str> {
+    // A document is the run of lines between two separators: a slice of `src`, not a copy.
     let mut docs = Vec::new();
-    let mut buf = String::new();
+    let mut start = 0;
+    let mut pos = 0;
     for line in src.split_inclusive('\n') {
+        let end = pos + line.len();
         if let Some(after) = line.strip_prefix("---")
             && after.trim_end().is_empty()
         {
-            if !buf.is_empty() {
-                docs.push(std::mem::take(&mut buf));
+            if start < pos {
+                docs.push(&src[start..pos]);
             }
-            continue;
+            start = end;
         }
-        buf.push_str(line);
+        pos = end;
     }
-    if !buf.is_empty() {
-        docs.push(buf);
+    if start < src.len() {
+        docs.push(&src[start..]);
     }
     docs
 }
@@ -105,7 +108,7 @@ pub(crate) fn split_yaml_documents(src: &str) -> Vec<String> {
 pub fn load_values(src: &str) -> Result<Values, ValuesError> {
     let mut out = Values::new();
     for doc in split_yaml_documents(src) {
-        let cur = parse_yaml_map(&doc).map_err(|e| ValuesError::Unmarshal(e.to_string()))?;
+        let cur = parse_yaml_map(doc).map_err(|e| ValuesError::Unmarshal(e.to_string()))?;
         out = merge_maps(out, cur);
     }
     Ok(out)
@@ -120,6 +123,10 @@ pub fn load_values_bytes(src: &[u8]) -> Result<Values, ValuesError> {
 /// Helm's `loader.MergeMaps(a, b)`: `b` wins; maps present on both sides are merged
 /// recursively; lists and scalars are replaced.
 pub fn merge_maps(a: Values, b: Values) -> Values {
+    if a.is_empty() {
+        // Every key of `b` would be inserted as it is (the first document of a stream).
+        return b;
+    }
     let mut out = a;
     for (k, v) in b {
         match (out.get_mut(&k), v) {

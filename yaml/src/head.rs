@@ -117,40 +117,42 @@ pub(crate) fn characters_ok(src: &str) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let byte_ok = |b: u8| matches!(b, b'\t' | b'\n' | 0x20..=0x7E);
+    let char_ok = |c: char| {
+        let v = u32::from(c);
+        matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
+            && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
+    };
     let bytes = src.as_bytes();
-    let mut chunks = bytes.chunks_exact(8);
-    let mut ascii = true;
-    for chunk in &mut chunks {
-        let x = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8"));
-        // A byte below 0x20, equal to 0x7F or from 0x80 up (may also flag a neighbour of
-        // one; the bytes are then looked at one by one).
-        let below = x.wrapping_sub(ONES * 0x20) & !x;
-        let del = x ^ (ONES * 0x7F);
-        let del = del.wrapping_sub(ONES) & !del;
-        if (x | below | del) & HIGH != 0 {
-            for &b in chunk {
-                if b >= 0x80 {
-                    ascii = false;
-                } else if !byte_ok(b) {
-                    return false;
-                }
+    // `i` stays on a character boundary: it moves past eight ASCII bytes, one ASCII byte or
+    // one whole character, so a few non-ASCII characters cost only their own decoding.
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let x = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+            // A byte below 0x20, equal to 0x7F or from 0x80 up (may also flag a neighbour of
+            // one; the bytes are then looked at one by one).
+            let below = x.wrapping_sub(ONES * 0x20) & !x;
+            let del = x ^ (ONES * 0x7F);
+            let del = del.wrapping_sub(ONES) & !del;
+            if (x | below | del) & HIGH == 0 {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        if b < 0x80 {
+            if !byte_ok(b) {
+                return false;
+            }
+            i += 1;
+        } else {
+            match src.get(i..).and_then(|t| t.chars().next()) {
+                Some(c) if char_ok(c) => i += c.len_utf8(),
+                _ => return false,
             }
         }
     }
-    for &b in chunks.remainder() {
-        if b >= 0x80 {
-            ascii = false;
-        } else if !byte_ok(b) {
-            return false;
-        }
-    }
-    ascii
-        || src.chars().all(|c| {
-            let v = u32::from(c);
-            v < 0x80
-                || matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
-                    && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
-        })
+    true
 }
 
 struct Scanner<'k> {
@@ -679,6 +681,36 @@ pub(crate) mod tests {
                     assert_eq!(indent_of(&line), spaces, "{line:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn characters_ok_takes_each_character_on_its_own() {
+        // The rule, one character at a time.
+        let one = |c: char| {
+            matches!(c, '\t' | '\n' | ' '..='~')
+                || matches!(u32::from(c), 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
+                    && !matches!(c, '\u{2028}' | '\u{2029}' | '\u{FEFF}')
+        };
+        let pieces = [
+            "a", " ", "\t", "\n", "\r", "\u{7f}", "\u{1}", "é", "\u{85}", "\u{a0}", "\u{2028}",
+            "\u{feff}", "€", "😀", "\u{fffe}", "~",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 24) as usize;
+            let mut text = String::new();
+            let mut r = seed;
+            for _ in 0..len {
+                r = r.rotate_left(5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                // Mostly plain text, so that whole runs of eight bytes are seen.
+                let p = (r >> 32) as usize % (pieces.len() * 4);
+                text.push_str(pieces.get(p).copied().unwrap_or("x"));
+            }
+            assert_eq!(characters_ok(&text), text.chars().all(one), "{text:?}");
         }
     }
     use crate::parse::{DecodeOptions, unmarshal, unmarshal_keys, unmarshal_keys_parsed};
