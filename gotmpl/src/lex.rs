@@ -61,30 +61,62 @@ impl ItemType {
     }
 }
 
-/// A token: its type, byte offset, text and the line it starts on. Tokens borrow the input
-/// and are `Copy`; an `Error` token's message is kept by the [`Lexer`] ([`Lexer::error`]).
+/// A token: its type and its text as a byte range of the input (12 bytes, `Copy`); an
+/// `Error` token's message is kept by the [`Lexer`] ([`Lexer::error`]). The line a token
+/// starts on is only needed for error messages: [`line_at`] counts it from the offset.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Item<'a> {
+pub(crate) struct Item {
     pub typ: ItemType,
-    pub pos: usize,
-    pub val: &'a str,
-    pub line: usize,
+    pos: u32,
+    len: u32,
 }
 
-impl Item<'_> {
-    /// Go's `item.String()`, used in "unexpected X in Y" messages; `error` is the lexer's
-    /// message for an `Error` token.
-    pub(crate) fn describe(&self, error: &str) -> String {
+/// The line (from 1) of byte offset `pos` of `input`: Go's lexer counts the newlines it
+/// passes, so a token's line is one more than the newlines before it.
+pub(crate) fn line_at(input: &str, pos: usize) -> usize {
+    1 + count_newlines(&input.as_bytes()[..pos.min(input.len())])
+}
+
+impl Item {
+    /// A token of `len` bytes at `pos` (the lexer's input is shorter than 2^32 bytes).
+    pub(crate) fn new(typ: ItemType, pos: usize, len: usize) -> Self {
+        debug_assert!(pos + len <= u32::MAX as usize);
+        Item {
+            typ,
+            pos: pos as u32,
+            len: len as u32,
+        }
+    }
+
+    /// The offset of the token in the input.
+    pub(crate) fn pos(&self) -> usize {
+        self.pos as usize
+    }
+
+    /// The offset just past the token.
+    pub(crate) fn end(&self) -> usize {
+        (self.pos + self.len) as usize
+    }
+
+    /// The token's text; `input` is the lexer's input.
+    pub(crate) fn val<'s>(&self, input: &'s str) -> &'s str {
+        &input[self.pos()..self.end()]
+    }
+
+    /// Go's `item.String()`, used in "unexpected X in Y" messages; `input` is the lexer's
+    /// input, `error` its message for an `Error` token.
+    pub(crate) fn describe(&self, input: &str, error: &str) -> String {
+        let val = self.val(input);
         match self.typ {
             ItemType::Eof => "EOF".to_string(),
             ItemType::Error => error.to_string(),
-            t if t.is_keyword() => format!("<{}>", self.val),
+            t if t.is_keyword() => format!("<{val}>"),
             _ => {
-                if self.val.chars().count() > 10 {
-                    let head: String = self.val.chars().take(10).collect();
+                if val.chars().count() > 10 {
+                    let head: String = val.chars().take(10).collect();
                     format!("{}...", crate::gofmt::quote(&head))
                 } else {
-                    crate::gofmt::quote(self.val)
+                    crate::gofmt::quote(val)
                 }
             }
         }
@@ -151,17 +183,26 @@ fn count_newlines(b: &[u8]) -> usize {
     memchr::memchr_iter(b'\n', b).count()
 }
 
+/// Bytes of a run of ASCII spaces at the start of `b`.
+fn space_run(b: &[u8]) -> usize {
+    let mut n = 0;
+    while n < b.len() && is_space_byte(b[n]) {
+        n += 1;
+    }
+    n
+}
+
 /// What a state function did: emit a token, or reach text again without one (after a
 /// comment).
-enum Step<'a> {
-    Emit(Item<'a>),
+enum Step {
+    Emit(Item),
     Text,
 }
 
 /// Bytes that continue an identifier, a field or a variable name (ASCII letters, digits,
-/// `_`); other characters are decided by [`is_alnum`].
-const ALNUM: [bool; 128] = {
-    let mut t = [false; 128];
+/// `_`); other characters (bytes from 0x80) are decided by [`is_alnum`].
+const ALNUM: [bool; 256] = {
+    let mut t = [false; 256];
     let mut b = 0;
     while b < 128 {
         t[b] = (b as u8).is_ascii_alphanumeric() || b == b'_' as usize;
@@ -172,18 +213,16 @@ const ALNUM: [bool; 128] = {
 
 /// Go's lexer, run on demand: [`Lexer::next_item`] runs the state machine until it yields
 /// one token (Go runs it as a coroutine feeding the parser). After `Eof` or an `Error` it
-/// keeps returning `Eof` at offset 0.
+/// keeps returning `Eof` at the offset of that token (so that it has the same line).
 pub(crate) struct Lexer<'a> {
     input: &'a str,
     bytes: &'a [u8],
     pos: usize,
     start: usize,
-    line: usize,
-    start_line: usize,
     at_eof: bool,
     paren_depth: i64,
     inside_action: bool,
-    /// Set once `Eof` or an `Error` was returned: the line of that token.
+    /// Set once `Eof` or an `Error` was returned: the offset of that token.
     finished: Option<usize>,
     error: String,
     break_ok: bool,
@@ -192,7 +231,7 @@ pub(crate) struct Lexer<'a> {
 
 /// Lexes the whole input. The sequence ends with an `Eof` or an `Error` item.
 #[cfg(test)]
-pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> (Vec<Item<'_>>, String) {
+pub(crate) fn lex(input: &str, break_ok: bool, continue_ok: bool) -> (Vec<Item>, String) {
     let mut l = Lexer::new(input, break_ok, continue_ok);
     let mut items = Vec::new();
     loop {
@@ -211,8 +250,6 @@ impl<'a> Lexer<'a> {
             bytes: input.as_bytes(),
             pos: 0,
             start: 0,
-            line: 1,
-            start_line: 1,
             at_eof: false,
             paren_depth: 0,
             inside_action: false,
@@ -229,14 +266,9 @@ impl<'a> Lexer<'a> {
     }
 
     /// The next token.
-    pub(crate) fn next_item(&mut self) -> Item<'a> {
-        if let Some(line) = self.finished {
-            return Item {
-                typ: ItemType::Eof,
-                pos: 0,
-                val: "",
-                line,
-            };
+    pub(crate) fn next_item(&mut self) -> Item {
+        if let Some(pos) = self.finished {
+            return Item::new(ItemType::Eof, pos, 0);
         }
         loop {
             let step = if self.inside_action {
@@ -246,11 +278,42 @@ impl<'a> Lexer<'a> {
             };
             if let Step::Emit(item) = step {
                 if matches!(item.typ, ItemType::Eof | ItemType::Error) {
-                    self.finished = Some(item.line);
+                    self.finished = Some(item.pos());
                 }
                 return item;
             }
         }
+    }
+
+    /// The next token that is not a space, and whether a space token came before it: what
+    /// [`Lexer::next_item`] would give after any `Space` token, without making that token.
+    pub(crate) fn next_non_space(&mut self) -> (Item, bool) {
+        let skipped = self.inside_action && self.finished.is_none() && self.skip_space();
+        (self.next_item(), skipped)
+    }
+
+    /// Whether the input continues with `b` (a look at the next token's first byte).
+    pub(crate) fn at_byte(&self, b: u8) -> bool {
+        self.finished.is_none() && self.bytes.get(self.pos) == Some(&b)
+    }
+
+    /// Passes the spaces a `Space` token would hold (inside an action): a run of spaces,
+    /// less its last one when a trim-marked right delimiter (" -}}") follows, as
+    /// [`Lexer::lex_space`] does.
+    fn skip_space(&mut self) -> bool {
+        let rest = &self.bytes[self.pos..];
+        let n = space_run(rest);
+        if n == 0 {
+            return false;
+        }
+        let after = &rest[n..];
+        let keep = usize::from(after.first() == Some(&b'-') && after[1..].starts_with(b"}}"));
+        if n == keep {
+            return false;
+        }
+        self.pos += n - keep;
+        self.start = self.pos;
+        true
     }
 
     fn next(&mut self) -> Option<char> {
@@ -261,9 +324,6 @@ impl<'a> Lexer<'a> {
             }
             Some(&b) if b < 0x80 => {
                 self.pos += 1;
-                if b == b'\n' {
-                    self.line += 1;
-                }
                 Some(char::from(b))
             }
             Some(_) => {
@@ -291,9 +351,6 @@ impl<'a> Lexer<'a> {
             let b = self.bytes[self.pos - 1];
             if b < 0x80 {
                 self.pos -= 1;
-                if b == b'\n' {
-                    self.line -= 1;
-                }
             } else if let Some(c) = self.input[..self.pos].chars().next_back() {
                 self.pos -= c.len_utf8();
             }
@@ -301,27 +358,19 @@ impl<'a> Lexer<'a> {
         self.at_eof = false;
     }
 
-    fn this_item(&mut self, typ: ItemType) -> Item<'a> {
-        let item = Item {
-            typ,
-            pos: self.start,
-            val: &self.input[self.start..self.pos],
-            line: self.start_line,
-        };
+    fn this_item(&mut self, typ: ItemType) -> Item {
+        let item = Item::new(typ, self.start, self.pos - self.start);
         self.start = self.pos;
-        self.start_line = self.line;
         item
     }
 
     /// Emits the pending token.
-    fn emit(&mut self, typ: ItemType) -> Step<'a> {
+    fn emit(&mut self, typ: ItemType) -> Step {
         Step::Emit(self.this_item(typ))
     }
 
     fn ignore(&mut self) {
-        self.line += count_newlines(&self.bytes[self.start..self.pos]);
         self.start = self.pos;
-        self.start_line = self.line;
     }
 
     /// Consumes one byte if it is one of `valid` (all ASCII).
@@ -339,14 +388,9 @@ impl<'a> Lexer<'a> {
         while self.accept(valid) {}
     }
 
-    fn errorf(&mut self, msg: String) -> Step<'a> {
+    fn errorf(&mut self, msg: String) -> Step {
         self.error = msg;
-        Step::Emit(Item {
-            typ: ItemType::Error,
-            pos: self.start,
-            val: "",
-            line: self.start_line,
-        })
+        Step::Emit(Item::new(ItemType::Error, self.start, 0))
     }
 
     fn at_right_delim(&self) -> (bool, bool) {
@@ -369,7 +413,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_text(&mut self) -> Step<'a> {
+    fn lex_text(&mut self) -> Step {
         if let Some(x) = find_left_delim(&self.input[self.pos..]) {
             if x > 0 {
                 self.pos += x;
@@ -380,11 +424,10 @@ impl<'a> Lexer<'a> {
                     0
                 };
                 self.pos -= trim;
-                self.line += count_newlines(&self.bytes[self.start..self.pos]);
                 let item = self.this_item(ItemType::Text);
                 self.pos += trim;
                 self.ignore();
-                if !item.val.is_empty() {
+                if item.len > 0 {
                     return Step::Emit(item);
                 }
             }
@@ -392,13 +435,12 @@ impl<'a> Lexer<'a> {
         }
         self.pos = self.input.len();
         if self.pos > self.start {
-            self.line += count_newlines(&self.bytes[self.start..self.pos]);
             return self.emit(ItemType::Text);
         }
         self.emit(ItemType::Eof)
     }
 
-    fn lex_left_delim(&mut self) -> Step<'a> {
+    fn lex_left_delim(&mut self) -> Step {
         self.pos += LEFT_DELIM.len();
         let trim = has_left_trim_marker(&self.bytes[self.pos..]);
         let after = if trim { TRIM_MARKER_LEN } else { 0 };
@@ -415,7 +457,7 @@ impl<'a> Lexer<'a> {
         Step::Emit(item)
     }
 
-    fn lex_comment(&mut self) -> Step<'a> {
+    fn lex_comment(&mut self) -> Step {
         self.pos += LEFT_COMMENT.len();
         let Some(x) = find_right_comment(&self.bytes[self.pos..]) else {
             return self.errorf("unclosed comment".to_string());
@@ -426,9 +468,7 @@ impl<'a> Lexer<'a> {
             return self.errorf("comment ends before closing delimiter".to_string());
         }
         // The comment item is not emitted (Go only emits it with ParseComments).
-        self.line += count_newlines(&self.bytes[self.start..self.pos]);
         self.start = self.pos;
-        self.start_line = self.line;
         if trim {
             self.pos += TRIM_MARKER_LEN;
         }
@@ -440,8 +480,11 @@ impl<'a> Lexer<'a> {
         Step::Text
     }
 
-    fn lex_right_delim(&mut self) -> Step<'a> {
-        let (_, trim) = self.at_right_delim();
+    /// The right delimiter at the current position (`trim`: with its trim marker, " -}}").
+    fn lex_right_delim(&mut self, trim: bool) -> Step {
+        if self.paren_depth != 0 {
+            return self.errorf("unclosed left paren".to_string());
+        }
         if trim {
             self.pos += TRIM_MARKER_LEN;
             self.ignore();
@@ -456,33 +499,33 @@ impl<'a> Lexer<'a> {
         Step::Emit(item)
     }
 
-    fn lex_inside_action(&mut self) -> Step<'a> {
-        let (delim, _) = self.at_right_delim();
-        if delim {
-            if self.paren_depth == 0 {
-                return self.lex_right_delim();
-            }
-            return self.errorf("unclosed left paren".to_string());
-        }
-        let Some(b) = self.peek_byte() else {
+    fn lex_inside_action(&mut self) -> Step {
+        let Some(&b) = self.bytes.get(self.pos) else {
             return self.errorf("unclosed action".to_string());
         };
-        if b >= 0x80 {
-            let Some(c) = self.peek() else {
-                return self.errorf("unclosed action".to_string());
-            };
-            if is_alnum(Some(c)) {
-                return self.lex_identifier();
-            }
-            return self.errorf(format!(
-                "unrecognized character in action: {}",
-                unicode_hash(c)
-            ));
-        }
         match b {
-            b' ' | b'\t' | b'\r' | b'\n' => self.lex_space(),
+            b' ' | b'\t' | b'\r' | b'\n' => {
+                let rest = &self.bytes[self.pos + 1..];
+                if rest.first() == Some(&b'-') && rest[1..].starts_with(b"}}") {
+                    return self.lex_right_delim(true);
+                }
+                self.lex_space()
+            }
+            b'}' if self.bytes.get(self.pos + 1) == Some(&b'}') => self.lex_right_delim(false),
             b'+' | b'-' | b'0'..=b'9' => self.lex_number(),
             _ if ALNUM[usize::from(b)] => self.lex_identifier(),
+            0x80.. => {
+                let Some(c) = self.peek() else {
+                    return self.errorf("unclosed action".to_string());
+                };
+                if is_alnum(Some(c)) {
+                    return self.lex_identifier();
+                }
+                self.errorf(format!(
+                    "unrecognized character in action: {}",
+                    unicode_hash(c)
+                ))
+            }
             _ => {
                 self.pos += 1;
                 match b {
@@ -533,16 +576,15 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_space(&mut self) -> Step<'a> {
-        let n = left_trim_len(&self.bytes[self.pos..]);
-        self.line += count_newlines(&self.bytes[self.pos..self.pos + n]);
+    fn lex_space(&mut self) -> Step {
+        let n = space_run(&self.bytes[self.pos..]);
         self.pos += n;
         // A trim-marked right delimiter starts with a space: " -}}".
         let before = &self.bytes[self.pos - 1..];
         if has_right_trim_marker(before) && before[TRIM_MARKER_LEN..].starts_with(b"}}") {
             self.backup();
             if n == 1 {
-                return self.lex_right_delim();
+                return self.lex_right_delim(true);
             }
         }
         self.emit(ItemType::Space)
@@ -552,15 +594,13 @@ impl<'a> Lexer<'a> {
     /// consumed).
     fn scan_alnum(&mut self) -> Option<char> {
         loop {
-            let run = self.bytes[self.pos..]
-                .iter()
-                .position(|&b| b >= 0x80 || !ALNUM[usize::from(b)]);
-            let Some(run) = run else {
-                self.pos = self.bytes.len();
-                return None;
-            };
-            self.pos += run;
-            let b = self.bytes[self.pos];
+            let bytes = self.bytes;
+            let mut i = self.pos;
+            while i < bytes.len() && ALNUM[usize::from(bytes[i])] {
+                i += 1;
+            }
+            self.pos = i;
+            let &b = bytes.get(i)?;
             if b < 0x80 {
                 return Some(char::from(b));
             }
@@ -572,31 +612,33 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_identifier(&mut self) -> Step<'a> {
+    fn lex_identifier(&mut self) -> Step {
         let r = self.scan_alnum();
         if !self.at_terminator() {
             return self.errorf(format!("bad character {}", unicode_hash_opt(r)));
         }
         let word = &self.input[self.start..self.pos];
-        let typ = match word {
-            "block" => ItemType::Block,
-            "break" if self.break_ok => ItemType::Break,
-            "continue" if self.continue_ok => ItemType::Continue,
-            "define" => ItemType::Define,
-            "else" => ItemType::Else,
-            "end" => ItemType::End,
-            "if" => ItemType::If,
-            "range" => ItemType::Range,
-            "nil" => ItemType::Nil,
-            "template" => ItemType::Template,
-            "with" => ItemType::With,
-            "true" | "false" => ItemType::Bool,
+        // Keywords by length and first byte, then the whole word.
+        let typ = match (word.len(), word.as_bytes().first()) {
+            (2, Some(b'i')) if word == "if" => ItemType::If,
+            (3, Some(b'e')) if word == "end" => ItemType::End,
+            (3, Some(b'n')) if word == "nil" => ItemType::Nil,
+            (4, Some(b'e')) if word == "else" => ItemType::Else,
+            (4, Some(b'w')) if word == "with" => ItemType::With,
+            (4, Some(b't')) if word == "true" => ItemType::Bool,
+            (5, Some(b'b')) if word == "block" => ItemType::Block,
+            (5, Some(b'b')) if word == "break" && self.break_ok => ItemType::Break,
+            (5, Some(b'r')) if word == "range" => ItemType::Range,
+            (5, Some(b'f')) if word == "false" => ItemType::Bool,
+            (6, Some(b'd')) if word == "define" => ItemType::Define,
+            (8, Some(b't')) if word == "template" => ItemType::Template,
+            (8, Some(b'c')) if word == "continue" && self.continue_ok => ItemType::Continue,
             _ => ItemType::Identifier,
         };
         self.emit(typ)
     }
 
-    fn lex_field_or_variable(&mut self, typ: ItemType) -> Step<'a> {
+    fn lex_field_or_variable(&mut self, typ: ItemType) -> Step {
         if self.at_terminator() {
             return self.emit(if typ == ItemType::Variable {
                 ItemType::Variable
@@ -611,7 +653,7 @@ impl<'a> Lexer<'a> {
         self.emit(typ)
     }
 
-    fn lex_char(&mut self) -> Step<'a> {
+    fn lex_char(&mut self) -> Step {
         loop {
             match self.next() {
                 Some('\\') => {
@@ -665,7 +707,7 @@ impl<'a> Lexer<'a> {
         true
     }
 
-    fn lex_number(&mut self) -> Step<'a> {
+    fn lex_number(&mut self) -> Step {
         if !self.scan_number() {
             let text = crate::gofmt::quote(&self.input[self.start..self.pos]);
             return self.errorf(format!("bad number syntax: {text}"));
@@ -681,7 +723,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn lex_quote(&mut self) -> Step<'a> {
+    fn lex_quote(&mut self) -> Step {
         loop {
             match self.next() {
                 Some('\\') => {
@@ -699,7 +741,7 @@ impl<'a> Lexer<'a> {
         self.emit(ItemType::String)
     }
 
-    fn lex_raw_quote(&mut self) -> Step<'a> {
+    fn lex_raw_quote(&mut self) -> Step {
         loop {
             match self.next() {
                 None => return self.errorf("unterminated raw quoted string".to_string()),
@@ -751,13 +793,58 @@ mod tests {
 
     #[test]
     fn trim_markers_remove_surrounding_whitespace() {
-        let (items, _) = lex("a  \n{{- 3 -}}\n\t b", true, true);
+        let src = "a  \n{{- 3 -}}\n\t b";
+        let (items, _) = lex(src, true, true);
         let texts: Vec<&str> = items
             .iter()
             .filter(|i| i.typ == ItemType::Text)
-            .map(|i| i.val)
+            .map(|i| i.val(src))
             .collect();
         assert_eq!(texts, ["a", "b"]);
+    }
+
+    const SAMPLES: &[&str] = &[
+        "a {{ .a.b  $x | f 1 \"s\" }} b",
+        "{{- .a -}}\n{{ .b  -}} x {{  -3 }}{{ f  (g  .x) }}",
+        "{{ $x, $y := range .l }}\n{{ end }}{{/* c */}}{{ .a\n\n  -}}",
+        "{{ .a \t\r\n -}}",
+        "{{ f\n .a \n",
+        "{{ \"open",
+    ];
+
+    #[test]
+    fn skipping_spaces_gives_the_other_tokens_and_where_spaces_were() {
+        for src in SAMPLES {
+            let (items, _) = lex(src, true, true);
+            let mut want = Vec::new();
+            let mut spaced = false;
+            for i in &items {
+                if i.typ == ItemType::Space {
+                    spaced = true;
+                } else {
+                    want.push((i.typ, i.pos(), i.end(), spaced));
+                    spaced = false;
+                }
+            }
+            let mut l = Lexer::new(src, true, true);
+            let mut got = Vec::new();
+            loop {
+                let (i, spaced) = l.next_non_space();
+                got.push((i.typ, i.pos(), i.end(), spaced));
+                if matches!(i.typ, ItemType::Eof | ItemType::Error) {
+                    break;
+                }
+            }
+            assert_eq!(got, want, "{src:?}");
+        }
+    }
+
+    #[test]
+    fn a_token_line_counts_the_newlines_before_it() {
+        assert_eq!(line_at("a\nb\n", 0), 1);
+        assert_eq!(line_at("a\nb\n", 2), 2);
+        assert_eq!(line_at("a\nb\n", 4), 3);
+        assert_eq!(line_at("a\nb\n", 99), 3);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::ast::{
     Arg, Ast, AstBuilder, Branch, Command, MAX_SOURCE_LEN, Node, Number, Pipe, Span, SrcStr,
     TemplateCall,
 };
-use crate::lex::{Item, ItemType, Lexer};
+use crate::lex::{Item, ItemType, Lexer, line_at};
 
 /// Maximum nesting of control structures (each `else if` link counts), blocks and
 /// parenthesised pipelines. Go limits only parentheses (at 10000); a Rust stack needs a bound
@@ -43,12 +43,7 @@ pub(crate) fn parse(
         ));
     }
     let lex = Lexer::new(src, !has_func("break"), !has_func("continue"));
-    let eof = Item {
-        typ: ItemType::Eof,
-        pos: src.len(),
-        val: "",
-        line: 0,
-    };
+    let eof = Item::new(ItemType::Eof, src.len(), 0);
     let mut p = Parser {
         src,
         lex,
@@ -57,7 +52,7 @@ pub(crate) fn parse(
         vars: vec!["$"],
         has_func,
         parse_name: name,
-        action_line: 0,
+        action_pos: None,
         range_depth: 0,
         depth: 0,
         trees: Vec::new(),
@@ -76,12 +71,13 @@ pub(crate) fn parse(
 struct Parser<'a> {
     src: &'a str,
     lex: Lexer<'a>,
-    token: [Item<'a>; 3],
+    token: [Item; 3],
     peek_count: usize,
     vars: Vec<&'a str>,
     has_func: &'a dyn Fn(&str) -> bool,
     parse_name: &'a str,
-    action_line: usize,
+    /// The offset of the action being parsed (its left delimiter).
+    action_pos: Option<usize>,
     range_depth: usize,
     depth: usize,
     trees: Vec<ParsedTree>,
@@ -114,34 +110,37 @@ fn pos32(pos: usize) -> u32 {
 
 impl<'a> Parser<'a> {
     /// The source text of a token, less its first `skip` bytes.
-    fn slice(&self, token: &Item<'_>, skip: usize) -> SrcStr {
-        SrcStr::source(token.pos + skip, token.pos + token.val.len())
+    fn slice(&self, token: &Item, skip: usize) -> SrcStr {
+        SrcStr::source(token.pos() + skip, token.end())
     }
 
     /// The value of a string literal token: a range of the source unless it has escapes
     /// (or, raw, carriage returns).
-    fn string_value(&mut self, token: &Item<'_>) -> PResult<SrcStr> {
+    fn string_value(&mut self, token: &Item) -> PResult<SrcStr> {
+        let val = self.val(token);
         let plain = match token.typ {
-            ItemType::RawString => !token.val.contains('\r'),
-            _ => !token.val.contains('\\'),
+            ItemType::RawString => !val.contains('\r'),
+            _ => !val.contains('\\'),
         };
-        if plain && token.val.len() >= 2 {
-            return Ok(SrcStr::source(
-                token.pos + 1,
-                token.pos + token.val.len() - 1,
-            ));
+        if plain && val.len() >= 2 {
+            return Ok(SrcStr::source(token.pos() + 1, token.end() - 1));
         }
-        match unquote(token.val) {
+        match unquote(val) {
             Ok(s) => Ok(self.ast.owned(&s)),
             Err(e) => self.errorf(e),
         }
     }
 
-    fn lex_next(&mut self) -> Item<'a> {
+    /// The text of a token.
+    fn val(&self, token: &Item) -> &'a str {
+        token.val(self.src)
+    }
+
+    fn lex_next(&mut self) -> Item {
         self.lex.next_item()
     }
 
-    fn next(&mut self) -> Item<'a> {
+    fn next(&mut self) -> Item {
         if self.peek_count > 0 {
             self.peek_count -= 1;
         } else {
@@ -154,18 +153,18 @@ impl<'a> Parser<'a> {
         self.peek_count += 1;
     }
 
-    fn backup2(&mut self, t1: Item<'a>) {
+    fn backup2(&mut self, t1: Item) {
         self.token[1] = t1;
         self.peek_count = 2;
     }
 
-    fn backup3(&mut self, t2: Item<'a>, t1: Item<'a>) {
+    fn backup3(&mut self, t2: Item, t1: Item) {
         self.token[1] = t1;
         self.token[2] = t2;
         self.peek_count = 3;
     }
 
-    fn peek(&mut self) -> Item<'a> {
+    fn peek(&mut self) -> Item {
         if self.peek_count > 0 {
             return self.token[self.peek_count - 1];
         }
@@ -174,16 +173,45 @@ impl<'a> Parser<'a> {
         self.token[0]
     }
 
-    fn next_non_space(&mut self) -> Item<'a> {
+    fn next_non_space(&mut self) -> Item {
         loop {
-            let t = self.next();
+            if self.peek_count == 0 {
+                // The lexer passes spaces without making their tokens.
+                self.token[0] = self.lex.next_non_space().0;
+                return self.token[0];
+            }
+            self.peek_count -= 1;
+            let t = self.token[self.peek_count];
             if t.typ != ItemType::Space {
                 return t;
             }
         }
     }
 
-    fn peek_non_space(&mut self) -> Item<'a> {
+    /// The next token that is not a space, and whether a space came before it.
+    fn next_spaced(&mut self) -> (Item, bool) {
+        if self.peek_count == 0 {
+            let (t, spaced) = self.lex.next_non_space();
+            self.token[0] = t;
+            return (t, spaced);
+        }
+        let t = self.next();
+        if t.typ == ItemType::Space {
+            return (self.next_non_space(), true);
+        }
+        (t, false)
+    }
+
+    /// Whether the next token is a field (`.x`); a field token starts with `.`, so the
+    /// lexer need not make the next token when it does not.
+    fn peek_is_field(&mut self) -> bool {
+        if self.peek_count == 0 && !self.lex.at_byte(b'.') {
+            return false;
+        }
+        self.peek().typ == ItemType::Field
+    }
+
+    fn peek_non_space(&mut self) -> Item {
         let t = self.next_non_space();
         self.backup();
         t
@@ -193,30 +221,30 @@ impl<'a> Parser<'a> {
         Err(format!(
             "template: {}:{}: {}",
             self.parse_name,
-            self.token[0].line,
+            line_at(self.src, self.token[0].pos()),
             msg.as_ref()
         ))
     }
 
-    fn unexpected<T>(&self, token: &Item<'_>, context: &str) -> PResult<T> {
+    fn unexpected<T>(&self, token: &Item, context: &str) -> PResult<T> {
         if token.typ == ItemType::Error {
             let mut extra = String::new();
-            if self.action_line != 0 && self.action_line != token.line {
-                extra = format!(
-                    " in action started at {}:{}",
-                    self.parse_name, self.action_line
-                );
+            let action_line = self.action_pos.map(|p| line_at(self.src, p));
+            if let Some(action_line) = action_line
+                && action_line != line_at(self.src, token.pos())
+            {
+                extra = format!(" in action started at {}:{}", self.parse_name, action_line);
                 if self.lex.error().ends_with(" action") {
                     extra = extra[" in action".len()..].to_string();
                 }
             }
             return self.errorf(format!("{}{extra}", self.lex.error()));
         }
-        let token = token.describe(self.lex.error());
+        let token = token.describe(self.src, self.lex.error());
         self.errorf(format!("unexpected {token} in {context}"))
     }
 
-    fn expect(&mut self, typ: ItemType, context: &str) -> PResult<Item<'a>> {
+    fn expect(&mut self, typ: ItemType, context: &str) -> PResult<Item> {
         let t = self.next_non_space();
         if t.typ != typ {
             return self.unexpected(&t, context);
@@ -290,7 +318,7 @@ impl<'a> Parser<'a> {
         if token.typ != ItemType::String && token.typ != ItemType::RawString {
             return self.unexpected(&token, CONTEXT);
         }
-        let name = match unquote(token.val) {
+        let name = match unquote(self.val(&token)) {
             Ok(s) => s,
             Err(e) => return self.errorf(e),
         };
@@ -325,9 +353,9 @@ impl<'a> Parser<'a> {
         match token.typ {
             ItemType::Text => Ok(Parsed::Node(Node::Text(self.slice(&token, 0)))),
             ItemType::LeftDelim => {
-                self.action_line = token.line;
+                self.action_pos = Some(token.pos());
                 let r = self.action();
-                self.action_line = 0;
+                self.action_pos = None;
                 r
             }
             _ => self.unexpected(&token, "input"),
@@ -401,13 +429,13 @@ impl<'a> Parser<'a> {
                 self.next_non_space();
                 decl[decls] = self.slice(&v, 0);
                 decls += 1;
-                self.vars.push(v.val);
+                self.vars.push(self.val(&v));
                 break;
-            } else if next.typ == ItemType::Char && next.val == "," {
+            } else if next.typ == ItemType::Char && self.val(&next) == "," {
                 self.next_non_space();
                 decl[decls] = self.slice(&v, 0);
                 decls += 1;
-                self.vars.push(v.val);
+                self.vars.push(self.val(&v));
                 if context == "range" && decls < 2 {
                     match self.peek_non_space().typ {
                         ItemType::Variable | ItemType::RightDelim | ItemType::RightParen => {
@@ -434,7 +462,7 @@ impl<'a> Parser<'a> {
                     self.check_pipeline(mark, context)?;
                     let cmds = self.ast.push_cmds(self.cmd_stack.drain(mark..));
                     return Ok(Pipe {
-                        pos: pos32(token.pos),
+                        pos: pos32(token.pos()),
                         is_assign,
                         decl,
                         cmds,
@@ -529,7 +557,7 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn template_name(&mut self, token: &Item<'_>, context: &str) -> PResult<SrcStr> {
+    fn template_name(&mut self, token: &Item, context: &str) -> PResult<SrcStr> {
         match token.typ {
             ItemType::String | ItemType::RawString => self.string_value(token),
             _ => self.unexpected(token, context),
@@ -555,7 +583,7 @@ impl<'a> Parser<'a> {
         let name_text = self.ast.text(self.src, name).to_string();
         self.add(name_text, list)?;
         Ok(Node::Template(self.ast.call(TemplateCall {
-            pos: pos32(token.pos),
+            pos: pos32(token.pos()),
             name,
             pipe: Some(pipe),
         })))
@@ -572,23 +600,27 @@ impl<'a> Parser<'a> {
             pipe = Some(self.ast.pipe(p));
         }
         Ok(Node::Template(self.ast.call(TemplateCall {
-            pos: pos32(token.pos),
+            pos: pos32(token.pos()),
             name,
             pipe,
         })))
     }
 
     fn command(&mut self) -> PResult<Command> {
-        let pos = self.peek_non_space().pos;
+        let pos = self.peek_non_space().pos();
         let mark = self.arg_stack.len();
         loop {
             self.peek_non_space();
             if let Some(op) = self.operand()? {
                 self.arg_stack.push(op);
             }
-            let token = self.next();
+            let (token, spaced) = self.next_spaced();
+            if spaced {
+                // A space ends the operand; the loop reads what follows it.
+                self.backup();
+                continue;
+            }
             match token.typ {
-                ItemType::Space => continue,
                 ItemType::RightDelim | ItemType::RightParen => self.backup(),
                 ItemType::Pipe => {}
                 _ => return self.unexpected(&token, "operand"),
@@ -615,10 +647,10 @@ impl<'a> Parser<'a> {
         let Some((node, text)) = self.term()? else {
             return Ok(None);
         };
-        if self.peek().typ != ItemType::Field {
+        if !self.peek_is_field() {
             return Ok(Some(node));
         }
-        let chain_pos = self.peek().pos;
+        let chain_pos = self.peek().pos();
         match node {
             // These print as their token's text.
             Arg::Bool { .. }
@@ -647,19 +679,17 @@ impl<'a> Parser<'a> {
         let token = self.next_non_space();
         let is_var = token.typ == ItemType::Variable;
         let first = if is_var {
-            if !self.vars.contains(&token.val) {
-                return self.errorf(format!(
-                    "undefined variable {}",
-                    crate::gofmt::quote(token.val)
-                ));
+            let name = self.val(&token);
+            if !self.vars.contains(&name) {
+                return self.errorf(format!("undefined variable {}", crate::gofmt::quote(name)));
             }
             self.slice(&token, 0)
         } else {
             self.slice(&token, 1)
         };
-        let mut pos = token.pos;
-        if self.peek().typ == ItemType::Field {
-            pos = self.peek().pos;
+        let mut pos = token.pos();
+        if self.peek_is_field() {
+            pos = self.peek().pos();
         }
         let idents = self.fields_after(Some(first));
         let pos = pos32(pos);
@@ -674,7 +704,7 @@ impl<'a> Parser<'a> {
     fn fields_after(&mut self, first: Option<SrcStr>) -> Span {
         self.field_stack.clear();
         self.field_stack.extend(first);
-        while self.peek().typ == ItemType::Field {
+        while self.peek_is_field() {
             let f = self.next();
             let name = self.slice(&f, 1);
             self.field_stack.push(name);
@@ -686,13 +716,14 @@ impl<'a> Parser<'a> {
     /// operand and its token's text.
     fn term(&mut self) -> PResult<Option<(Arg, &'a str)>> {
         let token = self.next_non_space();
-        let pos = pos32(token.pos);
+        let pos = pos32(token.pos());
         let arg = match token.typ {
             ItemType::Identifier => {
-                if !(self.has_func)(token.val) {
+                let name = self.val(&token);
+                if !(self.has_func)(name) {
                     return self.errorf(format!(
                         "function {} not defined",
-                        crate::gofmt::quote(token.val)
+                        crate::gofmt::quote(name)
                     ));
                 }
                 Arg::Identifier {
@@ -704,10 +735,10 @@ impl<'a> Parser<'a> {
             ItemType::Nil => Arg::Nil { pos },
             ItemType::Bool => Arg::Bool {
                 pos,
-                val: token.val == "true",
+                val: self.val(&token) == "true",
             },
             ItemType::CharConstant | ItemType::Complex | ItemType::Number => {
-                match parse_number(pos, token.val, self.slice(&token, 0), token.typ) {
+                match parse_number(pos, self.val(&token), self.slice(&token, 0), token.typ) {
                     Ok(n) => Arg::Number(self.ast.number(n)),
                     Err(e) => return self.errorf(e),
                 }
@@ -727,7 +758,7 @@ impl<'a> Parser<'a> {
                 return Ok(None);
             }
         };
-        Ok(Some((arg, token.val)))
+        Ok(Some((arg, self.val(&token))))
     }
 }
 
