@@ -295,10 +295,10 @@ pub(crate) struct AstBuilder {
 }
 
 /// Appends `items` to `array`, returning their span.
-fn push_all<T>(array: &mut Vec<T>, items: impl ExactSizeIterator<Item = T>) -> Span {
+fn push_all<T: Copy>(array: &mut Vec<T>, items: &[T]) -> Span {
     let start = array.len() as u32;
     let len = items.len() as u32;
-    array.extend(items);
+    array.extend_from_slice(items);
     Span { start, len }
 }
 
@@ -319,19 +319,19 @@ impl AstBuilder {
         }
     }
 
-    pub fn push_nodes(&mut self, nodes: impl ExactSizeIterator<Item = Node>) -> Span {
+    pub fn push_nodes(&mut self, nodes: &[Node]) -> Span {
         push_all(&mut self.nodes, nodes)
     }
 
-    pub fn push_cmds(&mut self, cmds: impl ExactSizeIterator<Item = Command>) -> Span {
+    pub fn push_cmds(&mut self, cmds: &[Command]) -> Span {
         push_all(&mut self.cmds, cmds)
     }
 
-    pub fn push_args(&mut self, args: impl ExactSizeIterator<Item = Arg>) -> Span {
+    pub fn push_args(&mut self, args: &[Arg]) -> Span {
         push_all(&mut self.args, args)
     }
 
-    pub fn push_names(&mut self, names: impl ExactSizeIterator<Item = SrcStr>) -> Span {
+    pub fn push_names(&mut self, names: &[SrcStr]) -> Span {
         push_all(&mut self.names, names)
     }
 
@@ -374,20 +374,34 @@ impl AstBuilder {
         is_empty_list(&self.nodes[list.range()], |s| self.text(src, s))
     }
 
-    /// The finished tree, each array sized exactly.
-    pub fn finish(self, src: &str) -> Ast {
+    /// The finished tree, each array a copy sized exactly (the builder keeps its memory for
+    /// the next source: [`AstBuilder::clear`]).
+    pub fn finish(&self, src: &str) -> Ast {
         Ast {
             src: Box::from(src),
-            extra: self.extra.into_boxed_str(),
-            nodes: self.nodes.into_boxed_slice(),
-            branches: self.branches.into_boxed_slice(),
-            calls: self.calls.into_boxed_slice(),
-            pipes: self.pipes.into_boxed_slice(),
-            cmds: self.cmds.into_boxed_slice(),
-            args: self.args.into_boxed_slice(),
-            names: self.names.into_boxed_slice(),
-            numbers: self.numbers.into_boxed_slice(),
+            extra: Box::from(self.extra.as_str()),
+            nodes: Box::from(self.nodes.as_slice()),
+            branches: Box::from(self.branches.as_slice()),
+            calls: Box::from(self.calls.as_slice()),
+            pipes: Box::from(self.pipes.as_slice()),
+            cmds: Box::from(self.cmds.as_slice()),
+            args: Box::from(self.args.as_slice()),
+            names: Box::from(self.names.as_slice()),
+            numbers: Box::from(self.numbers.as_slice()),
         }
+    }
+
+    /// Empties the arrays, keeping their memory.
+    pub fn clear(&mut self) {
+        self.extra.clear();
+        self.nodes.clear();
+        self.branches.clear();
+        self.calls.clear();
+        self.pipes.clear();
+        self.cmds.clear();
+        self.args.clear();
+        self.names.clear();
+        self.numbers.clear();
     }
 }
 

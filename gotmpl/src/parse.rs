@@ -28,13 +28,26 @@ pub(crate) struct ParsedTree {
     pub empty: bool,
 }
 
+/// Working memory of the parser, kept from one parse to the next so that a set of sources
+/// grows its arrays once rather than once per source.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    ast: AstBuilder,
+    field_stack: Vec<SrcStr>,
+    node_stack: Vec<Node>,
+    cmd_stack: Vec<Command>,
+    arg_stack: Vec<Arg>,
+}
+
 /// Parses `src` as template `name`; returns the nodes and every tree: the top-level one and
 /// each `define`/`block` in the order met. `has_func` tells whether a function name exists
-/// (builtins included). The trees' names, literals and text are ranges of `src`.
+/// (builtins included). The trees' names, literals and text are ranges of `src`. `scratch`
+/// is working memory (any earlier parse's, or new).
 pub(crate) fn parse(
     name: &str,
     src: &str,
     has_func: &dyn Fn(&str) -> bool,
+    scratch: &mut Scratch,
 ) -> Result<(Ast, Vec<ParsedTree>), String> {
     if src.len() > MAX_SOURCE_LEN {
         return Err(format!(
@@ -50,6 +63,7 @@ pub(crate) fn parse(
         token: [eof; 3],
         peek_count: 0,
         vars: vec!["$"],
+        scope: 0,
         has_func,
         parse_name: name,
         action_pos: None,
@@ -57,15 +71,27 @@ pub(crate) fn parse(
         depth: 0,
         trees: Vec::new(),
         stack_base: crate::exec::stack_position(),
-        ast: AstBuilder::default(),
-        field_stack: Vec::new(),
-        node_stack: Vec::new(),
-        cmd_stack: Vec::new(),
-        arg_stack: Vec::new(),
+        ast: std::mem::take(&mut scratch.ast),
+        field_stack: std::mem::take(&mut scratch.field_stack),
+        node_stack: std::mem::take(&mut scratch.node_stack),
+        cmd_stack: std::mem::take(&mut scratch.cmd_stack),
+        arg_stack: std::mem::take(&mut scratch.arg_stack),
     };
-    let root = p.parse_top()?;
-    p.add(name.to_string(), root)?;
-    Ok((p.ast.finish(src), p.trees))
+    let parsed = p.parse_top().and_then(|root| p.add(name.to_string(), root));
+    let result = parsed.map(|()| p.ast.finish(src));
+    p.ast.clear();
+    p.field_stack.clear();
+    p.node_stack.clear();
+    p.cmd_stack.clear();
+    p.arg_stack.clear();
+    *scratch = Scratch {
+        ast: p.ast,
+        field_stack: p.field_stack,
+        node_stack: p.node_stack,
+        cmd_stack: p.cmd_stack,
+        arg_stack: p.arg_stack,
+    };
+    Ok((result?, p.trees))
 }
 
 struct Parser<'a> {
@@ -73,7 +99,9 @@ struct Parser<'a> {
     lex: Lexer<'a>,
     token: [Item; 3],
     peek_count: usize,
+    /// The variables in scope: `vars[scope..]` (a definition starts a fresh scope).
     vars: Vec<&'a str>,
+    scope: usize,
     has_func: &'a dyn Fn(&str) -> bool,
     parse_name: &'a str,
     /// The offset of the action being parsed (its left delimiter).
@@ -289,7 +317,9 @@ impl<'a> Parser<'a> {
 
     /// Moves the nodes above `mark` on the node stack to the tree: a finished list.
     fn finish_list(&mut self, mark: usize) -> Span {
-        self.ast.push_nodes(self.node_stack.drain(mark..))
+        let span = self.ast.push_nodes(&self.node_stack[mark..]);
+        self.node_stack.truncate(mark);
+        span
     }
 
     fn parse_top(&mut self) -> PResult<Span> {
@@ -324,17 +354,31 @@ impl<'a> Parser<'a> {
         };
         self.expect(ItemType::RightDelim, CONTEXT)?;
         // A definition is a fresh tree: no outer variables, not inside a range.
-        let saved_vars = std::mem::replace(&mut self.vars, vec!["$"]);
-        let saved_range = std::mem::replace(&mut self.range_depth, 0);
+        let (saved_scope, saved_range) = self.fresh_scope();
         self.enter()?;
         let (list, end) = self.item_list()?;
         self.leave();
-        self.vars = saved_vars;
-        self.range_depth = saved_range;
+        self.end_scope((saved_scope, saved_range));
         if let Parsed::Else = end {
             return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
         }
         self.add(name, list)
+    }
+
+    /// Starts the scope of a definition's body (only `$`, outside any range); returns what
+    /// [`Parser::end_scope`] restores.
+    fn fresh_scope(&mut self) -> (usize, usize) {
+        let saved = (self.scope, self.range_depth);
+        self.scope = self.vars.len();
+        self.vars.push("$");
+        self.range_depth = 0;
+        saved
+    }
+
+    fn end_scope(&mut self, (scope, range_depth): (usize, usize)) {
+        self.vars.truncate(self.scope);
+        self.scope = scope;
+        self.range_depth = range_depth;
     }
 
     fn item_list(&mut self) -> PResult<(Span, Parsed)> {
@@ -453,14 +497,15 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        let decl = self.ast.push_names(decl[..decls].iter().copied());
+        let decl = self.ast.push_names(&decl[..decls]);
         let mark = self.cmd_stack.len();
         loop {
             let token_next = self.next_non_space();
             match token_next.typ {
                 t if t == end => {
                     self.check_pipeline(mark, context)?;
-                    let cmds = self.ast.push_cmds(self.cmd_stack.drain(mark..));
+                    let cmds = self.ast.push_cmds(&self.cmd_stack[mark..]);
+                    self.cmd_stack.truncate(mark);
                     return Ok(Pipe {
                         pos: pos32(token.pos()),
                         is_assign,
@@ -536,11 +581,11 @@ impl<'a> Parser<'a> {
             if context == "if" && self.peek().typ == ItemType::If {
                 self.next();
                 let inner = self.control("if")?;
-                else_list = Some(self.ast.push_nodes(std::iter::once(Node::If(inner))));
+                else_list = Some(self.ast.push_nodes(&[Node::If(inner)]));
             } else if context == "with" && self.peek().typ == ItemType::With {
                 self.next();
                 let inner = self.control("with")?;
-                else_list = Some(self.ast.push_nodes(std::iter::once(Node::With(inner))));
+                else_list = Some(self.ast.push_nodes(&[Node::With(inner)]));
             } else {
                 let (list, next) = self.item_list()?;
                 if let Parsed::Else = next {
@@ -570,13 +615,11 @@ impl<'a> Parser<'a> {
         let name = self.template_name(&token, CONTEXT)?;
         let pipe = self.pipeline(CONTEXT, ItemType::RightDelim)?;
         let pipe = self.ast.pipe(pipe);
-        let saved_vars = std::mem::replace(&mut self.vars, vec!["$"]);
-        let saved_range = std::mem::replace(&mut self.range_depth, 0);
+        let (saved_scope, saved_range) = self.fresh_scope();
         self.enter()?;
         let (list, end) = self.item_list()?;
         self.leave();
-        self.vars = saved_vars;
-        self.range_depth = saved_range;
+        self.end_scope((saved_scope, saved_range));
         if let Parsed::Else = end {
             return self.errorf(format!("unexpected {{{{else}}}} in {CONTEXT}"));
         }
@@ -610,7 +653,6 @@ impl<'a> Parser<'a> {
         let pos = self.peek_non_space().pos();
         let mark = self.arg_stack.len();
         loop {
-            self.peek_non_space();
             if let Some(op) = self.operand()? {
                 self.arg_stack.push(op);
             }
@@ -630,7 +672,8 @@ impl<'a> Parser<'a> {
         if self.arg_stack.len() == mark {
             return self.errorf("empty command");
         }
-        let args = self.ast.push_args(self.arg_stack.drain(mark..));
+        let args = self.ast.push_args(&self.arg_stack[mark..]);
+        self.arg_stack.truncate(mark);
         Ok(Command {
             pos: pos32(pos),
             args,
@@ -680,7 +723,7 @@ impl<'a> Parser<'a> {
         let is_var = token.typ == ItemType::Variable;
         let first = if is_var {
             let name = self.val(&token);
-            if !self.vars.contains(&name) {
+            if !self.vars[self.scope..].contains(&name) {
                 return self.errorf(format!("undefined variable {}", crate::gofmt::quote(name)));
             }
             self.slice(&token, 0)
@@ -709,7 +752,9 @@ impl<'a> Parser<'a> {
             let name = self.slice(&f, 1);
             self.field_stack.push(name);
         }
-        self.ast.push_names(self.field_stack.drain(..))
+        let span = self.ast.push_names(&self.field_stack);
+        self.field_stack.clear();
+        span
     }
 
     /// Go's `term`, except fields and variables ([`Parser::field_or_variable`]): the
@@ -1083,7 +1128,9 @@ mod tests {
     }
 
     fn err(src: &str) -> String {
-        parse("t", src, &has).err().unwrap_or_default()
+        parse("t", src, &has, &mut Scratch::default())
+            .err()
+            .unwrap_or_default()
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::ast::{Ast, Span};
 use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
 use crate::names::NameMap;
-use crate::parse::ParsedTree;
+use crate::parse::{ParsedTree, Scratch};
 use crate::signature::FuncMap;
 use crate::value::Value;
 use crate::{Error, ExecOptions};
@@ -213,9 +213,19 @@ struct ParsedSource {
     trees: Vec<ParsedTree>,
 }
 
+thread_local! {
+    /// The parser's working memory on this thread, kept between parses (a chart's sources
+    /// are parsed one after another; `tpl` parses again and again).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 fn parse_source(name: &str, text: &str, funcs: &FuncMap) -> Result<ParsedSource, Error> {
     let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
-    let (ast, trees) = crate::parse::parse(name, text, &has).map_err(Error::Parse)?;
+    let parsed = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut scratch) => crate::parse::parse(name, text, &has, &mut scratch),
+        Err(_) => crate::parse::parse(name, text, &has, &mut Scratch::default()),
+    });
+    let (ast, trees) = parsed.map_err(Error::Parse)?;
     Ok(ParsedSource {
         parse_name: name.to_string(),
         ast: Arc::new(ast),
