@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::chart::{Chart, File};
@@ -268,13 +268,17 @@ fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, Lo
     }
     rules.add_defaults();
     let mut files = Vec::new();
-    walk(&top, &top, "", &rules, &mut files, 0)?;
+    walk(dir, &top, "", &rules, &mut files, 0)?;
     load_shared_files(files, detected)
 }
 
+/// Walks `dir`, the path the caller gave, used for every system call (a relative path is
+/// resolved from fewer components than its absolute form); `shown` is its absolute form,
+/// for messages. Each entry's type comes with the directory listing, so only symlinks are
+/// `stat`ed; a regular file's size and time come from its open descriptor.
 fn walk(
-    top: &Path,
     dir: &Path,
+    shown: &Path,
     rel: &str,
     rules: &Rules,
     out: &mut Vec<File>,
@@ -282,7 +286,7 @@ fn walk(
 ) -> Result<(), LoadError> {
     if depth > 64 {
         return Err(LoadError::Io {
-            path: dir.display().to_string(),
+            path: shown.display().to_string(),
             source: std::io::Error::other("too many levels of symbolic links"),
         });
     }
@@ -290,55 +294,67 @@ fn walk(
         path: p.display().to_string(),
         source: e,
     };
-    let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
-        .map_err(|e| io(dir, e))?
-        .map(|e| e.map(|e| (e.file_name().to_string_lossy().into_owned(), e.path())))
-        .collect::<Result<_, _>>()
-        .map_err(|e| io(dir, e))?;
-    names.sort();
-    for (name, path) in names {
+    let mut names: Vec<(String, std::fs::FileType)> = std::fs::read_dir(dir)
+        .map_err(|e| io(shown, e))?
+        .map(|e| {
+            let e = e?;
+            Ok((e.file_name().to_string_lossy().into_owned(), e.file_type()?))
+        })
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| io(shown, e))?;
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, file_type) in names {
         let n = if rel.is_empty() {
             name.clone()
         } else {
             format!("{rel}/{name}")
         };
+        let path = dir.join(&name);
         // sympath.Walk resolves symlinks and walks their targets under the link's name.
-        let md = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
-        if md.is_dir() {
+        let (is_dir, is_file) = if file_type.is_symlink() {
+            let md = std::fs::metadata(&path).map_err(|e| io(&shown.join(&name), e))?;
+            (md.is_dir(), md.is_file())
+        } else {
+            (file_type.is_dir(), file_type.is_file())
+        };
+        if is_dir {
             if rules.ignore(&n, true) {
                 continue;
             }
-            walk(top, &path, &n, rules, out, depth + 1)?;
+            walk(&path, &shown.join(&name), &n, rules, out, depth + 1)?;
             continue;
         }
         if rules.ignore(&n, false) {
             continue;
         }
-        if !md.is_file() {
-            return Err(LoadError::Irregular(path.display().to_string()));
+        if !is_file {
+            return Err(LoadError::Irregular(
+                shown.join(&name).display().to_string(),
+            ));
         }
+        let read_error = |e| LoadError::Read {
+            path: n.clone(),
+            source: e,
+        };
+        let f = std::fs::File::open(&path).map_err(read_error)?;
+        let md = f.metadata().map_err(|e| io(&shown.join(&name), e))?;
         if md.len() > MAX_DECOMPRESSED_FILE_SIZE {
             return Err(LoadError::FileTooLarge(name));
         }
-        let data = read_shared(&path, md.len()).map_err(|e| LoadError::Read {
-            path: n.clone(),
-            source: e,
-        })?;
+        let data = read_shared(f, &path, md.len()).map_err(read_error)?;
         out.push(File {
             name: n,
             data,
             mod_time: md.modified().ok().map(GoTime::from_system),
         });
     }
-    let _ = top;
     Ok(())
 }
 
 /// A file's contents, BOM stripped, read straight into the shared buffer the chart keeps
-/// (no second copy of every file): `len` is the size the directory entry gave, and a file
-/// that turns out to be shorter or longer is read again the ordinary way.
-fn read_shared(path: &Path, len: u64) -> std::io::Result<Arc<[u8]>> {
-    let mut f = std::fs::File::open(path)?;
+/// (no second copy of every file): `f` is `path` opened, `len` the size it had then, and a
+/// file that turns out to be shorter or longer is read again the ordinary way.
+fn read_shared(mut f: std::fs::File, path: &Path, len: u64) -> std::io::Result<Arc<[u8]>> {
     if let Ok(n) = usize::try_from(len) {
         let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, n).collect();
         if let Some(buf) = Arc::get_mut(&mut data) {
