@@ -9,6 +9,7 @@
 //! thing a render keeps, and every fresh heap page costs a page fault.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Marks a [`SrcStr`] of the decoded literals ([`Ast`]'s `extra`) rather than the source.
 const EXTRA: u32 = 1 << 31;
@@ -180,10 +181,42 @@ impl Arg {
     }
 }
 
+/// Sources at least this long may be shared with the caller rather than copied.
+const SHARE_MIN_LEN: usize = 16 << 10;
+
+/// Bytes of source per pipeline from which a source is shared: reading a shared text checks
+/// it is UTF-8 each time, so only sources that are mostly plain text (a CRD with a few
+/// actions) are worth it; a copy costs a fresh page (a page fault) per 4 KiB.
+const SHARE_MIN_BYTES_PER_PIPE: usize = 1 << 10;
+
+/// The text a tree's ranges point into.
+enum Source {
+    /// A copy of the parsed text.
+    Owned(Box<str>),
+    /// The caller's bytes (a chart file), shared rather than copied: exactly the bytes of
+    /// the parsed text, so UTF-8, and every range of the tree lies on character boundaries.
+    Shared(Arc<[u8]>),
+}
+
+impl Default for Source {
+    fn default() -> Self {
+        Source::Owned(Box::default())
+    }
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Owned(text) => fmt::Debug::fmt(&**text, f),
+            Source::Shared(bytes) => fmt::Debug::fmt(&String::from_utf8_lossy(bytes), f),
+        }
+    }
+}
+
 /// The trees parsed from one source: its text, the decoded literals, and the nodes.
 #[derive(Debug, Default)]
 pub(crate) struct Ast {
-    src: Box<str>,
+    src: Source,
     extra: Box<str>,
     nodes: Box<[Node]>,
     branches: Box<[Branch]>,
@@ -196,17 +229,32 @@ pub(crate) struct Ast {
 }
 
 impl Ast {
-    /// The source text.
+    /// The source text (for error positions).
     pub fn src(&self) -> &str {
-        &self.src
+        match &self.src {
+            Source::Owned(text) => text,
+            Source::Shared(bytes) => {
+                std::str::from_utf8(bytes).expect("a shared source is the bytes of a str")
+            }
+        }
     }
 
     pub fn str(&self, s: SrcStr) -> &str {
-        if s.start & EXTRA == 0 {
-            &self.src[s.start as usize..s.end as usize]
-        } else {
-            &self.extra[(s.start & !EXTRA) as usize..(s.end & !EXTRA) as usize]
+        if s.start & EXTRA != 0 {
+            return &self.extra[(s.start & !EXTRA) as usize..(s.end & !EXTRA) as usize];
         }
+        let range = s.start as usize..s.end as usize;
+        match &self.src {
+            Source::Owned(text) => &text[range],
+            Source::Shared(bytes) => std::str::from_utf8(&bytes[range])
+                .expect("tree ranges of a shared source lie on character boundaries"),
+        }
+    }
+
+    /// Whether the tree keeps its caller's bytes rather than a copy.
+    #[cfg(test)]
+    pub fn is_shared(&self) -> bool {
+        matches!(self.src, Source::Shared(_))
     }
 
     pub fn nodes(&self, s: Span) -> &[Node] {
@@ -375,10 +423,22 @@ impl AstBuilder {
     }
 
     /// The finished tree, each array a copy sized exactly (the builder keeps its memory for
-    /// the next source: [`AstBuilder::clear`]).
-    pub fn finish(&self, src: &str) -> Ast {
+    /// the next source: [`AstBuilder::clear`]). `src` is the source; `shared`, when given,
+    /// holds exactly its bytes, which a long and mostly plain source keeps instead of a copy.
+    pub fn finish(&self, src: &str, shared: Option<&Arc<[u8]>>) -> Ast {
+        let src = match shared {
+            Some(bytes)
+                if bytes.as_ptr() == src.as_ptr()
+                    && bytes.len() == src.len()
+                    && src.len() >= SHARE_MIN_LEN
+                    && self.pipes.len() * SHARE_MIN_BYTES_PER_PIPE <= src.len() =>
+            {
+                Source::Shared(Arc::clone(bytes))
+            }
+            _ => Source::Owned(Box::from(src)),
+        };
         Ast {
-            src: Box::from(src),
+            src,
             extra: Box::from(self.extra.as_str()),
             nodes: Box::from(self.nodes.as_slice()),
             branches: Box::from(self.branches.as_slice()),

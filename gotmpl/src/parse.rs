@@ -6,6 +6,7 @@ use crate::ast::{
     TemplateCall,
 };
 use crate::lex::{Item, ItemType, Lexer, line_at};
+use std::sync::Arc;
 
 /// Maximum nesting of control structures (each `else if` link counts), blocks and
 /// parenthesised pipelines. Go limits only parentheses (at 10000); a Rust stack needs a bound
@@ -41,11 +42,13 @@ pub(crate) struct Scratch {
 
 /// Parses `src` as template `name`; returns the nodes and every tree: the top-level one and
 /// each `define`/`block` in the order met. `has_func` tells whether a function name exists
-/// (builtins included). The trees' names, literals and text are ranges of `src`. `scratch`
-/// is working memory (any earlier parse's, or new).
+/// (builtins included). The trees' names, literals and text are ranges of `src`, kept in a
+/// copy or, when `shared` holds exactly the bytes of `src` and the source is long and mostly
+/// plain text, in `shared`. `scratch` is working memory (any earlier parse's, or new).
 pub(crate) fn parse(
     name: &str,
     src: &str,
+    shared: Option<&Arc<[u8]>>,
     has_func: &dyn Fn(&str) -> bool,
     scratch: &mut Scratch,
 ) -> Result<(Ast, Vec<ParsedTree>), String> {
@@ -78,7 +81,7 @@ pub(crate) fn parse(
         arg_stack: std::mem::take(&mut scratch.arg_stack),
     };
     let parsed = p.parse_top().and_then(|root| p.add(name.to_string(), root));
-    let result = parsed.map(|()| p.ast.finish(src));
+    let result = parsed.map(|()| p.ast.finish(src, shared));
     p.ast.clear();
     p.field_stack.clear();
     p.node_stack.clear();
@@ -1128,7 +1131,7 @@ mod tests {
     }
 
     fn err(src: &str) -> String {
-        parse("t", src, &has, &mut Scratch::default())
+        parse("t", src, None, &has, &mut Scratch::default())
             .err()
             .unwrap_or_default()
     }

@@ -25,6 +25,51 @@ pub fn sort_in_helm_parse_order<S: AsRef<str>>(names: &mut [S]) {
     });
 }
 
+/// A source for [`TemplateSet::parse_all`]: its text, and maybe the same bytes held in an
+/// `Arc` by the caller.
+pub trait TemplateSource: Sync {
+    /// The text to parse.
+    fn text(&self) -> &str;
+
+    /// The bytes of [`TemplateSource::text`] in an `Arc` the caller keeps anyway (a chart
+    /// file): a long source that is mostly plain text (few actions, as a CRD) then keeps them
+    /// instead of a copy. Bytes that are not exactly the text's (the same memory) are ignored.
+    fn shared_bytes(&self) -> Option<&Arc<[u8]>> {
+        None
+    }
+}
+
+impl TemplateSource for &str {
+    fn text(&self) -> &str {
+        self
+    }
+}
+
+impl TemplateSource for String {
+    fn text(&self) -> &str {
+        self
+    }
+}
+
+/// Text that may share its bytes with the parsed templates ([`TemplateSource`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SharedText<'a> {
+    /// The text.
+    pub text: &'a str,
+    /// The same bytes (`text` borrows them), when the caller holds them in an `Arc`.
+    pub bytes: Option<&'a Arc<[u8]>>,
+}
+
+impl TemplateSource for SharedText<'_> {
+    fn text(&self) -> &str {
+        self.text
+    }
+
+    fn shared_bytes(&self) -> Option<&Arc<[u8]>> {
+        self.bytes
+    }
+}
+
 /// One named template: its body, in the tree of the source it was parsed from (which also
 /// gives error positions).
 #[derive(Debug)]
@@ -83,7 +128,7 @@ impl TemplateSet {
     /// an error. Every function a template names must exist in `funcs` or the builtins.
     /// On error the set is unchanged.
     pub fn parse(&mut self, name: &str, text: &str, funcs: &FuncMap) -> Result<(), Error> {
-        let parsed = parse_source(name, text, funcs)?;
+        let parsed = parse_source(name, text, None, funcs)?;
         self.add(parsed);
         Ok(())
     }
@@ -93,6 +138,8 @@ impl TemplateSet {
     /// the sources before the first one (in order) that fails, whose index and error are
     /// returned. With `threads` > 1 the sources are parsed on that many threads (this one
     /// included), each taking the largest source left, and added in order afterwards.
+    /// Sources with shared bytes ([`TemplateSource::shared_bytes`]) may be kept rather than
+    /// copied.
     ///
     /// [`parse`]: TemplateSet::parse
     pub fn parse_all<N, T>(
@@ -103,13 +150,14 @@ impl TemplateSet {
     ) -> Result<(), (usize, Error)>
     where
         N: AsRef<str> + Sync,
-        T: AsRef<str> + Sync,
+        T: TemplateSource,
     {
         let threads = threads.clamp(1, sources.len().max(1));
         if threads == 1 {
             for (i, (name, text)) in sources.iter().enumerate() {
-                self.parse(name.as_ref(), text.as_ref(), funcs)
+                let parsed = parse_source(name.as_ref(), text.text(), text.shared_bytes(), funcs)
                     .map_err(|e| (i, e))?;
+                self.add(parsed);
             }
             return Ok(());
         }
@@ -219,11 +267,16 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-fn parse_source(name: &str, text: &str, funcs: &FuncMap) -> Result<ParsedSource, Error> {
+fn parse_source(
+    name: &str,
+    text: &str,
+    shared: Option<&Arc<[u8]>>,
+    funcs: &FuncMap,
+) -> Result<ParsedSource, Error> {
     let has = |n: &str| funcs.contains(n) || BUILTIN_NAMES.contains(&n);
     let parsed = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut scratch) => crate::parse::parse(name, text, &has, &mut scratch),
-        Err(_) => crate::parse::parse(name, text, &has, &mut Scratch::default()),
+        Ok(mut scratch) => crate::parse::parse(name, text, shared, &has, &mut scratch),
+        Err(_) => crate::parse::parse(name, text, shared, &has, &mut Scratch::default()),
     });
     let (ast, trees) = parsed.map_err(Error::Parse)?;
     Ok(ParsedSource {
@@ -247,11 +300,11 @@ fn parse_on_threads<N, T>(
 ) -> Vec<Result<ParsedSource, Error>>
 where
     N: AsRef<str> + Sync,
-    T: AsRef<str> + Sync,
+    T: TemplateSource,
 {
     // Largest first, so that the last sources taken are small and the threads end together.
     let mut by_size: Vec<usize> = (0..sources.len()).collect();
-    by_size.sort_by_key(|&i| std::cmp::Reverse(sources[i].1.as_ref().len()));
+    by_size.sort_by_key(|&i| std::cmp::Reverse(sources[i].1.text().len()));
     let next = AtomicUsize::new(0);
     let work = || {
         let mut done = Vec::new();
@@ -261,7 +314,10 @@ where
                 return done;
             };
             let (name, text) = &sources[i];
-            done.push((i, parse_source(name.as_ref(), text.as_ref(), funcs)));
+            done.push((
+                i,
+                parse_source(name.as_ref(), text.text(), text.shared_bytes(), funcs),
+            ));
         }
     };
     let mut slots: Vec<Option<Result<ParsedSource, Error>>> = std::iter::repeat_with(|| None)
@@ -441,6 +497,36 @@ mod tests {
             .expect("parses");
         assert_eq!(run(&set, "x"), "third");
         assert_eq!(set.names(), ["a", "b", "c", "v", "x", "y"]);
+    }
+
+    #[test]
+    fn only_long_mostly_plain_sources_keep_the_callers_bytes() {
+        let funcs = FuncMap::new();
+        let crd = format!("{}{{{{ .x }}}}\n", "plain: text é\n".repeat(2000));
+        let helpers = "{{ .x }}\n".repeat(3000);
+        let short = "plain {{ .x }}".to_string();
+        let opts = ExecOptions::helm();
+        for (text, shared) in [(crd, true), (helpers, false), (short, false)] {
+            let bytes: Arc<[u8]> = Arc::from(text.as_bytes());
+            let own = std::str::from_utf8(&bytes).expect("UTF-8");
+            let elsewhere = text.as_str();
+            for (view, want) in [(own, shared), (elsewhere, false)] {
+                let source = SharedText {
+                    text: view,
+                    bytes: Some(&bytes),
+                };
+                let mut set = TemplateSet::new("gotpl");
+                set.parse_all(&[("t", source)], &funcs, 1).expect("parses");
+                let tmpl = set.get("t").expect("parsed");
+                assert_eq!(tmpl.ast.is_shared(), want, "{} bytes", text.len());
+                let mut copy = TemplateSet::new("gotpl");
+                copy.parse("t", &text, &funcs).expect("parses");
+                assert_eq!(
+                    set.execute("t", &Value::Nil, &funcs, &opts),
+                    copy.execute("t", &Value::Nil, &funcs, &opts)
+                );
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use flotilla_gotmpl::{ExecOptions, Map, MapType, MissingKey, TemplateSet, Value};
+use flotilla_gotmpl::{ExecOptions, Map, MapType, MissingKey, SharedText, TemplateSet, Value};
 
 use super::convert::{VALUES_TYPE, into_values_map, values_map};
 use super::errors::{cleanup_parse_error, reformat_exec_error};
@@ -73,6 +73,8 @@ pub struct Engine {
 struct Renderable<'c> {
     path: String,
     source: std::borrow::Cow<'c, str>,
+    /// The file's bytes, which a parsed template may keep when `source` borrows them.
+    data: &'c Arc<[u8]>,
     scope: Map,
     base_path: String,
 }
@@ -164,9 +166,20 @@ impl Engine {
             sb.cmp(&sa).then_with(|| b.cmp(a))
         });
 
-        let sources: Vec<(&str, &str)> = order
+        let sources: Vec<(&str, SharedText<'_>)> = order
             .iter()
-            .map(|&i| (templates[i].path.as_str(), &*templates[i].source))
+            .map(|&i| {
+                let t = &templates[i];
+                let bytes = match &t.source {
+                    std::borrow::Cow::Borrowed(_) => Some(t.data),
+                    std::borrow::Cow::Owned(_) => None,
+                };
+                let text = SharedText {
+                    text: &t.source,
+                    bytes,
+                };
+                (t.path.as_str(), text)
+            })
             .collect();
         let mut set = TemplateSet::new("gotpl");
         set.parse_all(&sources, &funcs, PARSE_THREADS)
@@ -406,6 +419,7 @@ fn collect<'c>(
             path: format!("{full_path}/{}", t.name),
             // Go keeps invalid UTF-8 bytes as they are; here they become U+FFFD.
             source: crate::utf8_lossy(&t.data),
+            data: &t.data,
             scope: scope.clone(),
             base_path: format!("{full_path}/templates"),
         });
