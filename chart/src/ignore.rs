@@ -51,7 +51,11 @@ impl Shape {
             Shape::StarSuffix => name
                 .strip_suffix(&glob[1..])
                 .is_some_and(|covered| !covered.contains('/')),
-            Shape::Glob => go_match(glob, name).unwrap_or(false),
+            // The characters before the first special one must start the name.
+            Shape::Glob => {
+                let lit = glob.find(['*', '?', '[', '\\']).unwrap_or(glob.len());
+                name.starts_with(&glob[..lit]) && go_match(glob, name).unwrap_or(false)
+            }
         }
     }
 }
@@ -384,10 +388,9 @@ mod tests {
         let mut fast = 0;
         for glob in &globs {
             let shape = Shape::of(glob);
-            if shape == Shape::Glob {
-                continue;
+            if shape != Shape::Glob {
+                fast += 1;
             }
-            fast += 1;
             for name in &names {
                 assert_eq!(
                     shape.matches(glob, name),

@@ -138,6 +138,16 @@ pub(crate) fn characters_ok(src: &str) -> bool {
                 i += 8;
                 continue;
             }
+            // Look at the eight bytes one by one up to a non-ASCII one (a line feed would
+            // otherwise cost eight more looks at an unaligned window).
+            let ascii = chunk.iter().take_while(|&&b| b < 0x80).count();
+            if !chunk[..ascii].iter().all(|&b| byte_ok(b)) {
+                return false;
+            }
+            i += ascii;
+            if ascii == 8 {
+                continue;
+            }
         }
         let b = bytes[i];
         if b < 0x80 {

@@ -22,7 +22,12 @@ pub(crate) enum J<'a> {
 
 impl<'a> J<'a> {
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<J<'a>, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        // The common document goes through the direct reader; anything it does not take
+        // (errors first) is read by serde_json, which gives the same tree or the error.
+        match Fast::read(bytes) {
+            Some(j) => Ok(j),
+            None => serde_json::from_slice(bytes),
+        }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<&J<'a>> {
@@ -81,6 +86,222 @@ pub(crate) fn obj_get<'m, 'a>(m: &'m [(Cow<'a, str>, J<'a>)], key: &str) -> Opti
     m.binary_search_by(|(k, _)| k.as_ref().cmp(key))
         .ok()
         .map(|i| &m[i].1)
+}
+
+/// A direct reader of the JSON that schemas are made of, building the same tree as the
+/// serde_json visitor below in one pass over the bytes: strings without escapes, integers
+/// up to 19 digits, nesting up to 100 levels. It answers `None` on anything else (escaped
+/// strings and other numbers are handed to serde_json one at a time; syntax errors, control
+/// characters, invalid UTF-8 and deeper nesting make the whole document go to serde_json).
+struct Fast<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+}
+
+/// Deepest nesting the direct reader follows (serde_json's own limit is 128).
+const FAST_MAX_DEPTH: usize = 100;
+
+impl<'a> Fast<'a> {
+    fn read(b: &'a [u8]) -> Option<J<'a>> {
+        let mut p = Fast { b, i: 0, depth: 0 };
+        p.ws();
+        let v = p.value()?;
+        p.ws();
+        (p.i == b.len()).then_some(v)
+    }
+
+    fn ws(&mut self) {
+        while let Some(&c) = self.b.get(self.i) {
+            if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+                break;
+            }
+            self.i += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn value(&mut self) -> Option<J<'a>> {
+        match self.peek()? {
+            b'{' => self.object(),
+            b'[' => self.array(),
+            b'"' => Some(J::Str(self.string()?)),
+            b't' => self.word(b"true", J::Bool(true)),
+            b'f' => self.word(b"false", J::Bool(false)),
+            b'n' => self.word(b"null", J::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn word(&mut self, w: &[u8], v: J<'a>) -> Option<J<'a>> {
+        (self.b.get(self.i..self.i + w.len())? == w).then(|| {
+            self.i += w.len();
+            v
+        })
+    }
+
+    fn digits(&mut self) -> usize {
+        let n = self
+            .b
+            .get(self.i..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        self.i += n;
+        n
+    }
+
+    fn number(&mut self) -> Option<J<'a>> {
+        let start = self.i;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.i += 1;
+        }
+        let int_start = self.i;
+        let n = self.digits();
+        if n == 0 || (n > 1 && self.b[int_start] == b'0') {
+            return None;
+        }
+        let mut plain = !negative && n <= 19;
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if self.digits() == 0 {
+                return None;
+            }
+            plain = false;
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                return None;
+            }
+            plain = false;
+        }
+        if plain {
+            // A non-negative integer of at most 19 digits fits a u64, as serde_json reads it.
+            let v = self.b[int_start..self.i]
+                .iter()
+                .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+            return Some(J::Num(v.into()));
+        }
+        // Other numbers are read by serde_json itself (negative zero, floats, overflow).
+        let n: Number = serde_json::from_slice(&self.b[start..self.i]).ok()?;
+        Some(J::Num(n))
+    }
+
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let open = self.i;
+        let mut j = open + 1;
+        let mut escaped = false;
+        loop {
+            match *self.b.get(j)? {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    j += 2;
+                }
+                c if c < 0x20 => return None,
+                _ => j += 1,
+            }
+        }
+        self.i = j + 1;
+        if escaped {
+            let s: String = serde_json::from_slice(&self.b[open..=j]).ok()?;
+            Some(Cow::Owned(s))
+        } else {
+            Some(Cow::Borrowed(
+                std::str::from_utf8(&self.b[open + 1..j]).ok()?,
+            ))
+        }
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        self.depth += 1;
+        self.i += 1;
+        self.ws();
+        (self.depth <= FAST_MAX_DEPTH).then_some(())
+    }
+
+    fn array(&mut self) -> Option<J<'a>> {
+        self.enter()?;
+        let mut v = Vec::new();
+        if self.peek()? == b']' {
+            self.i += 1;
+        } else {
+            loop {
+                v.push(self.value()?);
+                self.ws();
+                match self.peek()? {
+                    b',' => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    b']' => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(J::Arr(v))
+    }
+
+    fn object(&mut self) -> Option<J<'a>> {
+        self.enter()?;
+        let mut v: Vec<(Cow<'a, str>, J<'a>)> = Vec::new();
+        if self.peek()? == b'}' {
+            self.i += 1;
+        } else {
+            loop {
+                if self.peek()? != b'"' {
+                    return None;
+                }
+                let k = self.string()?;
+                self.ws();
+                if self.peek()? != b':' {
+                    return None;
+                }
+                self.i += 1;
+                self.ws();
+                let x = self.value()?;
+                v.push((k, x));
+                self.ws();
+                match self.peek()? {
+                    b',' => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    b'}' => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(J::Obj(sorted(v)))
+    }
+}
+
+/// Entries sorted by key, the last of equal keys kept.
+fn sorted<'a>(mut v: Vec<(Cow<'a, str>, J<'a>)>) -> Vec<(Cow<'a, str>, J<'a>)> {
+    if !v.windows(2).all(|w| w[0].0 < w[1].0) {
+        v.reverse();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|later, earlier| later.0 == earlier.0);
+    }
+    v
 }
 
 struct JVisitor;
@@ -142,13 +363,7 @@ impl<'de> Visitor<'de> for JVisitor {
             let x = map.next_value()?;
             v.push((k, x));
         }
-        if !v.windows(2).all(|w| w[0].0 < w[1].0) {
-            // Sort, keeping the last of equal keys.
-            v.reverse();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v.dedup_by(|later, earlier| later.0 == earlier.0);
-        }
-        Ok(J::Obj(v))
+        Ok(J::Obj(sorted(v)))
     }
 }
 
@@ -191,6 +406,117 @@ impl<'de> Deserialize<'de> for Key<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every schema of the chart corpus, when it is there.
+    fn corpus_schemas() -> Vec<Vec<u8>> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.file_name().is_some_and(|n| n == "values.schema.json") {
+                    out.push(std::fs::read(&p).expect("readable schema"));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts"),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn direct_reader_builds_serde_json_tree_or_declines() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let mut texts: Vec<Vec<u8>> = [
+            "0",
+            "-0",
+            "01",
+            "-01",
+            "1.0",
+            "1e5",
+            "1E+2",
+            "-5",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "9999999999999999999",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1.",
+            ".5",
+            "1e",
+            "1e+",
+            "-",
+            "[-]",
+            "[1e400]",
+            "2.5e-3",
+            "\"a\\u00e9\\n\"",
+            "\"\\ud800\"",
+            "\"\\ud83d\\ude00\"",
+            "\"\\x\"",
+            "\"é\"",
+            "\"a\tb\"",
+            "[1,]",
+            "{\"a\":1,}",
+            " {\"b\":1 , \"a\" : [true,false,null] } ",
+            "{\"a\":1,\"a\":2,\"b\":{},\"a\":3}",
+            "",
+            "  ",
+            "[1 2]",
+            "tru",
+            "nul",
+            "[true]x",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[\"unterminated]",
+            "{\"\\\"q\":[{}]}",
+            "\t\r\n[]\n",
+        ]
+        .iter()
+        .map(|t| t.as_bytes().to_vec())
+        .collect();
+        texts.push(b"\"\xff\"".to_vec());
+        texts.push(b"[\"ok\", \"\xc3\"]".to_vec());
+        texts.push(deep(100).into_bytes());
+        texts.push(deep(101).into_bytes());
+        texts.push(deep(128).into_bytes());
+        texts.push(deep(129).into_bytes());
+        let corpus = corpus_schemas();
+        let from_corpus = corpus.len();
+        texts.extend(corpus);
+        let mut taken = 0;
+        for (n, text) in texts.iter().enumerate() {
+            let serde: Option<J<'_>> = serde_json::from_slice(text).ok();
+            match Fast::read(text) {
+                Some(j) => {
+                    assert_eq!(
+                        Some(&j),
+                        serde.as_ref(),
+                        "{}",
+                        String::from_utf8_lossy(text)
+                    );
+                    if n + from_corpus >= texts.len() {
+                        taken += 1;
+                    }
+                }
+                // Declining is always allowed; the corpus documents must not be declined.
+                None => assert!(
+                    n + from_corpus < texts.len(),
+                    "corpus schema declined: {}",
+                    String::from_utf8_lossy(&text[..text.len().min(200)])
+                ),
+            }
+        }
+        assert_eq!(taken, from_corpus);
+        // What serde_json refuses, the parse refuses too.
+        assert!(J::parse(b"[1,]").is_err());
+        assert!(J::parse(b"{\"a\":01}").is_err());
+    }
 
     #[test]
     fn reads_as_serde_json_does() {
