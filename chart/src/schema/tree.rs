@@ -94,6 +94,7 @@ pub(crate) fn obj_get<'m, 'a>(m: &'m [(Cow<'a, str>, J<'a>)], key: &str) -> Opti
 /// strings and other numbers are handed to serde_json one at a time; syntax errors, control
 /// characters, invalid UTF-8 and deeper nesting make the whole document go to serde_json).
 struct Fast<'a> {
+    s: &'a str,
     b: &'a [u8],
     i: usize,
     depth: usize,
@@ -104,7 +105,13 @@ const FAST_MAX_DEPTH: usize = 100;
 
 impl<'a> Fast<'a> {
     fn read(b: &'a [u8]) -> Option<J<'a>> {
-        let mut p = Fast { b, i: 0, depth: 0 };
+        let s = std::str::from_utf8(b).ok()?;
+        let mut p = Fast {
+            s,
+            b,
+            i: 0,
+            depth: 0,
+        };
         p.ws();
         let v = p.value()?;
         p.ws();
@@ -112,6 +119,13 @@ impl<'a> Fast<'a> {
     }
 
     fn ws(&mut self) {
+        // Indentation eight spaces at a time.
+        while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+            if chunk != b"        " {
+                break;
+            }
+            self.i += 8;
+        }
         while let Some(&c) = self.b.get(self.i) {
             if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
                 break;
@@ -198,9 +212,24 @@ impl<'a> Fast<'a> {
     }
 
     fn string(&mut self) -> Option<Cow<'a, str>> {
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
         let open = self.i;
         let mut j = open + 1;
         let mut escaped = false;
+        // Eight bytes at a time while none is a quote, a backslash or a control character
+        // (the test may also flag a neighbour of one: those bytes are then taken one by one).
+        while let Some(chunk) = self.b.get(j..j + 8) {
+            let x = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+            let zero_at = |y: u64| y.wrapping_sub(ONES) & !y;
+            let special = zero_at(x ^ (ONES * u64::from(b'"')))
+                | zero_at(x ^ (ONES * u64::from(b'\\')))
+                | (x.wrapping_sub(ONES * 0x20) & !x);
+            if special & HIGH != 0 {
+                break;
+            }
+            j += 8;
+        }
         loop {
             match *self.b.get(j)? {
                 b'"' => break,
@@ -217,9 +246,8 @@ impl<'a> Fast<'a> {
             let s: String = serde_json::from_slice(&self.b[open..=j]).ok()?;
             Some(Cow::Owned(s))
         } else {
-            Some(Cow::Borrowed(
-                std::str::from_utf8(&self.b[open + 1..j]).ok()?,
-            ))
+            // Both ends are at ASCII quotes of a document known to be UTF-8.
+            Some(Cow::Borrowed(self.s.get(open + 1..j)?))
         }
     }
 
