@@ -119,18 +119,15 @@ impl<'a> Fast<'a> {
     }
 
     fn ws(&mut self) {
-        // Indentation eight spaces at a time.
-        while let Some(chunk) = self.b.get(self.i..self.i + 8) {
-            if chunk != b"        " {
+        loop {
+            // Indentation eight spaces at a time.
+            if self.b.get(self.i..self.i + 8) == Some(b"        ") {
+                self.i += 8;
+            } else if matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                self.i += 1;
+            } else {
                 break;
             }
-            self.i += 8;
-        }
-        while let Some(&c) = self.b.get(self.i) {
-            if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
-                break;
-            }
-            self.i += 1;
         }
     }
 
