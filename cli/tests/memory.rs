@@ -67,8 +67,13 @@ fn main() {
         brk,
         "a 3 MiB block comes from the brk heap, not a mapping of its own"
     );
-    let huge = anon_huge_kib_at(setup.huge_start);
-    assert_eq!(huge, Some(2048), "the advised range is one huge page");
+    // The ~6 MiB touched so far lie on whole huge pages: at least the first, and only whole
+    // ones (the range is advised from a 2 MiB boundary).
+    let huge = anon_huge_kib_at(setup.huge_start).unwrap_or(0);
+    assert!(
+        huge >= 2048 && huge % 2048 == 0 && huge <= (HUGE_BYTES / 1024) as u64,
+        "{huge} KiB of huge pages in the advised range"
+    );
     for (i, b) in blocks.iter().enumerate() {
         assert!(b.iter().all(|&x| x == i as u64));
     }
