@@ -71,7 +71,7 @@ fn main() {
     // ones (the range is advised from a 2 MiB boundary).
     let huge = anon_huge_kib_at(setup.huge_start).unwrap_or(0);
     assert!(
-        huge >= 2048 && huge % 2048 == 0 && huge <= (HUGE_BYTES / 1024) as u64,
+        huge >= 2048 && huge.is_multiple_of(2048) && huge <= (HUGE_BYTES / 1024) as u64,
         "{huge} KiB of huge pages in the advised range"
     );
     for (i, b) in blocks.iter().enumerate() {
