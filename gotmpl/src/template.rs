@@ -152,6 +152,22 @@ impl TemplateSet {
         N: AsRef<str> + Sync,
         T: TemplateSource,
     {
+        let result = self.parse_all_kept(sources, funcs, threads);
+        // What comes next (execution) can use the parser's working memory.
+        release_scratch();
+        result
+    }
+
+    fn parse_all_kept<N, T>(
+        &mut self,
+        sources: &[(N, T)],
+        funcs: &FuncMap,
+        threads: usize,
+    ) -> Result<(), (usize, Error)>
+    where
+        N: AsRef<str> + Sync,
+        T: TemplateSource,
+    {
         let threads = threads.clamp(1, sources.len().max(1));
         if threads == 1 {
             for (i, (name, text)) in sources.iter().enumerate() {
@@ -265,6 +281,15 @@ thread_local! {
     /// The parser's working memory on this thread, kept between parses (a chart's sources
     /// are parsed one after another; `tpl` parses again and again).
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// Frees this thread's parser working memory.
+fn release_scratch() {
+    SCRATCH.with(|scratch| {
+        if let Ok(mut scratch) = scratch.try_borrow_mut() {
+            *scratch = Scratch::default();
+        }
+    });
 }
 
 fn parse_source(
