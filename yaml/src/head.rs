@@ -117,52 +117,47 @@ pub(crate) fn characters_ok(src: &str) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let byte_ok = |b: u8| matches!(b, b'\t' | b'\n' | 0x20..=0x7E);
-    let char_ok = |c: char| {
-        let v = u32::from(c);
-        matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
-            && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
-    };
     let bytes = src.as_bytes();
-    // `i` stays on a character boundary: it moves past eight ASCII bytes, one ASCII byte or
-    // one whole character, so a few non-ASCII characters cost only their own decoding.
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let x = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
-            // A byte below 0x20, equal to 0x7F or from 0x80 up (may also flag a neighbour of
-            // one; the bytes are then looked at one by one).
-            let below = x.wrapping_sub(ONES * 0x20) & !x;
-            let del = x ^ (ONES * 0x7F);
-            let del = del.wrapping_sub(ONES) & !del;
-            if (x | below | del) & HIGH == 0 {
-                i += 8;
-                continue;
-            }
-            // Look at the eight bytes one by one up to a non-ASCII one (a line feed would
-            // otherwise cost eight more looks at an unaligned window).
-            let ascii = chunk.iter().take_while(|&&b| b < 0x80).count();
-            if !chunk[..ascii].iter().all(|&b| byte_ok(b)) {
-                return false;
-            }
-            i += ascii;
-            if ascii == 8 {
-                continue;
-            }
-        }
-        let b = bytes[i];
-        if b < 0x80 {
-            if !byte_ok(b) {
-                return false;
-            }
-            i += 1;
-        } else {
-            match src.get(i..).and_then(|t| t.chars().next()) {
-                Some(c) if char_ok(c) => i += c.len_utf8(),
-                _ => return false,
+    let mut chunks = bytes.chunks_exact(8);
+    // The first non-ASCII byte: every byte before it is ASCII, so it starts a character.
+    let mut first_high: Option<usize> = None;
+    for (n, chunk) in (&mut chunks).enumerate() {
+        let x = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8"));
+        // A byte below 0x20, equal to 0x7F or from 0x80 up (may also flag a neighbour of
+        // one; the bytes are then looked at one by one).
+        let below = x.wrapping_sub(ONES * 0x20) & !x;
+        let del = x ^ (ONES * 0x7F);
+        let del = del.wrapping_sub(ONES) & !del;
+        if (x | below | del) & HIGH != 0 {
+            for (k, &b) in chunk.iter().enumerate() {
+                if b >= 0x80 {
+                    first_high.get_or_insert(n * 8 + k);
+                } else if !byte_ok(b) {
+                    return false;
+                }
             }
         }
     }
-    true
+    let tail = bytes.len() - chunks.remainder().len();
+    for (k, &b) in chunks.remainder().iter().enumerate() {
+        if b >= 0x80 {
+            first_high.get_or_insert(tail + k);
+        } else if !byte_ok(b) {
+            return false;
+        }
+    }
+    // Non-ASCII characters are checked from the first one on (the ASCII bytes among them
+    // were checked above).
+    first_high.is_none_or(|f| {
+        src.get(f..).is_some_and(|rest| {
+            rest.chars().all(|c| {
+                let v = u32::from(c);
+                v < 0x80
+                    || matches!(v, 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF)
+                        && !matches!(v, 0x2028 | 0x2029 | 0xFEFF)
+            })
+        })
+    })
 }
 
 struct Scanner<'k> {
