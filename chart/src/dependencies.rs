@@ -24,15 +24,10 @@ pub fn process_dependencies(
     process_dependency_import_values(chart, true, warnings)
 }
 
-fn find_alias_dependency(charts: &[Chart], dep: &Dependency) -> Option<Chart> {
-    let c = charts
-        .iter()
-        .find(|c| c.name() == dep.name && is_compatible_range(&dep.version, &c.metadata.version))?;
-    let mut out = c.clone();
-    if !dep.alias.is_empty() {
-        out.metadata.name = dep.alias.clone();
-    }
-    Some(out)
+fn find_alias_dependency(charts: &[Chart], dep: &Dependency) -> Option<usize> {
+    charts.iter().position(|c| {
+        c.name() == dep.name && is_compatible_range(&dep.version, &c.metadata.version)
+    })
 }
 
 fn process_tags(reqs: &mut [Dependency], cvals: &Values, w: &mut Warnings) {
@@ -97,20 +92,47 @@ pub fn process_dependency_enabled(
     let Some(mut reqs) = c.metadata.dependencies.take() else {
         return Ok(());
     };
-    let mut chart_deps: Vec<Chart> = c
-        .dependencies
+    // Which loaded chart each requirement takes (the first of its name in a compatible
+    // version); a chart no requirement takes is kept as it is. Charts are moved, and copied
+    // only when several requirements (aliases) take the same one.
+    let found: Vec<Option<usize>> = reqs
         .iter()
-        .filter(|existing| {
-            !reqs.iter().any(|req| {
+        .map(|req| find_alias_dependency(&c.dependencies, req))
+        .collect();
+    let mut uses = vec![0usize; c.dependencies.len()];
+    for i in found.iter().flatten() {
+        uses[*i] += 1;
+    }
+    let mut loaded: Vec<Option<Chart>> = std::mem::take(&mut c.dependencies)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut chart_deps: Vec<Chart> = Vec::with_capacity(loaded.len());
+    for (i, slot) in loaded.iter_mut().enumerate() {
+        let taken = reqs.iter().any(|req| {
+            slot.as_ref().is_some_and(|existing| {
                 existing.name() == req.name
                     && is_compatible_range(&req.version, &existing.metadata.version)
             })
-        })
-        .cloned()
-        .collect();
-    for req in &mut reqs {
-        if let Some(cd) = find_alias_dependency(&c.dependencies, req) {
-            chart_deps.push(cd);
+        });
+        if !taken && uses[i] == 0 {
+            chart_deps.extend(slot.take());
+        }
+    }
+    for (req, i) in reqs.iter_mut().zip(found) {
+        if let Some(i) = i {
+            uses[i] -= 1;
+            let cd = if uses[i] == 0 {
+                loaded[i].take()
+            } else {
+                loaded[i].clone()
+            };
+            if let Some(mut cd) = cd {
+                if !req.alias.is_empty() {
+                    cd.metadata.name = req.alias.clone();
+                }
+                chart_deps.push(cd);
+            }
         }
         if !req.alias.is_empty() {
             req.name = req.alias.clone();
