@@ -84,6 +84,23 @@ fn concat_prefix(a: &str, b: &str) -> String {
     }
 }
 
+/// A dotted key path for warnings, built only when one is written: `Key(p, k)` is
+/// `concat_prefix(p, k)`.
+#[derive(Clone, Copy)]
+enum Prefix<'a> {
+    Root(&'a str),
+    Key(&'a Prefix<'a>, &'a str),
+}
+
+impl Prefix<'_> {
+    fn text(&self) -> String {
+        match self {
+            Prefix::Root(s) => (*s).to_owned(),
+            Prefix::Key(p, k) => concat_prefix(&p.text(), k),
+        }
+    }
+}
+
 /// `CoalesceValues(chart, vals)`: the values a render sees (user `null` deletes defaults).
 pub fn coalesce_values(
     chart: &Chart,
@@ -106,14 +123,40 @@ pub fn merge_values(
     Ok(v)
 }
 
+/// [`coalesce_values`] with the chart's defaults given by value (`chart.values` is not read):
+/// what lands in the result is moved, not copied. For callers done with the defaults.
+pub fn coalesce_values_with_defaults(
+    chart: &Chart,
+    defaults: Values,
+    vals: &Values,
+    warnings: &mut Warnings,
+) -> Result<Values, CoalesceError> {
+    let mut v = vals.clone();
+    coalesce_owned(chart, defaults, &mut v, false, warnings)?;
+    Ok(v)
+}
+
+/// [`merge_values`] with the chart's defaults given by value, as
+/// [`coalesce_values_with_defaults`].
+pub fn merge_values_with_defaults(
+    chart: &Chart,
+    defaults: Values,
+    vals: &Values,
+    warnings: &mut Warnings,
+) -> Result<Values, CoalesceError> {
+    let mut v = vals.clone();
+    coalesce_owned(chart, defaults, &mut v, true, warnings)?;
+    Ok(v)
+}
+
 /// `CoalesceTables(dst, src)`: `dst` wins; a `null` in `dst` deletes the key.
 pub fn coalesce_tables(dst: &mut Values, src: Values, warnings: &mut Warnings) {
-    coalesce_tables_full_key(dst, src, "", false, warnings);
+    coalesce_tables_full_key(dst, src, &Prefix::Root(""), false, warnings);
 }
 
 /// `MergeTables(dst, src)`: `dst` wins; nulls are kept.
 pub fn merge_tables(dst: &mut Values, src: Values, warnings: &mut Warnings) {
-    coalesce_tables_full_key(dst, src, "", true, warnings);
+    coalesce_tables_full_key(dst, src, &Prefix::Root(""), true, warnings);
 }
 
 fn coalesce(
@@ -126,6 +169,73 @@ fn coalesce(
     coalesce_inner(chart, dest, prefix, merge, w)?;
     sync_shared_globals_down(chart, dest);
     Ok(())
+}
+
+/// [`coalesce`] of the top chart with its defaults given by value.
+fn coalesce_owned(
+    chart: &Chart,
+    defaults: Values,
+    dest: &mut Values,
+    merge: bool,
+    w: &mut Warnings,
+) -> Result<(), CoalesceError> {
+    let sub_prefix = chart.name().to_owned();
+    for (key, val) in defaults {
+        let Some(value) = dest.get_mut(&key) else {
+            dest.insert(key, val);
+            continue;
+        };
+        if value.is_null() && !merge {
+            dest.remove(&key);
+        } else if let Value::Object(d) = value {
+            // As in [`coalesce_default`], with the default table moved under `d`.
+            match val {
+                Value::Object(src) => {
+                    let m = merge || chart.dependencies.iter().any(|c| c.name() == key);
+                    let root = Prefix::Root(&sub_prefix);
+                    coalesce_tables_full_key(d, src, &Prefix::Key(&root, &key), m, w);
+                }
+                Value::Null => {}
+                _ => w.push(Warning::info(format!(
+                    "warning: skipped value for {sub_prefix}.{key}: Not a table."
+                ))),
+            }
+        }
+    }
+    coalesce_deps(chart, dest, "", merge, w)?;
+    sync_shared_globals_down(chart, dest);
+    Ok(())
+}
+
+/// One default `val` of `chart` for a `key` that `v` has: a `null` there deletes it (unless
+/// merging), a table there takes the default table under it.
+fn coalesce_default(
+    chart: &Chart,
+    v: &mut Values,
+    key: &str,
+    val: &Value,
+    sub_prefix: &str,
+    merge: bool,
+    w: &mut Warnings,
+) {
+    let Some(value) = v.get_mut(key) else {
+        return;
+    };
+    if value.is_null() && !merge {
+        v.remove(key);
+    } else if let Value::Object(dest) = value {
+        match val {
+            Value::Object(src) => {
+                let m = merge || chart.dependencies.iter().any(|d| d.name() == key);
+                let root = Prefix::Root(sub_prefix);
+                coalesce_tables_ref(dest, src, &Prefix::Key(&root, key), m, w);
+            }
+            Value::Null => {}
+            _ => w.push(Warning::info(format!(
+                "warning: skipped value for {sub_prefix}.{key}: Not a table."
+            ))),
+        }
+    }
 }
 
 fn coalesce_inner(
@@ -270,7 +380,7 @@ fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
                     }
                     Some(Value::Object(destv)) => {
                         let destv = destv.clone();
-                        coalesce_tables_full_key(&mut vv, destv, key, true, w);
+                        coalesce_tables_full_key(&mut vv, destv, &Prefix::Root(key), true, w);
                         dg.insert(key.clone(), Value::Object(vv));
                     }
                     Some(_) => w.push(Warning::info(format!(
@@ -298,26 +408,10 @@ fn coalesce_values_inner(
     let sub_prefix = concat_prefix(prefix, chart.name());
     // The chart's defaults are read in place: only what lands in `v` is copied.
     for (key, val) in chart.values() {
-        match v.get_mut(key) {
-            Some(value) => {
-                if value.is_null() && !merge {
-                    v.remove(key);
-                } else if let Value::Object(dest) = value {
-                    match val {
-                        Value::Object(src) => {
-                            let m = merge || chart.dependencies.iter().any(|d| d.name() == key);
-                            coalesce_tables_ref(dest, src, &concat_prefix(&sub_prefix, key), m, w);
-                        }
-                        Value::Null => {}
-                        _ => w.push(Warning::info(format!(
-                            "warning: skipped value for {sub_prefix}.{key}: Not a table."
-                        ))),
-                    }
-                }
-            }
-            None => {
-                v.insert(key.clone(), val.clone());
-            }
+        if v.contains_key(key) {
+            coalesce_default(chart, v, key, val, &sub_prefix, merge, w);
+        } else {
+            v.insert(key.clone(), val.clone());
         }
     }
 }
@@ -329,7 +423,7 @@ fn coalesce_values_inner(
 fn coalesce_tables_full_key(
     dst: &mut Values,
     src: Values,
-    prefix: &str,
+    prefix: &Prefix<'_>,
     merge: bool,
     w: &mut Warnings,
 ) {
@@ -345,7 +439,7 @@ fn coalesce_tables_full_key(
             }
             Some(dv) => match (dv, val) {
                 (Value::Object(d), Value::Object(s)) => {
-                    coalesce_tables_full_key(d, s, &concat_prefix(prefix, &key), merge, w)
+                    coalesce_tables_full_key(d, s, &Prefix::Key(prefix, &key), merge, w)
                 }
                 (dv, val) => table_mismatch(dv, &val, prefix, &key, w),
             },
@@ -358,7 +452,7 @@ fn coalesce_tables_full_key(
 fn coalesce_tables_ref(
     dst: &mut Values,
     src: &Values,
-    prefix: &str,
+    prefix: &Prefix<'_>,
     merge: bool,
     w: &mut Warnings,
 ) {
@@ -374,7 +468,7 @@ fn coalesce_tables_ref(
             }
             Some(dv) => match (dv, val) {
                 (Value::Object(d), Value::Object(s)) => {
-                    coalesce_tables_ref(d, s, &concat_prefix(prefix, key), merge, w)
+                    coalesce_tables_ref(d, s, &Prefix::Key(prefix, key), merge, w)
                 }
                 (dv, val) => table_mismatch(dv, val, prefix, key, w),
             },
@@ -383,16 +477,16 @@ fn coalesce_tables_ref(
 }
 
 /// The warnings of a `dst` value (not nil) and a `src` value that are not both tables.
-fn table_mismatch(dv: &Value, val: &Value, prefix: &str, key: &str, w: &mut Warnings) {
+fn table_mismatch(dv: &Value, val: &Value, prefix: &Prefix<'_>, key: &str, w: &mut Warnings) {
     match (dv, val) {
         (_, s @ Value::Object(_)) => w.push(Warning::info(format!(
             "warning: cannot overwrite table with non table for {} ({})",
-            concat_prefix(prefix, key),
+            Prefix::Key(prefix, key).text(),
             go_v(s)
         ))),
         (Value::Object(_), s) if !s.is_null() => w.push(Warning::info(format!(
             "warning: destination for {} is a table. Ignoring non-table value ({})",
-            concat_prefix(prefix, key),
+            Prefix::Key(prefix, key).text(),
             go_v(s)
         ))),
         _ => {}
@@ -422,6 +516,72 @@ mod tests {
         c.values = Some(obj(values));
         c.dependencies = deps;
         c
+    }
+
+    /// A small deterministic generator (xorshift) of value trees over a few keys, so that
+    /// tables, nulls, scalars and globals meet in every combination.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        fn value(&mut self, depth: u32) -> Value {
+            match self.next(if depth == 0 { 4 } else { 6 }) {
+                0 => Value::Null,
+                1 => json!(1),
+                2 => json!("x"),
+                3 => json!([1]),
+                _ => Value::Object(self.table(depth - 1)),
+            }
+        }
+
+        fn table(&mut self, depth: u32) -> Values {
+            let mut m = Values::new();
+            for key in ["a", "b", "global", "sub", "deep"] {
+                if self.next(3) > 0 {
+                    m.insert(key.to_owned(), self.value(depth));
+                }
+            }
+            m
+        }
+    }
+
+    #[test]
+    fn moved_defaults_coalesce_as_borrowed_ones() {
+        let mut g = Gen(0x9E37_79B9_7F4A_7C15);
+        let (mut warned, mut failed) = (0, 0);
+        for _ in 0..4000 {
+            let leaf = chart("deep", Value::Object(g.table(2)), vec![]);
+            let sub = chart("sub", Value::Object(g.table(3)), vec![leaf]);
+            let top = chart("top", Value::Object(g.table(3)), vec![sub]);
+            let user = g.table(3);
+            let defaults = top.values.clone().unwrap_or_default();
+            for merge in [false, true] {
+                let (mut w1, mut w2) = (Vec::new(), Vec::new());
+                let (a, b) = if merge {
+                    (
+                        merge_values(&top, &user, &mut w1),
+                        merge_values_with_defaults(&top, defaults.clone(), &user, &mut w2),
+                    )
+                } else {
+                    (
+                        coalesce_values(&top, &user, &mut w1),
+                        coalesce_values_with_defaults(&top, defaults.clone(), &user, &mut w2),
+                    )
+                };
+                assert_eq!(a, b, "merge {merge}: {:?} under {user:?}", top.values);
+                assert_eq!(w1, w2, "merge {merge}: {:?} under {user:?}", top.values);
+                warned += usize::from(!w1.is_empty());
+                failed += usize::from(a.is_err());
+            }
+        }
+        // Both kinds of outcome are exercised, not only clean merges.
+        assert!(warned > 500 && failed > 100, "{warned} {failed}");
     }
 
     #[test]

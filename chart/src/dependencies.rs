@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::coalesce::{
-    CoalesceError, Warning, Warnings, coalesce_tables, coalesce_values, merge_tables, merge_values,
+    CoalesceError, Warning, Warnings, coalesce_tables, coalesce_values,
+    coalesce_values_with_defaults, merge_tables, merge_values_with_defaults,
 };
 use crate::metadata::Dependency;
 use crate::semver::is_compatible_range;
@@ -196,11 +197,13 @@ fn process_import_values(
     let Some(mut reqs) = c.metadata.dependencies.take() else {
         return Ok(());
     };
+    // The chart's defaults are replaced by the result: they are moved into it, not copied.
+    let defaults = c.values.take().unwrap_or_default();
     let result = (|| {
         let cvals = if merge {
-            merge_values(c, &Values::new(), w)?
+            merge_values_with_defaults(c, defaults, &Values::new(), w)?
         } else {
-            coalesce_values(c, &Values::new(), w)?
+            coalesce_values_with_defaults(c, defaults, &Values::new(), w)?
         };
         let mut b = Values::new();
         for r in &mut reqs {

@@ -62,6 +62,49 @@ pub(crate) fn yaml_to_json(v: flotilla_yaml::Value) -> Value {
     }
 }
 
+/// One pass of what `sigs.k8s.io/yaml` does to a decoded mapping (keys to strings, every number
+/// to a float64), straight into JSON values; `None` where that pass could fail or needs a
+/// rarer rule (a NaN or an infinity, `!!binary` bytes, a key that is not a string, boolean
+/// or integer), which [`parse_yaml_map_reference`] then applies.
+fn yaml_map_to_json_direct(m: flotilla_yaml::Mapping) -> Option<Values> {
+    let mut out = Map::new();
+    for (k, v) in m.into_entries() {
+        let key = match k {
+            flotilla_yaml::Value::String(s) => s,
+            flotilla_yaml::Value::Bool(b) => b.to_string(),
+            flotilla_yaml::Value::Int(i) => i.to_string(),
+            _ => return None,
+        };
+        // Keys that read the same once strings (`1` and `"1"`): the later value wins, as
+        // in Go's map.
+        out.insert(key, yaml_to_json_direct(v)?);
+    }
+    Some(out)
+}
+
+/// [`yaml_map_to_json_direct`] of any value.
+fn yaml_to_json_direct(v: flotilla_yaml::Value) -> Option<Value> {
+    use flotilla_yaml::Value as Y;
+    Some(match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        #[allow(clippy::cast_precision_loss)]
+        Y::Int(i) => Value::Number(Number::from_f64(i as f64)?),
+        #[allow(clippy::cast_precision_loss)]
+        Y::Uint(u) => Value::Number(Number::from_f64(u as f64)?),
+        Y::Float(f) => Value::Number(Number::from_f64(f)?),
+        Y::String(s) => Value::String(s),
+        Y::Bytes(_) => return None,
+        Y::Seq(items) => Value::Array(
+            items
+                .into_iter()
+                .map(yaml_to_json_direct)
+                .collect::<Option<_>>()?,
+        ),
+        Y::Map(m) => Value::Object(yaml_map_to_json_direct(m)?),
+    })
+}
+
 /// A float64 number (NaN and infinities, which JSON cannot hold, become null).
 pub(crate) fn float(f: f64) -> Value {
     Number::from_f64(f).map_or(Value::Null, Value::Number)
@@ -70,6 +113,27 @@ pub(crate) fn float(f: f64) -> Value {
 /// `sigs.k8s.io/yaml.Unmarshal` of one document into `map[string]interface{}` (`null` and an
 /// empty document give an empty map).
 pub fn parse_yaml_map(src: &str) -> Result<Values, flotilla_yaml::Error> {
+    // The go-yaml value goes straight into the JSON model when that cannot fail: only the
+    // reference path below gives errors (and the rare keys and values it would have to
+    // report or convert: non-finite floats, byte strings, keys other than strings, booleans
+    // and integers).
+    if let Ok(v) = flotilla_yaml::from_str(src) {
+        match v {
+            flotilla_yaml::Value::Null => return Ok(Values::new()),
+            flotilla_yaml::Value::Map(m) => {
+                if let Some(out) = yaml_map_to_json_direct(m) {
+                    return Ok(out);
+                }
+            }
+            _ => {}
+        }
+    }
+    parse_yaml_map_reference(src)
+}
+
+/// [`parse_yaml_map`] through `sigs.k8s.io/yaml`'s two steps (YAML to its JSON form, then
+/// that form to JSON values): the path that reports errors.
+pub(crate) fn parse_yaml_map_reference(src: &str) -> Result<Values, flotilla_yaml::Error> {
     let m = flotilla_yaml::sigs::unmarshal_map(src)?;
     match yaml_to_json(flotilla_yaml::Value::Map(m)) {
         Value::Object(o) => Ok(o),
@@ -82,11 +146,17 @@ pub fn parse_yaml_map(src: &str) -> Result<Values, flotilla_yaml::Error> {
 /// are skipped.
 pub(crate) fn split_yaml_documents(src: &str) -> Vec<&str> {
     // A document is the run of lines between two separators: a slice of `src`, not a copy.
+    // Only lines starting with `---` can be separators: they are found with `memchr`.
     let mut docs = Vec::new();
     let mut start = 0;
-    let mut pos = 0;
-    for line in src.split_inclusive('\n') {
-        let end = pos + line.len();
+    let starts = (src.starts_with("---").then_some(0))
+        .into_iter()
+        .chain(memchr::memmem::find_iter(src.as_bytes(), b"\n---").map(|i| i + 1));
+    for pos in starts {
+        // `pos` follows a line feed (or is 0): a character boundary.
+        let rest = src.get(pos..).unwrap_or_default();
+        let end = pos + memchr::memchr(b'\n', rest.as_bytes()).map_or(rest.len(), |i| i + 1);
+        let line = src.get(pos..end).unwrap_or_default();
         if let Some(after) = line.strip_prefix("---")
             && after.trim_end().is_empty()
         {
@@ -95,7 +165,6 @@ pub(crate) fn split_yaml_documents(src: &str) -> Vec<&str> {
             }
             start = end;
         }
-        pos = end;
     }
     if start < src.len() {
         docs.push(&src[start..]);
@@ -212,6 +281,134 @@ mod tests {
         match v {
             Value::Object(m) => m,
             _ => panic!("not an object"),
+        }
+    }
+
+    /// The line walk `split_yaml_documents` replaced: every line is a separator candidate.
+    fn split_by_lines(src: &str) -> Vec<&str> {
+        let mut docs = Vec::new();
+        let mut start = 0;
+        let mut pos = 0;
+        for line in src.split_inclusive('\n') {
+            let end = pos + line.len();
+            if let Some(after) = line.strip_prefix("---")
+                && after.trim_end().is_empty()
+            {
+                if start < pos {
+                    docs.push(&src[start..pos]);
+                }
+                start = end;
+            }
+            pos = end;
+        }
+        if start < src.len() {
+            docs.push(&src[start..]);
+        }
+        docs
+    }
+
+    #[test]
+    fn document_split_finds_what_a_line_walk_finds() {
+        let lines = [
+            "---",
+            "--- ",
+            "---\r",
+            "--- # c",
+            "----",
+            " ---",
+            "a: 1",
+            "",
+            "---\u{85}",
+            "-- -",
+            "...",
+            "x---",
+            "---\t",
+            "é---",
+        ];
+        let mut n = 0;
+        // Every sequence of up to four of those lines, with and without a final line feed.
+        for len in 0..=4u32 {
+            for mut code in 0..lines.len().pow(len) {
+                let mut text = String::new();
+                for i in 0..len {
+                    if i > 0 {
+                        text.push('\n');
+                    }
+                    text.push_str(lines[code % lines.len()]);
+                    code /= lines.len();
+                }
+                for t in [text.clone(), format!("{text}\n")] {
+                    assert_eq!(split_yaml_documents(&t), split_by_lines(&t), "{t:?}");
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 80_000, "{n}");
+    }
+
+    /// Every `.yaml` file below `dir`.
+    fn yaml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("readable corpus directory") {
+            let p = e.expect("directory entry").path();
+            if p.is_dir() {
+                yaml_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn direct_conversion_matches_the_two_sigs_yaml_steps() {
+        let mut docs: Vec<String> = [
+            "",
+            "null",
+            "~",
+            "{}",
+            "[]",
+            "- a",
+            "a",
+            "1",
+            "a: 1\n",
+            "1: a\n'1': b\n",
+            "'1': b\n1: a\n",
+            "true: 1\ny: 2\n'true': 3\n",
+            "1.5: a\n",
+            "~: a\n",
+            "[1]: a\n",
+            "{a: 1}: b\n",
+            "a: .nan\n",
+            "a: [1, .inf]\n",
+            "b: -.inf\n",
+            "a: !!binary aGk=\n",
+            "!!binary aGk=: 1\n",
+            "a: 18446744073709551615\n",
+            "a: 9223372036854775807\nb: -9223372036854775808\nc: 1e400\n",
+            "a: 0x1F\nb: 0o17\nc: 017\nd: 1_000\ne: 1:20\nf: .5\ng: -0\n",
+            "t: 2001-12-14t21:59:43.10-05:00\nd: 2002-12-14\n",
+            "a: b: c\n",
+            "a: [\n",
+            "a: &x {b: 1}\nc: *x\n<<: *x\n",
+            "a:\n  b:\n  - 1\n  - {c: null}\n",
+            "a: 1\na: 2\n",
+            "a: yes\nb: off\nc: Null\nd: ''\n",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/charts");
+        let mut files = Vec::new();
+        yaml_files(&corpus, &mut files);
+        assert!(
+            files.len() > 500,
+            "the chart corpus is expected at {corpus:?}"
+        );
+        for f in files {
+            let text = String::from_utf8_lossy(&std::fs::read(&f).expect("readable")).into_owned();
+            docs.extend(split_yaml_documents(&text).into_iter().map(str::to_owned));
+        }
+        for d in &docs {
+            assert_eq!(parse_yaml_map(d), parse_yaml_map_reference(d), "{d:?}");
         }
     }
 

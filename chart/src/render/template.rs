@@ -371,7 +371,7 @@ pub fn render_release_post_rendered(
     hooks_too: bool,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
-    let sorted = render_sorted(chart, user, opts, post_renderers, hooks_too, warnings)?;
+    let sorted = render_sorted(chart, None, user, opts, post_renderers, hooks_too, warnings)?;
     let mut manifest = String::new();
     if opts.include_crds {
         for (path, f) in crd_objects(chart) {
@@ -405,8 +405,12 @@ struct SortedRelease {
 }
 
 /// Coalesce, validate, render, take the notes out, post-render and sort.
+///
+/// `defaults`, when given, stand for `chart.values` (which is then not read): the caller gives
+/// them up so that coalescing moves them instead of copying them.
 fn render_sorted(
     chart: &Chart,
+    defaults: Option<Values>,
     user: &Values,
     opts: &RenderOptions,
     post_renderers: &[crate::postrender::PostRenderer],
@@ -414,7 +418,12 @@ fn render_sorted(
     warnings: &mut Vec<String>,
 ) -> Result<SortedRelease, ReleaseRenderError> {
     let mut coalesce_warnings = Vec::new();
-    let values = crate::coalesce::coalesce_values(chart, user, &mut coalesce_warnings);
+    let values = match defaults {
+        Some(d) => {
+            crate::coalesce::coalesce_values_with_defaults(chart, d, user, &mut coalesce_warnings)
+        }
+        None => crate::coalesce::coalesce_values(chart, user, &mut coalesce_warnings),
+    };
     warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
     let values = values.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
     if !opts.skip_schema_validation {
@@ -675,8 +684,11 @@ pub fn render_template_chart(
         skip_schema_validation: opts.skip_schema_validation,
         lookup: None,
     };
+    // Only coalescing reads the chart's defaults from here on: they are moved into the values.
+    let defaults = chart.values.take().unwrap_or_default();
     let rel = match render_sorted(
         &chart,
+        Some(defaults),
         &user,
         &render_opts,
         &opts.post_renderers,
