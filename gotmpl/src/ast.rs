@@ -9,7 +9,7 @@
 //! thing a render keeps, and every fresh heap page costs a page fault.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Marks a [`SrcStr`] of the decoded literals ([`Ast`]'s `extra`) rather than the source.
 const EXTRA: u32 = 1 << 31;
@@ -147,10 +147,10 @@ pub(crate) enum Arg {
     /// A number ([`Ast::number`]).
     Number(u32),
     /// A string literal: its source text (with quotes, starting at its position) and its
-    /// value.
+    /// value ([`Ast::string`]).
     String {
         quoted: SrcStr,
-        text: SrcStr,
+        lit: u32,
     },
 }
 
@@ -226,6 +226,12 @@ pub(crate) struct Ast {
     args: Box<[Arg]>,
     names: Box<[SrcStr]>,
     numbers: Box<[Number]>,
+    /// The values of the string literals, by [`Arg::String`]'s `lit`.
+    strings: Box<[SrcStr]>,
+    /// The same as Go strings, made on first use: a literal executed again (a helper's
+    /// `include "name.of.it"`, included from every template) shares it instead of copying
+    /// its text into a new allocation each time.
+    string_values: Box<[OnceLock<Arc<str>>]>,
 }
 
 impl Ast {
@@ -293,6 +299,16 @@ impl Ast {
         &self.numbers[i as usize]
     }
 
+    /// The value of string literal `lit`.
+    pub fn string(&self, lit: u32) -> &str {
+        self.str(self.strings[lit as usize])
+    }
+
+    /// The value of string literal `lit` as a Go string (shared by every execution of it).
+    pub fn string_value(&self, lit: u32) -> Arc<str> {
+        Arc::clone(self.string_values[lit as usize].get_or_init(|| Arc::from(self.string(lit))))
+    }
+
     /// The position of an operand.
     pub fn arg_pos(&self, arg: &Arg) -> usize {
         (match arg {
@@ -340,6 +356,7 @@ pub(crate) struct AstBuilder {
     args: Vec<Arg>,
     names: Vec<SrcStr>,
     numbers: Vec<Number>,
+    strings: Vec<SrcStr>,
 }
 
 /// Appends `items` to `array`, returning their span.
@@ -403,6 +420,11 @@ impl AstBuilder {
         push_one(&mut self.numbers, n)
     }
 
+    /// A string literal's value, by index.
+    pub fn string(&mut self, text: SrcStr) -> u32 {
+        push_one(&mut self.strings, text)
+    }
+
     /// The first operand of a command already built.
     pub fn first_arg(&self, cmd: &Command) -> Option<&Arg> {
         self.args[cmd.args.range()].first()
@@ -448,6 +470,8 @@ impl AstBuilder {
             args: Box::from(self.args.as_slice()),
             names: Box::from(self.names.as_slice()),
             numbers: Box::from(self.numbers.as_slice()),
+            strings: Box::from(self.strings.as_slice()),
+            string_values: self.strings.iter().map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -462,6 +486,7 @@ impl AstBuilder {
         self.args.clear();
         self.names.clear();
         self.numbers.clear();
+        self.strings.clear();
     }
 }
 

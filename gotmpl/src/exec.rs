@@ -146,6 +146,8 @@ pub(crate) struct Shared<'f> {
     /// Emptied argument vectors of finished calls, reused by the next ones (a call would
     /// otherwise allocate one).
     argv_pool: Vec<Vec<Ev>>,
+    /// Emptied output buffers of [`CallCtx::execute_template_value`], reused likewise.
+    out_pool: Vec<String>,
 }
 
 impl<'f> Shared<'f> {
@@ -159,6 +161,7 @@ impl<'f> Shared<'f> {
             stack_base: stack_position(),
             states: Vec::new(),
             argv_pool: Vec::new(),
+            out_pool: Vec::new(),
         }
     }
 }
@@ -234,21 +237,57 @@ impl<'f> CallCtx<'_, 'f> {
         name: &str,
         data: Value,
     ) -> Result<String, Error> {
-        let Some(tmpl) = set.get(name) else {
-            return Err(Error::Exec(format!(
-                "template: no template {} associated with template {}",
-                gofmt::quote(name),
-                gofmt::quote(set.name())
-            )));
-        };
-        let dot = if data.is_nil() {
-            Ev::Invalid
-        } else {
-            Ev::Val(data)
-        };
+        let (tmpl, dot) = invocation(set, name, data)?;
         run_template(self.shared, set, tmpl, dot)
     }
+
+    /// [`CallCtx::execute_template`] with the output as a Go string: rendered into a buffer
+    /// kept for the next invocation, then copied once into the string (instead of a fresh
+    /// buffer each time, grown, copied and freed).
+    pub fn execute_template_value(&mut self, name: &str, data: Value) -> Result<Value, Error> {
+        /// Buffers that grew past this are freed rather than kept.
+        const KEEP_CAPACITY: usize = 64 << 10;
+        let set = self.set;
+        let (tmpl, dot) = invocation(set, name, data)?;
+        let buf = self
+            .shared
+            .out_pool
+            .pop()
+            .unwrap_or_else(|| String::with_capacity(FIRST_CAPACITY));
+        let mut out = run_template_into(self.shared, set, tmpl, dot, buf)?;
+        let value = Value::string(&out);
+        if out.capacity() <= KEEP_CAPACITY {
+            out.clear();
+            self.shared.out_pool.push(out);
+        }
+        Ok(value)
+    }
 }
+
+/// The named template of `set` and the dot of its invocation with `data`.
+fn invocation<'s>(
+    set: &'s TemplateSet,
+    name: &str,
+    data: Value,
+) -> Result<(&'s Template, Ev), Error> {
+    let Some(tmpl) = set.get(name) else {
+        return Err(Error::Exec(format!(
+            "template: no template {} associated with template {}",
+            gofmt::quote(name),
+            gofmt::quote(set.name())
+        )));
+    };
+    let dot = if data.is_nil() {
+        Ev::Invalid
+    } else {
+        Ev::Val(data)
+    };
+    Ok((tmpl, dot))
+}
+
+/// Most invocations (`include`s of names, labels, small blocks) write a few hundred bytes:
+/// one allocation of this size instead of doubling up to it from eight.
+const FIRST_CAPACITY: usize = 256;
 
 /// Runs one template invocation to a string.
 pub(crate) fn run_template(
@@ -257,9 +296,6 @@ pub(crate) fn run_template(
     tmpl: &Template,
     dot: Ev,
 ) -> Result<String, Error> {
-    // Most invocations (`include`s of names, labels, small blocks) write a few hundred
-    // bytes: one allocation of this size instead of doubling up to it from eight.
-    const FIRST_CAPACITY: usize = 256;
     run_template_into(
         shared,
         set,
@@ -874,7 +910,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             Arg::Dot { .. } => Ok(dot.clone()),
             Arg::Nil { .. } => self.errorf("nil is not a command"),
             Arg::Number(n) => self.ideal_constant(first, ast.number(*n)),
-            Arg::String { text, .. } => Ok(Ev::Val(Value::string(ast.str(*text)))),
+            Arg::String { lit, .. } => Ok(Ev::Val(Value::String(ast.string_value(*lit)))),
             _ => self.errorf(format!(
                 "can't evaluate command {}",
                 gofmt::quote(&ast.show(first).to_string())
@@ -1353,8 +1389,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             (ArgType::Uint32, ..) => {
                 self.errorf(format!("expected unsigned integer; found {shown}"))
             }
-            (ArgType::String, Arg::String { text, .. }, _) => {
-                Ok(Ev::Val(Value::string(ast.str(*text))))
+            (ArgType::String, Arg::String { lit, .. }, _) => {
+                Ok(Ev::Val(Value::String(ast.string_value(*lit))))
             }
             (ArgType::String, ..) => self.errorf(format!("expected string; found {shown}")),
             _ => self.errorf(format!(
@@ -1369,7 +1405,7 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
         match arg {
             Arg::Bool { val, .. } => Ok(Ev::Val(Value::Bool(*val))),
             Arg::Number(n) => self.ideal_constant(arg, ast.number(*n)),
-            Arg::String { text, .. } => Ok(Ev::Val(Value::string(ast.str(*text)))),
+            Arg::String { lit, .. } => Ok(Ev::Val(Value::String(ast.string_value(*lit)))),
             _ => self.errorf(format!(
                 "can't handle assignment of {} to empty interface argument",
                 ast.show(arg)

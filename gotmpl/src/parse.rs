@@ -797,10 +797,13 @@ impl<'a> Parser<'a> {
                 self.leave();
                 Arg::Pipe(self.ast.pipe(r?))
             }
-            ItemType::String | ItemType::RawString => Arg::String {
-                quoted: self.slice(&token, 0),
-                text: self.string_value(&token)?,
-            },
+            ItemType::String | ItemType::RawString => {
+                let text = self.string_value(&token)?;
+                Arg::String {
+                    quoted: self.slice(&token, 0),
+                    lit: self.ast.string(text),
+                }
+            }
             _ => {
                 self.backup();
                 return Ok(None);

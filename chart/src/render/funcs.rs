@@ -141,15 +141,19 @@ fn str_arg(v: &Value) -> &str {
 
 /// Per-render nesting counters shared by `include` and `tpl` (Helm's `includedNames`).
 #[derive(Default)]
-struct IncludedNames(flotilla_gotmpl::names::NameMap<String, usize>);
+struct IncludedNames(flotilla_gotmpl::names::NameMap<Arc<str>, usize>);
 
 fn include(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Value, FuncError> {
     let name = str_arg(&a[0]);
     {
         let counts = &mut ctx.state::<IncludedNames>().0;
-        // The name is copied only the first time it is included.
+        // The key shares the name's string (a literal's, kept by the template).
         if !counts.contains_key(name) {
-            counts.insert(name.to_string(), 0);
+            let key = match &a[0] {
+                Value::String(s) => Arc::clone(s),
+                _ => Arc::from(name),
+            };
+            counts.insert(key, 0);
         }
         let n = counts.get_mut(name).expect("inserted above");
         if *n > MAX_INCLUDE_NESTING {
@@ -159,11 +163,11 @@ fn include(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Va
         }
         *n += 1;
     }
-    let out = ctx.execute_template(name, a[1].clone());
+    let out = ctx.execute_template_value(name, a[1].clone());
     if let Some(n) = ctx.state::<IncludedNames>().0.get_mut(name) {
         *n = n.saturating_sub(1);
     }
-    Ok(Value::string(out?))
+    Ok(out?)
 }
 
 fn tpl(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Value, FuncError> {
