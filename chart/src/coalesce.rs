@@ -123,6 +123,24 @@ pub fn merge_values(
     Ok(v)
 }
 
+/// [`coalesce_values`] for a caller that reads only some top-level keys of the result: a
+/// top-level default missing from `vals` is copied only if `keep` accepts its key. The keys
+/// `global` and the subcharts' names must be kept (coalescing itself reads them); the values
+/// of kept keys, the warnings and the errors are those of [`coalesce_values`], since a
+/// default missing from `vals` is never compared with anything at the top level.
+pub fn coalesce_values_keeping(
+    chart: &Chart,
+    vals: &Values,
+    keep: &dyn Fn(&str) -> bool,
+    warnings: &mut Warnings,
+) -> Result<Values, CoalesceError> {
+    let mut v = vals.clone();
+    coalesce_values_inner(chart, &mut v, "", false, Some(keep), warnings);
+    coalesce_deps(chart, &mut v, "", false, warnings)?;
+    sync_shared_globals_down(chart, &mut v);
+    Ok(v)
+}
+
 /// [`coalesce_values`] with the chart's defaults given by value (`chart.values` is not read):
 /// what lands in the result is moved, not copied. For callers done with the defaults.
 pub fn coalesce_values_with_defaults(
@@ -245,7 +263,7 @@ fn coalesce_inner(
     merge: bool,
     w: &mut Warnings,
 ) -> Result<(), CoalesceError> {
-    coalesce_values_inner(chart, dest, prefix, merge, w);
+    coalesce_values_inner(chart, dest, prefix, merge, None, w);
     coalesce_deps(chart, dest, prefix, merge, w)
 }
 
@@ -398,11 +416,14 @@ fn coalesce_globals(dest: &mut Values, src: &mut Values, w: &mut Warnings) {
     dest.insert(GLOBAL.to_owned(), Value::Object(dg));
 }
 
+/// `keep`, when given, says which of the chart's defaults missing from `v` are copied into it
+/// (the others are left out).
 fn coalesce_values_inner(
     chart: &Chart,
     v: &mut Values,
     prefix: &str,
     merge: bool,
+    keep: Option<&dyn Fn(&str) -> bool>,
     w: &mut Warnings,
 ) {
     let sub_prefix = concat_prefix(prefix, chart.name());
@@ -410,7 +431,7 @@ fn coalesce_values_inner(
     for (key, val) in chart.values() {
         if v.contains_key(key) {
             coalesce_default(chart, v, key, val, &sub_prefix, merge, w);
-        } else {
+        } else if keep.is_none_or(|keep| keep(key)) {
             v.insert(key.clone(), val.clone());
         }
     }
@@ -582,6 +603,55 @@ mod tests {
         }
         // Both kinds of outcome are exercised, not only clean merges.
         assert!(warned > 500 && failed > 100, "{warned} {failed}");
+    }
+
+    #[test]
+    fn coalescing_for_some_keys_gives_those_keys_warnings_and_errors_unchanged() {
+        let mut g = Gen(0x2545_F491_4F6C_DD1D);
+        let (mut left_out, mut warned, mut failed) = (0, 0, 0);
+        for _ in 0..4000 {
+            let leaf = chart("deep", Value::Object(g.table(2)), vec![]);
+            let sub = chart("sub", Value::Object(g.table(3)), vec![leaf]);
+            let top = chart("top", Value::Object(g.table(3)), vec![sub]);
+            let user = g.table(3);
+            // `global` and the subchart's section, plus any of the others.
+            let mut read = vec!["global", "sub"];
+            for k in ["a", "b", "deep", "tags"] {
+                if g.next(2) == 0 {
+                    read.push(k);
+                }
+            }
+            let (mut w1, mut w2) = (Vec::new(), Vec::new());
+            let full = coalesce_values(&top, &user, &mut w1);
+            let some = coalesce_values_keeping(&top, &user, &|k| read.contains(&k), &mut w2);
+            assert_eq!(w1, w2, "{:?} under {user:?}", top.values);
+            match (full, some) {
+                (Ok(full), Ok(some)) => {
+                    for (k, v) in &full {
+                        if read.contains(&k.as_str()) || user.contains_key(k) {
+                            assert_eq!(
+                                some.get(k),
+                                Some(v),
+                                "{k}: {:?} under {user:?}",
+                                top.values
+                            );
+                        } else {
+                            left_out += usize::from(!some.contains_key(k));
+                        }
+                    }
+                    assert!(some.keys().all(|k| full.contains_key(k)));
+                }
+                (a, b) => {
+                    assert_eq!(a.err(), b.err(), "{:?} under {user:?}", top.values);
+                    failed += 1;
+                }
+            }
+            warned += usize::from(!w1.is_empty());
+        }
+        assert!(
+            left_out > 200 && warned > 500 && failed > 100,
+            "{left_out} {warned} {failed}"
+        );
     }
 
     #[test]

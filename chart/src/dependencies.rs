@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::coalesce::{
-    CoalesceError, Warning, Warnings, coalesce_tables, coalesce_values,
+    CoalesceError, Warning, Warnings, coalesce_tables, coalesce_values, coalesce_values_keeping,
     coalesce_values_with_defaults, merge_tables, merge_values_with_defaults,
 };
 use crate::metadata::Dependency;
@@ -143,7 +143,27 @@ pub fn process_dependency_enabled(
     for r in &mut reqs {
         r.enabled = true;
     }
-    let cvals = coalesce_values(c, v, w)?;
+    // The coalesced values serve the tags and conditions below and, when a subchart has
+    // requirements of its own, that subchart's processing (which reads all of them). Without
+    // such a subchart, only `tags`, the conditions' first keys, `global` and the subcharts'
+    // sections are read: the other defaults are not copied.
+    let cvals = if c
+        .dependencies
+        .iter()
+        .any(|d| d.metadata.dependencies.is_some())
+    {
+        coalesce_values(c, v, w)?
+    } else {
+        let mut read: Vec<String> = vec!["tags".to_owned(), "global".to_owned()];
+        read.extend(c.dependencies.iter().map(|d| d.name().to_owned()));
+        for r in &reqs {
+            for cond in r.condition.trim().split(',').filter(|s| !s.is_empty()) {
+                let full = format!("{path}{cond}");
+                read.extend(full.split('.').next().map(str::to_owned));
+            }
+        }
+        coalesce_values_keeping(c, v, &|k| read.iter().any(|r| r == k), w)?
+    };
     process_tags(&mut reqs, &cvals, w);
     process_conditions(&mut reqs, &cvals, path, w);
     let rm: std::collections::BTreeSet<String> = reqs
