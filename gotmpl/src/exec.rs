@@ -1454,20 +1454,25 @@ fn call_builtin(b: Builtin, argv: &mut Vec<Ev>, callee: &str) -> Result<Ev, Stri
             let item = it.next().unwrap_or(Ev::Invalid);
             slice(item, it.collect())
         }
-        Builtin::Print => Ok(Ev::Val(Value::string(gofmt::sprint(&values(argv))))),
-        Builtin::Println => Ok(Ev::Val(Value::string(gofmt::sprintln(&values(argv))))),
-        Builtin::Printf => {
-            let mut vals = values(argv);
-            let format = if vals.is_empty() {
-                Value::string("")
-            } else {
-                vals.remove(0)
-            };
-            Ok(Ev::Val(Value::string(gofmt::sprintf(
-                format.as_str().unwrap_or(""),
-                &vals,
-            ))))
-        }
+        // The arguments are handed over on the stack when few (see `with_values`).
+        Builtin::Print => Ok(Ev::Val(Value::string(with_values(
+            None,
+            argv,
+            gofmt::sprint,
+        )))),
+        Builtin::Println => Ok(Ev::Val(Value::string(with_values(
+            None,
+            argv,
+            gofmt::sprintln,
+        )))),
+        Builtin::Printf => Ok(Ev::Val(Value::string(with_values(
+            None,
+            argv,
+            |vals| match vals.split_first() {
+                Some((format, rest)) => gofmt::sprintf(format.as_str().unwrap_or(""), rest),
+                None => gofmt::sprintf("", &[]),
+            },
+        )))),
         Builtin::Html => Ok(Ev::Val(Value::string(html_escape(&eval_args(argv))))),
         Builtin::Js => Ok(Ev::Val(Value::string(js_escape(&eval_args(argv))))),
         Builtin::Urlquery => Ok(Ev::Val(Value::string(query_escape(&eval_args(argv))))),
@@ -1497,10 +1502,6 @@ fn call_builtin(b: Builtin, argv: &mut Vec<Ev>, callee: &str) -> Result<Ev, Stri
             r.map(|t| Ev::Val(Value::Bool(t)))
         }
     }
-}
-
-fn values(argv: &mut Vec<Ev>) -> Vec<Value> {
-    argv.drain(..).map(Ev::into_value).collect()
 }
 
 /// `evalArgs`: `fmt.Sprint` of the arguments, with no-value/nil printed as `<no value>`.

@@ -392,17 +392,19 @@ pub fn sprint_value(v: &Value) -> String {
 
 /// `fmt.Sprint(args...)`: operands are separated by a space when neither side is a string.
 pub fn sprint(args: &[Value]) -> String {
-    let mut out = String::new();
+    // One buffer for every operand (each is printed with fresh, default flags).
+    let mut p = Printer::default();
     let mut prev_string = false;
     for (i, a) in args.iter().enumerate() {
         let is_string = matches!(a, Value::String(_));
         if i > 0 && !is_string && !prev_string {
-            out.push(' ');
+            p.buf.push(' ');
         }
-        out.push_str(&sprint_value(a));
+        p.f = Flags::default();
+        p.print_value(a, 'v', 0);
         prev_string = is_string;
     }
-    out
+    p.buf
 }
 
 /// `fmt.Sprintln(args...)`: always space-separated, with a trailing newline.
@@ -455,7 +457,11 @@ impl Printer {
 
     /// `fmt.pad`: pads to the width (in runes), zeros only on the left.
     fn pad(&mut self, s: &str) {
-        let w = self.f.width.unwrap_or(0);
+        // No width (the usual case): nothing to count.
+        let Some(w) = self.f.width else {
+            self.buf.push_str(s);
+            return;
+        };
         let n = s.chars().count();
         if w <= n {
             self.buf.push_str(s);
@@ -484,6 +490,11 @@ impl Printer {
 
     /// `fmtS`
     fn fmt_s(&mut self, s: &str) {
+        // Without a precision the text is not truncated: padded as it is, not copied.
+        if self.f.prec.is_none() {
+            self.pad(s);
+            return;
+        }
         let s = self.truncate(s);
         self.pad(&s);
     }
