@@ -123,20 +123,23 @@ pub fn merge_values(
     Ok(v)
 }
 
-/// [`coalesce_values`] for a caller that reads only some top-level keys of the result: a
-/// top-level default missing from `vals` is copied only if `keep` accepts its key. The keys
-/// `global` and the subcharts' names must be kept (coalescing itself reads them); the values
-/// of kept keys, the warnings and the errors are those of [`coalesce_values`], since a
-/// default missing from `vals` is never compared with anything at the top level.
+/// [`coalesce_values`] for a caller that reads only some keys of the result: a top-level
+/// default missing from `vals` is copied only if `keep` accepts its key, and a default of a
+/// direct subchart missing from that subchart's section only if `keep_sub(subchart, key)`
+/// does. `global` and the names of subcharts must be kept at both levels (coalescing itself
+/// reads them); the values of kept keys, the warnings and the errors are those of
+/// [`coalesce_values`], since a default missing from the values it lands in is never
+/// compared with anything there.
 pub fn coalesce_values_keeping(
     chart: &Chart,
     vals: &Values,
     keep: &dyn Fn(&str) -> bool,
+    keep_sub: &dyn Fn(&str, &str) -> bool,
     warnings: &mut Warnings,
 ) -> Result<Values, CoalesceError> {
     let mut v = vals.clone();
     coalesce_values_inner(chart, &mut v, "", false, Some(keep), warnings);
-    coalesce_deps(chart, &mut v, "", false, warnings)?;
+    coalesce_deps(chart, &mut v, "", false, Some(keep_sub), warnings)?;
     sync_shared_globals_down(chart, &mut v);
     Ok(v)
 }
@@ -220,7 +223,7 @@ fn coalesce_owned(
             }
         }
     }
-    coalesce_deps(chart, dest, "", merge, w)?;
+    coalesce_deps(chart, dest, "", merge, None, w)?;
     sync_shared_globals_down(chart, dest);
     Ok(())
 }
@@ -264,7 +267,7 @@ fn coalesce_inner(
     w: &mut Warnings,
 ) -> Result<(), CoalesceError> {
     coalesce_values_inner(chart, dest, prefix, merge, None, w);
-    coalesce_deps(chart, dest, prefix, merge, w)
+    coalesce_deps(chart, dest, prefix, merge, None, w)
 }
 
 /// Go's `coalesceGlobals` copies each parent global table shallowly: the tables nested one
@@ -330,11 +333,18 @@ fn sync_shared_globals_down(chart: &Chart, vals: &mut Values) {
     }
 }
 
+/// Which defaults of a subchart (first argument) missing from its section are copied, by key.
+type KeepSub<'a> = &'a dyn Fn(&str, &str) -> bool;
+
+/// `keep_sub`, when given, says which of a subchart's defaults missing from its section are
+/// copied (`keep_sub(subchart, key)`), as `keep` does for the chart's own defaults in
+/// [`coalesce_values_inner`]; deeper subcharts copy all of theirs.
 fn coalesce_deps(
     chart: &Chart,
     dest: &mut Values,
     prefix: &str,
     merge: bool,
+    keep_sub: Option<KeepSub<'_>>,
     w: &mut Warnings,
 ) -> Result<(), CoalesceError> {
     for sub in &chart.dependencies {
@@ -358,7 +368,14 @@ fn coalesce_deps(
         };
         let pairs = shared_global_tables(dest);
         coalesce_globals(&mut dv, dest, w);
-        let res = coalesce_inner(sub, &mut dv, &sub_prefix, merge, w);
+        let res = match keep_sub {
+            None => coalesce_inner(sub, &mut dv, &sub_prefix, merge, w),
+            Some(keep) => {
+                let keep_here = |k: &str| keep(&name, k);
+                coalesce_values_inner(sub, &mut dv, &sub_prefix, merge, Some(&keep_here), w);
+                coalesce_deps(sub, &mut dv, &sub_prefix, merge, None, w)
+            }
+        };
         copy_shared_globals(&dv, dest, &pairs);
         dest.insert(name, Value::Object(dv));
         res?;
@@ -608,7 +625,7 @@ mod tests {
     #[test]
     fn coalescing_for_some_keys_gives_those_keys_warnings_and_errors_unchanged() {
         let mut g = Gen(0x2545_F491_4F6C_DD1D);
-        let (mut left_out, mut warned, mut failed) = (0, 0, 0);
+        let (mut left_out, mut left_out_sub, mut warned, mut failed) = (0, 0, 0, 0);
         for _ in 0..4000 {
             let leaf = chart("deep", Value::Object(g.table(2)), vec![]);
             let sub = chart("sub", Value::Object(g.table(3)), vec![leaf]);
@@ -621,20 +638,46 @@ mod tests {
                     read.push(k);
                 }
             }
+            // In `sub`'s section: `global`, `deep` (its subchart), plus any of the others.
+            let mut read_sub = vec!["global", "deep"];
+            for k in ["a", "b", "sub"] {
+                if g.next(2) == 0 {
+                    read_sub.push(k);
+                }
+            }
             let (mut w1, mut w2) = (Vec::new(), Vec::new());
             let full = coalesce_values(&top, &user, &mut w1);
-            let some = coalesce_values_keeping(&top, &user, &|k| read.contains(&k), &mut w2);
+            let some = coalesce_values_keeping(
+                &top,
+                &user,
+                &|k| read.contains(&k),
+                &|s, k| s == "sub" && read_sub.contains(&k),
+                &mut w2,
+            );
             assert_eq!(w1, w2, "{:?} under {user:?}", top.values);
+            let given_sub = |k: &str| match user.get("sub") {
+                Some(Value::Object(u)) => u.contains_key(k),
+                _ => false,
+            };
             match (full, some) {
                 (Ok(full), Ok(some)) => {
                     for (k, v) in &full {
-                        if read.contains(&k.as_str()) || user.contains_key(k) {
-                            assert_eq!(
-                                some.get(k),
-                                Some(v),
-                                "{k}: {:?} under {user:?}",
-                                top.values
-                            );
+                        if k == "sub" {
+                            // The kept keys of the section, and what the user gave there.
+                            let (Value::Object(fs), Some(Value::Object(ss))) = (v, some.get(k))
+                            else {
+                                panic!("no section: {some:?}");
+                            };
+                            for (k2, v2) in fs {
+                                if read_sub.contains(&k2.as_str()) || given_sub(k2) {
+                                    assert_eq!(ss.get(k2), Some(v2), "sub.{k2}: {:?}", top.values);
+                                } else {
+                                    left_out_sub += usize::from(!ss.contains_key(k2));
+                                }
+                            }
+                            assert!(ss.keys().all(|k2| fs.contains_key(k2)));
+                        } else if read.contains(&k.as_str()) || user.contains_key(k) {
+                            assert_eq!(some.get(k), Some(v), "{k}: {:?}", top.values);
                         } else {
                             left_out += usize::from(!some.contains_key(k));
                         }
@@ -649,8 +692,8 @@ mod tests {
             warned += usize::from(!w1.is_empty());
         }
         assert!(
-            left_out > 200 && warned > 500 && failed > 100,
-            "{left_out} {warned} {failed}"
+            left_out > 200 && left_out_sub > 200 && warned > 500 && failed > 100,
+            "{left_out} {left_out_sub} {warned} {failed}"
         );
     }
 

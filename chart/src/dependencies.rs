@@ -145,8 +145,8 @@ pub fn process_dependency_enabled(
     }
     // The coalesced values serve the tags and conditions below and, when a subchart has
     // requirements of its own, that subchart's processing (which reads all of them). Without
-    // such a subchart, only `tags`, the conditions' first keys, `global` and the subcharts'
-    // sections are read: the other defaults are not copied.
+    // such a subchart, only `tags`, the conditions' paths and what coalescing reads itself
+    // (`global`, the subcharts' sections) are read: the other defaults are not copied.
     let cvals = if c
         .dependencies
         .iter()
@@ -156,13 +156,34 @@ pub fn process_dependency_enabled(
     } else {
         let mut read: Vec<String> = vec!["tags".to_owned(), "global".to_owned()];
         read.extend(c.dependencies.iter().map(|d| d.name().to_owned()));
+        // In a subchart's section: `global`, its own subcharts' sections, and the second keys
+        // of the conditions that go through it.
+        let mut read_sub: Vec<(String, String)> = Vec::new();
+        for d in &c.dependencies {
+            read_sub.push((d.name().to_owned(), "global".to_owned()));
+            for dd in &d.dependencies {
+                read_sub.push((d.name().to_owned(), dd.name().to_owned()));
+            }
+        }
         for r in &reqs {
             for cond in r.condition.trim().split(',').filter(|s| !s.is_empty()) {
                 let full = format!("{path}{cond}");
-                read.extend(full.split('.').next().map(str::to_owned));
+                let mut keys = full.split('.');
+                if let Some(first) = keys.next() {
+                    read.push(first.to_owned());
+                    if let Some(second) = keys.next() {
+                        read_sub.push((first.to_owned(), second.to_owned()));
+                    }
+                }
             }
         }
-        coalesce_values_keeping(c, v, &|k| read.iter().any(|r| r == k), w)?
+        coalesce_values_keeping(
+            c,
+            v,
+            &|k| read.iter().any(|r| r == k),
+            &|s, k| read_sub.iter().any(|(rs, rk)| rs == s && rk == k),
+            w,
+        )?
     };
     process_tags(&mut reqs, &cvals, w);
     process_conditions(&mut reqs, &cvals, path, w);
