@@ -48,8 +48,40 @@ fn options(area: &Path, line: &str) -> (String, TemplateOptions) {
     (stem, o)
 }
 
+/// Every case twice: executed one template after the other, then on two threads
+/// (`render_on_two_threads`, from two templates on; the `parallel` area's cases write shared
+/// maps, read a subchart's `.Template` and fail in two templates). The setting is
+/// process-wide, hence one test.
 #[test]
 fn render_fixtures_print_what_helm_prints() {
+    let sequential = check_all_fixtures();
+    flotilla_chart::render::render_on_two_threads(2);
+    let before = flotilla_chart::render::parallel_render_counts();
+    let parallel = check_all_fixtures();
+    let after = flotilla_chart::render::parallel_render_counts();
+    flotilla_chart::render::render_on_two_threads(usize::MAX);
+    assert!(
+        sequential.is_empty() && parallel.is_empty(),
+        "one after the other, {} cases differ:\n{}\non two threads, {} cases differ:\n{}",
+        sequential.len(),
+        sequential.join("\n"),
+        parallel.len(),
+        parallel.join("\n")
+    );
+    // The parallel area alone renders six times on two threads: `mutate` and `subread`
+    // finish one after the other from the template that writes or reads.
+    assert!(
+        after.0 - before.0 >= 6,
+        "parallel runs: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.1 - before.1 >= 2,
+        "fallbacks: {before:?} -> {after:?}"
+    );
+}
+
+/// Renders every fixture case; the differences from helm's goldens.
+fn check_all_fixtures() -> Vec<String> {
     let mut areas: Vec<PathBuf> = std::fs::read_dir(fixtures())
         .expect("fixtures directory")
         .map(|e| e.expect("entry").path())
@@ -98,10 +130,5 @@ fn render_fixtures_print_what_helm_prints() {
         }
     }
     assert!(cases >= 20, "only {cases} cases");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cases differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    failures
 }

@@ -1,10 +1,11 @@
 //! Heap set-up for `flotilla template`, a short process whose time is to a large part the
 //! kernel's first touch of fresh heap pages (one page fault per 4 KiB page).
 //!
-//! [`prepare_heap`] makes glibc's allocator keep everything in one heap that only grows
-//! (`mallopt`: one arena, no trimming, no `mmap` for big blocks), and puts the first
-//! [`HUGE_BYTES`] of that heap on transparent huge pages (`madvise(MADV_HUGEPAGE)`), so that
-//! each 2 MiB of it costs one fault instead of 512. Huge pages count whole in the peak RSS,
+//! [`prepare_heap`] makes glibc's allocator keep the main thread's allocations in one heap
+//! that only grows (`mallopt`: no trimming, no `mmap` for big blocks; a second thread gets
+//! one arena of its own), and puts the first [`HUGE_BYTES`] of that heap on transparent
+//! huge pages (`madvise(MADV_HUGEPAGE)`), so that each 2 MiB of it costs one fault instead
+//! of 512. Huge pages count whole in the peak RSS,
 //! so only a fixed, small part is advised and the rest of the heap stays on 4 KiB pages
 //! (see the README's "Rendering speed"). Where transparent huge pages are off the advice
 //! does nothing and the process runs as before; on other C libraries nothing is done.
@@ -52,8 +53,10 @@ pub fn prepare_heap() -> HeapSetup {
     // SAFETY: mallopt only changes glibc's allocator parameters; it takes no pointer and
     // leaves every live allocation where it is.
     unsafe {
-        // All threads allocate from the main (brk) heap, the one advised below.
-        libc::mallopt(libc::M_ARENA_MAX, 1);
+        // This thread allocates from the main (brk) heap, the one advised below; a second
+        // thread (the render's worker on big charts) gets an arena of its own, since sharing
+        // one arena's lock costs far more than the worker's fresh pages.
+        libc::mallopt(libc::M_ARENA_MAX, 2);
         // Big blocks come from the heap too, instead of a fresh mapping (fresh pages)
         // each time; 32 MiB is the largest value glibc accepts.
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);

@@ -10,8 +10,10 @@
 //! `Map` clones the handle, not the entries. Keys iterate in byte order, which is Go's sorted
 //! order for string keys (`range` and `fmt` both sort map keys).
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::signature::{FuncError, Signature};
@@ -149,8 +151,112 @@ impl fmt::Debug for List {
 /// The items of a [`List`]. Dropping it releases nested values iteratively.
 struct ListCell(Vec<Value>);
 
-/// The entries of a [`Map`]. Dropping it releases nested values iteratively.
-struct MapCell(RwLock<BTreeMap<String, Value>>);
+/// The entries of a [`Map`], the freeze epoch current when it was made (see
+/// [`freeze_maps`]) and whether its reads are watched ([`Map::watch_reads`]). Dropping it
+/// releases nested values iteratively.
+struct MapCell(RwLock<BTreeMap<String, Value>>, u32, AtomicBool);
+
+/// Freeze epochs handed out so far; a map records the one current when it is made.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// A write to a frozen map: the map, and the copy of its entries the write went to.
+type Diverted = (Map, &'static RwLock<BTreeMap<String, Value>>);
+
+thread_local! {
+    /// Maps made before this epoch may not be written on this thread (0: no freeze).
+    static FROZEN_BELOW: Cell<u32> = const { Cell::new(0) };
+    /// Whether this thread read a watched map since it entered the freeze.
+    static CONFLICT: Cell<bool> = const { Cell::new(false) };
+    /// The key of a watched map that a `get` may not read during the freeze.
+    static WATCHED_KEY: Cell<&'static str> = const { Cell::new("") };
+    /// Writes to frozen maps on this thread not yet checked ([`FreezeScope::conflicted`]).
+    static DIVERTED: RefCell<Vec<Diverted>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Starts a freeze epoch: every map that exists now becomes frozen on the threads that
+/// [`enter_freeze`] it (maps made from now on are not). Returns the epoch.
+///
+/// This is what lets a chart's templates run on several threads with Go's semantics: a
+/// template that writes a map that existed before the run (`set $ ...`, `set .Values ...`,
+/// `merge .Values.x ...`), which a later template might read, leaves the map unchanged; if
+/// the write would have changed it, a conflict is recorded, and the caller then throws the
+/// run away and executes the templates again one after the other.
+pub fn freeze_maps() -> u32 {
+    EPOCH.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// While the returned scope lives, maps made before `epoch` ([`freeze_maps`]) are frozen
+/// on this thread: a write to one goes to a copy of its entries instead, and counts as a
+/// conflict if the copy then differs ([`FreezeScope::conflicted`]); reading a map whose
+/// reads are watched ([`Map::watch_reads`]) counts as one too, except a `get` of another
+/// key than `watched_key`.
+pub fn enter_freeze(epoch: u32, watched_key: &'static str) -> FreezeScope {
+    FROZEN_BELOW.with(|f| f.set(epoch));
+    CONFLICT.with(|c| c.set(false));
+    WATCHED_KEY.with(|k| k.set(watched_key));
+    DIVERTED.with(|d| d.borrow_mut().clear());
+    FreezeScope(std::marker::PhantomData)
+}
+
+/// This thread's part of a freeze ([`enter_freeze`]); dropping it lifts the freeze here.
+#[derive(Debug)]
+pub struct FreezeScope(std::marker::PhantomData<*const ()>);
+
+impl FreezeScope {
+    /// Whether, since the freeze began, this thread read a watched map or wrote a frozen
+    /// one so that its entries would differ (a write that leaves the same entries, such as
+    /// `merge` adding nothing, changes nothing a later reader could see).
+    pub fn conflicted(&self) -> bool {
+        let diverted = DIVERTED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        for (map, copy) in diverted {
+            let copy = copy.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !same_entries(&map.lock_read(), &copy) {
+                CONFLICT.with(|c| c.set(true));
+            }
+        }
+        CONFLICT.with(Cell::get)
+    }
+}
+
+impl Drop for FreezeScope {
+    fn drop(&mut self) {
+        FROZEN_BELOW.with(|f| f.set(0));
+        WATCHED_KEY.with(|k| k.set(""));
+        DIVERTED.with(|d| d.borrow_mut().clear());
+    }
+}
+
+/// Whether two entry tables are indistinguishable to a template: same keys, and values
+/// that are the same maps, lists and objects (not only equal ones: those can be written
+/// apart later) and equal scalars of the same type.
+fn same_entries(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((ka, va), (kb, vb))| {
+            ka == kb
+                && match (va, vb) {
+                    (Value::Nil, Value::Nil) => true,
+                    (Value::Bool(x), Value::Bool(y)) => x == y,
+                    (Value::Int(x), Value::Int(y)) | (Value::Int64(x), Value::Int64(y)) => x == y,
+                    (Value::Uint64(x), Value::Uint64(y)) => x == y,
+                    (Value::Uint8(x), Value::Uint8(y)) => x == y,
+                    (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+                    (Value::String(x), Value::String(y)) => x == y,
+                    (Value::Bytes(x), Value::Bytes(y)) => x == y,
+                    (Value::List(x), Value::List(y)) => x.elem() == y.elem() && x.ptr_eq(y),
+                    (Value::Map(x), Value::Map(y)) => x.map_type() == y.map_type() && x.ptr_eq(y),
+                    (Value::Object(x), Value::Object(y)) => Arc::ptr_eq(x, y),
+                    _ => false,
+                }
+        })
+}
+
+/// A read of a watched map: a conflict while this thread is in a freeze.
+#[cold]
+fn watched_read() {
+    if FROZEN_BELOW.with(Cell::get) != 0 {
+        CONFLICT.with(|c| c.set(true));
+    }
+}
 
 impl Drop for ListCell {
     fn drop(&mut self) {
@@ -228,7 +334,11 @@ impl Map {
     /// A `map[string]interface {}` holding these entries.
     pub fn from_entries(entries: BTreeMap<String, Value>) -> Self {
         Map {
-            inner: Arc::new(MapCell(RwLock::new(entries))),
+            inner: Arc::new(MapCell(
+                RwLock::new(entries),
+                EPOCH.load(Ordering::Relaxed),
+                AtomicBool::new(false),
+            )),
             ty: MapType::Interface,
         }
     }
@@ -236,7 +346,11 @@ impl Map {
     /// A map of the given Go type holding these entries.
     pub fn typed(entries: BTreeMap<String, Value>, ty: MapType) -> Self {
         Map {
-            inner: Arc::new(MapCell(RwLock::new(entries))),
+            inner: Arc::new(MapCell(
+                RwLock::new(entries),
+                EPOCH.load(Ordering::Relaxed),
+                AtomicBool::new(false),
+            )),
             ty,
         }
     }
@@ -256,6 +370,13 @@ impl Map {
 
     /// Read access to the entries. Do not call back into templates while holding it.
     pub fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Value>> {
+        if self.inner.2.load(Ordering::Relaxed) {
+            watched_read();
+        }
+        self.lock_read()
+    }
+
+    fn lock_read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Value>> {
         self.inner
             .0
             .read()
@@ -263,21 +384,53 @@ impl Map {
     }
 
     /// Write access to the entries. Do not call back into templates while holding it.
+    /// A map frozen on this thread ([`enter_freeze`]) is not changed: the access is to a
+    /// copy of its entries, checked against them later.
     pub fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Value>> {
+        if self.inner.1 < FROZEN_BELOW.with(Cell::get) {
+            return self.diverted_write();
+        }
         self.inner
             .0
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The write access given for a frozen map: a copy of its entries nobody else sees,
+    /// kept to the end of the process (the guard must borrow it).
+    #[cold]
+    fn diverted_write<'a>(&self) -> RwLockWriteGuard<'a, BTreeMap<String, Value>> {
+        let copy: &'static RwLock<BTreeMap<String, Value>> =
+            Box::leak(Box::new(RwLock::new(self.lock_read().clone())));
+        DIVERTED.with(|d| d.borrow_mut().push((self.clone(), copy)));
+        copy.write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// While a freeze is on ([`enter_freeze`]), reading this map counts as a conflict,
+    /// except a `get` or `contains_key` of another key than the freeze's watched key.
+    pub fn watch_reads(&self, on: bool) {
+        self.inner.2.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a read of `key` on this map is watched.
+    #[inline]
+    fn watch_key(&self, key: &str) {
+        if self.inner.2.load(Ordering::Relaxed) && WATCHED_KEY.with(Cell::get) == key {
+            watched_read();
+        }
+    }
+
     /// The value under `key`, if present.
     pub fn get(&self, key: &str) -> Option<Value> {
-        self.read().get(&Probe(key) as &dyn LookupKey).cloned()
+        self.watch_key(key);
+        self.lock_read().get(&Probe(key) as &dyn LookupKey).cloned()
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.read().contains_key(&Probe(key) as &dyn LookupKey)
+        self.watch_key(key);
+        self.lock_read().contains_key(&Probe(key) as &dyn LookupKey)
     }
 
     /// Sets `key` (visible to every holder of the map).
@@ -908,5 +1061,49 @@ mod tests {
     fn values_are_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Value>();
+    }
+
+    #[test]
+    fn a_frozen_map_is_not_written_and_a_change_is_a_conflict() {
+        let shared = Map::new();
+        shared.insert("a", Value::Int(1));
+        let epoch = freeze_maps();
+        let fresh = Map::new();
+        let freeze = enter_freeze(epoch, "Template");
+        // A map made during the freeze is written as usual.
+        fresh.insert("x", Value::Int(2));
+        assert_eq!(
+            fresh.get("x").map(|v| v.deep_equal(&Value::Int(2))),
+            Some(true)
+        );
+        // Writing the same entries back changes nothing: no conflict.
+        shared.insert("a", Value::Int(1));
+        assert!(!freeze.conflicted());
+        shared.insert("b", Value::Int(3));
+        assert!(shared.get("b").is_none(), "the frozen map kept its entries");
+        assert!(freeze.conflicted());
+        drop(freeze);
+        // Out of the freeze, the map is written again.
+        shared.insert("b", Value::Int(3));
+        assert!(shared.get("b").is_some());
+    }
+
+    #[test]
+    fn a_watched_map_is_a_conflict_when_its_key_or_whole_is_read() {
+        let scope = Map::new();
+        scope.insert("Template", Value::string("t"));
+        scope.insert("Values", Value::Map(Map::new()));
+        scope.watch_reads(true);
+        let epoch = freeze_maps();
+        let freeze = enter_freeze(epoch, "Template");
+        assert!(scope.get("Values").is_some());
+        assert!(!freeze.conflicted());
+        let _ = scope.get("Template");
+        assert!(freeze.conflicted());
+        let freeze = enter_freeze(epoch, "Template");
+        let _ = scope.keys();
+        assert!(freeze.conflicted());
+        drop(freeze);
+        scope.watch_reads(false);
     }
 }
