@@ -201,8 +201,23 @@ impl Engine {
                 (t.path.as_str(), text)
             })
             .collect();
+        let jobs: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let path = &templates[i].path;
+                !path.rsplit('/').next().unwrap_or(path).starts_with('_')
+            })
+            .collect();
+        let min = self
+            .two_threads_from
+            .unwrap_or_else(|| PARALLEL_MIN_TEMPLATES.load(Ordering::Relaxed));
+        let two_threads = jobs.len() >= min.max(2);
+        // A chart big enough for two threads is parsed on two as well: the parsing thread's
+        // arena, free once it ends, is the one the executing worker then takes.
+        let parse_threads = if two_threads { 2 } else { PARSE_THREADS };
         let mut set = TemplateSet::new("gotpl");
-        set.parse_all(&sources, &funcs, PARSE_THREADS)
+        set.parse_all(&sources, &funcs, parse_threads)
             .map_err(|(k, e)| RenderError(cleanup_parse_error(sources[k].0, &e.to_string())))?;
         drop(sources);
         let opts = ExecOptions {
@@ -219,26 +234,15 @@ impl Engine {
             max_output_bytes: self.max_output_bytes.unwrap_or(opts.max_output_bytes),
             ..opts
         };
-        let jobs: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&i| {
-                let path = &templates[i].path;
-                !path.rsplit('/').next().unwrap_or(path).starts_with('_')
-            })
-            .collect();
         let run = Run {
             set: &set,
             funcs: &funcs,
             opts: &opts,
             templates: &templates,
         };
-        let min = self
-            .two_threads_from
-            .unwrap_or_else(|| PARALLEL_MIN_TEMPLATES.load(Ordering::Relaxed));
-        let parallel = match min {
-            min if jobs.len() >= min.max(2) => run.on_two_threads(&jobs, &charts),
-            _ => None,
+        let parallel = match two_threads {
+            true => run.on_two_threads(&jobs, &charts),
+            false => None,
         };
         let rendered = match parallel {
             Some(result) => result?,
@@ -510,10 +514,10 @@ enum Entry {
 }
 
 /// Threads a chart's templates are parsed on ([`TemplateSet::parse_all`] adds them in Helm's
-/// order whatever the number). One: measured on `flotilla template` (README, "Rendering
-/// speed"), a second thread sharing the single malloc arena of `cli/src/memory.rs` waits on
-/// the allocator's lock (grafana: 1.9 ms more CPU, 1 ms more wall), and with an arena of its
-/// own it saved only 2-6% of wall for ~20-60 more page faults.
+/// order whatever the number), unless they are executed on two threads. One: measured on
+/// `flotilla template` (README, "Rendering speed"), a second thread sharing one malloc arena
+/// waits on the allocator's lock (grafana: 1.9 ms more CPU, 1 ms more wall), and with an
+/// arena of its own it saved only 2-6% of wall on small charts for ~20-60 more page faults.
 const PARSE_THREADS: usize = 1;
 
 /// `strings.ReplaceAll(out, "<no value>", "")`, without copying text that has none.
