@@ -6,6 +6,8 @@
 mod cert;
 mod der;
 mod keys;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod prime;
 mod sign;
 

@@ -492,7 +492,64 @@ fn random_below_bits<const N: usize>(bits: usize) -> [u64; N] {
 struct SmallPrimes {
     primes: Vec<u32>,
     /// `(product, first index, end index)` of each group.
-    groups: Vec<(u64, usize, usize)>,
+    groups: Vec<(Divisor, usize, usize)>,
+}
+
+/// A u64 divisor with what division by it through a multiplication needs (Möller and
+/// Granlund, "Improved division by invariant integers", 2011: the 2-by-1 division with a
+/// precomputed reciprocal), as the start residues of every search divide by the same
+/// ~3,500 products: a 128-by-64-bit `%` is a call to a slow generic routine.
+#[derive(Debug, Clone, Copy)]
+struct Divisor {
+    /// The divisor shifted left until its top bit is set.
+    normalized: u64,
+    /// `floor((2^128 - 1) / normalized) - 2^64`.
+    reciprocal: u64,
+    shift: u32,
+}
+
+impl Divisor {
+    fn new(d: u64) -> Self {
+        assert!(d != 0, "division by zero");
+        let shift = d.leading_zeros();
+        let normalized = d << shift;
+        let reciprocal = (u128::MAX / u128::from(normalized) - (1u128 << 64)) as u64;
+        Divisor {
+            normalized,
+            reciprocal,
+            shift,
+        }
+    }
+
+    /// `(u1 2^64 + u0) mod normalized`, for `u1 < normalized`.
+    #[inline(always)]
+    fn rem_normalized(&self, u1: u64, u0: u64) -> u64 {
+        let d = self.normalized;
+        let q = (u128::from(self.reciprocal) * u128::from(u1))
+            .wrapping_add((u128::from(u1) << 64) | u128::from(u0));
+        let (q1, q0) = (((q >> 64) as u64).wrapping_add(1), q as u64);
+        let mut r = u0.wrapping_sub(q1.wrapping_mul(d));
+        if r > q0 {
+            r = r.wrapping_add(d);
+        }
+        if r >= d {
+            r -= d;
+        }
+        r
+    }
+
+    /// `x mod d`.
+    fn rem<const N: usize>(&self, x: &[u64; N]) -> u64 {
+        // x 2^shift mod d 2^shift, over the limbs of x shifted left, then shifted back.
+        let s = self.shift;
+        let spill = |limb: u64| if s == 0 { 0 } else { limb >> (64 - s) };
+        let mut r = spill(x[N - 1]);
+        for i in (0..N).rev() {
+            let below = if i == 0 { 0 } else { spill(x[i - 1]) };
+            r = self.rem_normalized(r, (x[i] << s) | below);
+        }
+        r >> s
+    }
 }
 
 fn small_primes() -> &'static SmallPrimes {
@@ -523,36 +580,36 @@ fn small_primes() -> &'static SmallPrimes {
                 }
                 end += 1;
             }
-            groups.push((product, start, end));
+            groups.push((Divisor::new(product), start, end));
             start = end;
         }
         SmallPrimes { primes, groups }
     })
 }
 
-/// `x mod d` for a u64 `d`.
-fn rem_u64<const N: usize>(x: &[u64; N], d: u64) -> u64 {
-    let mut r = 0u128;
-    for &limb in x.iter().rev() {
-        r = ((r << 64) | u128::from(limb)) % u128::from(d);
-    }
-    r as u64
-}
-
 /// Searches a prime of exactly `64N` bits with the top two bits set, until one is found or
 /// `stop` is raised.
 fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
+    search_with(stop, lanes_available::<N>())
+}
+
+/// [`search`], testing candidates eight at a time on the lane arithmetic when `use_lanes`
+/// (the CPU must have it), one at a time otherwise.
+fn search_with<const N: usize>(stop: &AtomicBool, use_lanes: bool) -> Option<[u64; N]> {
     let table = small_primes();
     let bits = 64 * N;
     let rounds = rounds_for(bits);
     let mut residues = vec![0u32; table.primes.len()];
     let mut struck = [0u64; WINDOW / 64];
+    // Survivors of the sieve waiting to be tested together (see [`test_batch`]).
+    let use_lanes = use_lanes && rounds < LANES;
+    let mut batch: Vec<[u64; N]> = Vec::with_capacity(LANES);
     'restart: loop {
         let mut start = random_below_bits::<N>(bits);
         start[N - 1] |= 0b11 << 62;
         start[0] |= 1;
         for &(product, first, end) in &table.groups {
-            let r = rem_u64(&start, product);
+            let r = product.rem(&start);
             for (residue, &p) in residues[first..end]
                 .iter_mut()
                 .zip(&table.primes[first..end])
@@ -588,7 +645,19 @@ fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
                     }
                 }
                 if carry != 0 || candidate[N - 1] >> 62 != 0b11 {
+                    if let Some(p) = test_batch(&mut batch, rounds) {
+                        return Some(p);
+                    }
                     continue 'restart;
+                }
+                if use_lanes {
+                    batch.push(candidate);
+                    if batch.len() == LANES
+                        && let Some(p) = test_batch(&mut batch, rounds)
+                    {
+                        return Some(p);
+                    }
+                    continue;
                 }
                 let Some(md) = Modulus::new(candidate) else {
                     continue;
@@ -603,6 +672,9 @@ fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
                 (*limb, carry) = adc(*limb, carry, 0);
             }
             if carry != 0 || start[N - 1] >> 62 != 0b11 {
+                if let Some(p) = test_batch(&mut batch, rounds) {
+                    return Some(p);
+                }
                 continue 'restart;
             }
             for (r, &p) in residues.iter_mut().zip(&table.primes) {
@@ -610,6 +682,80 @@ fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
             }
         }
     }
+}
+
+/// Candidates tested at once by the lane arithmetic.
+#[cfg(target_arch = "x86_64")]
+const LANES: usize = super::lanes::LANES;
+#[cfg(not(target_arch = "x86_64"))]
+const LANES: usize = 1;
+
+/// Whether [`test_batch`] runs here for primes of `64N` bits.
+fn lanes_available<const N: usize>() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::lanes::limbs_for(N).is_some() && super::lanes::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Tests the waiting candidates (in their order; empties `batch`): a base-2 Fermat test of
+/// all of them at once on the lane arithmetic, then, for those that pass, Miller-Rabin rounds
+/// with base 2 and `LANES - 1` random bases at once (at least the `rounds` asked for). The
+/// first candidate that passes all is returned. A short batch is padded with copies of its
+/// last candidate.
+fn test_batch<const N: usize>(batch: &mut Vec<[u64; N]>, rounds: usize) -> Option<[u64; N]> {
+    if batch.is_empty() {
+        return None;
+    }
+    let found = lanes_test::<N>(batch, rounds);
+    batch.clear();
+    found
+}
+
+#[cfg(target_arch = "x86_64")]
+fn lanes_test<const N: usize>(batch: &[[u64; N]], rounds: usize) -> Option<[u64; N]> {
+    use super::lanes;
+    let mut lanes_in = [*batch.last()?; LANES];
+    lanes_in[..batch.len()].copy_from_slice(batch);
+    let passed = match N {
+        16 => lanes::fermat_base_2::<N, 20>(&lanes_in),
+        _ => None,
+    };
+    let Some(passed) = passed else {
+        // Not reached (callers check `lanes_available`): the scalar test, one by one.
+        return batch
+            .iter()
+            .copied()
+            .find(|c| Modulus::new(*c).is_some_and(|md| is_probable_prime(&md, rounds)));
+    };
+    for (lane, candidate) in batch.iter().enumerate() {
+        if passed >> lane & 1 == 0 {
+            continue;
+        }
+        let prime = match N {
+            16 => lanes::miller_rabin::<N, 20>(candidate),
+            _ => None,
+        };
+        let prime = prime.unwrap_or_else(|| {
+            Modulus::new(*candidate).is_some_and(|md| is_probable_prime(&md, rounds))
+        });
+        if prime {
+            return Some(*candidate);
+        }
+    }
+    None
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn lanes_test<const N: usize>(batch: &[[u64; N]], rounds: usize) -> Option<[u64; N]> {
+    batch
+        .iter()
+        .copied()
+        .find(|c| Modulus::new(*c).is_some_and(|md| is_probable_prime(&md, rounds)))
 }
 
 pub(crate) fn to_biguint<const N: usize>(x: &[u64; N]) -> BigUint {
@@ -945,14 +1091,45 @@ mod tests {
             assert_eq!(p[7] >> 62, 0b11, "top two bits set");
             assert!(num_bigint_dig::prime::probably_prime(&big, 30), "{big}");
         }
-        let p = to_biguint(&search::<16>(&stop).expect("not stopped"));
-        assert_eq!(p.bits(), 1024);
-        assert!(num_bigint_dig::prime::probably_prime(&p, 20), "{p}");
+        // Both ways of testing candidates, where the CPU has the lane arithmetic.
+        for use_lanes in [false, lanes_available::<16>()] {
+            let p = to_biguint(&search_with::<16>(&stop, use_lanes).expect("not stopped"));
+            assert_eq!(p.bits(), 1024);
+            assert!(num_bigint_dig::prime::probably_prime(&p, 20), "{p}");
+        }
         stop.store(true, Ordering::Relaxed);
         assert!(
             search::<8>(&stop).is_none(),
             "a raised stop flag ends the search"
         );
+    }
+
+    /// Division through the reciprocal against u128 `%`, on random and extreme operands.
+    #[test]
+    fn reciprocal_division_matches_u128_remainder() {
+        fn rem_u128<const N: usize>(x: &[u64; N], d: u64) -> u64 {
+            let mut r = 0u128;
+            for &limb in x.iter().rev() {
+                r = ((r << 64) | u128::from(limb)) % u128::from(d);
+            }
+            r as u64
+        }
+        let mut divisors = vec![1, 2, 3, 7, u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) + 1];
+        divisors.extend(
+            (0..200)
+                .map(|i| OsRng.next_u64() >> (i % 64))
+                .filter(|&d| d != 0),
+        );
+        for d in divisors {
+            let div = Divisor::new(d);
+            for x in [[0u64; 4], [u64::MAX; 4], [d, 0, 0, 0], [0, 0, 0, d]] {
+                assert_eq!(div.rem(&x), rem_u128(&x, d), "{x:?} mod {d}");
+            }
+            for _ in 0..20 {
+                let x = random_below_bits::<16>(1 + OsRng.next_u64() as usize % 1024);
+                assert_eq!(div.rem(&x), rem_u128(&x, d), "{x:?} mod {d}");
+            }
+        }
     }
 
     #[test]
@@ -967,7 +1144,7 @@ mod tests {
             let expected = table.primes[first..end]
                 .iter()
                 .try_fold(1u64, |acc, &p| acc.checked_mul(u64::from(p)));
-            assert_eq!(Some(product), expected);
+            assert_eq!(Some(product.normalized >> product.shift), expected);
             covered = end;
         }
         assert_eq!(covered, table.primes.len());
