@@ -131,6 +131,9 @@ pub fn run(cli: Cli) -> i32 {
     flotilla_chart::render::leave_allocations_to_exit();
     // Big charts execute their templates on both cores (README, "Rendering speed").
     flotilla_chart::render::render_on_two_threads(TWO_THREADS_FROM);
+    // Charts that make RSA keys start on them at once, on the other core (README,
+    // "Rendering speed").
+    flotilla_chart::render::make_rsa_keys_early(true);
     // The output is written in pieces (one per document and header): buffered, so that
     // they go out in a few large writes rather than one write per line.
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());

@@ -22,6 +22,14 @@ pub fn funcs() -> FuncMap {
     map
 }
 
+/// Starts finding, on a background thread, the primes of `keys` 2048-bit RSA keys (those
+/// `genCA`, `genSelfSignedCert` and `genSignedCert` make), for a caller that knows early that
+/// templates will ask for them; keys made later take these primes first. Without a call,
+/// keys are made when asked for, as before.
+pub fn prefetch_rsa_keys(keys: usize) {
+    crypto::prefetch_rsa_2048_keys(keys);
+}
+
 /// One RSA private key of `bits` bits, made as `genPrivateKey` and `genCA` make theirs, as
 /// PEM (`RSA PRIVATE KEY`); for timing key generation alone
 /// (`cargo run --release -p flotilla-sprig --example rsa-keygen-times`).

@@ -601,6 +601,51 @@ fn check_dependencies(chart: &Chart) -> Result<(), String> {
 }
 
 /// `helm template NAME CHART [flags]` for a chart on disk, without a cluster.
+/// Whether [`template`] starts making the chart's RSA keys as soon as it is loaded.
+static EARLY_RSA_KEYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// At most this many keys are made ahead of their use.
+const EARLY_RSA_KEYS_MAX: usize = 8;
+
+/// Makes [`template`] start finding the primes of the RSA keys the chart's templates mention
+/// (`genCA`, `genSelfSignedCert`, `genSignedCert`, each a 2048-bit key) on a background
+/// thread as soon as the chart is loaded, so that key generation, the bulk of such a
+/// chart's rendering time, overlaps reading values and parsing templates on the other core
+/// ([`flotilla_sprig::prefetch_rsa_keys`]). For `flotilla template`, a process that renders
+/// one chart and exits: a mention whose template does not run costs background CPU time.
+pub fn make_rsa_keys_early(on: bool) {
+    EARLY_RSA_KEYS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Mentions of the functions that make a 2048-bit RSA key in the templates of `chart` and
+/// its subcharts (their `...WithKey` forms take a key instead).
+fn rsa_key_mentions(chart: &Chart) -> usize {
+    let names = ["genCA", "genSelfSignedCert", "genSignedCert"];
+    let finders = names.map(memchr::memmem::Finder::new);
+    let in_templates: usize = chart
+        .templates
+        .iter()
+        .map(|file| {
+            finders
+                .iter()
+                .map(|finder| {
+                    let end = finder.needle().len();
+                    finder
+                        .find_iter(&file.data)
+                        .filter(|&at| !file.data[at + end..].starts_with(b"WithKey"))
+                        .count()
+                })
+                .sum::<usize>()
+        })
+        .sum();
+    in_templates
+        + chart
+            .dependencies
+            .iter()
+            .map(rsa_key_mentions)
+            .sum::<usize>()
+}
+
 pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutput, TemplateError> {
     let mut warnings: Vec<String> = Vec::new();
     let kube_version = match &opts.kube_version {
@@ -613,6 +658,12 @@ pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutpu
     let path = locate_chart(chart_ref).map_err(|e| fail(e, &warnings))?;
     let user = merge_user_values(opts).map_err(|e| fail(e, &warnings))?;
     let chart = crate::load::load(path).map_err(|e| fail(e.to_string(), &warnings))?;
+    if EARLY_RSA_KEYS.load(std::sync::atomic::Ordering::Relaxed) {
+        let keys = rsa_key_mentions(&chart).min(EARLY_RSA_KEYS_MAX);
+        if keys > 0 {
+            flotilla_sprig::prefetch_rsa_keys(keys);
+        }
+    }
     let chart_type = chart.metadata.chart_type.as_str();
     if !matches!(chart_type, "" | "application") {
         return Err(fail(
@@ -873,6 +924,33 @@ fn show_only(out: &str, patterns: &[String]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rsa_key_mentions_count_key_making_calls_in_every_chart() {
+        let file = |name: &str, data: &str| crate::chart::File {
+            name: name.to_string(),
+            data: Arc::from(data.as_bytes()),
+            mod_time: None,
+        };
+        let mut sub = Chart::new(Default::default());
+        sub.templates.push(file(
+            "templates/tls.yaml",
+            "{{ genSelfSignedCert \"a\" nil nil 1 }}",
+        ));
+        let mut chart = Chart::new(Default::default());
+        chart.templates.push(file(
+            "templates/_helpers.tpl",
+            "{{- $ca := genCA \"ca\" 365 -}}{{ genSignedCert \"x\" nil nil 365 $ca }}",
+        ));
+        chart.templates.push(file(
+            "templates/given.yaml",
+            "{{ genCAWithKey \"ca\" 1 $k }}{{ genSignedCertWithKey \"x\" nil nil 1 $ca $k }}\n\
+             {{ genSelfSignedCertWithKey \"y\" nil nil 1 $k }}{{ genPrivateKey \"rsa\" }}",
+        ));
+        chart.dependencies.push(sub);
+        assert_eq!(rsa_key_mentions(&chart), 3);
+        assert_eq!(rsa_key_mentions(&Chart::new(Default::default())), 0);
+    }
 
     #[test]
     fn stdout_pieces_print_as_one_text_trimmed_like_trim_space() {

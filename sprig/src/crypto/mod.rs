@@ -25,6 +25,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// See [`crate::prefetch_rsa_keys`].
+pub(crate) fn prefetch_rsa_2048_keys(keys: usize) {
+    prime::expect_keys_2048(keys);
+}
+
 /// See [`crate::generate_rsa_private_key_pem`].
 pub(crate) fn generate_rsa_private_key_pem(bits: usize) -> Result<String, String> {
     keys::generate_rsa(bits)?.to_pem()

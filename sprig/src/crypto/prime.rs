@@ -538,6 +538,26 @@ impl Divisor {
         r
     }
 
+    /// `x mod d` for each of `K` divisors, limb by limb in step.
+    fn rem_many<const K: usize, const N: usize>(divs: &[Divisor; K], x: &[u64; N]) -> [u64; K] {
+        let mut r = [0u64; K];
+        for i in (0..N).rev() {
+            for (r, div) in r.iter_mut().zip(divs) {
+                let s = div.shift;
+                let spill = |limb: u64| if s == 0 { 0 } else { limb >> (64 - s) };
+                if i == N - 1 {
+                    *r = spill(x[N - 1]);
+                }
+                let below = if i == 0 { 0 } else { spill(x[i - 1]) };
+                *r = div.rem_normalized(*r, (x[i] << s) | below);
+            }
+        }
+        for (r, div) in r.iter_mut().zip(divs) {
+            *r >>= div.shift;
+        }
+        r
+    }
+
     /// `x mod d`.
     fn rem<const N: usize>(&self, x: &[u64; N]) -> u64 {
         // x 2^shift mod d 2^shift, over the limbs of x shifted left, then shifted back.
@@ -587,6 +607,30 @@ fn small_primes() -> &'static SmallPrimes {
     })
 }
 
+/// Strikes out `start + 2k` for each `k` of the window that one of `primes` divides, given
+/// `start`'s residues modulo them (bit `k % 64` of `struck[k / 64]`).
+fn strike(primes: &[u32], residues: &[u32], struck: &mut [u64; WINDOW / 64]) {
+    struck.fill(0);
+    for (&p, &r) in primes.iter().zip(residues) {
+        let p = p as usize;
+        // start + 2k ≡ 0 (mod p)  ⇔  2k ≡ p - r (mod p): k is half of p - r or, when that
+        // is odd, of p - r + p (which is 2p, so k = p ≡ 0, when r = 0).
+        let t = p - r as usize;
+        let mut k = if t.is_multiple_of(2) {
+            t / 2
+        } else {
+            (t + p) / 2
+        };
+        if k == p {
+            k = 0;
+        }
+        while k < WINDOW {
+            struck[k / 64] |= 1 << (k % 64);
+            k += p;
+        }
+    }
+}
+
 /// Searches a prime of exactly `64N` bits with the top two bits set, until one is found or
 /// `stop` is raised.
 fn search<const N: usize>(stop: &AtomicBool) -> Option<[u64; N]> {
@@ -608,27 +652,27 @@ fn search_with<const N: usize>(stop: &AtomicBool, use_lanes: bool) -> Option<[u6
         let mut start = random_below_bits::<N>(bits);
         start[N - 1] |= 0b11 << 62;
         start[0] |= 1;
-        for &(product, first, end) in &table.groups {
-            let r = product.rem(&start);
+        // Four groups at a time: their divisions are independent chains that overlap.
+        let mut groups = table.groups.chunks_exact(4);
+        let mut fill = |&(_, first, end): &(Divisor, usize, usize), r: u64| {
             for (residue, &p) in residues[first..end]
                 .iter_mut()
                 .zip(&table.primes[first..end])
             {
                 *residue = (r % u64::from(p)) as u32;
             }
+        };
+        for four in groups.by_ref() {
+            let r = Divisor::rem_many(&[four[0].0, four[1].0, four[2].0, four[3].0], &start);
+            for (group, r) in four.iter().zip(r) {
+                fill(group, r);
+            }
+        }
+        for group in groups.remainder() {
+            fill(group, group.0.rem(&start));
         }
         loop {
-            // Strike out start + 2k for k in the window where a small prime divides it.
-            struck.fill(0);
-            for (&p, &r) in table.primes.iter().zip(&residues) {
-                let p = p as usize;
-                // start + 2k ≡ 0 (mod p)  ⇔  k ≡ (p - r) (p + 1)/2 (mod p)
-                let mut k = ((p - r as usize) % p) * p.div_ceil(2) % p;
-                while k < WINDOW {
-                    struck[k / 64] |= 1 << (k % 64);
-                    k += p;
-                }
-            }
+            strike(&table.primes, &residues, &mut struck);
             for k in 0..WINDOW {
                 if struck[k / 64] >> (k % 64) & 1 == 1 {
                     continue;
@@ -780,16 +824,139 @@ pub(crate) fn from_biguint<const N: usize>(x: &BigUint) -> Option<[u64; N]> {
 /// [`MAX_THREADS`] threads racing; `None` when `bits` is not one of the sizes the fast search
 /// covers (multiples of 64 from 512 to 2048).
 pub(crate) fn random_primes(bits: usize, count: usize) -> Option<Vec<BigUint>> {
-    match bits {
-        512 => Some(race::<8>(count)),
-        1024 => Some(race::<16>(count)),
-        1536 => Some(race::<24>(count)),
-        2048 => Some(race::<32>(count)),
-        _ => None,
+    let primes = match bits {
+        512 => race::<8>(count).iter().map(to_biguint).collect(),
+        1024 => primes_1024(count).iter().map(to_biguint).collect(),
+        1536 => race::<24>(count).iter().map(to_biguint).collect(),
+        2048 => race::<32>(count).iter().map(to_biguint).collect(),
+        _ => return None,
+    };
+    Some(primes)
+}
+
+/// Primes of 1024 bits (those of the 2048-bit keys `genCA`, `genSelfSignedCert` and
+/// `genSignedCert` make) found by a background thread ahead of their use.
+#[derive(Debug)]
+struct Pool {
+    primes: Vec<[u64; 16]>,
+    /// Primes the background thread is still to find.
+    wanted: usize,
+    /// Whether the background thread runs.
+    running: bool,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    primes: Vec::new(),
+    wanted: 0,
+    running: false,
+});
+
+/// Raised while [`POOL`] holds primes: it ends the search of a thread waiting for them.
+static POOL_FILLED: AtomicBool = AtomicBool::new(false);
+
+/// Raised when the background thread has nothing left to find: it ends its search.
+static POOL_DONE: AtomicBool = AtomicBool::new(false);
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    // The pool's state is consistent after every statement, so a panic elsewhere while it
+    // was held leaves nothing half done.
+    POOL.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// 2048-bit keys the templates are expected to make (see [`expect_keys_2048`]).
+static EXPECTED_KEYS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Notes that templates are expected to make `keys` 2048-bit keys: at the first one, a
+/// background thread starts finding the primes of the others (and races this thread for the
+/// first one's).
+pub(crate) fn expect_keys_2048(keys: usize) {
+    EXPECTED_KEYS.store(keys, Ordering::Relaxed);
+}
+
+/// Starts (or extends the work of) a background thread that finds `count` more primes of
+/// 1024 bits for [`random_primes`], so that a chart's keys are partly made before its
+/// templates ask for them. The thread ends once they are found or taken.
+pub(crate) fn prefetch_primes_1024(count: usize) {
+    let mut state = pool();
+    state.wanted += count;
+    if state.running || state.wanted == 0 {
+        return;
+    }
+    state.running = true;
+    POOL_DONE.store(false, Ordering::Relaxed);
+    drop(state);
+    let spawned = std::thread::Builder::new()
+        .name("rsa-primes".to_string())
+        .spawn(|| {
+            loop {
+                if pool().wanted == 0 {
+                    break;
+                }
+                let Some(p) = search::<16>(&POOL_DONE) else {
+                    break;
+                };
+                let mut state = pool();
+                state.wanted = state.wanted.saturating_sub(1);
+                if !state.primes.contains(&p) {
+                    state.primes.push(p);
+                    POOL_FILLED.store(true, Ordering::Relaxed);
+                }
+            }
+            pool().running = false;
+        });
+    if spawned.is_err() {
+        pool().running = false;
     }
 }
 
-fn race<const N: usize>(count: usize) -> Vec<BigUint> {
+/// `count` distinct primes of 1024 bits: first those the background thread has found; while
+/// it runs, this thread searches too (racing it, as [`race`]'s threads race); once it has
+/// ended, [`race`] finds the rest.
+fn primes_1024(count: usize) -> Vec<[u64; 16]> {
+    let expected = EXPECTED_KEYS.swap(0, Ordering::Relaxed);
+    if expected > 0 {
+        prefetch_primes_1024(2 * expected);
+    }
+    let mut got: Vec<[u64; 16]> = Vec::with_capacity(count);
+    loop {
+        {
+            let mut state = pool();
+            while got.len() < count
+                && let Some(p) = state.primes.pop()
+            {
+                if !got.contains(&p) {
+                    got.push(p);
+                }
+            }
+            POOL_FILLED.store(!state.primes.is_empty(), Ordering::Relaxed);
+            if got.len() == count || !state.running {
+                break;
+            }
+        }
+        if let Some(p) = search::<16>(&POOL_FILLED) {
+            // Found here: one fewer for the background thread to find.
+            let mut state = pool();
+            state.wanted = state.wanted.saturating_sub(1);
+            if state.wanted == 0 {
+                POOL_DONE.store(true, Ordering::Relaxed);
+            }
+            if !got.contains(&p) {
+                got.push(p);
+            }
+        }
+    }
+    while got.len() < count {
+        for p in race::<16>(count - got.len()) {
+            if !got.contains(&p) {
+                got.push(p);
+            }
+        }
+    }
+    got
+}
+
+fn race<const N: usize>(count: usize) -> Vec<[u64; N]> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS);
@@ -814,10 +981,9 @@ fn race<const N: usize>(count: usize) -> Vec<BigUint> {
         }
         work();
     });
-    let found = found
+    found
         .into_inner()
-        .expect("no thread panics while holding the lock");
-    found.iter().map(to_biguint).collect()
+        .expect("no thread panics while holding the lock")
 }
 
 #[cfg(test)]
@@ -1124,10 +1290,44 @@ mod tests {
             let div = Divisor::new(d);
             for x in [[0u64; 4], [u64::MAX; 4], [d, 0, 0, 0], [0, 0, 0, d]] {
                 assert_eq!(div.rem(&x), rem_u128(&x, d), "{x:?} mod {d}");
+                let others = [Divisor::new(3), div, Divisor::new(u64::MAX)];
+                let many = Divisor::rem_many(&others, &x);
+                assert_eq!(many, [3, d, u64::MAX].map(|d| rem_u128(&x, d)), "{x:?}");
             }
             for _ in 0..20 {
                 let x = random_below_bits::<16>(1 + OsRng.next_u64() as usize % 1024);
                 assert_eq!(div.rem(&x), rem_u128(&x, d), "{x:?} mod {d}");
+            }
+        }
+    }
+
+    /// The window's struck candidates are exactly those a small prime divides.
+    #[test]
+    fn sieve_strikes_exactly_the_multiples_of_small_primes() {
+        let table = small_primes();
+        for round in 0..3 {
+            let mut start = random_below_bits::<4>(256);
+            start[0] |= 1;
+            if round == 1 {
+                // A multiple of 3 · 5 · 7 at the start, r = 0 for those (small numbers, so
+                // the primes themselves are struck too, as multiples).
+                start = [105, 0, 0, 0];
+            }
+            let residues: Vec<u32> = table
+                .primes
+                .iter()
+                .map(|&p| Divisor::new(u64::from(p)).rem(&start) as u32)
+                .collect();
+            let mut struck = [0u64; WINDOW / 64];
+            strike(&table.primes, &residues, &mut struck);
+            let big_start = to_biguint(&start);
+            for k in 0..WINDOW {
+                let n = &big_start + BigUint::from(2 * k);
+                let divided = table
+                    .primes
+                    .iter()
+                    .any(|&p| &n % BigUint::from(p) == BigUint::from(0u8));
+                assert_eq!(struck[k / 64] >> (k % 64) & 1 == 1, divided, "{n}");
             }
         }
     }
@@ -1148,6 +1348,37 @@ mod tests {
             covered = end;
         }
         assert_eq!(covered, table.primes.len());
+    }
+
+    /// Primes found ahead by the background thread are taken first, all distinct and prime,
+    /// and the thread ends once nothing is left to find. (Other tests may take primes from
+    /// the same pool meanwhile: every one is a prime all the same.)
+    #[test]
+    fn primes_found_ahead_are_taken_and_the_thread_ends() {
+        prefetch_primes_1024(3);
+        let wait_until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while pool().primes.is_empty() && pool().running {
+            assert!(
+                std::time::Instant::now() < wait_until,
+                "no prime found ahead"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let primes = primes_1024(4);
+        assert_eq!(primes.len(), 4);
+        for (i, p) in primes.iter().enumerate() {
+            assert!(!primes[..i].contains(p), "distinct");
+            assert_eq!(p[15] >> 62, 0b11, "top two bits set");
+            assert!(num_bigint_dig::prime::probably_prime(&to_biguint(p), 20));
+        }
+        while pool().running {
+            assert!(
+                std::time::Instant::now() < wait_until,
+                "the thread did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(pool().wanted, 0);
     }
 
     #[test]
