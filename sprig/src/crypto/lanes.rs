@@ -264,7 +264,7 @@ impl<const L: usize> Moduli<L> {
     /// constant bounds, so that its loops unroll and neighbouring columns overlap.
     #[inline]
     #[target_feature(enable = "avx512f,avx512ifma")]
-    fn product<const SQUARE: bool>(&self, a: &[V; L], b: &[V; L]) -> [V; L] {
+    fn product<const SQUARE: bool>(&self, a: &[V; L], b: &[V; L], r: &mut [V; L]) {
         let zero = _mm512_setzero_si512();
         let mut sums = Sums {
             late: zero,
@@ -274,11 +274,10 @@ impl<const L: usize> Moduli<L> {
             cross_next: [zero; 2],
         };
         let mut q = [zero; L];
-        let mut r = [zero; L];
         macro_rules! columns {
             ($($k:literal)*) => {$(
                 if $k < 2 * L {
-                    self.column::<$k, SQUARE>(a, b, &mut q, &mut r, &mut sums);
+                    self.column::<$k, SQUARE>(a, b, &mut q, r, &mut sums);
                 }
             )*};
         }
@@ -286,7 +285,6 @@ impl<const L: usize> Moduli<L> {
             0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
             32 33 34 35 36 37 38 39
         );
-        r
     }
 
     /// Column `K` of [`Moduli::product`].
@@ -381,13 +379,17 @@ impl<const L: usize> Moduli<L> {
     #[inline]
     #[target_feature(enable = "avx512f,avx512ifma")]
     fn mul(&self, a: &[V; L], b: &[V; L]) -> [V; L] {
-        self.product::<false>(a, b)
+        let mut r = [_mm512_setzero_si512(); L];
+        self.product::<false>(a, b, &mut r);
+        r
     }
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512ifma")]
     fn sqr(&self, a: &[V; L]) -> [V; L] {
-        self.product::<true>(a, a)
+        let mut r = [_mm512_setzero_si512(); L];
+        self.product::<true>(a, a, &mut r);
+        r
     }
 
     /// The plain value `x R^-1 mod m` of a Montgomery-form `x < 2m`: at most `m` (`m` itself
@@ -411,19 +413,18 @@ struct Sums {
     cross_next: [V; 2],
 }
 
-/// `2x` with normalized limbs, not reduced (below `4m` for `x < 2m`, which fits).
+/// `x = 2x` in the `set` lanes, limbs normalized, not reduced (below `4m` for `x < 2m`,
+/// which fits).
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn double<const L: usize>(x: &[V; L]) -> [V; L] {
+fn double_lanes<const L: usize>(x: &mut [V; L], set: u8) {
     let mask = _mm512_set1_epi64(MASK52 as i64);
-    let mut out = *x;
     let mut carry = _mm512_setzero_si512();
-    for limb in out.iter_mut() {
+    for limb in x.iter_mut() {
         let t = _mm512_add_epi64(_mm512_slli_epi64::<1>(*limb), carry);
-        *limb = _mm512_and_si512(t, mask);
+        *limb = _mm512_mask_blend_epi64(set, *limb, _mm512_and_si512(t, mask));
         carry = _mm512_srli_epi64::<52>(t);
     }
-    out
 }
 
 /// Lanes where `a` and `b` are equal, limb by limb.
@@ -452,15 +453,19 @@ fn fermat_base_2_lanes<const N: usize, const L: usize>(moduli: &[[u64; N]; LANES
     let md = Moduli::<L>::new(moduli);
     // Left to right through m - 1 (its top bit is bit 64N - 1, its bit 0 is clear): start
     // from 2 in Montgomery form, square, and double the lanes whose exponent bit is set.
-    let mut acc = transpose(&moduli.map(|m| to_52::<N, L>(&pow2_r_mod::<N, L>(&m, 1))));
+    // Two buffers, each step squaring one into the other (no copies of the numbers).
+    let mut x = transpose(&moduli.map(|m| to_52::<N, L>(&pow2_r_mod::<N, L>(&m, 1))));
+    let mut y = x;
+    let (mut from, mut to) = (&mut x, &mut y);
     for i in (1..64 * N - 1).rev() {
-        acc = md.sqr(&acc);
+        md.product::<true>(from, from, to);
         let set = bits_at(moduli, i);
         if set != 0 {
-            acc = blend(set, &acc, &double(&acc));
+            double_lanes(to, set);
         }
+        std::mem::swap(&mut from, &mut to);
     }
-    acc = md.sqr(&acc);
+    let acc = md.sqr(from);
     let mut unit = [[0u64; L]; LANES];
     for u in &mut unit {
         u[0] = 1;
@@ -469,6 +474,7 @@ fn fermat_base_2_lanes<const N: usize, const L: usize>(moduli: &[[u64; N]; LANES
 }
 
 /// `set` lanes from `b`, the others from `a`.
+#[cfg(test)]
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn blend<const L: usize>(set: u8, a: &[V; L], b: &[V; L]) -> [V; L] {
