@@ -22,12 +22,13 @@ pub fn funcs() -> FuncMap {
     map
 }
 
-/// Starts finding, on a background thread, the primes of `keys` 2048-bit RSA keys (those
-/// `genCA`, `genSelfSignedCert` and `genSignedCert` make), for a caller that knows early that
-/// templates will ask for them; keys made later take these primes first. Without a call,
-/// keys are made when asked for, as before.
-pub fn prefetch_rsa_keys(keys: usize) {
-    crypto::prefetch_rsa_2048_keys(keys);
+/// Tells how to count the 2048-bit RSA keys (those `genCA`, `genSelfSignedCert` and
+/// `genSignedCert` make) templates are expected to make. When the first is asked for, `count`
+/// runs and a background thread starts finding the primes of all of them, so that the later
+/// keys are partly made while the templates do other work; keys take those primes first.
+/// Without a call, each key is made when asked for.
+pub fn expect_rsa_keys(count: impl FnOnce() -> usize + Send + 'static) {
+    crypto::expect_rsa_2048_keys(count);
 }
 
 /// One RSA private key of `bits` bits, made as `genPrivateKey` and `genCA` make theirs, as

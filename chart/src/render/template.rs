@@ -600,52 +600,54 @@ fn check_dependencies(chart: &Chart) -> Result<(), String> {
     }
 }
 
-/// `helm template NAME CHART [flags]` for a chart on disk, without a cluster.
-/// Whether [`template`] starts making the chart's RSA keys as soon as it is loaded.
+/// Whether [`template`] finds the primes of the chart's RSA keys ahead (see
+/// [`make_rsa_keys_early`]).
 static EARLY_RSA_KEYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// At most this many keys are made ahead of their use.
 const EARLY_RSA_KEYS_MAX: usize = 8;
 
-/// Makes [`template`] start finding the primes of the RSA keys the chart's templates mention
+/// Makes [`template`] find the primes of the RSA keys the chart's templates mention
 /// (`genCA`, `genSelfSignedCert`, `genSignedCert`, each a 2048-bit key) on a background
-/// thread as soon as the chart is loaded, so that key generation, the bulk of such a
-/// chart's rendering time, overlaps reading values and parsing templates on the other core
-/// ([`flotilla_sprig::prefetch_rsa_keys`]). For `flotilla template`, a process that renders
-/// one chart and exits: a mention whose template does not run costs background CPU time.
+/// thread from the first key on, so that the later keys, the bulk of such a chart's
+/// rendering time, are partly made while the templates do other work
+/// ([`flotilla_sprig::expect_rsa_keys`]). For `flotilla template`, a process that renders one
+/// chart and exits: a mention whose template does not run costs background CPU time.
 pub fn make_rsa_keys_early(on: bool) {
     EARLY_RSA_KEYS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Mentions of the functions that make a 2048-bit RSA key in the templates of `chart` and
-/// its subcharts (their `...WithKey` forms take a key instead).
-fn rsa_key_mentions(chart: &Chart) -> usize {
+/// The templates of `chart` and its subcharts.
+fn all_templates(chart: &Chart, out: &mut Vec<Arc<[u8]>>) {
+    out.extend(chart.templates.iter().map(|f| f.data.clone()));
+    for dep in &chart.dependencies {
+        all_templates(dep, out);
+    }
+}
+
+/// Mentions of the functions that make a 2048-bit RSA key in `templates` (their `...WithKey`
+/// forms take a key instead).
+fn rsa_key_mentions(templates: &[Arc<[u8]>]) -> usize {
     let names = ["genCA", "genSelfSignedCert", "genSignedCert"];
     let finders = names.map(memchr::memmem::Finder::new);
-    let in_templates: usize = chart
-        .templates
+    templates
         .iter()
-        .map(|file| {
+        .map(|data| {
             finders
                 .iter()
                 .map(|finder| {
                     let end = finder.needle().len();
                     finder
-                        .find_iter(&file.data)
-                        .filter(|&at| !file.data[at + end..].starts_with(b"WithKey"))
+                        .find_iter(data)
+                        .filter(|&at| !data[at + end..].starts_with(b"WithKey"))
                         .count()
                 })
                 .sum::<usize>()
         })
-        .sum();
-    in_templates
-        + chart
-            .dependencies
-            .iter()
-            .map(rsa_key_mentions)
-            .sum::<usize>()
+        .sum()
 }
 
+/// `helm template NAME CHART [flags]` for a chart on disk, without a cluster.
 pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutput, TemplateError> {
     let mut warnings: Vec<String> = Vec::new();
     let kube_version = match &opts.kube_version {
@@ -659,10 +661,12 @@ pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutpu
     let user = merge_user_values(opts).map_err(|e| fail(e, &warnings))?;
     let chart = crate::load::load(path).map_err(|e| fail(e.to_string(), &warnings))?;
     if EARLY_RSA_KEYS.load(std::sync::atomic::Ordering::Relaxed) {
-        let keys = rsa_key_mentions(&chart).min(EARLY_RSA_KEYS_MAX);
-        if keys > 0 {
-            flotilla_sprig::prefetch_rsa_keys(keys);
-        }
+        // Counted only if a template makes a key (the file contents are shared, not copied).
+        let mut templates = Vec::new();
+        all_templates(&chart, &mut templates);
+        flotilla_sprig::expect_rsa_keys(move || {
+            rsa_key_mentions(&templates).min(EARLY_RSA_KEYS_MAX)
+        });
     }
     let chart_type = chart.metadata.chart_type.as_str();
     if !matches!(chart_type, "" | "application") {
@@ -948,8 +952,11 @@ mod tests {
              {{ genSelfSignedCertWithKey \"y\" nil nil 1 $k }}{{ genPrivateKey \"rsa\" }}",
         ));
         chart.dependencies.push(sub);
-        assert_eq!(rsa_key_mentions(&chart), 3);
-        assert_eq!(rsa_key_mentions(&Chart::new(Default::default())), 0);
+        let mut templates = Vec::new();
+        all_templates(&chart, &mut templates);
+        assert_eq!(templates.len(), 3);
+        assert_eq!(rsa_key_mentions(&templates), 3);
+        assert_eq!(rsa_key_mentions(&[]), 0);
     }
 
     #[test]

@@ -25,9 +25,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// See [`crate::prefetch_rsa_keys`].
-pub(crate) fn prefetch_rsa_2048_keys(keys: usize) {
-    prime::expect_keys_2048(keys);
+/// See [`crate::expect_rsa_keys`].
+pub(crate) fn expect_rsa_2048_keys(count: impl FnOnce() -> usize + Send + 'static) {
+    prime::expect_keys_2048(Box::new(count));
 }
 
 /// See [`crate::generate_rsa_private_key_pem`].

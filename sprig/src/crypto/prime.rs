@@ -864,14 +864,20 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// 2048-bit keys the templates are expected to make (see [`expect_keys_2048`]).
-static EXPECTED_KEYS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// How to count the 2048-bit keys the templates are expected to make (see
+/// [`expect_keys_2048`]).
+type KeyCount = Box<dyn FnOnce() -> usize + Send>;
 
-/// Notes that templates are expected to make `keys` 2048-bit keys: at the first one, a
-/// background thread starts finding the primes of the others (and races this thread for the
-/// first one's).
-pub(crate) fn expect_keys_2048(keys: usize) {
-    EXPECTED_KEYS.store(keys, Ordering::Relaxed);
+static EXPECTED_KEYS: Mutex<Option<KeyCount>> = Mutex::new(None);
+
+/// Gives the way to count the 2048-bit keys the templates are expected to make: at the first
+/// key, `count` runs and a background thread starts finding the primes of the others (and
+/// races this thread for the first one's). Counting only then costs nothing to the many
+/// renders that make no key.
+pub(crate) fn expect_keys_2048(count: KeyCount) {
+    *EXPECTED_KEYS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(count);
 }
 
 /// Starts (or extends the work of) a background thread that finds `count` more primes of
@@ -914,7 +920,11 @@ pub(crate) fn prefetch_primes_1024(count: usize) {
 /// it runs, this thread searches too (racing it, as [`race`]'s threads race); once it has
 /// ended, [`race`] finds the rest.
 fn primes_1024(count: usize) -> Vec<[u64; 16]> {
-    let expected = EXPECTED_KEYS.swap(0, Ordering::Relaxed);
+    let counter = EXPECTED_KEYS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let expected = counter.map_or(0, |counter| counter());
     if expected > 0 {
         prefetch_primes_1024(2 * expected);
     }
@@ -1371,6 +1381,28 @@ mod tests {
             assert_eq!(p[15] >> 62, 0b11, "top two bits set");
             assert!(num_bigint_dig::prime::probably_prime(&to_biguint(p), 20));
         }
+        while pool().running {
+            assert!(
+                std::time::Instant::now() < wait_until,
+                "the thread did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(pool().wanted, 0);
+        // Keys expected: counted at the first one, whose primes the thread races for.
+        let counted = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = counted.clone();
+        expect_keys_2048(Box::new(move || {
+            flag.store(true, Ordering::Relaxed);
+            2
+        }));
+        let primes = primes_1024(2);
+        assert_eq!(primes.len(), 2);
+        assert_ne!(primes[0], primes[1]);
+        let later = primes_1024(2);
+        assert!(later.iter().all(|p| !primes.contains(p)));
+        // (Another test's key may have been the first: the count runs all the same.)
+        assert!(counted.load(Ordering::Relaxed), "counted at the first key");
         while pool().running {
             assert!(
                 std::time::Instant::now() < wait_until,
