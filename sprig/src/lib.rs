@@ -5,6 +5,7 @@
 //! Start at [`funcs`]: it returns every Sprig function in a [`flotilla_gotmpl::FuncMap`].
 //! Each module holds one family, as Sprig's documentation groups them.
 
+pub mod cpu;
 mod crypto;
 mod dates;
 mod general;

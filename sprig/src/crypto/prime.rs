@@ -892,6 +892,11 @@ pub(crate) fn prefetch_primes_1024(count: usize) {
     state.running = true;
     POOL_DONE.store(false, Ordering::Relaxed);
     drop(state);
+    // The table both threads sieve with is made here, first: a thread that waited for the
+    // other to make it would be woken on that thread's CPU (the scheduler's affinity for the
+    // waker) and share it for several milliseconds while the other CPU idles.
+    small_primes();
+    let spawner_cpu = crate::cpu::current_cpu();
     let spawned = std::thread::Builder::new()
         .name("rsa-primes".to_string())
         .spawn(|| {
@@ -911,8 +916,13 @@ pub(crate) fn prefetch_primes_1024(count: usize) {
             }
             pool().running = false;
         });
-    if spawned.is_err() {
-        pool().running = false;
+    match spawned {
+        Ok(thread) => {
+            if let Some(cpu) = spawner_cpu {
+                crate::cpu::keep_off_cpu(&thread, cpu);
+            }
+        }
+        Err(_) => pool().running = false,
     }
 }
 
@@ -985,9 +995,16 @@ fn race<const N: usize>(count: usize) -> Vec<[u64; N]> {
             }
         }
     };
+    small_primes();
+    let spawner_cpu = crate::cpu::current_cpu();
     std::thread::scope(|scope| {
         for _ in 1..threads {
-            scope.spawn(work);
+            scope.spawn(|| {
+                if let Some(cpu) = spawner_cpu {
+                    crate::cpu::avoid_cpu(cpu);
+                }
+                work();
+            });
         }
         work();
     });
