@@ -1391,6 +1391,14 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        let thread_ends = || {
+            while pool().running {
+                let now = std::time::Instant::now();
+                assert!(now < wait_until, "the thread did not end");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert_eq!(pool().wanted, 0);
+        };
         let primes = primes_1024(4);
         assert_eq!(primes.len(), 4);
         for (i, p) in primes.iter().enumerate() {
@@ -1398,14 +1406,7 @@ mod tests {
             assert_eq!(p[15] >> 62, 0b11, "top two bits set");
             assert!(num_bigint_dig::prime::probably_prime(&to_biguint(p), 20));
         }
-        while pool().running {
-            assert!(
-                std::time::Instant::now() < wait_until,
-                "the thread did not end"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert_eq!(pool().wanted, 0);
+        thread_ends();
         // Keys expected: counted at the first one, whose primes the thread races for.
         let counted = std::sync::Arc::new(AtomicBool::new(false));
         let flag = counted.clone();
@@ -1420,14 +1421,7 @@ mod tests {
         assert!(later.iter().all(|p| !primes.contains(p)));
         // (Another test's key may have been the first: the count runs all the same.)
         assert!(counted.load(Ordering::Relaxed), "counted at the first key");
-        while pool().running {
-            assert!(
-                std::time::Instant::now() < wait_until,
-                "the thread did not end"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert_eq!(pool().wanted, 0);
+        thread_ends();
     }
 
     #[test]
