@@ -16,12 +16,17 @@
 //!    FIPS 186-5 table B.1 asks (Go's and BoringSSL's counts: 5 for 1024-bit primes, 4 for
 //!    2048-bit ones), on Montgomery arithmetic over fixed-size limb arrays (CIOS
 //!    multiplication with 128-bit products, a product-scanning squaring that computes each
-//!    cross product once, sliding-window exponentiation).
+//!    cross product once, sliding-window exponentiation). For 1024-bit primes on CPUs with
+//!    AVX-512 IFMA, survivors are tested eight at once instead ([`super::lanes`]): a base-2
+//!    Fermat test of eight, then, for one that passes, Miller-Rabin with base 2 and seven
+//!    random bases at once.
 //!
 //! [`random_primes`] runs the search on several threads at once and keeps the first primes
 //! found: the search time of a prime is random, so racing threads for each prime shortens
-//! the wait for the pair. The arithmetic is not constant-time (neither is Go's rejection of
-//! composites); the keys it makes are printed in the rendered manifests anyway.
+//! the wait for the pair. For 1024-bit primes (2048-bit keys), a background thread may also
+//! find primes ahead of their use ([`expect_keys_2048`]). The arithmetic is not constant-time
+//! (neither is Go's rejection of composites); the keys it makes are printed in the rendered
+//! manifests anyway.
 
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicBool, Ordering};
