@@ -177,7 +177,15 @@ pub(crate) fn split_yaml_documents(src: &str) -> Vec<&str> {
 pub fn load_values(src: &str) -> Result<Values, ValuesError> {
     let mut out = Values::new();
     for doc in split_yaml_documents(src) {
-        let cur = parse_yaml_map(doc).map_err(|e| ValuesError::Unmarshal(e.to_string()))?;
+        // Helm's document reader hands each line on with its line break, the last one too:
+        // a block scalar that runs to the end of a file without one still ends with "\n" (and
+        // an unclosed quote is reported on the line after), as helm v4.1.4 shows.
+        let cur = if doc.is_empty() || doc.ends_with('\n') {
+            parse_yaml_map(doc)
+        } else {
+            parse_yaml_map(&format!("{doc}\n"))
+        };
+        let cur = cur.map_err(|e| ValuesError::Unmarshal(e.to_string()))?;
         out = merge_maps(out, cur);
     }
     Ok(out)
@@ -282,6 +290,26 @@ mod tests {
             Value::Object(m) => m,
             _ => panic!("not an object"),
         }
+    }
+
+    /// A values file whose last line has no line break reads as if it had one (helm v4.1.4:
+    /// `x: |\n  a` gives "a\n", a last line of spaces stays content, `|-` strips, an unclosed
+    /// quote is reported on the following line).
+    #[test]
+    fn the_last_line_of_a_values_file_ends_with_a_line_break() {
+        let x = |src: &str| load_values(src).expect("valid").get("x").cloned();
+        assert_eq!(x("x: |\n  a"), Some(json!("a\n")));
+        assert_eq!(x("x: |\n  a\n  b"), Some(json!("a\nb\n")));
+        assert_eq!(x("x: |\n  a\n    "), Some(json!("a\n  \n")));
+        assert_eq!(x("x: |+\n  a"), Some(json!("a\n")));
+        assert_eq!(x("x: >\n  a\n  b"), Some(json!("a b\n")));
+        assert_eq!(x("x: |-\n  a"), Some(json!("a")));
+        assert_eq!(x("a: 1\n---\nx: |\n  a"), Some(json!("a\n")));
+        assert_eq!(x("x: plain"), Some(json!("plain")));
+        let err = load_values("x: \"abc")
+            .expect_err("unclosed quote")
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
     }
 
     /// The line walk `split_yaml_documents` replaced: every line is a separator candidate.
