@@ -1377,6 +1377,12 @@ fn parse_docs_once(
                         value.ends_with('\n')
                     } else {
                         value.ends_with("\n\n")
+                            || spaces_are_last_content(
+                                src_for_parser,
+                                cursor.byte_at(src_for_parser, span.start.index()),
+                                last_line,
+                                &value,
+                            )
                     };
                     if extra {
                         value.pop();
@@ -1888,6 +1894,42 @@ fn decode_doc(doc: &Doc, opts: DecodeOptions) -> Result<Value, Error> {
     d.decode(root)
 }
 
+/// Whether the block scalar whose content starts at byte `at` of `src` (its first line that
+/// is not blank, where saphyr's span starts) ends the input with a last line of spaces longer
+/// than its indentation: libyaml reads those extra spaces as the scalar's last content, with
+/// no line break after them, where saphyr's `value` ends with them and one. The indentation
+/// is that first line's; a scalar with an explicit indentation indicator is left as it is.
+fn spaces_are_last_content(src: &str, at: usize, last_line: &str, value: &str) -> bool {
+    let Some(before) = src.get(..at) else {
+        return false;
+    };
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let indent = at - line_start;
+    if !before[line_start..].bytes().all(|b| b == b' ') {
+        return false;
+    }
+    // The header: the last line before the content that is not blank.
+    let header = before[..line_start]
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    let indicators = header
+        .rfind(['|', '>'])
+        .map_or("", |i| &header[i..])
+        .split(['#', ' '])
+        .next()
+        .unwrap_or_default();
+    if indicators.is_empty() || indicators.bytes().any(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    last_line.len() > indent
+        && last_line.bytes().all(|b| b == b' ')
+        && value
+            .strip_suffix('\n')
+            .is_some_and(|v| v.ends_with(&last_line[indent..]))
+}
+
 /// `yaml.Unmarshal` into `interface{}`: the first document, `Null` when there is none.
 /// Plain block-style documents are read by the fast path of `block.rs`.
 pub(crate) fn unmarshal(src: &str, opts: DecodeOptions) -> Result<Value, Error> {
@@ -1989,6 +2031,28 @@ pub(crate) fn unmarshal_all(src: &str, opts: DecodeOptions) -> Result<Vec<Value>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block scalar ending the input with a last line of spaces beyond its indentation and
+    /// no line break: those spaces end the value (helm v4.1.4's `fromYaml`, on documents the
+    /// fast path leaves to the parser because of the anchored mapping).
+    #[test]
+    fn spaces_on_a_last_line_without_a_break_end_a_block_scalar() {
+        let x = |body: &str| {
+            let src = format!("a: &x\n  b: 1\n{body}");
+            match unmarshal_parsed(&src, DecodeOptions::default()) {
+                Ok(Value::Map(m)) => format!("{:?}", m.get_str("x")),
+                other => panic!("{other:?}"),
+            }
+        };
+        let s = |v: &str| format!("{:?}", Some(&Value::String(v.into())));
+        assert_eq!(x("x: |\n  a\n    "), s("a\n  "));
+        assert_eq!(x("x: |\n  a\n     "), s("a\n   "));
+        assert_eq!(x("x: |\n  a\n    \n  "), s("a\n  \n"));
+        assert_eq!(x("x: |\n  a  \n "), s("a  \n"));
+        assert_eq!(x("x: >\n  a\n    "), s("a\n  "));
+        assert_eq!(x("x: |+\n  a\n    "), s("a\n  "));
+        assert_eq!(x("x: |-\n  a\n    "), s("a\n  "));
+    }
 
     #[test]
     fn reading_some_keys_gives_what_reading_all_gives() {
