@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::chart::{Chart, File};
@@ -267,9 +267,109 @@ fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, Lo
         })?;
     }
     rules.add_defaults();
-    let mut files = Vec::new();
-    walk(dir, &top, "", &rules, &mut files, 0)?;
+    let mut found = Vec::new();
+    // Files are read once the walk is over, so that all of their reads can be started at
+    // once; a walk error after some files is reported only if those files could be read,
+    // as the walk that reads as it goes (Helm's) would meet it.
+    let walked = walk(dir, &top, "", &rules, &mut found, 0);
+    let files = read_found(found)?;
+    walked?;
     load_shared_files(files, detected)
+}
+
+/// A regular file the walk met, still to be read.
+struct Found {
+    /// `/`-separated path relative to the chart root.
+    name: String,
+    /// The path to open.
+    path: PathBuf,
+    /// Its absolute form, for messages.
+    shown: PathBuf,
+}
+
+/// How many files [`read_found`] has open at once (fewer when the process runs out of file
+/// descriptors first).
+const READ_BATCH: usize = 256;
+
+/// Reads the files the walk found, in its order. Each batch of them is opened, and the
+/// kernel told to read them all (`POSIX_FADV_WILLNEED`), before the first is read: files not
+/// in the page cache then cost a few disk round trips for the whole batch rather than one
+/// each (argo-cd's 190 files, dropped from the page cache: 14-18 ms one after the other,
+/// 6 ms in batches of 64, 5 ms in one batch; as fast as before when they are cached).
+fn read_found(found: Vec<Found>) -> Result<Vec<File>, LoadError> {
+    let mut files = Vec::with_capacity(found.len());
+    let mut found = found.into_iter().peekable();
+    let mut batch = Vec::new();
+    while found.peek().is_some() {
+        while batch.len() < READ_BATCH
+            && let Some(f) = found.next()
+        {
+            let opened = match std::fs::File::open(&f.path) {
+                // Out of descriptors with some open: read those first, then this one.
+                Err(e) if !batch.is_empty() && out_of_descriptors(&e) => {
+                    batch.push((f, None));
+                    break;
+                }
+                opened => opened,
+            };
+            let opened = opened_with_metadata(&f, opened);
+            if let Ok((file, md)) = &opened {
+                prefetch(file, md.len());
+            }
+            batch.push((f, Some(opened)));
+        }
+        for (f, opened) in batch.drain(..) {
+            let opened =
+                opened.unwrap_or_else(|| opened_with_metadata(&f, std::fs::File::open(&f.path)));
+            let (file, md) = opened?;
+            if md.len() > MAX_DECOMPRESSED_FILE_SIZE {
+                let base = f.name.rsplit('/').next().unwrap_or(&f.name).to_string();
+                return Err(LoadError::FileTooLarge(base));
+            }
+            let data = read_shared(file, &f.path, md.len()).map_err(|e| LoadError::Read {
+                path: f.name.clone(),
+                source: e,
+            })?;
+            files.push(File {
+                name: f.name,
+                data,
+                mod_time: md.modified().ok().map(GoTime::from_system),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// A found file as opened, with its metadata, or the error the walk reports for it.
+fn opened_with_metadata(
+    f: &Found,
+    opened: std::io::Result<std::fs::File>,
+) -> Result<(std::fs::File, std::fs::Metadata), LoadError> {
+    let file = opened.map_err(|e| LoadError::Read {
+        path: f.name.clone(),
+        source: e,
+    })?;
+    let md = file.metadata().map_err(|e| LoadError::Io {
+        path: f.shown.display().to_string(),
+        source: e,
+    })?;
+    Ok((file, md))
+}
+
+/// `EMFILE` or `ENFILE`: the process or the system has no file descriptor left.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(23 | 24)) && cfg!(unix)
+}
+
+/// Asks the kernel to start reading `file` into the page cache (a hint: nothing happens
+/// where the platform has no such call, or when it fails).
+fn prefetch(file: &std::fs::File, len: u64) {
+    #[cfg(target_os = "linux")]
+    if let Some(len) = std::num::NonZeroU64::new(len) {
+        let _ = rustix::fs::fadvise(file, 0, Some(len), rustix::fs::Advice::WillNeed);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, len);
 }
 
 /// Walks `dir`, the path the caller gave, used for every system call (a relative path is
@@ -281,7 +381,7 @@ fn walk(
     shown: &Path,
     rel: &str,
     rules: &Rules,
-    out: &mut Vec<File>,
+    out: &mut Vec<Found>,
     depth: usize,
 ) -> Result<(), LoadError> {
     if depth > 64 {
@@ -332,20 +432,10 @@ fn walk(
                 shown.join(&name).display().to_string(),
             ));
         }
-        let read_error = |e| LoadError::Read {
-            path: n.clone(),
-            source: e,
-        };
-        let f = std::fs::File::open(&path).map_err(read_error)?;
-        let md = f.metadata().map_err(|e| io(&shown.join(&name), e))?;
-        if md.len() > MAX_DECOMPRESSED_FILE_SIZE {
-            return Err(LoadError::FileTooLarge(name));
-        }
-        let data = read_shared(f, &path, md.len()).map_err(read_error)?;
-        out.push(File {
+        out.push(Found {
             name: n,
-            data,
-            mod_time: md.modified().ok().map(GoTime::from_system),
+            path,
+            shown: shown.join(&name),
         });
     }
     Ok(())

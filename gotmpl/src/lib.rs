@@ -97,7 +97,10 @@ pub mod value;
 pub use exec::{CallCtx, html_escape, js_escape, query_escape};
 pub use parse::{MAX_PARSE_DEPTH, PARSE_STACK_BUDGET};
 pub use signature::{ArgType, FuncError, FuncMap, Function, Signature};
-pub use template::{SharedText, Template, TemplateSet, TemplateSource, sort_in_helm_parse_order};
+pub use template::{
+    HelperThreadHooks, SharedText, Template, TemplateSet, TemplateSource, set_helper_thread_hooks,
+    sort_in_helm_parse_order,
+};
 pub use value::{ElemType, GoKind, List, Map, MapType, Object, Value};
 
 /// A parse or execution error, with Go's message.

@@ -316,6 +316,31 @@ fn parse_source(
 /// Untouched pages cost nothing.
 const PARSE_THREAD_STACK: usize = 4 * crate::parse::PARSE_STACK_BUDGET;
 
+/// How the embedding program places the helper threads [`TemplateSet::parse_all`] starts
+/// (e.g. off the CPU of the thread that starts them), without this crate making system
+/// calls of its own: `before_spawn` runs on the spawning thread and its result is given to
+/// `in_helper`, which the helper runs first; `after_spawn` runs on the spawning thread once
+/// the helper is started.
+#[derive(Debug, Clone, Copy)]
+pub struct HelperThreadHooks {
+    /// On the spawning thread, before the helper is started.
+    pub before_spawn: fn() -> usize,
+    /// First thing on the helper, with what `before_spawn` returned.
+    pub in_helper: fn(usize),
+    /// On the spawning thread, once the helper is started.
+    pub after_spawn: fn(),
+}
+
+static HELPER_THREAD_HOOKS: std::sync::RwLock<Option<HelperThreadHooks>> =
+    std::sync::RwLock::new(None);
+
+/// Installs (or, with `None`, removes) the process-wide [`HelperThreadHooks`].
+pub fn set_helper_thread_hooks(hooks: Option<HelperThreadHooks>) {
+    *HELPER_THREAD_HOOKS
+        .write()
+        .unwrap_or_else(|p| p.into_inner()) = hooks;
+}
+
 /// Parses every source on `threads` threads (this one and `threads - 1` spawned), each
 /// taking the largest source not yet taken; the results come back in the sources' order.
 fn parse_on_threads<N, T>(
@@ -348,13 +373,26 @@ where
     let mut slots: Vec<Option<Result<ParsedSource, Error>>> = std::iter::repeat_with(|| None)
         .take(sources.len())
         .collect();
+    let hooks = *HELPER_THREAD_HOOKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner());
     std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads)
             .map(|_| {
-                std::thread::Builder::new()
+                let token = hooks.map(|h| (h.before_spawn)());
+                let helper = std::thread::Builder::new()
                     .name("gotmpl-parse".to_string())
                     .stack_size(PARSE_THREAD_STACK)
-                    .spawn_scoped(scope, work)
+                    .spawn_scoped(scope, move || {
+                        if let (Some(h), Some(token)) = (hooks, token) {
+                            (h.in_helper)(token);
+                        }
+                        work()
+                    });
+                if let Some(h) = hooks {
+                    (h.after_spawn)();
+                }
+                helper
             })
             .collect();
         let mut all = work();
@@ -552,6 +590,55 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn helper_thread_hooks_run_around_each_helper_and_change_nothing_else() {
+        use std::sync::atomic::AtomicUsize;
+        static BEFORE: AtomicUsize = AtomicUsize::new(0);
+        static IN_HELPER: AtomicUsize = AtomicUsize::new(0);
+        static AFTER: AtomicUsize = AtomicUsize::new(0);
+        static HELPER_ON_ANOTHER_THREAD: AtomicUsize = AtomicUsize::new(0);
+        std::thread_local! {
+            static SPAWNER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        fn before() -> usize {
+            SPAWNER.with(|s| s.set(true));
+            BEFORE.fetch_add(1, Ordering::SeqCst);
+            41
+        }
+        fn in_helper(token: usize) {
+            assert_eq!(token, 41);
+            if !SPAWNER.with(|s| s.get()) {
+                HELPER_ON_ANOTHER_THREAD.fetch_add(1, Ordering::SeqCst);
+            }
+            IN_HELPER.fetch_add(1, Ordering::SeqCst);
+        }
+        fn after() {
+            AFTER.fetch_add(1, Ordering::SeqCst);
+        }
+        let srcs = sources();
+        let funcs = FuncMap::new();
+        let (want, want_err) = sequential(&srcs);
+        set_helper_thread_hooks(Some(HelperThreadHooks {
+            before_spawn: before,
+            in_helper,
+            after_spawn: after,
+        }));
+        let mut set = TemplateSet::new("gotpl");
+        let err = set.parse_all(&srcs, &funcs, 3).err();
+        set_helper_thread_hooks(None);
+        assert_eq!(err, want_err);
+        assert_eq!(contents(&set), want);
+        // Two helpers for three threads (other tests of this process may add theirs while
+        // the hooks are installed, never fewer).
+        assert!(BEFORE.load(Ordering::SeqCst) >= 2);
+        assert!(AFTER.load(Ordering::SeqCst) >= 2);
+        assert!(IN_HELPER.load(Ordering::SeqCst) >= 2);
+        assert_eq!(
+            HELPER_ON_ANOTHER_THREAD.load(Ordering::SeqCst),
+            IN_HELPER.load(Ordering::SeqCst)
+        );
     }
 
     #[test]

@@ -272,8 +272,16 @@ static PARALLEL_MIN_TEMPLATES: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// later template could read, the run is thrown away and the templates are executed again in
 /// Helm's order. Long-running callers (the agent) must not call this: a thrown-away run keeps
 /// what it wrote to frozen maps until the process exits.
+///
+/// The template parser's helper threads are then placed as the executing worker is
+/// ([`flotilla_sprig::cpu::spawner_cpu`]).
 pub fn render_on_two_threads(min_templates: usize) {
     PARALLEL_MIN_TEMPLATES.store(min_templates, Ordering::Relaxed);
+    flotilla_gotmpl::set_helper_thread_hooks(Some(flotilla_gotmpl::HelperThreadHooks {
+        before_spawn: flotilla_sprig::cpu::spawner_cpu,
+        in_helper: flotilla_sprig::cpu::leave_cpu,
+        after_spawn: flotilla_sprig::cpu::after_spawn,
+    }));
 }
 
 /// Renders that went to two threads, and those of them that were done again one template
@@ -405,12 +413,18 @@ impl Run<'_, '_> {
             done
         };
         let results = std::thread::scope(|s| {
+            let cpu = flotilla_sprig::cpu::spawner_cpu();
             let worker = std::thread::Builder::new()
                 .name("render".into())
                 .stack_size(RENDER_STACK_BYTES)
-                .spawn_scoped(s, || {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).ok()
+                .spawn_scoped(s, {
+                    let work = &work;
+                    move || {
+                        flotilla_sprig::cpu::leave_cpu(cpu);
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).ok()
+                    }
                 });
+            flotilla_sprig::cpu::after_spawn();
             // A panic here is caught by `render_on_stack` once the worker has been joined.
             let mine = work();
             let theirs = match worker {
