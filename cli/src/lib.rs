@@ -124,6 +124,10 @@ impl From<TemplateArgs> for TemplateOptions {
 /// most of their templates would run again after the thread.
 const TWO_THREADS_FROM: usize = 150;
 
+/// Files from which `flotilla template` reads a chart directory on two threads: starting the
+/// second costs about as much as reading a few dozen cached files.
+const READ_TWO_THREADS_FROM: usize = 64;
+
 /// Runs a parsed command line on the process's stdout and stderr; returns the exit code.
 /// The process is expected to exit then: rendering leaves what it allocated to the exit
 /// ([`flotilla_chart::render::leave_allocations_to_exit`]).
@@ -131,6 +135,8 @@ pub fn run(cli: Cli) -> i32 {
     flotilla_chart::render::leave_allocations_to_exit();
     // Big charts execute their templates on both cores (README, "Rendering speed").
     flotilla_chart::render::render_on_two_threads(TWO_THREADS_FROM);
+    // Big chart directories are read on both cores.
+    flotilla_chart::load::read_on_two_threads(READ_TWO_THREADS_FROM);
     // Charts that make RSA keys start on them at once, on the other core (README,
     // "Rendering speed").
     flotilla_chart::render::make_rsa_keys_early(true);

@@ -43,23 +43,30 @@ fn template(chart: &std::path::Path, max_open: Option<u32>) -> std::process::Out
 
 #[test]
 fn running_out_of_descriptors_while_reading_a_chart_changes_nothing() {
-    let chart = chart_with_templates(80);
-    let free = template(chart.path(), None);
-    assert!(
-        free.status.success(),
-        "{}",
-        String::from_utf8_lossy(&free.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&free.stdout);
-    assert_eq!(stdout.matches("kind: ConfigMap").count(), 80, "{stdout}");
-    assert!(stdout.contains("greeting: hello-79"), "{stdout}");
-    // 24 descriptors: the three standard ones, a few of the runtime's, ~15 for the chart.
-    let limited = template(chart.path(), Some(24));
-    assert!(
-        limited.status.success(),
-        "{}",
-        String::from_utf8_lossy(&limited.stderr)
-    );
-    assert_eq!(limited.stdout, free.stdout);
-    assert_eq!(limited.stderr, free.stderr);
+    // 50 templates: read on this thread; 80: on two (`flotilla template` reads 64 files or
+    // more on two threads).
+    for n in [50, 80] {
+        let chart = chart_with_templates(n);
+        let free = template(chart.path(), None);
+        assert!(
+            free.status.success(),
+            "{n}: {}",
+            String::from_utf8_lossy(&free.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&free.stdout);
+        assert_eq!(stdout.matches("kind: ConfigMap").count(), n, "{stdout}");
+        assert!(
+            stdout.contains(&format!("greeting: hello-{}", n - 1)),
+            "{stdout}"
+        );
+        // 24 descriptors: the three standard ones, a few of the runtime's, ~15 for the chart.
+        let limited = template(chart.path(), Some(24));
+        assert!(
+            limited.status.success(),
+            "{n}: {}",
+            String::from_utf8_lossy(&limited.stderr)
+        );
+        assert_eq!(limited.stdout, free.stdout, "{n}");
+        assert_eq!(limited.stderr, free.stderr, "{n}");
+    }
 }
