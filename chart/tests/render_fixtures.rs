@@ -48,10 +48,10 @@ fn options(area: &Path, line: &str) -> (String, TemplateOptions) {
     (stem, o)
 }
 
-/// Every case twice: executed one template after the other, then on two threads
+/// Every case three times: executed one template after the other, then on two threads
 /// (`render_on_two_threads`, from two templates on; the `parallel` area's cases write shared
-/// maps, read a subchart's `.Template` and fail in two templates). The setting is
-/// process-wide, hence one test.
+/// maps, read a subchart's `.Template` and fail in two templates), then with the templates
+/// parsed ahead (`parse_templates_early`). The settings are process-wide, hence one test.
 #[test]
 fn render_fixtures_print_what_helm_prints() {
     let sequential = check_all_fixtures();
@@ -60,13 +60,28 @@ fn render_fixtures_print_what_helm_prints() {
     let parallel = check_all_fixtures();
     let after = flotilla_chart::render::parallel_render_counts();
     flotilla_chart::render::render_on_two_threads(usize::MAX);
+    // Templates parsed ahead on a helper from the moment each chart is loaded: the aliased
+    // subchart's are parsed again at render (their paths change), a disabled subchart's
+    // are not used, and parse errors come in Helm's order.
+    flotilla_chart::render::parse_templates_early(1);
+    let taken_before = flotilla_chart::render::early_parsed_taken();
+    let early = check_all_fixtures();
+    let taken_after = flotilla_chart::render::early_parsed_taken();
+    flotilla_chart::render::parse_templates_early(usize::MAX);
     assert!(
-        sequential.is_empty() && parallel.is_empty(),
-        "one after the other, {} cases differ:\n{}\non two threads, {} cases differ:\n{}",
+        sequential.is_empty() && parallel.is_empty() && early.is_empty(),
+        "one after the other, {} cases differ:\n{}\non two threads, {} cases differ:\n{}\n\
+         parsed ahead, {} cases differ:\n{}",
         sequential.len(),
         sequential.join("\n"),
         parallel.len(),
-        parallel.join("\n")
+        parallel.join("\n"),
+        early.len(),
+        early.join("\n")
+    );
+    assert!(
+        taken_after - taken_before >= 50,
+        "templates parsed ahead and used: {taken_before} -> {taken_after}"
     );
     // The parallel area alone renders six times on two threads: `mutate` and `subread`
     // finish one after the other from the template that writes or reads.

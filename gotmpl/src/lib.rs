@@ -98,8 +98,8 @@ pub use exec::{CallCtx, html_escape, js_escape, query_escape};
 pub use parse::{MAX_PARSE_DEPTH, PARSE_STACK_BUDGET};
 pub use signature::{ArgType, FuncError, FuncMap, Function, Signature};
 pub use template::{
-    HelperThreadHooks, SharedText, Template, TemplateSet, TemplateSource, set_helper_thread_hooks,
-    sort_in_helm_parse_order,
+    HelperThreadHooks, ParsedSource, SharedText, Template, TemplateSet, TemplateSource,
+    set_helper_thread_hooks, sort_in_helm_parse_order,
 };
 pub use value::{ElemType, GoKind, List, Map, MapType, Object, Value};
 

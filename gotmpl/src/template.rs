@@ -184,6 +184,31 @@ impl TemplateSet {
         Ok(())
     }
 
+    /// Parses one source on its own, on any thread, as [`TemplateSet::parse_all`] does each
+    /// of its sources (`shared`: the bytes `text` borrows, which the trees may keep);
+    /// [`TemplateSet::add_parsed`] adds it to a set later. Parsing does not depend on the
+    /// set, only on the names `funcs` holds.
+    pub fn parse_alone(
+        name: &str,
+        text: &str,
+        shared: Option<&Arc<[u8]>>,
+        funcs: &FuncMap,
+    ) -> Result<ParsedSource, Error> {
+        parse_source(name, text, shared, funcs)
+    }
+
+    /// Adds a source parsed by [`TemplateSet::parse_alone`]: sources added in a given order
+    /// make the set [`TemplateSet::parse_all`] makes of them in that order.
+    pub fn add_parsed(&mut self, parsed: ParsedSource) {
+        self.add(parsed);
+    }
+
+    /// Frees the calling thread's parser working memory (kept between parses for the
+    /// next one); [`TemplateSet::parse_all`] does it when it is done.
+    pub fn release_parser_memory() {
+        release_scratch();
+    }
+
     /// Adds the trees of one parsed source, in the order its parse met them.
     fn add(&mut self, parsed: ParsedSource) {
         let ParsedSource {
@@ -271,10 +296,21 @@ impl TemplateSet {
 }
 
 /// One source parsed on its own, before it joins a set.
-struct ParsedSource {
+/// One source parsed on its own ([`TemplateSet::parse_alone`]), not yet in a set: what
+/// [`TemplateSet::parse_all`] makes of each source before adding them in order.
+pub struct ParsedSource {
     parse_name: String,
     ast: Arc<Ast>,
     trees: Vec<ParsedTree>,
+}
+
+impl std::fmt::Debug for ParsedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedSource")
+            .field("parse_name", &self.parse_name)
+            .field("trees", &self.trees.len())
+            .finish_non_exhaustive()
+    }
 }
 
 thread_local! {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use flotilla_gotmpl::{ExecOptions, Map, MapType, MissingKey, SharedText, TemplateSet, Value};
 
 use super::convert::{VALUES_TYPE, into_values_map, values_map};
+use super::early::EarlyParse;
 use super::errors::{cleanup_parse_error, reformat_exec_error};
 use super::funcs::{FuncOptions, Lookup, helm_funcs};
 use super::objects::{Capabilities, CapabilitiesObject, FilesObject};
@@ -71,6 +72,9 @@ pub struct Engine {
     /// Renderable templates from which they are executed on two threads (none: the
     /// process-wide setting of [`render_on_two_threads`], by default never).
     pub two_threads_from: Option<usize>,
+    /// The chart's templates as parsed ahead ([`EarlyParse::start`] on the chart before
+    /// dependency processing); whatever it lacks is parsed at render.
+    pub early_parse: Option<Arc<EarlyParse>>,
 }
 
 /// One template to execute: its path, source and the scope map of its chart.
@@ -217,8 +221,29 @@ impl Engine {
         // arena, free once it ends, is the one the executing worker then takes.
         let parse_threads = if two_threads { 2 } else { PARSE_THREADS };
         let mut set = TemplateSet::new("gotpl");
-        set.parse_all(&sources, &funcs, parse_threads)
-            .map_err(|(k, e)| RenderError(cleanup_parse_error(sources[k].0, &e.to_string())))?;
+        match &self.early_parse {
+            Some(early) => {
+                for (k, (name, text)) in sources.iter().enumerate() {
+                    let ahead = text.bytes.and_then(|b| early.take(name, b, &funcs));
+                    let parsed = ahead.unwrap_or_else(|| {
+                        TemplateSet::parse_alone(name, text.text, text.bytes, &funcs)
+                    });
+                    match parsed {
+                        Ok(p) => set.add_parsed(p),
+                        Err(e) => {
+                            return Err(RenderError(cleanup_parse_error(
+                                sources[k].0,
+                                &e.to_string(),
+                            )));
+                        }
+                    }
+                }
+                TemplateSet::release_parser_memory();
+            }
+            None => set
+                .parse_all(&sources, &funcs, parse_threads)
+                .map_err(|(k, e)| RenderError(cleanup_parse_error(sources[k].0, &e.to_string())))?,
+        }
         drop(sources);
         let opts = ExecOptions {
             missing_key: if self.strict {

@@ -19,6 +19,7 @@
 //! YAML.
 
 mod convert;
+mod early;
 mod engine;
 mod errors;
 mod funcs;
@@ -28,6 +29,7 @@ mod objects;
 pub mod template;
 mod toml;
 
+pub use early::{EarlyParse, early_parsed_taken, parse_templates_early};
 pub use engine::{
     Engine, ReleaseOptions, RenderError, leave_allocations_to_exit, parallel_render_counts,
     render_on_two_threads,

@@ -371,7 +371,15 @@ pub fn render_release_post_rendered(
     hooks_too: bool,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
-    let sorted = render_sorted(chart, None, user, opts, post_renderers, hooks_too, warnings)?;
+    let sorted = render_sorted(
+        chart,
+        HandedOver::default(),
+        user,
+        opts,
+        post_renderers,
+        hooks_too,
+        warnings,
+    )?;
     let mut manifest = String::new();
     if opts.include_crds {
         for (path, f) in crd_objects(chart) {
@@ -404,19 +412,30 @@ struct SortedRelease {
     notes: String,
 }
 
+/// What a caller that owns the chart hands to [`render_sorted`] beyond it.
+#[derive(Default)]
+struct HandedOver {
+    /// When given, they stand for `chart.values` (which is then not read): the caller gives
+    /// them up so that coalescing moves them instead of copying them.
+    defaults: Option<Values>,
+    /// The chart's templates as parsed ahead.
+    early_parse: Option<Arc<super::EarlyParse>>,
+}
+
 /// Coalesce, validate, render, take the notes out, post-render and sort.
-///
-/// `defaults`, when given, stand for `chart.values` (which is then not read): the caller gives
-/// them up so that coalescing moves them instead of copying them.
 fn render_sorted(
     chart: &Chart,
-    defaults: Option<Values>,
+    handed: HandedOver,
     user: &Values,
     opts: &RenderOptions,
     post_renderers: &[crate::postrender::PostRenderer],
     hooks_too: bool,
     warnings: &mut Vec<String>,
 ) -> Result<SortedRelease, ReleaseRenderError> {
+    let HandedOver {
+        defaults,
+        early_parse,
+    } = handed;
     let mut coalesce_warnings = Vec::new();
     let values = match defaults {
         Some(d) => {
@@ -441,6 +460,7 @@ fn render_sorted(
     }
     let engine = Engine {
         lookup: opts.lookup.clone(),
+        early_parse,
         ..Engine::default()
     };
     let mut files = engine
@@ -679,16 +699,30 @@ pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutpu
         warnings.push("level=WARN msg=\"this chart is deprecated\"".to_string());
     }
     check_dependencies(&chart).map_err(|e| fail(e, &warnings))?;
-    render_template_chart(chart, user, kube_version, opts, warnings)
+    // The templates are parsed on a helper while dependencies, values and the schema are
+    // dealt with (when the process asked for it: `parse_templates_early`).
+    let early = super::EarlyParse::start(&chart);
+    render_chart(chart, user, kube_version, opts, warnings, early)
 }
 
 /// [`template`] for an already loaded chart and merged user values.
 pub fn render_template_chart(
+    chart: Chart,
+    user: Values,
+    kube_version: Option<KubeVersion>,
+    opts: &TemplateOptions,
+    warnings: Vec<String>,
+) -> Result<TemplateOutput, TemplateError> {
+    render_chart(chart, user, kube_version, opts, warnings, None)
+}
+
+fn render_chart(
     mut chart: Chart,
     user: Values,
     kube_version: Option<KubeVersion>,
     opts: &TemplateOptions,
     mut warnings: Vec<String>,
+    early_parse: Option<Arc<super::EarlyParse>>,
 ) -> Result<TemplateOutput, TemplateError> {
     let name = &opts.release_name;
     if let Err(e) = validate_release_name(name) {
@@ -741,9 +775,13 @@ pub fn render_template_chart(
     };
     // Only coalescing reads the chart's defaults from here on: they are moved into the values.
     let defaults = chart.values.take().unwrap_or_default();
+    let handed = HandedOver {
+        defaults: Some(defaults),
+        early_parse,
+    };
     let rel = match render_sorted(
         &chart,
-        Some(defaults),
+        handed,
         &user,
         &render_opts,
         &opts.post_renderers,

@@ -1,0 +1,222 @@
+//! Parsing a chart's templates ahead, on a helper thread, while the caller goes on with
+//! dependencies, values, schema validation and the template scopes.
+//!
+//! Parsing a template depends only on its name, its text and the names of the functions
+//! (not on values or on other templates), so `flotilla template` starts it as soon as the
+//! chart is loaded ([`EarlyParse::start`]). The engine then takes each source's result when
+//! it parses the set ([`EarlyParse::take`]), helping with what is left first, and parses
+//! itself whatever was not done ahead: a template whose path changes with dependency
+//! processing (an alias renames a subchart) or whose bytes are not those parsed. Results
+//! are the ones parsing the same name and text gives, errors included, so the set and the
+//! first error in Helm's order are what [`flotilla_gotmpl::TemplateSet::parse_all`] gives.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+use flotilla_gotmpl::{Error, FuncMap, ParsedSource, TemplateSet};
+
+use super::funcs::{FuncOptions, helm_funcs};
+use crate::chart::Chart;
+
+/// Templates from which [`EarlyParse::start`] starts a helper (`usize::MAX`: never); the
+/// process-wide setting of [`parse_templates_early`].
+static EARLY_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// For a process with a core to spare (`flotilla template`): charts with at least
+/// `min_templates` templates (subcharts' included) have them parsed on a helper thread from
+/// the moment they are loaded. Long-running callers need not: the helper exists for the
+/// length of one render.
+pub fn parse_templates_early(min_templates: usize) {
+    EARLY_FROM.store(min_templates, Ordering::Relaxed);
+}
+
+/// Results parsed ahead that renders used, in this process.
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
+
+/// How many templates parsed ahead renders have used in this process.
+pub fn early_parsed_taken() -> usize {
+    TAKEN.load(Ordering::Relaxed)
+}
+
+/// Stack of the helper: the parser's own budget and room to report an error, as the
+/// engine's parsing threads have.
+const HELPER_STACK: usize = 4 * flotilla_gotmpl::PARSE_STACK_BUDGET;
+
+/// Templates being parsed ahead (see the module documentation).
+pub struct EarlyParse {
+    queue: Arc<Queue>,
+    helper: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Done once the caller has parsed what was left and the helper has ended.
+    finished: Once,
+}
+
+impl std::fmt::Debug for EarlyParse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EarlyParse")
+            .field("sources", &self.queue.sources.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What both threads share: the sources, which one to take next, the results.
+struct Queue {
+    /// (path as the engine names it, the file's bytes).
+    sources: Vec<(String, Arc<[u8]>)>,
+    by_name: HashMap<String, usize>,
+    /// Source indexes, largest first, so that the last ones taken are small.
+    order: Vec<usize>,
+    next: AtomicUsize,
+    /// Set once no more sources are to be taken (the caller has the rest or gave up).
+    stop: AtomicBool,
+    results: Vec<Mutex<Option<Result<ParsedSource, Error>>>>,
+}
+
+impl Queue {
+    /// Takes and parses sources until none is left; `None` results (text that is not
+    /// UTF-8, which the engine reads another way) are left to the engine.
+    fn work(&self, funcs: &FuncMap) {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&i) = self.order.get(k) else {
+                return;
+            };
+            let (name, bytes) = &self.sources[i];
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                continue;
+            };
+            let parsed = TemplateSet::parse_alone(name, text, Some(bytes), funcs);
+            *self.results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(parsed);
+        }
+    }
+}
+
+impl EarlyParse {
+    /// Starts parsing every template of `chart`'s tree as loaded (before dependency
+    /// processing) on a helper thread, when [`parse_templates_early`] asks for it and the
+    /// tree has enough templates; `None` otherwise (or when no thread can be started).
+    pub fn start(chart: &Chart) -> Option<Arc<EarlyParse>> {
+        let min = EARLY_FROM.load(Ordering::Relaxed);
+        if min == usize::MAX {
+            return None;
+        }
+        let mut sources = Vec::new();
+        collect_sources(chart, None, &mut sources);
+        if sources.len() < min.max(1) {
+            return None;
+        }
+        let by_name = sources
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
+        let mut order: Vec<usize> = (0..sources.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(sources[i].1.len()));
+        let results = std::iter::repeat_with(|| Mutex::new(None))
+            .take(sources.len())
+            .collect();
+        let queue = Arc::new(Queue {
+            sources,
+            by_name,
+            order,
+            next: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            results,
+        });
+        let theirs = Arc::clone(&queue);
+        let helper = std::thread::Builder::new()
+            .name("early-parse".into())
+            .stack_size(HELPER_STACK)
+            .spawn(move || {
+                // The engine's functions as `flotilla template` has them: parsing only asks
+                // which names exist, and every option keeps the same names.
+                let funcs = helm_funcs(&FuncOptions::default());
+                theirs.work(&funcs);
+                TemplateSet::release_parser_memory();
+            })
+            .ok()?;
+        if let Some(cpu) = flotilla_sprig::cpu::current_cpu() {
+            flotilla_sprig::cpu::keep_off_cpu(&helper, cpu);
+        }
+        Some(Arc::new(EarlyParse {
+            queue,
+            helper: Mutex::new(Some(helper)),
+            finished: Once::new(),
+        }))
+    }
+
+    /// The result of parsing `name` with text `bytes`, if it was parsed ahead: the caller
+    /// (with the function map it would parse with) first parses what is left, then waits
+    /// for the helper. `None`: parse it now.
+    pub fn take(
+        &self,
+        name: &str,
+        bytes: &Arc<[u8]>,
+        funcs: &FuncMap,
+    ) -> Option<Result<ParsedSource, Error>> {
+        let &i = self.queue.by_name.get(name)?;
+        if !Arc::ptr_eq(&self.queue.sources[i].1, bytes) {
+            return None;
+        }
+        self.finished.call_once(|| {
+            self.queue.work(funcs);
+            self.join_helper();
+        });
+        let taken = self.queue.results[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if taken.is_some() {
+            TAKEN.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    /// Waits for the helper to end (its panic, should it panic, goes on here).
+    fn join_helper(&self) {
+        let helper = self.helper.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = helper
+            && let Err(panic) = h.join()
+        {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+impl Drop for EarlyParse {
+    fn drop(&mut self) {
+        // A render that failed before parsing: the helper stops after its current source.
+        self.queue.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self
+            .helper
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Every template of the tree with the path the engine gives it (`root/templates/x.yaml`,
+/// `root/charts/sub/templates/y.yaml`; a library chart's partials only).
+fn collect_sources(chart: &Chart, parent: Option<&str>, out: &mut Vec<(String, Arc<[u8]>)>) {
+    let full_path = match parent {
+        None => chart.name().to_string(),
+        Some(p) => format!("{p}/charts/{}", chart.name()),
+    };
+    for dep in &chart.dependencies {
+        collect_sources(dep, Some(&full_path), out);
+    }
+    let library = chart.is_library();
+    for t in &chart.templates {
+        let base = t.name.rsplit('/').next().unwrap_or(&t.name);
+        if library && !base.starts_with('_') {
+            continue;
+        }
+        out.push((format!("{full_path}/{}", t.name), Arc::clone(&t.data)));
+    }
+}
