@@ -22,6 +22,8 @@ use std::arch::x86_64::{
     _mm512_setzero_si512, _mm512_slli_epi64, _mm512_srli_epi64,
 };
 
+use super::prime::{double_mod, ge, neg_inverse, sub_in_place};
+
 /// Numbers handled by one pass.
 pub(crate) const LANES: usize = 8;
 
@@ -86,7 +88,7 @@ pub(crate) fn pow_mod<const N: usize, const L: usize>(
     if limbs_for(N) != Some(L)
         || !available()
         || m.iter().any(|m| !is_top_odd(m))
-        || x.iter().zip(m).any(|(x, m)| !below(x, m))
+        || x.iter().zip(m).any(|(x, m)| ge(x, m))
     {
         return None;
     }
@@ -101,45 +103,11 @@ fn is_top_odd<const N: usize>(m: &[u64; N]) -> bool {
     N > 0 && m[0] & 1 == 1 && m[N - 1] >> 63 == 1
 }
 
-/// `a < b`.
-fn below<const N: usize>(a: &[u64; N], b: &[u64; N]) -> bool {
-    for i in (0..N).rev() {
-        if a[i] != b[i] {
-            return a[i] < b[i];
-        }
-    }
-    false
-}
-
-/// `x = 2x mod m` for `x < m`, `m` of exactly `64N` bits.
-fn double_mod<const N: usize>(x: &mut [u64; N], m: &[u64; N]) {
-    let mut carry = 0;
-    for limb in x.iter_mut() {
-        let next = *limb >> 63;
-        *limb = (*limb << 1) | carry;
-        carry = next;
-    }
-    if carry == 1 || !below(x, m) {
-        sub(x, m);
-    }
-}
-
-/// `a -= b` (mod `2^(64N)`).
-fn sub<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
-    let mut borrow = false;
-    for (x, &y) in a.iter_mut().zip(b) {
-        let (d, b1) = x.overflowing_sub(y);
-        let (d, b2) = d.overflowing_sub(u64::from(borrow));
-        *x = d;
-        borrow = b1 || b2;
-    }
-}
-
 /// `2^k R mod m` for `R = 2^(52L)`, `m` of exactly `64N` bits.
 fn pow2_r_mod<const N: usize, const L: usize>(m: &[u64; N], k: usize) -> [u64; N] {
     // 2^(64N) mod m = 2^(64N) - m, since 2^(64N - 1) <= m < 2^(64N).
     let mut x = [0u64; N];
-    sub(&mut x, m);
+    sub_in_place(&mut x, m);
     for _ in 0..(52 * L - 64 * N + k) {
         double_mod(&mut x, m);
     }
@@ -148,12 +116,7 @@ fn pow2_r_mod<const N: usize, const L: usize>(m: &[u64; N], k: usize) -> [u64; N
 
 /// `-m^-1 mod 2^52` for an odd `m0` (the modulus' lowest limb).
 fn neg_inverse_52(m0: u64) -> u64 {
-    // Newton's iteration doubles the correct low bits each step; m is its own inverse mod 8.
-    let mut inv = m0;
-    for _ in 0..5 {
-        inv = inv.wrapping_mul(2u64.wrapping_sub(m0.wrapping_mul(inv)));
-    }
-    inv.wrapping_neg() & MASK52
+    neg_inverse(m0) & MASK52
 }
 
 /// `x` (64-bit limbs) in 52-bit limbs.
@@ -495,7 +458,7 @@ fn random_below_except<const N: usize>(m: &[u64; N], a: &[u64; N], b: &[u64; N])
         for (limb, chunk) in x.iter_mut().zip(bytes.chunks_exact(8)) {
             *limb = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
         }
-        if below(&x, m) && x != [0; N] && x != *a && x != *b {
+        if !ge(&x, m) && x != [0; N] && x != *a && x != *b {
             return x;
         }
     }
@@ -515,7 +478,7 @@ fn miller_rabin_lanes<const N: usize, const L: usize>(m: &[u64; N]) -> bool {
     // and m - R mod m (the bases 0, 1 and m - 1).
     let one = pow2_r_mod::<N, L>(m, 0);
     let mut minus_one = *m;
-    sub(&mut minus_one, &one);
+    sub_in_place(&mut minus_one, &one);
     let mut bases = [[0u64; N]; LANES];
     bases[0] = pow2_r_mod::<N, L>(m, 1);
     for b in &mut bases[1..] {

@@ -69,7 +69,7 @@ fn sbb(a: u64, b: u64, borrow: u64) -> (u64, u64) {
 }
 
 /// `a - b` over `N` limbs (little-endian); the borrow out is returned.
-fn sub_in_place<const N: usize>(a: &mut [u64; N], b: &[u64; N]) -> u64 {
+pub(super) fn sub_in_place<const N: usize>(a: &mut [u64; N], b: &[u64; N]) -> u64 {
     let mut borrow = 0;
     for (x, y) in a.iter_mut().zip(b) {
         (*x, borrow) = sbb(*x, *y, borrow);
@@ -78,7 +78,7 @@ fn sub_in_place<const N: usize>(a: &mut [u64; N], b: &[u64; N]) -> u64 {
 }
 
 /// `a >= b` over `N` limbs.
-fn ge<const N: usize>(a: &[u64; N], b: &[u64; N]) -> bool {
+pub(super) fn ge<const N: usize>(a: &[u64; N], b: &[u64; N]) -> bool {
     for i in (0..N).rev() {
         if a[i] != b[i] {
             return a[i] > b[i];
@@ -144,6 +144,30 @@ impl Acc {
     }
 }
 
+/// `-m^-1 mod 2^64` for an odd `m0` (a modulus' lowest limb).
+pub(super) fn neg_inverse(m0: u64) -> u64 {
+    // Newton's iteration doubles the correct low bits of the inverse each step; m is its own
+    // inverse modulo 8.
+    let mut inv = m0;
+    for _ in 0..5 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(m0.wrapping_mul(inv)));
+    }
+    inv.wrapping_neg()
+}
+
+/// `x = 2x mod m`, for `x < m` (`N` limbs).
+pub(super) fn double_mod<const N: usize>(x: &mut [u64; N], m: &[u64; N]) {
+    let mut carry = 0;
+    for limb in x.iter_mut() {
+        let next = *limb >> 63;
+        *limb = (*limb << 1) | carry;
+        carry = next;
+    }
+    if carry == 1 || ge(x, m) {
+        sub_in_place(x, m);
+    }
+}
+
 /// An odd modulus `m < 2^(64N)` with its Montgomery constants (`R = 2^(64N)`).
 #[derive(Debug, Clone)]
 pub(crate) struct Modulus<const N: usize> {
@@ -163,15 +187,9 @@ impl<const N: usize> Modulus<N> {
         if m[0] & 1 == 0 || bit_len(&m) <= 1 {
             return None;
         }
-        // Newton's iteration doubles the correct low bits of the inverse each step; m is its
-        // own inverse modulo 8.
-        let mut inv = m[0];
-        for _ in 0..5 {
-            inv = inv.wrapping_mul(2u64.wrapping_sub(m[0].wrapping_mul(inv)));
-        }
         let mut md = Modulus {
             m,
-            m_inv: inv.wrapping_neg(),
+            m_inv: neg_inverse(m[0]),
             one: [0; N],
             r2: OnceCell::new(),
         };
@@ -202,15 +220,7 @@ impl<const N: usize> Modulus<N> {
 
     /// `x = 2x mod m`, for `x < m`.
     fn double_in_place(&self, x: &mut [u64; N]) {
-        let mut carry = 0;
-        for limb in x.iter_mut() {
-            let next = *limb >> 63;
-            *limb = (*limb << 1) | carry;
-            carry = next;
-        }
-        if carry == 1 || ge(x, &self.m) {
-            sub_in_place(x, &self.m);
-        }
+        double_mod(x, &self.m);
     }
 
     /// Montgomery product `a b R^-1 mod m` (CIOS: each word of `b` is multiplied in, then
