@@ -1894,40 +1894,90 @@ fn decode_doc(doc: &Doc, opts: DecodeOptions) -> Result<Value, Error> {
     d.decode(root)
 }
 
-/// Whether the block scalar whose content starts at byte `at` of `src` (its first line that
-/// is not blank, where saphyr's span starts) ends the input with a last line of spaces longer
-/// than its indentation: libyaml reads those extra spaces as the scalar's last content, with
-/// no line break after them, where saphyr's `value` ends with them and one. The indentation
-/// is that first line's; a scalar with an explicit indentation indicator is left as it is.
+/// Whether the block scalar whose node starts at byte `at` of `src` (saphyr's span: its first
+/// line that is not blank, or its anchor or tag when it has one) ends the input with a last
+/// line of spaces longer than its indentation: libyaml reads those extra spaces as the
+/// scalar's last content, with no line break after them, where saphyr's `value` ends with
+/// them and one. The indentation is the first content line's, less the spaces that line
+/// keeps in `value` (an explicit indentation indicator leaves some).
 fn spaces_are_last_content(src: &str, at: usize, last_line: &str, value: &str) -> bool {
     let Some(before) = src.get(..at) else {
         return false;
     };
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let indent = at - line_start;
-    if !before[line_start..].bytes().all(|b| b == b' ') {
-        return false;
-    }
-    // The header: the last line before the content that is not blank.
-    let header = before[..line_start]
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_default();
+    // The header (the line with the `|` or `>` indicator) and where the content starts.
+    let at_line = src[at..].lines().next().unwrap_or_default();
+    let at_content = before[line_start..].bytes().all(|b| b == b' ')
+        && (value.starts_with(at_line) || !at_line.starts_with(['&', '!']));
+    let (header, content) = if at_content {
+        // The span starts at the content: the header is the last line before it that is
+        // not blank.
+        let header = before[..line_start]
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default();
+        (header, line_start)
+    } else {
+        // The span starts at an anchor or a tag (the value does not start with it), on the
+        // key's line or after it: the indicator follows them.
+        let Some(found) = indicator_after_properties(src, at) else {
+            return false;
+        };
+        found
+    };
     let indicators = header
         .rfind(['|', '>'])
         .map_or("", |i| &header[i..])
         .split(['#', ' '])
         .next()
         .unwrap_or_default();
-    if indicators.is_empty() || indicators.bytes().any(|b| b.is_ascii_digit()) {
+    if indicators.is_empty() {
         return false;
     }
+    let Some(first) = src[content..]
+        .lines()
+        .find(|l| l.bytes().any(|b| b != b' '))
+    else {
+        return false;
+    };
+    let Some(kept) = value.lines().find(|l| l.bytes().any(|b| b != b' ')) else {
+        return false;
+    };
+    let spaces = |l: &str| l.bytes().take_while(|&b| b == b' ').count();
+    let Some(indent) = spaces(first).checked_sub(spaces(kept)) else {
+        return false;
+    };
     last_line.len() > indent
         && last_line.bytes().all(|b| b == b' ')
         && value
             .strip_suffix('\n')
             .is_some_and(|v| v.ends_with(&last_line[indent..]))
+}
+
+/// From an anchor or tag at byte `at`: the header line holding the block indicator that
+/// follows the node's properties (`&a`, `!!str`, on this line or the next ones), and the
+/// byte where the content starts (the line after it).
+fn indicator_after_properties(src: &str, at: usize) -> Option<(&str, usize)> {
+    let mut i = at;
+    let bytes = src.as_bytes();
+    loop {
+        while i < bytes.len() && matches!(bytes[i], b' ' | b'\n' | b'\r') {
+            i += 1;
+        }
+        match bytes.get(i)? {
+            b'&' | b'!' => {
+                while i < bytes.len() && !matches!(bytes[i], b' ' | b'\n' | b'\r') {
+                    i += 1;
+                }
+            }
+            b'|' | b'>' => break,
+            _ => return None,
+        }
+    }
+    let line_start = src[..i].rfind('\n').map_or(0, |k| k + 1);
+    let line_end = src[i..].find('\n').map(|k| i + k)?;
+    Some((&src[line_start..line_end], line_end + 1))
 }
 
 /// `yaml.Unmarshal` into `interface{}`: the first document, `Null` when there is none.
@@ -2052,6 +2102,15 @@ mod tests {
         assert_eq!(x("x: >\n  a\n    "), s("a\n  "));
         assert_eq!(x("x: |+\n  a\n    "), s("a\n  "));
         assert_eq!(x("x: |-\n  a\n    "), s("a\n  "));
+        // Explicit indentation indicators, anchors and tags (helm v4.1.4's `fromYaml`).
+        assert_eq!(x("x: |2\n   a\n     "), s(" a\n   "));
+        assert_eq!(x("x: |2\n   a\n     \n    "), s(" a\n   \n  "));
+        assert_eq!(x("x: |+2\n   a\n     "), s(" a\n   "));
+        assert_eq!(x("x: |2\n   a\n   \n  "), s(" a\n \n"));
+        assert_eq!(x("x: &q |\n  a\n    "), s("a\n  "));
+        assert_eq!(x("x: !!str |2\n   a\n     "), s(" a\n   "));
+        assert_eq!(x("x:\n  &q |\n  a\n    "), s("a\n  "));
+        assert_eq!(x("x: |\n  &a |\n  b\n    "), s("&a |\nb\n  "));
     }
 
     #[test]
