@@ -59,14 +59,27 @@ impl Row {
 
 /// Runs the benchmark.
 pub fn bench_render(root: &Path, args: &BenchRenderArgs) -> anyhow::Result<()> {
-    for tool in ["hyperfine", "/usr/bin/time"] {
-        let found = Command::new(tool)
+    let found = |tool: &str| {
+        Command::new(tool)
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .is_ok();
-        if !found {
+            .is_ok()
+    };
+    let tools = ["hyperfine", "/usr/bin/time"];
+    if !tools.iter().all(|t| found(t)) {
+        // Debian's packages, as the other install steps take theirs (tools/).
+        eprintln!("bench-render: installing the Debian packages hyperfine and time");
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                "apt-get update -qq >/dev/null && apt-get install -y -qq hyperfine time >/dev/null",
+            ])
+            .status();
+    }
+    for tool in tools {
+        if !found(tool) {
             bail!("bench-render needs `{tool}` (Debian packages `hyperfine` and `time`)");
         }
     }
