@@ -121,7 +121,10 @@ impl From<TemplateArgs> for TemplateOptions {
 /// templates) gains ~15% of wall; argo-cd's other cases (133) gain ~1 ms but their peak RSS
 /// rises by up to 3.7 MiB, to within 1.2 MiB of a quarter of helm's; prometheus (73) gains
 /// or loses within noise; ingress-nginx (43) and traefik (28) write their values early, so
-/// most of their templates would run again after the thread.
+/// most of their templates would run again after the thread. Measured again once helper
+/// threads no longer waited on their spawner's CPU (`hyperfine -N`, medians, 150 vs 20):
+/// prometheus default 6.4/6.5 vs 6.0/6.6 ms, ingress-nginx 4.9/4.9 vs 5.1/5.2, traefik
+/// 5.8/5.7 vs 6.0/5.9: no gain below 150.
 const TWO_THREADS_FROM: usize = 150;
 
 /// Files from which `flotilla template` reads a chart directory on two threads: starting the
