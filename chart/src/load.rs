@@ -342,17 +342,8 @@ fn read_found_on(found: Vec<Found>, two_threads: bool) -> Result<Vec<File>, Load
     let mut slots: Vec<Option<Vec<Result<File, LoadError>>>> = Vec::new();
     slots.resize_with(batches.len(), || None);
     std::thread::scope(|s| {
-        let cpu = flotilla_sprig::cpu::spawner_cpu();
-        let helper = std::thread::Builder::new()
-            .name("chart-read".into())
-            .spawn_scoped(s, {
-                let work = &work;
-                move || {
-                    flotilla_sprig::cpu::leave_cpu(cpu);
-                    work()
-                }
-            });
-        flotilla_sprig::cpu::after_spawn();
+        let builder = std::thread::Builder::new().name("chart-read".into());
+        let helper = flotilla_sprig::cpu::spawn_scoped_elsewhere(builder, s, work);
         let mine = work();
         // A helper that could not start took nothing: this thread read everything.
         let theirs = match helper {

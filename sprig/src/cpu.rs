@@ -85,6 +85,26 @@ pub fn after_spawn() {
     std::thread::yield_now();
 }
 
+/// `builder.spawn_scoped(scope, f)` with the helper placed off this thread's CPU
+/// ([`spawner_cpu`], [`leave_cpu`], [`after_spawn`]).
+pub fn spawn_scoped_elsewhere<'scope, 'env, T, F>(
+    builder: std::thread::Builder,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    f: F,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    let cpu = spawner_cpu();
+    let helper = builder.spawn_scoped(scope, move || {
+        leave_cpu(cpu);
+        f()
+    });
+    after_spawn();
+    helper
+}
+
 /// The calling thread's allowed CPUs without `cpu`, when `cpu` is one of at least two.
 #[cfg(target_os = "linux")]
 fn others(cpu: usize) -> Option<libc::cpu_set_t> {
@@ -141,13 +161,13 @@ mod tests {
             // A scoped helper placed with the spawner's steps.
             let cpu = spawner_cpu();
             let moved = std::thread::scope(|s| {
-                let helper = s.spawn(move || {
-                    leave_cpu(cpu);
+                spawn_scoped_elsewhere(std::thread::Builder::new(), s, || {
                     std::thread::yield_now();
                     current_cpu()
-                });
-                after_spawn();
-                helper.join().expect("no panic")
+                })
+                .expect("a thread")
+                .join()
+                .expect("no panic")
             });
             assert_ne!(moved, Some(cpu));
         }

@@ -438,18 +438,12 @@ impl Run<'_, '_> {
             done
         };
         let results = std::thread::scope(|s| {
-            let cpu = flotilla_sprig::cpu::spawner_cpu();
-            let worker = std::thread::Builder::new()
+            let builder = std::thread::Builder::new()
                 .name("render".into())
-                .stack_size(RENDER_STACK_BYTES)
-                .spawn_scoped(s, {
-                    let work = &work;
-                    move || {
-                        flotilla_sprig::cpu::leave_cpu(cpu);
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).ok()
-                    }
-                });
-            flotilla_sprig::cpu::after_spawn();
+                .stack_size(RENDER_STACK_BYTES);
+            let worker = flotilla_sprig::cpu::spawn_scoped_elsewhere(builder, s, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(&work)).ok()
+            });
             // A panic here is caught by `render_on_stack` once the worker has been joined.
             let mine = work();
             let theirs = match worker {
