@@ -319,7 +319,9 @@ fn read_found(found: Vec<Found>) -> Result<Vec<File>, LoadError> {
 
 fn read_found_on(found: Vec<Found>, two_threads: bool) -> Result<Vec<File>, LoadError> {
     if !two_threads {
-        return read_batches(&found, READ_BATCH).into_iter().collect();
+        return read_batches(&found, READ_BATCH, false)
+            .into_iter()
+            .collect();
     }
     let batches: Vec<&[Found]> = found.chunks(SHARED_READ_BATCH).collect();
     let next = AtomicUsize::new(0);
@@ -332,7 +334,7 @@ fn read_found_on(found: Vec<Found>, two_threads: bool) -> Result<Vec<File>, Load
             if k >= batches.len() || k > failed.load(Ordering::Relaxed) {
                 return done;
             }
-            let read = read_batches(batches[k], SHARED_READ_BATCH);
+            let read = read_batches(batches[k], SHARED_READ_BATCH, true);
             if read.last().is_some_and(Result::is_err) {
                 failed.fetch_min(k, Ordering::Relaxed);
             }
@@ -355,17 +357,27 @@ fn read_found_on(found: Vec<Found>, two_threads: bool) -> Result<Vec<File>, Load
         }
     });
     let mut files = Vec::with_capacity(found.len());
-    for read in slots.into_iter().map_while(|r| r) {
+    for (batch, read) in batches.iter().zip(slots).map_while(|(b, r)| Some((b, r?))) {
+        let given_way = read.len() < batch.len() && !read.last().is_some_and(Result::is_err);
+        let done = read.len();
         for f in read {
             files.push(f?);
+        }
+        if given_way {
+            // The other thread held the descriptors: the rest of the batch, now alone.
+            for f in read_batches(&batch[done..], READ_BATCH, false) {
+                files.push(f?);
+            }
         }
     }
     Ok(files)
 }
 
 /// Reads `found` in order, opening (and prefetching) up to `batch` files at a time; stops
-/// after the first failure, which is the last result.
-fn read_batches(found: &[Found], batch: usize) -> Vec<Result<File, LoadError>> {
+/// after the first failure, which is the last result. Out of file descriptors with none of
+/// its own open, it fails, or with `give_way` (another thread holds them) stops there
+/// without an error: the results are then fewer than `found` and the last is not an error.
+fn read_batches(found: &[Found], batch: usize, give_way: bool) -> Vec<Result<File, LoadError>> {
     let mut files = Vec::with_capacity(found.len());
     let mut found = found.iter().peekable();
     let mut open = Vec::new();
@@ -379,6 +391,7 @@ fn read_batches(found: &[Found], batch: usize) -> Vec<Result<File, LoadError>> {
                     open.push((f, None));
                     break;
                 }
+                Err(e) if give_way && out_of_descriptors(&e) => return files,
                 opened => opened,
             };
             let opened = opened_with_metadata(f, opened);
@@ -388,8 +401,13 @@ fn read_batches(found: &[Found], batch: usize) -> Vec<Result<File, LoadError>> {
             open.push((f, Some(opened)));
         }
         for (f, opened) in open.drain(..) {
-            let opened =
-                opened.unwrap_or_else(|| opened_with_metadata(f, std::fs::File::open(&f.path)));
+            let opened = match opened {
+                Some(o) => o,
+                None => match std::fs::File::open(&f.path) {
+                    Err(e) if give_way && out_of_descriptors(&e) => return files,
+                    reopened => opened_with_metadata(f, reopened),
+                },
+            };
             let read = opened.and_then(|(file, md)| read_opened(f, file, &md));
             let failed = read.is_err();
             files.push(read);
