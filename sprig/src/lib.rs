@@ -11,6 +11,8 @@ mod dates;
 mod general;
 pub mod semver;
 
+pub use general::regex::Pattern;
+
 use flotilla_gotmpl::FuncMap;
 
 /// Every Sprig function Helm exposes.

@@ -607,7 +607,7 @@ struct Walker<'s> {
     /// Local `$ref` targets by the address of the reference text in the schema.
     refs: RefCell<HashMap<usize, Option<&'s J<'s>>>>,
     /// Compiled `pattern`s and `patternProperties` names by the address of their text.
-    regexes: RefCell<HashMap<usize, Option<regex::Regex>>>,
+    regexes: RefCell<HashMap<usize, Option<flotilla_sprig::Pattern>>>,
     /// When walking a meta-schema over a schema: its documents, and this one's URL.
     meta: Option<&'s meta::MetaDocs>,
     base: &'s str,
@@ -660,7 +660,7 @@ impl<'s> Walker<'s> {
     }
 
     fn is_match_owned(&self, p: &str) -> bool {
-        go_pattern(p).is_some_and(|g| regex::Regex::new(&g).is_ok())
+        go_pattern(p).is_some_and(|g| flotilla_sprig::Pattern::from_translated(&g).is_some())
     }
 
     fn resolve_uncached(&self, r: &str) -> Option<&'s J<'s>> {
@@ -702,7 +702,7 @@ impl<'s> Walker<'s> {
         if let Some(re) = self.regexes.borrow().get(&key) {
             return re.as_ref().map(|re| re.is_match(text));
         }
-        let re = go_pattern(p).and_then(|g| regex::Regex::new(&g).ok());
+        let re = go_pattern(p).and_then(|g| flotilla_sprig::Pattern::from_translated(&g));
         let m = re.as_ref().map(|re| re.is_match(text));
         self.regexes.borrow_mut().insert(key, re);
         m

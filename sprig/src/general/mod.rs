@@ -35,7 +35,7 @@ mod math;
 mod network;
 mod paths;
 mod reflection;
-mod regex;
+pub(crate) mod regex;
 mod strings;
 mod url;
 mod xstrings;

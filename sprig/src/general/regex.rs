@@ -1,9 +1,20 @@
-//! Regular expressions with Go's RE2 syntax and semantics on top of the `regex` crate: the
-//! pattern is translated first (Go's ASCII-only `\d \s \w \b`, octal escapes, `\Q…\E`,
-//! literal braces that do not form a repetition), Go's parse errors are reproduced for the
-//! common mistakes, and replacement templates are expanded with Go's `$name`/`${name}` rules.
+//! Regular expressions with Go's RE2 syntax and semantics on top of the `regex` and
+//! `regex-lite` crates: the pattern is translated first (Go's ASCII-only `\d \s \w \b`, octal
+//! escapes, `\Q…\E`, literal braces that do not form a repetition), Go's parse errors are
+//! reproduced for the common mistakes, and replacement templates are expanded with Go's
+//! `$name`/`${name}` rules.
+//!
+//! A chart calls a handful of patterns on short texts, so compiling them is most of what they
+//! cost: `regex` builds several engines per pattern (~0.1-0.2 ms each at the start of a
+//! process), `regex-lite` one, about ten times cheaper. Both have Go's leftmost-first
+//! semantics and the same syntax for what [`Pattern`] gives `regex-lite`: patterns without
+//! Unicode classes or case folding (which it does not have) and with small counted
+//! repetitions (so that no size limit could tell the two apart). Texts longer than
+//! [`LITE_HAYSTACK`] are searched by `regex`, compiled on first need, whose lazy DFA is the
+//! faster on long texts.
 
-use std::sync::{Arc, Mutex};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use flotilla_gotmpl::gofmt::quote;
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Signature, Value};
@@ -31,9 +42,9 @@ pub(crate) fn register(map: &mut FuncMap) {
             let s = arg_str(a, 1);
             let limit = if n < 0 { usize::MAX } else { n as usize };
             Ok(string_list(
-                re.find_iter(s)
-                    .take(limit)
-                    .map(|m| m.as_str().to_string())
+                re.find_all(s, limit)
+                    .into_iter()
+                    .map(|m| s[m].to_string())
                     .collect(),
             ))
         });
@@ -41,9 +52,8 @@ pub(crate) fn register(map: &mut FuncMap) {
     for (name, get) in [("regexFind", panicking as Getter), ("mustRegexFind", must)] {
         add(map, name, Signature::fixed([Str, Str]), move |a| {
             let re = get(arg_str(a, 0))?;
-            Ok(Value::from(
-                re.find(arg_str(a, 1)).map_or("", |m| m.as_str()),
-            ))
+            let s = arg_str(a, 1);
+            Ok(Value::from(re.find(s).map_or("", |m| &s[m])))
         });
     }
     for (name, get, literal) in [
@@ -89,15 +99,15 @@ pub(crate) fn register(map: &mut FuncMap) {
     });
 }
 
-type Getter = fn(&str) -> Result<Arc<regex::Regex>, FuncError>;
+type Getter = fn(&str) -> Result<Arc<Pattern>, FuncError>;
 
 /// `regexp.Compile`, returning its error.
-fn must(pattern: &str) -> Result<Arc<regex::Regex>, FuncError> {
+fn must(pattern: &str) -> Result<Arc<Pattern>, FuncError> {
     compile(pattern).map_err(FuncError::new)
 }
 
 /// `regexp.MustCompile`, whose panic text the template reports.
-fn panicking(pattern: &str) -> Result<Arc<regex::Regex>, FuncError> {
+fn panicking(pattern: &str) -> Result<Arc<Pattern>, FuncError> {
     compile(pattern)
         .map_err(|e| FuncError::new(format!("regexp: Compile({}): {e}", go_quote(pattern))))
 }
@@ -130,7 +140,7 @@ const CACHED_PATTERN_LEN: usize = 1024;
 static COMPILED: Mutex<Vec<(Box<str>, Compiled)>> = Mutex::new(Vec::new());
 
 /// A compiled pattern, or Go's error for it.
-type Compiled = Result<Arc<regex::Regex>, String>;
+type Compiled = Result<Arc<Pattern>, String>;
 
 /// Compiles a Go regular expression, or returns the one compiled earlier from the same
 /// text (Go's Sprig compiles on every call; the result is the same).
@@ -161,9 +171,40 @@ pub(crate) fn compile(pattern: &str) -> Compiled {
 }
 
 /// Compiles a Go regular expression.
-fn compile_uncached(pattern: &str) -> Result<regex::Regex, String> {
-    let translated = translate(pattern)?;
-    regex::RegexBuilder::new(&translated)
+fn compile_uncached(pattern: &str) -> Result<Pattern, String> {
+    Pattern::build(translate(pattern)?, pattern)
+}
+
+impl Pattern {
+    /// A pattern already in the `regex` crate's syntax (as Go's is translated), such as a
+    /// JSON schema's `pattern`; `None` when it does not compile.
+    pub fn from_translated(translated: &str) -> Option<Pattern> {
+        Pattern::build(translated.to_owned(), translated).ok()
+    }
+
+    /// Compiles `translated`; errors name `pattern`, the text as written.
+    fn build(translated: String, pattern: &str) -> Result<Pattern, String> {
+        if let Some(lite) = lite_form(&translated)
+            && let Ok(lite) = regex_lite::Regex::new(&lite)
+        {
+            return Ok(Pattern {
+                lite: Some(lite),
+                translated,
+                full: OnceLock::new(),
+            });
+        }
+        let full = compile_full(&translated, pattern)?;
+        Ok(Pattern {
+            lite: None,
+            translated,
+            full: OnceLock::from(full),
+        })
+    }
+}
+
+/// The `regex` crate's compilation of a translated pattern, with Go's messages for its errors.
+fn compile_full(translated: &str, pattern: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(translated)
         .size_limit(64 << 20)
         .build()
         .map_err(|e| match e {
@@ -178,6 +219,160 @@ fn compile_uncached(pattern: &str) -> Result<regex::Regex, String> {
                 syntax(last.trim_start_matches("error: "), pattern)
             }
         })
+}
+
+/// Texts from this length on are searched with the `regex` crate (see the module
+/// documentation): `regex-lite` has no DFA, and its search slows with the text's length.
+pub const LITE_HAYSTACK: usize = 4096;
+
+/// The product of a pattern's counted repetitions up to which `regex-lite` is used: far below
+/// what makes Go or `regex` refuse a pattern as too large, whatever the rest of a pattern
+/// that fits the cache ([`CACHED_PATTERN_LEN`]).
+const LITE_REPEAT_PRODUCT: u64 = 1000;
+
+/// The translated pattern as `regex-lite` reads it with the same meaning, when it can: no
+/// Unicode class (`\p`), no case-insensitive flag (Go folds case by Unicode's rules,
+/// `regex-lite` only ASCII letters), a short text and small counted repetitions. The ASCII
+/// word boundaries translated as `(?-u:\b)` are `regex-lite`'s own `\b`.
+fn lite_form(translated: &str) -> Option<String> {
+    if translated.len() > CACHED_PATTERN_LEN {
+        return None;
+    }
+    let b = translated.as_bytes();
+    let mut product: u64 = 1;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => match b.get(i + 1) {
+                Some(b'p' | b'P') => return None,
+                Some(b'x') if b.get(i + 2) == Some(&b'{') => {
+                    i += translated[i..].find('}')? + 1;
+                    continue;
+                }
+                _ => i += 2,
+            },
+            b'(' if b.get(i + 1) == Some(&b'?') => {
+                let flags = translated[i + 2..]
+                    .bytes()
+                    .take_while(|c| b"imsU-".contains(c));
+                if flags.take_while(|&c| c != b'-').any(|c| c == b'i') {
+                    return None;
+                }
+                i += 2;
+            }
+            b'{' => {
+                let end = i + translated[i..].find('}')?;
+                let body = &translated[i + 1..end];
+                let count = body
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(|n| n.parse::<u64>().ok())
+                    .try_fold(1u64, |m, n| Some(m.max(n?)))?;
+                product = product.saturating_mul(count.max(1));
+                if product > LITE_REPEAT_PRODUCT {
+                    return None;
+                }
+                i = end + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Some(
+        translated
+            .replace("(?-u:\\b)", "\\b")
+            .replace("(?-u:\\B)", "\\B"),
+    )
+}
+
+/// A compiled Go pattern (see the module documentation for its two engines).
+#[derive(Debug)]
+pub struct Pattern {
+    /// The `regex-lite` form, where the pattern has one.
+    lite: Option<regex_lite::Regex>,
+    /// The pattern in the `regex` crate's syntax.
+    translated: String,
+    /// The `regex` crate's form: compiled at once when there is no `lite`, else the first time
+    /// a long text is searched.
+    full: OnceLock<regex::Regex>,
+}
+
+/// The engine searching a given text.
+enum Engine<'p> {
+    Lite(&'p regex_lite::Regex),
+    Full(&'p regex::Regex),
+}
+
+/// `$body` with `$re` bound to the engine [`Pattern::engine`] picks for `$text` (the two
+/// crates' types differ, their methods are the same).
+macro_rules! with_engine {
+    ($pattern:expr, $text:expr, |$re:ident| $body:expr) => {
+        match $pattern.engine($text) {
+            Engine::Lite($re) => $body,
+            Engine::Full($re) => $body,
+        }
+    };
+}
+
+impl Pattern {
+    fn engine(&self, text: &str) -> Engine<'_> {
+        match &self.lite {
+            Some(lite) if text.len() < LITE_HAYSTACK => Engine::Lite(lite),
+            Some(lite) => match self.full() {
+                Some(full) => Engine::Full(full),
+                None => Engine::Lite(lite),
+            },
+            None => match self.full.get() {
+                Some(full) => Engine::Full(full),
+                None => unreachable!("a pattern without a lite form is compiled whole"),
+            },
+        }
+    }
+
+    /// The `regex` crate's form, compiled on first use (`None` only if it refuses what
+    /// `regex-lite` took, which its size limit far above ours rules out).
+    fn full(&self) -> Option<&regex::Regex> {
+        if let Some(full) = self.full.get() {
+            return Some(full);
+        }
+        let full = compile_full(&self.translated, "").ok()?;
+        Some(self.full.get_or_init(|| full))
+    }
+
+    /// `Regexp.MatchString`.
+    pub fn is_match(&self, text: &str) -> bool {
+        with_engine!(self, text, |re| re.is_match(text))
+    }
+
+    /// The leftmost-first match (`Regexp.FindStringIndex`).
+    pub fn find(&self, text: &str) -> Option<Range<usize>> {
+        with_engine!(self, text, |re| re.find(text).map(|m| m.range()))
+    }
+
+    /// Up to `limit` successive matches, as Go's `FindAllStringIndex` finds them.
+    fn find_all(&self, text: &str, limit: usize) -> Vec<Range<usize>> {
+        with_engine!(self, text, |re| re
+            .find_iter(text)
+            .take(limit)
+            .map(|m| m.range())
+            .collect())
+    }
+
+    /// Every match with its groups (`None`: a group that did not take part).
+    fn captures_all(&self, text: &str) -> Vec<Vec<Option<Range<usize>>>> {
+        with_engine!(self, text, |re| re
+            .captures_iter(text)
+            .map(|c| c.iter().map(|g| g.map(|m| m.range())).collect())
+            .collect())
+    }
+
+    /// The groups' names, group 0 first (the same in both forms).
+    fn group_names(&self) -> Vec<Option<&str>> {
+        match (&self.lite, self.full.get()) {
+            (Some(lite), _) => lite.capture_names().collect(),
+            (None, Some(full)) => full.capture_names().collect(),
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 fn push_hex(out: &mut String, c: char) {
@@ -658,26 +853,39 @@ fn class(chars: &[char], start: usize, out: &mut String) -> Result<usize, String
 }
 
 /// `Regexp.ReplaceAllString` / `ReplaceAllLiteralString`.
-fn replace_all(re: &regex::Regex, src: &str, repl: &str, literal: bool) -> String {
-    let names: Vec<Option<&str>> = re.capture_names().collect();
+fn replace_all(re: &Pattern, src: &str, repl: &str, literal: bool) -> String {
     let mut out = String::with_capacity(src.len());
     let mut last = 0;
-    for caps in re.captures_iter(src) {
-        let Some(m) = caps.get(0) else { continue };
-        out.push_str(&src[last..m.start()]);
-        if literal {
+    if literal || !repl.contains('$') {
+        for m in re.find_all(src, usize::MAX) {
+            out.push_str(&src[last..m.start]);
             out.push_str(repl);
-        } else {
-            expand(&caps, &names, repl, &mut out);
+            last = m.end;
         }
-        last = m.end();
+    } else {
+        let names = re.group_names();
+        for groups in re.captures_all(src) {
+            let Some(Some(m)) = groups.first() else {
+                continue;
+            };
+            out.push_str(&src[last..m.start]);
+            expand(&groups, src, &names, repl, &mut out);
+            last = m.end;
+        }
     }
     out.push_str(&src[last..]);
     out
 }
 
-/// Go's `Regexp.expand`.
-fn expand(caps: &regex::Captures<'_>, names: &[Option<&str>], template: &str, out: &mut String) {
+/// Go's `Regexp.expand`: `groups` are a match's groups in `src`.
+fn expand(
+    groups: &[Option<Range<usize>>],
+    src: &str,
+    names: &[Option<&str>],
+    template: &str,
+    out: &mut String,
+) {
+    let group = |i: usize| groups.get(i).cloned().flatten().map(|r| &src[r]);
     let mut t = template;
     while let Some(pos) = t.find('$') {
         out.push_str(&t[..pos]);
@@ -703,16 +911,13 @@ fn expand(caps: &regex::Captures<'_>, names: &[Option<&str>], template: &str, ou
         if name.starts_with('0') && name.len() > 1 {
             num = -1;
         }
-        let group = if num >= 0 {
-            usize::try_from(num).ok().and_then(|n| caps.get(n))
+        let found = if num >= 0 {
+            usize::try_from(num).ok().and_then(group)
         } else {
-            names
-                .iter()
-                .position(|n| *n == Some(name))
-                .and_then(|i| caps.get(i))
+            names.iter().position(|n| *n == Some(name)).and_then(group)
         };
-        if let Some(g) = group {
-            out.push_str(g.as_str());
+        if let Some(g) = found {
+            out.push_str(g);
         }
     }
     out.push_str(t);
@@ -739,7 +944,7 @@ fn extract(s: &str) -> Option<(&str, &str)> {
 }
 
 /// `Regexp.Split`.
-fn split(re: &regex::Regex, pattern: &str, s: &str, n: i64) -> Vec<String> {
+fn split(re: &Pattern, pattern: &str, s: &str, n: i64) -> Vec<String> {
     if n == 0 {
         return Vec::new();
     }
@@ -749,15 +954,15 @@ fn split(re: &regex::Regex, pattern: &str, s: &str, n: i64) -> Vec<String> {
     let limit = if n < 0 { usize::MAX } else { n as usize };
     let mut out = Vec::new();
     let (mut beg, mut end) = (0usize, 0usize);
-    for m in re.find_iter(s).take(limit) {
+    for m in re.find_all(s, limit) {
         if n > 0 && out.len() as i64 == n - 1 {
             break;
         }
-        end = m.start();
-        if m.end() != 0 {
+        end = m.start;
+        if m.end != 0 {
             out.push(s[beg..end].to_string());
         }
-        beg = m.end();
+        beg = m.end;
     }
     if end != s.len() {
         out.push(s[beg..].to_string());
@@ -783,6 +988,143 @@ mod tests {
         let e1 = compile("a(b").expect_err("unbalanced");
         assert_eq!(compile("a(b").expect_err("unbalanced"), e1);
         assert_eq!(e1, compile_uncached("a(b").expect_err("unbalanced"));
+    }
+
+    /// Patterns given to `regex-lite` find what the `regex` crate finds, groups included, on
+    /// texts of ASCII and non-ASCII letters, spaces and new lines (generated patterns; the Go
+    /// goldens of `tests/fixtures/regex` check both against Go itself).
+    #[test]
+    fn patterns_given_to_regex_lite_match_as_the_regex_crate_does() {
+        let atoms = [
+            "a",
+            "b",
+            ".",
+            "\\d",
+            "\\w",
+            "\\W",
+            "\\s",
+            "\\b",
+            "\\B",
+            "[a-c]",
+            "[^b]",
+            "(a|b)",
+            "(?P<n>a+)",
+            "é",
+            "^",
+            "$",
+            "[[:alpha:]]",
+            "\\.",
+            "x{2}",
+            "(?s:.)",
+            "(?m:^)",
+            "(?m:$)",
+            "(?U:a+)",
+            "(b*)",
+            "\\A",
+            "\\z",
+            "[\\w-]",
+            "(?:ab|a)",
+            "\\x{e9}",
+        ];
+        let ops = ["", "", "*", "+", "?", "*?", "+?", "{1,3}", "{2}", "{0,}"];
+        let texts = [
+            "",
+            "a",
+            "ab ba",
+            "aab\nbba",
+            "éa b_c.d",
+            "x1y22 z",
+            "aaaa",
+            "b\n\na",
+            "xx-é\té",
+            "ba\r\nab é",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut lite, mut compared) = (0, 0);
+        for _ in 0..3000 {
+            let mut pattern = String::new();
+            for _ in 0..1 + next(4) {
+                pattern.push_str(atoms[next(atoms.len())]);
+                pattern.push_str(ops[next(ops.len())]);
+            }
+            let Ok(p) = compile_uncached(&pattern) else {
+                continue;
+            };
+            compared += 1;
+            if p.lite.is_none() {
+                continue;
+            }
+            lite += 1;
+            let full = Pattern {
+                lite: None,
+                full: OnceLock::from(compile_full(&p.translated, &pattern).expect("compiles")),
+                translated: p.translated.clone(),
+            };
+            for t in texts {
+                assert_eq!(p.is_match(t), full.is_match(t), "{pattern:?} on {t:?}");
+                assert_eq!(p.find(t), full.find(t), "{pattern:?} on {t:?}");
+                assert_eq!(
+                    p.find_all(t, usize::MAX),
+                    full.find_all(t, usize::MAX),
+                    "{pattern:?} on {t:?}"
+                );
+                assert_eq!(
+                    p.captures_all(t),
+                    full.captures_all(t),
+                    "{pattern:?} on {t:?}"
+                );
+                assert_eq!(
+                    replace_all(&p, t, "<$1>", false),
+                    replace_all(&full, t, "<$1>", false)
+                );
+            }
+            assert_eq!(p.group_names(), full.group_names());
+        }
+        assert!(
+            compared > 1500 && lite * 10 > compared * 9,
+            "{lite} of {compared}"
+        );
+    }
+
+    #[test]
+    fn unicode_classes_case_folding_and_big_repetitions_stay_with_the_regex_crate() {
+        for pattern in [
+            "\\pL",
+            "\\p{Greek}",
+            "(?i)k",
+            "(?mi:a)",
+            "(a{20}){100}",
+            "(a{40}){40}",
+        ] {
+            let p = compile_uncached(pattern).expect("compiles");
+            assert!(p.lite.is_none(), "{pattern}");
+        }
+        for pattern in ["(?m-i:a)", "a{10}b{10}c{10}", "\\bx\\B", "\\x{41}"] {
+            let p = compile_uncached(pattern).expect("compiles");
+            assert!(p.lite.is_some(), "{pattern}");
+        }
+        // (?i) folds by Unicode's rules in Go: `k` matches the Kelvin sign.
+        assert!(
+            compile_uncached("(?i)k")
+                .expect("compiles")
+                .is_match("\u{212A}")
+        );
+    }
+
+    #[test]
+    fn long_texts_are_searched_by_the_regex_crate_with_the_same_result() {
+        let p = compile_uncached("(b+)c").expect("compiles");
+        assert!(p.lite.is_some() && p.full.get().is_none());
+        let long = format!("{}abbc{}", "a".repeat(LITE_HAYSTACK), "x".repeat(10));
+        assert_eq!(p.find(&long), Some(LITE_HAYSTACK + 1..LITE_HAYSTACK + 4));
+        assert!(p.full.get().is_some());
+        assert_eq!(replace_all(&p, &long, "[$1]", false).len(), long.len() + 1);
     }
 
     #[test]
