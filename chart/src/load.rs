@@ -178,6 +178,18 @@ pub struct BufferedFile {
 /// are reported as Helm's CLI does (`unable to load chart archive`); [`load_dir`],
 /// [`load_file`] and [`load_archive`] keep the detailed v2 loader errors.
 pub fn load(path: &Path) -> Result<Chart, LoadError> {
+    load_observed(path, &mut |_, _| {})
+}
+
+/// [`load`], calling `on_read` as soon as a directory chart's files are read, before they
+/// are decoded, with the files (paths relative to the chart root, a subchart's under
+/// `charts/<directory>/`) and the name its `Chart.yaml` gives: the caller can start work on
+/// them (`flotilla template` parses the templates ahead) while loading goes on. Not called
+/// for archives, nor when the walk failed.
+pub fn load_observed(
+    path: &Path,
+    on_read: &mut dyn FnMut(&[File], &str),
+) -> Result<Chart, LoadError> {
     let md = std::fs::metadata(path).map_err(|e| LoadError::Io {
         path: path.display().to_string(),
         source: e,
@@ -191,7 +203,7 @@ pub fn load(path: &Path) -> Result<Chart, LoadError> {
             message: go_io_error("open", &name, &e),
         })?;
         let metadata = check_api_version(&data)?;
-        return load_dir_detected(path, Some(Detected { data, metadata }));
+        return load_dir_detected(path, Some(Detected { data, metadata }), on_read);
     }
     let name = path.display().to_string();
     let data = std::fs::read(path).map_err(|e| LoadError::Io {
@@ -247,10 +259,14 @@ fn go_io_error(op: &str, path: &Path, e: &std::io::Error) -> String {
 /// `loader.LoadDir`: walks the directory (following symlinks), applies `.helmignore` plus
 /// the default `templates/.?*` rule, and loads the files.
 pub fn load_dir(dir: &Path) -> Result<Chart, LoadError> {
-    load_dir_detected(dir, None)
+    load_dir_detected(dir, None, &mut |_, _| {})
 }
 
-fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, LoadError> {
+fn load_dir_detected(
+    dir: &Path,
+    detected: Option<Detected>,
+    on_read: &mut dyn FnMut(&[File], &str),
+) -> Result<Chart, LoadError> {
     let top = std::path::absolute(dir).map_err(|e| LoadError::Io {
         path: dir.display().to_string(),
         source: e,
@@ -275,6 +291,9 @@ fn load_dir_detected(dir: &Path, detected: Option<Detected>) -> Result<Chart, Lo
     let walked = walk(dir, &top, "", &rules, &mut found, 0);
     let files = read_found(found)?;
     walked?;
+    if let Some(d) = &detected {
+        on_read(&files, &d.metadata.name);
+    }
     load_shared_files(files, detected)
 }
 

@@ -60,7 +60,7 @@ fn render_fixtures_print_what_helm_prints() {
     let parallel = check_all_fixtures();
     let after = flotilla_chart::render::parallel_render_counts();
     flotilla_chart::render::render_on_two_threads(usize::MAX);
-    // Templates parsed ahead on a helper from the moment each chart is loaded: the aliased
+    // Templates parsed ahead on a helper from the moment each chart is read: the aliased
     // subchart's are parsed again at render (their paths change), a disabled subchart's
     // are not used, and parse errors come in Helm's order.
     flotilla_chart::render::parse_templates_early(1);

@@ -1,9 +1,11 @@
 //! Parsing a chart's templates ahead, on a helper thread, while the caller goes on with
-//! dependencies, values, schema validation and the template scopes.
+//! decoding the chart (values files above all), dependencies, values, schema validation and
+//! the template scopes.
 //!
 //! Parsing a template depends only on its name, its text and the names of the functions
-//! (not on values or on other templates), so `flotilla template` starts it as soon as the
-//! chart is loaded ([`EarlyParse::start`]). The engine then takes each source's result when
+//! (not on values or on other templates), so `flotilla template` starts it as soon as a
+//! chart directory's files are read ([`EarlyParse::start_files`]), or an archive is loaded
+//! ([`EarlyParse::start`]). The engine then takes each source's result when
 //! it parses the set ([`EarlyParse::take`]), helping with what is left first, and parses
 //! itself whatever was not done ahead: a template whose path changes with dependency
 //! processing (an alias renames a subchart) or whose bytes are not those parsed. Results
@@ -99,12 +101,32 @@ impl EarlyParse {
     /// processing) on a helper thread, when [`parse_templates_early`] asks for it and the
     /// tree has enough templates; `None` otherwise (or when no thread can be started).
     pub fn start(chart: &Chart) -> Option<Arc<EarlyParse>> {
-        let min = EARLY_FROM.load(Ordering::Relaxed);
-        if min == usize::MAX {
+        if EARLY_FROM.load(Ordering::Relaxed) == usize::MAX {
             return None;
         }
         let mut sources = Vec::new();
         collect_sources(chart, None, &mut sources);
+        EarlyParse::start_sources(sources)
+    }
+
+    /// [`EarlyParse::start`] on a chart directory's files as read, before they are decoded
+    /// ([`crate::load::load_observed`]), `root` being the name in its `Chart.yaml`. A
+    /// subchart's templates are named after its directory, which is its name in the charts
+    /// this matters for; where it is not (or an alias renames it), the engine finds no result
+    /// under the name it uses and parses the template itself.
+    pub fn start_files(files: &[crate::File], root: &str) -> Option<Arc<EarlyParse>> {
+        if EARLY_FROM.load(Ordering::Relaxed) == usize::MAX {
+            return None;
+        }
+        let sources = files
+            .iter()
+            .filter_map(|f| Some((engine_name(root, &f.name)?, Arc::clone(&f.data))))
+            .collect();
+        EarlyParse::start_sources(sources)
+    }
+
+    fn start_sources(sources: Vec<(String, Arc<[u8]>)>) -> Option<Arc<EarlyParse>> {
+        let min = EARLY_FROM.load(Ordering::Relaxed);
         if sources.len() < min.max(1) {
             return None;
         }
@@ -201,6 +223,26 @@ impl Drop for EarlyParse {
     }
 }
 
+/// The path the engine gives the template at `rel` in a chart directory named `root`
+/// (`templates/x.yaml`: `root/templates/x.yaml`; `charts/sub/templates/y.yaml`:
+/// `root/charts/sub/templates/y.yaml`); `None` for any other file.
+fn engine_name(root: &str, rel: &str) -> Option<String> {
+    let mut name = String::with_capacity(root.len() + rel.len() + 1);
+    name.push_str(root);
+    let mut rest = rel;
+    loop {
+        if let Some(t) = rest.strip_prefix("templates/") {
+            name.push_str("/templates/");
+            name.push_str(t);
+            return Some(name);
+        }
+        let (dir, r) = rest.strip_prefix("charts/")?.split_once('/')?;
+        name.push_str("/charts/");
+        name.push_str(dir);
+        rest = r;
+    }
+}
+
 /// Every template of the tree with the path the engine gives it (`root/templates/x.yaml`,
 /// `root/charts/sub/templates/y.yaml`; a library chart's partials only).
 fn collect_sources(chart: &Chart, parent: Option<&str>, out: &mut Vec<(String, Arc<[u8]>)>) {
@@ -218,5 +260,37 @@ fn collect_sources(chart: &Chart, parent: Option<&str>, out: &mut Vec<(String, A
             continue;
         }
         out.push((format!("{full_path}/{}", t.name), Arc::clone(&t.data)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_named_as_the_engine_names_templates() {
+        let name = |rel: &str| engine_name("app", rel);
+        assert_eq!(
+            name("templates/a.yaml").as_deref(),
+            Some("app/templates/a.yaml")
+        );
+        assert_eq!(
+            name("templates/sub/_h.tpl").as_deref(),
+            Some("app/templates/sub/_h.tpl")
+        );
+        assert_eq!(
+            name("charts/db/charts/x/templates/s.yaml").as_deref(),
+            Some("app/charts/db/charts/x/templates/s.yaml")
+        );
+        for other in [
+            "values.yaml",
+            "crds/a.yaml",
+            "charts/db/values.yaml",
+            "charts/db.tgz",
+            "files/templates/a.yaml",
+            "charts/templates/a.yaml",
+        ] {
+            assert_eq!(name(other), None, "{other}");
+        }
     }
 }

@@ -679,7 +679,14 @@ pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutpu
     };
     let path = locate_chart(chart_ref).map_err(|e| fail(e, &warnings))?;
     let user = merge_user_values(opts).map_err(|e| fail(e, &warnings))?;
-    let chart = crate::load::load(path).map_err(|e| fail(e.to_string(), &warnings))?;
+    // The templates are parsed on a helper from the moment they are read, while the chart is
+    // decoded and dependencies, values and the schema are dealt with (when the process asked
+    // for it: `parse_templates_early`).
+    let mut early = None;
+    let chart = crate::load::load_observed(path, &mut |files, root| {
+        early = super::EarlyParse::start_files(files, root);
+    })
+    .map_err(|e| fail(e.to_string(), &warnings))?;
     if EARLY_RSA_KEYS.load(std::sync::atomic::Ordering::Relaxed) {
         // Counted only if a template makes a key (the file contents are shared, not copied).
         let mut templates = Vec::new();
@@ -699,9 +706,8 @@ pub fn template(chart_ref: &str, opts: &TemplateOptions) -> Result<TemplateOutpu
         warnings.push("level=WARN msg=\"this chart is deprecated\"".to_string());
     }
     check_dependencies(&chart).map_err(|e| fail(e, &warnings))?;
-    // The templates are parsed on a helper while dependencies, values and the schema are
-    // dealt with (when the process asked for it: `parse_templates_early`).
-    let early = super::EarlyParse::start(&chart);
+    // An archive is parsed ahead once loaded.
+    let early = early.or_else(|| super::EarlyParse::start(&chart));
     render_chart(chart, user, kube_version, opts, warnings, early)
 }
 
