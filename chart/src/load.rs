@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::chart::{Chart, File};
 use crate::ignore::{IgnoreError, Rules};
@@ -325,6 +325,16 @@ pub fn read_on_two_threads(min_files: usize) {
     TWO_THREADS_FROM.store(min_files, Ordering::Relaxed);
 }
 
+/// Whether files read from a directory get their modification times (one `fstat` a file).
+static MOD_TIMES: AtomicBool = AtomicBool::new(true);
+
+/// For a process that never stores the chart it loads (`flotilla template`: the times are
+/// only kept in release records): files read from chart directories get no modification
+/// time ([`File::mod_time`] `None`), which saves a system call a file.
+pub fn read_without_mod_times() {
+    MOD_TIMES.store(false, Ordering::Relaxed);
+}
+
 /// Reads the files the walk found; the first failure in the walk's order is the error. Each
 /// batch of them is opened, and the kernel told to read them all (`POSIX_FADV_WILLNEED`),
 /// before the first is read: files not in the page cache then cost a few disk round trips
@@ -400,6 +410,7 @@ fn read_batches(found: &[Found], batch: usize, give_way: bool) -> Vec<Result<Fil
     let mut files = Vec::with_capacity(found.len());
     let mut found = found.iter().peekable();
     let mut open = Vec::new();
+    let mut scratch = Vec::new();
     while found.peek().is_some() {
         while open.len() < batch
             && let Some(f) = found.next()
@@ -413,10 +424,18 @@ fn read_batches(found: &[Found], batch: usize, give_way: bool) -> Vec<Result<Fil
                 Err(e) if give_way && out_of_descriptors(&e) => return files,
                 opened => opened,
             };
+            // A file whose pages are all in the page cache is read at once and closed.
+            if let Ok(file) = &opened
+                && let Some(read) = read_cached(f, file, &mut scratch)
+            {
+                open.push((f, Some(Ok(Opened::Read(read)))));
+                continue;
+            }
             let opened = opened_with_metadata(f, opened);
             if let Ok((file, md)) = &opened {
                 prefetch(file, md.len());
             }
+            let opened = opened.map(|(file, md)| Opened::ToRead(file, md));
             open.push((f, Some(opened)));
         }
         for (f, opened) in open.drain(..) {
@@ -424,10 +443,15 @@ fn read_batches(found: &[Found], batch: usize, give_way: bool) -> Vec<Result<Fil
                 Some(o) => o,
                 None => match std::fs::File::open(&f.path) {
                     Err(e) if give_way && out_of_descriptors(&e) => return files,
-                    reopened => opened_with_metadata(f, reopened),
+                    reopened => {
+                        opened_with_metadata(f, reopened).map(|(file, md)| Opened::ToRead(file, md))
+                    }
                 },
             };
-            let read = opened.and_then(|(file, md)| read_opened(f, file, &md));
+            let read = opened.and_then(|o| match o {
+                Opened::Read(read) => read,
+                Opened::ToRead(file, md) => read_opened(f, file, &md),
+            });
             let failed = read.is_err();
             files.push(read);
             if failed {
@@ -436,6 +460,86 @@ fn read_batches(found: &[Found], batch: usize, give_way: bool) -> Vec<Result<Fil
         }
     }
     files
+}
+
+/// A file of a batch once opened.
+enum Opened {
+    /// Read already (from the page cache), or the error its metadata gave.
+    Read(Result<File, LoadError>),
+    /// To be read once the batch is open (its pages prefetched).
+    ToRead(std::fs::File, std::fs::Metadata),
+}
+
+/// Files up to this size are read from the page cache through one buffer
+/// ([`read_cached`]); larger ones take the ordinary path.
+const CACHED_READ_MAX: usize = 64 << 10;
+
+/// `file` read whole without waiting for the disk (`preadv2(RWF_NOWAIT)` into `scratch`),
+/// when all its pages are in the page cache and it is no larger than [`CACHED_READ_MAX`]:
+/// one system call instead of `fstat`, `fadvise` and a read (and no `fstat` at all without
+/// modification times). `None`: take the ordinary path (not cached, larger, or any error,
+/// which that path then meets and reports).
+fn read_cached(
+    f: &Found,
+    file: &std::fs::File,
+    scratch: &mut Vec<u8>,
+) -> Option<Result<File, LoadError>> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::io::{ReadWriteFlags, preadv2};
+        scratch.resize(CACHED_READ_MAX, 0);
+        let n = preadv2(
+            file,
+            &mut [std::io::IoSliceMut::new(scratch)],
+            0,
+            ReadWriteFlags::NOWAIT,
+        )
+        .ok()?;
+        if n == scratch.len() {
+            return None;
+        }
+        // A read that cannot go on without the disk stops at a page boundary: a length that
+        // is not a multiple of any page size is the end of the file; at a boundary, a second
+        // read tells the end from a page missing from the cache.
+        if n % 4096 == 0 {
+            let mut probe = [0u8; 1];
+            let more = preadv2(
+                file,
+                &mut [std::io::IoSliceMut::new(&mut probe)],
+                n as u64,
+                ReadWriteFlags::NOWAIT,
+            )
+            .ok()?;
+            if more != 0 {
+                return None;
+            }
+        }
+        let data = &scratch[..n];
+        let data = data.strip_prefix(UTF8_BOM).unwrap_or(data);
+        let mod_time = if MOD_TIMES.load(Ordering::Relaxed) {
+            match file.metadata() {
+                Ok(md) => md.modified().ok().map(GoTime::from_system),
+                Err(e) => {
+                    return Some(Err(LoadError::Io {
+                        path: f.shown.display().to_string(),
+                        source: e,
+                    }));
+                }
+            }
+        } else {
+            None
+        };
+        Some(Ok(File {
+            name: f.name.clone(),
+            data: Arc::from(data),
+            mod_time,
+        }))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (f, file, scratch);
+        None
+    }
 }
 
 /// One opened file's [`File`].
@@ -943,6 +1047,75 @@ mod tests {
                 shown: f.shown.clone(),
             })
             .collect()
+    }
+
+    /// Files of every size around the page and buffer boundaries read whole, from the page
+    /// cache or, when that is declined, the ordinary way, BOM removed either way.
+    #[test]
+    fn files_read_from_the_page_cache_are_read_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sizes = [
+            0,
+            1,
+            4095,
+            4096,
+            4097,
+            8192,
+            CACHED_READ_MAX - 1,
+            CACHED_READ_MAX,
+            CACHED_READ_MAX + 1,
+            300_000,
+        ];
+        let mut found = Vec::new();
+        let mut expected = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            for bom in [false, true] {
+                let body: Vec<u8> = (0..n).map(|k| b'a' + ((k * 7 + i) % 26) as u8).collect();
+                let mut written = if bom { UTF8_BOM.to_vec() } else { Vec::new() };
+                written.extend_from_slice(&body);
+                let name = format!("f{i:02}{}.txt", if bom { "b" } else { "" });
+                let path = dir.path().join(&name);
+                std::fs::write(&path, &written).expect("write");
+                // Read once, so that its pages are cached however the directory was made.
+                assert_eq!(std::fs::read(&path).expect("read"), written);
+                found.push(Found {
+                    name: name.clone(),
+                    shown: path.clone(),
+                    path,
+                });
+                expected.push((name, body));
+            }
+        }
+        let mut scratch = Vec::new();
+        let mut cached = 0;
+        for (f, (name, body)) in found.iter().zip(&expected) {
+            let file = std::fs::File::open(&f.path).expect("open");
+            if let Some(read) = read_cached(f, &file, &mut scratch) {
+                let read = read.expect("read");
+                assert_eq!((&read.name, &*read.data), (name, &body[..]), "{name}");
+                cached += 1;
+            }
+        }
+        if cfg!(target_os = "linux") {
+            // All but the files of the buffer's size or more (a BOM counts), unless the
+            // kernel dropped pages in between: most of them, then.
+            let smaller = found
+                .iter()
+                .filter(|f| {
+                    std::fs::metadata(&f.path).is_ok_and(|m| m.len() < CACHED_READ_MAX as u64)
+                })
+                .count();
+            assert!(
+                cached <= smaller && cached * 2 >= smaller,
+                "{cached} of {smaller}"
+            );
+        }
+        let read = read_batches(&found, READ_BATCH, false);
+        assert_eq!(read.len(), expected.len());
+        for (r, (name, body)) in read.into_iter().zip(&expected) {
+            let r = r.expect("read");
+            assert_eq!((&r.name, &*r.data), (name, &body[..]), "{name}");
+        }
     }
 
     #[test]

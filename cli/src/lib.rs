@@ -149,6 +149,8 @@ pub fn run(cli: Cli) -> i32 {
     flotilla_chart::render::parse_templates_early(PARSE_EARLY_FROM);
     // Big chart directories are read on both cores.
     flotilla_chart::load::read_on_two_threads(READ_TWO_THREADS_FROM);
+    // Nothing is stored: the files' modification times are not needed.
+    flotilla_chart::load::read_without_mod_times();
     // Charts that make RSA keys start on them at once, on the other core (README,
     // "Rendering speed").
     flotilla_chart::render::make_rsa_keys_early(true);
