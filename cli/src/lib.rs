@@ -131,12 +131,17 @@ const TWO_THREADS_FROM: usize = 150;
 /// second costs about as much as reading a few dozen cached files.
 const READ_TWO_THREADS_FROM: usize = 64;
 
-/// Templates (subcharts' included) from which `flotilla template` parses a chart's templates
-/// on a helper thread from the moment the chart is loaded, while dependencies, values and
-/// the schema are processed. Measured (`hyperfine -N`, medians): prometheus (73 templates)
-/// 6.9 -> 6.7 ms, argo-cd ha-redis-ha (161) 11.0 -> 10.2 ms; for podinfo (15) starting the
-/// thread cost more than it saved (2.9 -> 3.0-3.6 ms), ingress-nginx (43) was even.
-const PARSE_EARLY_FROM: usize = 60;
+/// Actions (`{{`) in a chart's templates (subcharts' included, files under 64 KiB) from which
+/// `flotilla template` parses them on a helper thread from the moment the chart's files are
+/// read, while values files are decoded and dependencies, values and the schema are
+/// processed; what it costs (starting the thread) and saves (the parse, where it ends before
+/// the engine needs it) goes with the amount of template code, not the number of files.
+/// Measured (`hyperfine -N`, rounds in both orders, medians, early vs not; actions as
+/// counted): traefik (2507) 0.85-0.90, ingress-nginx (1807) 0.94; between 1400 and 1600
+/// results went both ways from one measurement to the next (cert-manager (1568) 0.96 then
+/// 1.13, keda (1479) 0.97-1.12, grafana (1437) 0.94-1.04); below, slower: external-secrets
+/// (1418) 1.05, flux2 (1037) 1.08, podinfo (502) 1.03.
+const PARSE_EARLY_FROM: usize = 1800;
 
 /// Runs a parsed command line on the process's stdout and stderr; returns the exit code.
 /// The process is expected to exit then: rendering leaves what it allocated to the exit

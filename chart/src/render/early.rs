@@ -21,16 +21,35 @@ use flotilla_gotmpl::{Error, FuncMap, ParsedSource, TemplateSet};
 use super::funcs::{FuncOptions, helm_funcs};
 use crate::chart::Chart;
 
-/// Templates from which [`EarlyParse::start`] starts a helper (`usize::MAX`: never); the
+/// Actions from which [`EarlyParse::start`] starts a helper (`usize::MAX`: never); the
 /// process-wide setting of [`parse_templates_early`].
 static EARLY_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// For a process with a core to spare (`flotilla template`): charts with at least
-/// `min_templates` templates (subcharts' included) have them parsed on a helper thread from
-/// the moment they are loaded. Long-running callers need not: the helper exists for the
-/// length of one render.
-pub fn parse_templates_early(min_templates: usize) {
-    EARLY_FROM.store(min_templates, Ordering::Relaxed);
+/// For a process with a core to spare (`flotilla template`): charts whose templates
+/// (subcharts' included) hold at least `min_actions` actions (`{{`, counted in files under
+/// [`COUNTED_FILE_MAX`] bytes) have them parsed on a helper thread from the moment they are
+/// read. Long-running callers need not: the helper exists for the length of one render.
+pub fn parse_templates_early(min_actions: usize) {
+    EARLY_FROM.store(min_actions, Ordering::Relaxed);
+}
+
+/// Files from this size on are left out of the count of actions: long templates are CRDs and
+/// other mostly plain text, whose parse costs little, and scanning them would cost charts
+/// that stay under the threshold.
+const COUNTED_FILE_MAX: usize = 64 << 10;
+
+/// Whether `sources` hold at least `min` actions (see [`parse_templates_early`]).
+fn enough_actions(sources: &[(String, Arc<[u8]>)], min: usize) -> bool {
+    let mut left = min;
+    for (_, text) in sources {
+        if left == 0 {
+            break;
+        }
+        if text.len() < COUNTED_FILE_MAX {
+            left -= memchr::memmem::find_iter(text, b"{{").take(left).count();
+        }
+    }
+    left == 0
 }
 
 /// Results parsed ahead that renders used, in this process.
@@ -127,7 +146,7 @@ impl EarlyParse {
 
     fn start_sources(sources: Vec<(String, Arc<[u8]>)>) -> Option<Arc<EarlyParse>> {
         let min = EARLY_FROM.load(Ordering::Relaxed);
-        if sources.len() < min.max(1) {
+        if sources.is_empty() || !enough_actions(&sources, min) {
             return None;
         }
         let by_name = sources
@@ -266,6 +285,20 @@ fn collect_sources(chart: &Chart, parent: Option<&str>, out: &mut Vec<(String, A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actions_are_counted_in_files_under_the_size_limit() {
+        let source = |text: &str| (String::new(), Arc::from(text.as_bytes()));
+        let big = format!("{{{{ a }}}}{}", " ".repeat(COUNTED_FILE_MAX));
+        let sources = vec![
+            source("{{ a }} {{- b }}"),
+            source(&big),
+            source("x {{/* c */}} {{"),
+        ];
+        assert!(enough_actions(&sources, 4));
+        assert!(!enough_actions(&sources, 5));
+        assert!(enough_actions(&sources, 0));
+    }
 
     #[test]
     fn files_are_named_as_the_engine_names_templates() {
