@@ -1935,24 +1935,59 @@ fn spaces_are_last_content(src: &str, at: usize, last_line: &str, value: &str) -
     if indicators.is_empty() {
         return false;
     }
-    let Some(first) = src[content..]
-        .lines()
-        .find(|l| l.bytes().any(|b| b != b' '))
-    else {
-        return false;
-    };
-    let Some(kept) = value.lines().find(|l| l.bytes().any(|b| b != b' ')) else {
-        return false;
-    };
     let spaces = |l: &str| l.bytes().take_while(|&b| b == b' ').count();
-    let Some(indent) = spaces(first).checked_sub(spaces(kept)) else {
-        return false;
+    let first = src[content..]
+        .lines()
+        .find(|l| l.bytes().any(|b| b != b' '));
+    let indent = match first {
+        Some(first) => {
+            let Some(kept) = value.lines().find(|l| l.bytes().any(|b| b != b' ')) else {
+                return false;
+            };
+            let Some(indent) = spaces(first).checked_sub(spaces(kept)) else {
+                return false;
+            };
+            indent
+        }
+        // Only lines of spaces: the indentation is the explicit indicator's, counted from
+        // the enclosing collection's column (none: nothing to go by).
+        None => {
+            let Some(m) = indicators.bytes().find_map(|b| (b as char).to_digit(10)) else {
+                return false;
+            };
+            let Some(n) = enclosing_column(header) else {
+                return false;
+            };
+            n + m as usize
+        }
     };
     last_line.len() > indent
         && last_line.bytes().all(|b| b == b' ')
         && value
             .strip_suffix('\n')
             .is_some_and(|v| v.ends_with(&last_line[indent..]))
+}
+
+/// The column of the block collection a block scalar's header line (`key: |2`, `- |2`,
+/// `- key: |2`) puts the scalar in, from which an explicit indentation indicator counts: the
+/// key's, or for a sequence entry that is the scalar itself, its `-`'s. `None` for a header
+/// with neither (a scalar at the document's top level).
+fn enclosing_column(header: &str) -> Option<usize> {
+    let mut col = header.bytes().take_while(|&b| b == b' ').count();
+    let mut dash = None;
+    loop {
+        let rest = &header[col..];
+        if rest.starts_with("- ") {
+            dash = Some(col);
+            col += 1 + rest[1..].bytes().take_while(|&b| b == b' ').count();
+            continue;
+        }
+        return if rest.starts_with(['|', '>', '&', '!']) {
+            dash
+        } else {
+            Some(col)
+        };
+    }
 }
 
 /// From an anchor or tag at byte `at`: the header line holding the block indicator that
