@@ -188,16 +188,14 @@ impl Pattern {
             && let Ok(lite) = regex_lite::Regex::new(&lite)
         {
             return Ok(Pattern {
-                lite: Some(lite),
+                engines: Engines::Lite(lite, OnceLock::new()),
                 translated,
-                full: OnceLock::new(),
             });
         }
         let full = compile_full(&translated, pattern)?;
         Ok(Pattern {
-            lite: None,
+            engines: Engines::Full(full),
             translated,
-            full: OnceLock::from(full),
         })
     }
 }
@@ -287,13 +285,19 @@ fn lite_form(translated: &str) -> Option<String> {
 /// A compiled Go pattern (see the module documentation for its two engines).
 #[derive(Debug)]
 pub struct Pattern {
-    /// The `regex-lite` form, where the pattern has one.
-    lite: Option<regex_lite::Regex>,
+    engines: Engines,
     /// The pattern in the `regex` crate's syntax.
     translated: String,
-    /// The `regex` crate's form: compiled at once when there is no `lite`, else the first time
-    /// a long text is searched.
-    full: OnceLock<regex::Regex>,
+}
+
+/// A [`Pattern`]'s compiled forms.
+#[derive(Debug)]
+enum Engines {
+    /// The `regex-lite` form, and the `regex` crate's, compiled the first time a long text is
+    /// searched.
+    Lite(regex_lite::Regex, OnceLock<regex::Regex>),
+    /// The `regex` crate's form alone, for a pattern `regex-lite` is not given.
+    Full(regex::Regex),
 }
 
 /// The engine searching a given text.
@@ -315,27 +319,24 @@ macro_rules! with_engine {
 
 impl Pattern {
     fn engine(&self, text: &str) -> Engine<'_> {
-        match &self.lite {
-            Some(lite) if text.len() < LITE_HAYSTACK => Engine::Lite(lite),
-            Some(lite) => match self.full() {
+        match &self.engines {
+            Engines::Lite(lite, _) if text.len() < LITE_HAYSTACK => Engine::Lite(lite),
+            Engines::Lite(lite, full) => match self.full(full) {
                 Some(full) => Engine::Full(full),
                 None => Engine::Lite(lite),
             },
-            None => match self.full.get() {
-                Some(full) => Engine::Full(full),
-                None => unreachable!("a pattern without a lite form is compiled whole"),
-            },
+            Engines::Full(full) => Engine::Full(full),
         }
     }
 
     /// The `regex` crate's form, compiled on first use (`None` only if it refuses what
     /// `regex-lite` took, which its size limit far above ours rules out).
-    fn full(&self) -> Option<&regex::Regex> {
-        if let Some(full) = self.full.get() {
+    fn full<'p>(&self, slot: &'p OnceLock<regex::Regex>) -> Option<&'p regex::Regex> {
+        if let Some(full) = slot.get() {
             return Some(full);
         }
         let full = compile_full(&self.translated, "").ok()?;
-        Some(self.full.get_or_init(|| full))
+        Some(slot.get_or_init(|| full))
     }
 
     /// `Regexp.MatchString`.
@@ -365,12 +366,16 @@ impl Pattern {
             .collect())
     }
 
+    #[cfg(test)]
+    fn is_lite(&self) -> bool {
+        matches!(self.engines, Engines::Lite(..))
+    }
+
     /// The groups' names, group 0 first (the same in both forms).
     fn group_names(&self) -> Vec<Option<&str>> {
-        match (&self.lite, self.full.get()) {
-            (Some(lite), _) => lite.capture_names().collect(),
-            (None, Some(full)) => full.capture_names().collect(),
-            (None, None) => Vec::new(),
+        match &self.engines {
+            Engines::Lite(lite, _) => lite.capture_names().collect(),
+            Engines::Full(full) => full.capture_names().collect(),
         }
     }
 }
@@ -1057,13 +1062,12 @@ mod tests {
                 continue;
             };
             compared += 1;
-            if p.lite.is_none() {
+            if !p.is_lite() {
                 continue;
             }
             lite += 1;
             let full = Pattern {
-                lite: None,
-                full: OnceLock::from(compile_full(&p.translated, &pattern).expect("compiles")),
+                engines: Engines::Full(compile_full(&p.translated, &pattern).expect("compiles")),
                 translated: p.translated.clone(),
             };
             for t in texts {
@@ -1103,11 +1107,11 @@ mod tests {
             "(a{40}){40}",
         ] {
             let p = compile_uncached(pattern).expect("compiles");
-            assert!(p.lite.is_none(), "{pattern}");
+            assert!(!p.is_lite(), "{pattern}");
         }
         for pattern in ["(?m-i:a)", "a{10}b{10}c{10}", "\\bx\\B", "\\x{41}"] {
             let p = compile_uncached(pattern).expect("compiles");
-            assert!(p.lite.is_some(), "{pattern}");
+            assert!(p.is_lite(), "{pattern}");
         }
         // (?i) folds by Unicode's rules in Go: `k` matches the Kelvin sign.
         assert!(
@@ -1120,10 +1124,12 @@ mod tests {
     #[test]
     fn long_texts_are_searched_by_the_regex_crate_with_the_same_result() {
         let p = compile_uncached("(b+)c").expect("compiles");
-        assert!(p.lite.is_some() && p.full.get().is_none());
+        let full_compiled =
+            |p: &Pattern| matches!(&p.engines, Engines::Lite(_, f) if f.get().is_some());
+        assert!(p.is_lite() && !full_compiled(&p));
         let long = format!("{}abbc{}", "a".repeat(LITE_HAYSTACK), "x".repeat(10));
         assert_eq!(p.find(&long), Some(LITE_HAYSTACK + 1..LITE_HAYSTACK + 4));
-        assert!(p.full.get().is_some());
+        assert!(full_compiled(&p));
         assert_eq!(replace_all(&p, &long, "[$1]", false).len(), long.len() + 1);
     }
 
