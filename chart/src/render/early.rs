@@ -118,7 +118,8 @@ impl Queue {
 impl EarlyParse {
     /// Starts parsing every template of `chart`'s tree as loaded (before dependency
     /// processing) on a helper thread, when [`parse_templates_early`] asks for it and the
-    /// tree has enough templates; `None` otherwise (or when no thread can be started).
+    /// tree has enough template code (see [`parse_templates_early`]); `None` otherwise (or when
+    /// no thread can be started).
     pub fn start(chart: &Chart) -> Option<Arc<EarlyParse>> {
         if EARLY_FROM.load(Ordering::Relaxed) == usize::MAX {
             return None;

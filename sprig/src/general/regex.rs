@@ -175,31 +175,6 @@ fn compile_uncached(pattern: &str) -> Result<Pattern, String> {
     Pattern::build(translate(pattern)?, pattern)
 }
 
-impl Pattern {
-    /// A pattern already in the `regex` crate's syntax (as Go's is translated), such as a
-    /// JSON schema's `pattern`; `None` when it does not compile.
-    pub fn from_translated(translated: &str) -> Option<Pattern> {
-        Pattern::build(translated.to_owned(), translated).ok()
-    }
-
-    /// Compiles `translated`; errors name `pattern`, the text as written.
-    fn build(translated: String, pattern: &str) -> Result<Pattern, String> {
-        if let Some(lite) = lite_form(&translated)
-            && let Ok(lite) = regex_lite::Regex::new(&lite)
-        {
-            return Ok(Pattern {
-                engines: Engines::Lite(lite, OnceLock::new()),
-                translated,
-            });
-        }
-        let full = compile_full(&translated, pattern)?;
-        Ok(Pattern {
-            engines: Engines::Full(full),
-            translated,
-        })
-    }
-}
-
 /// The `regex` crate's compilation of a translated pattern, with Go's messages for its errors.
 fn compile_full(translated: &str, pattern: &str) -> Result<regex::Regex, String> {
     regex::RegexBuilder::new(translated)
@@ -221,7 +196,7 @@ fn compile_full(translated: &str, pattern: &str) -> Result<regex::Regex, String>
 
 /// Texts from this length on are searched with the `regex` crate (see the module
 /// documentation): `regex-lite` has no DFA, and its search slows with the text's length.
-pub const LITE_HAYSTACK: usize = 4096;
+const LITE_HAYSTACK: usize = 4096;
 
 /// The product of a pattern's counted repetitions up to which `regex-lite` is used: far below
 /// what makes Go or `regex` refuse a pattern as too large, whatever the rest of a pattern
@@ -318,6 +293,29 @@ macro_rules! with_engine {
 }
 
 impl Pattern {
+    /// A pattern already in the `regex` crate's syntax (as Go's is translated), such as a
+    /// JSON schema's `pattern`; `None` when it does not compile.
+    pub fn from_translated(translated: &str) -> Option<Pattern> {
+        Pattern::build(translated.to_owned(), translated).ok()
+    }
+
+    /// Compiles `translated`; errors name `pattern`, the text as written.
+    fn build(translated: String, pattern: &str) -> Result<Pattern, String> {
+        if let Some(lite) = lite_form(&translated)
+            && let Ok(lite) = regex_lite::Regex::new(&lite)
+        {
+            return Ok(Pattern {
+                engines: Engines::Lite(lite, OnceLock::new()),
+                translated,
+            });
+        }
+        let full = compile_full(&translated, pattern)?;
+        Ok(Pattern {
+            engines: Engines::Full(full),
+            translated,
+        })
+    }
+
     fn engine(&self, text: &str) -> Engine<'_> {
         match &self.engines {
             Engines::Lite(lite, _) if text.len() < LITE_HAYSTACK => Engine::Lite(lite),
