@@ -11,6 +11,7 @@
 //! - [`plan`]: the `ReleasePlan` the hub sends and the `Observed` state the agent reads.
 //! - [`digest`]: config, post-renderer and JSON digests as Flux computes them;
 //!   [`observation`]: the release observation behind snapshot digests.
+//! - [`agent`]: the agent runtime's commands, reports and held plans.
 //! - [`duration`], [`meta`]: Go durations, timestamps, object metadata, conditions.
 
 //!
@@ -43,6 +44,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod digest;
 pub mod duration;
 pub mod ids;

@@ -135,6 +135,10 @@ impl RequestTokens {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseOptions {
+    /// `spec.interval`: how often the agent reconciles the release when nothing asks it to
+    /// (with jitter); `0s` in a plan is refused by the agent.
+    #[serde(default)]
+    pub interval: GoDuration,
     /// `spec.suspend`.
     #[serde(default)]
     pub suspend: bool,
@@ -282,6 +286,7 @@ impl ReleasePlan {
             post_renderers_digest: digest::post_renderers_digest(spec.post_renderers.as_ref()),
             common_metadata_digest: digest::common_metadata_digest(spec.common_metadata.as_ref()),
             options: ReleaseOptions {
+                interval: spec.interval,
                 suspend: spec.suspend,
                 timeout: spec.timeout,
                 max_history: spec.max_history,

@@ -210,7 +210,7 @@ impl Cluster {
                     "--service-account-signing-key-file={}",
                     pki.sa_key.display()
                 ),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--service-cluster-ip-range=10.0.0.0/16".into(),
                 "--authorization-mode=RBAC".into(),
                 "--allow-privileged=true".into(),
                 "--enable-priority-and-fairness=false".into(),
