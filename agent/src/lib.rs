@@ -11,9 +11,11 @@
 //! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events,
 //! [`memory`] returns freed heap pages to the kernel when the agent goes idle.
 
+pub mod cmd;
 pub mod drift;
 pub mod events;
 pub mod kube;
 pub mod memory;
 pub mod reconcile;
+pub mod runtime;
 pub mod storage;

@@ -297,7 +297,7 @@ async fn deleting_the_helm_release_uninstalls_the_release_and_forgets_its_state(
         kube::Api::namespaced(cluster.client().await?, "default");
     assert!(configs.get_opt("demo-config").await?.is_some());
 
-    let report = delete_release(&ctx, &p.plan, &p.chart).await?;
+    let (report, _) = delete_release(&ctx, &p.plan, Some(&p.chart)).await?;
     assert_eq!(report.actions, ["uninstall"]);
     assert_eq!(report.step, Step::Done);
     assert_eq!(

@@ -27,6 +27,7 @@ pub mod gofmt;
 pub mod ignore;
 pub mod load;
 pub mod metadata;
+pub mod package;
 pub mod postrender;
 pub mod release;
 pub mod render;

@@ -280,6 +280,9 @@ pub mod reason {
     pub const NO_DRIFT_DETECTED: &str = "NoDriftDetected";
     pub const STATE_ERROR: &str = "StateError";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    /// `RESTClientError`: the client of the release's actions could not be built
+    /// (impersonation, kubeconfig).
+    pub const REST_CLIENT_ERROR: &str = "RESTClientError";
     pub const ARTIFACT_FAILED: &str = "ArtifactFailed";
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     pub const SOURCE_NOT_READY: &str = "SourceNotReady";

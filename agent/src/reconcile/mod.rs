@@ -51,9 +51,11 @@ pub mod render;
 pub mod state;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flotilla_chart::Chart;
+use flotilla_core::agent::DeleteOutcome;
 use flotilla_core::meta::Timestamp;
 use flotilla_core::plan::{DriftObservation, Observed, ReleasePlan};
 use flotilla_core::release::{
@@ -297,11 +299,23 @@ pub async fn observe(
 
 /// One reconcile of a plan with its chart: core's `AtomicRelease` loop, with every
 /// decision and outcome persisted.
-#[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
 pub async fn reconcile(
     ctx: &Context,
     plan: &ReleasePlan,
     chart: &Chart,
+) -> Result<ReconcileReport, ReconcileError> {
+    reconcile_until(ctx, plan, chart, &AtomicBool::new(false)).await
+}
+
+/// [`reconcile`], stopping at the next safe point once `stop` is set: before starting
+/// another Helm action, never inside one. A stopped reconcile ends with [`Step::Requeue`]
+/// (the runtime runs the newer plan, or nothing when shutting down).
+#[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
+pub async fn reconcile_until(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    chart: &Chart,
+    stop: &AtomicBool,
 ) -> Result<ReconcileReport, ReconcileError> {
     let mut status = ctx
         .state
@@ -368,6 +382,10 @@ pub async fn reconcile(
                 object: object_key(plan),
             });
         }
+        if stop.load(Ordering::SeqCst) {
+            tracing::info!("stopping at a safe point: superseded or shutting down");
+            break Step::Requeue;
+        }
         let mut observed = observe(ctx, plan, drift.clone()).await?;
         let step = atomic.step(plan, &mut observed, &now());
         status = observed.status;
@@ -411,14 +429,25 @@ pub async fn reconcile(
 }
 
 /// The HelmRelease is gone (Flux's `reconcileDelete`): uninstalls its release with
-/// `spec.uninstall`, then forgets its controller state. When the uninstall fails, the state
-/// is kept with the failure recorded and the report's step is `Failed` (retry later).
+/// `spec.uninstall` (nothing when the plan is suspended or was never installed), then
+/// forgets its controller state. When the uninstall fails, the state is kept with the
+/// failure recorded and the report's step is `Failed` (retry later). An uninstall needs no
+/// chart: `chart` may be `None` when it is no longer available.
 #[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
 pub async fn delete_release(
     ctx: &Context,
     plan: &ReleasePlan,
-    chart: &Chart,
-) -> Result<ReconcileReport, ReconcileError> {
+    chart: Option<&Chart>,
+) -> Result<(ReconcileReport, DeleteOutcome), ReconcileError> {
+    // Uninstalling reads the release from storage only; the executor's chart is unused.
+    let placeholder;
+    let chart = match chart {
+        Some(chart) => chart,
+        None => {
+            placeholder = Chart::new(flotilla_chart::Metadata::default());
+            &placeholder
+        }
+    };
     let mut status = ctx
         .state
         .load(&plan.object)
@@ -427,12 +456,13 @@ pub async fn delete_release(
         .unwrap_or_default();
     let Some(action) = release::uninstall_for_deletion(plan, &status) else {
         ctx.state.delete(&plan.object).await?;
-        return Ok(ReconcileReport {
+        let report = ReconcileReport {
             step: Step::Done,
             status,
             actions: Vec::new(),
             events: Vec::new(),
-        });
+        };
+        return Ok((report, DeleteOutcome::Forgotten));
     };
     let storage_namespace = match &action {
         Action::Uninstall {
@@ -464,12 +494,13 @@ pub async fn delete_release(
         }
     };
     post_events(ctx, plan, &applied.events).await;
-    Ok(ReconcileReport {
+    let report = ReconcileReport {
         step,
         status,
         actions: vec![action.name()],
         events: applied.events,
-    })
+    };
+    Ok((report, DeleteOutcome::Uninstalled))
 }
 
 /// Logs the events and posts them to the workload cluster ([`crate::events`]; failures are

@@ -113,6 +113,8 @@ pub struct PlanFile {
     pub plan: ReleasePlan,
     /// The loaded chart.
     pub chart: Chart,
+    /// The chart's archive, whose sha256 is `plan.chart.digest`.
+    pub archive: Vec<u8>,
 }
 
 /// Reads and validates a plan file.
@@ -211,16 +213,17 @@ pub fn parse(path: &Path, text: &str, base: &Path) -> Result<PlanFile, PlanFileE
         source,
     })?;
     let chart_dir = base.join(&chart_path);
-    let chart = flotilla_chart::load(&chart_dir).map_err(|source| PlanFileError::Chart {
+    let chart_error = |source| PlanFileError::Chart {
         path: path.to_owned(),
         chart: chart_dir.clone(),
         source,
-    })?;
+    };
+    let (chart, archive) = load_chart(&chart_dir).map_err(chart_error)?;
     let artifact = ChartArtifact {
         name: chart.metadata.name.clone(),
         version: chart.metadata.version.clone(),
         app_version: Some(chart.metadata.app_version.clone()).filter(|v| !v.is_empty()),
-        digest: ChartDigest::of_bytes(&chart_bytes(&chart)),
+        digest: ChartDigest::of_bytes(&archive),
         oci_digest: None,
     };
     let values = hr.spec.values.clone().unwrap_or(Value::Null);
@@ -234,24 +237,28 @@ pub fn parse(path: &Path, text: &str, base: &Path) -> Result<PlanFile, PlanFileE
         helm_release: hr,
         plan,
         chart,
+        archive,
     })
 }
 
-/// The chart's files in a stable order, for its digest.
-fn chart_bytes(chart: &Chart) -> Vec<u8> {
-    let mut out = Vec::new();
-    chart.walk(&mut |path, c| {
-        out.extend(path.join("/").as_bytes());
-        let mut files: Vec<&flotilla_chart::File> = c.raw.iter().collect();
-        files.sort_by(|a, b| a.name.cmp(&b.name));
-        for f in files {
-            out.extend(f.name.as_bytes());
-            out.push(0);
-            out.extend_from_slice(&f.data);
-            out.push(0);
-        }
-    });
-    out
+/// Loads a chart directory or archive, with its archive: an archive file as it is, a
+/// directory packaged as `helm package` lays it out (deterministically, so the same files
+/// give the same digest) from the very files the chart was loaded from, so what the agent
+/// caches by digest is what it renders.
+fn load_chart(path: &Path) -> Result<(Chart, Vec<u8>), flotilla_chart::LoadError> {
+    let mut read = None;
+    let chart = flotilla_chart::load::load_observed(path, &mut |files, name| {
+        read = Some((name.to_owned(), files.to_vec()));
+    })?;
+    let archive = match read {
+        Some((name, files)) => flotilla_chart::package::archive(&name, &files),
+        None => std::fs::read(path),
+    }
+    .map_err(|source| flotilla_chart::LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok((chart, archive))
 }
 
 #[cfg(test)]

@@ -1,0 +1,961 @@
+//! The agent runtime: a long-lived agent that holds many release plans, reconciles each on
+//! its own schedule, survives restarts, and is driven by commands.
+//!
+//! ```text
+//! Agent::start(ctx, charts, options) -> (AgentHandle, Reports)
+//!   AgentHandle::send(Command::Upsert | Delete | Reconcile | Shutdown)      (core::agent)
+//!   Reports: Stream<Item = Report::Status | Event | Deleted | Rejected>
+//! ```
+//!
+//! Its clients are plan-file mode (`flotilla-agent apply`), the hub's in-process push agents
+//! and the hub session; none of them sees how it works inside:
+//!
+//! - **One supervisor task** owns every held plan and the [`queue::WorkQueue`]; reconciles
+//!   run as tasks on the multi-threaded runtime, at most `concurrency` at a time, one per
+//!   HelmRelease at a time. Rendering and release decoding run on blocking threads, so
+//!   command handling (and a session's heartbeats) never wait behind them.
+//! - **When a release runs**: at once for a new revision, a deletion or a
+//!   [`Command::Reconcile`]; after `spec.interval` (with jitter) when it is done; after the
+//!   retry interval the state machine asks for; after a capped exponential backoff (with
+//!   jitter) when it failed; never again when it stalled, until something changes.
+//! - **Revisions are monotonic**: an older plan is ignored, the same one is a no-op, a newer
+//!   one supersedes the held plan. A reconcile of the old plan in flight stops at its next
+//!   safe point (between two Helm actions, never inside one) and the new plan runs right
+//!   after it.
+//! - **State lives in the workload cluster** ([`crate::reconcile::state`]): each reconcile
+//!   persists its plan and status; on start the runtime lists the store and resumes every
+//!   held plan (and every deletion in progress) with no hub and no files.
+//! - **Shutdown** ([`Command::Shutdown`]): no new work starts; reconciles in flight stop at
+//!   their next safe point, so a Helm action that has started finishes and is recorded, and
+//!   the report stream ends when they have. Past the grace period the rest are aborted (the
+//!   release may then be left `pending-*`, which the next start unlocks).
+//! - **Failures become status**: a reconcile that cannot run (chart not available, state
+//!   store, impersonation) reports a `Ready=False` condition naming the cause, and is retried
+//!   with backoff.
+
+pub mod queue;
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use flotilla_core::agent::{
+    Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report, StatusReport,
+    status_digest,
+};
+use flotilla_core::digest::{self, Digest};
+use flotilla_core::ids::PlanRevision;
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
+use flotilla_core::plan::ReleasePlan;
+use flotilla_core::release::{self, Step};
+use flotilla_core::status::HelmReleaseStatus;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::charts::{ChartError, ChartSource};
+use crate::reconcile::state::{PersistedState, StateError};
+use crate::reconcile::{self, Context, ReconcileError, ReconcileReport};
+use crate::telemetry::Metrics;
+use queue::{Backoff, WorkQueue, with_jitter};
+
+/// How the runtime behaves.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// How many releases reconcile at the same time.
+    pub concurrency: usize,
+    /// The wait after consecutive failures.
+    pub backoff: Backoff,
+    /// Fraction of `spec.interval` (and of retry intervals) added at random.
+    pub interval_jitter: f64,
+    /// List the plan store on start and resume every held plan.
+    pub resume: bool,
+    /// Reconcile again after `spec.interval`, retries and backoff; `false` runs each plan
+    /// once per command (plan-file mode without `--watch`).
+    pub requeue: bool,
+    /// How long reconciles in flight may take to reach a safe point after a shutdown.
+    pub shutdown_grace: Duration,
+    /// Where the runtime counts what it does; `None` counts nothing.
+    pub metrics: Option<Metrics>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            concurrency: 8,
+            backoff: Backoff::default(),
+            interval_jitter: 0.05,
+            resume: true,
+            requeue: true,
+            shutdown_grace: Duration::from_secs(300),
+            metrics: None,
+        }
+    }
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The plan store could not be listed.
+    #[error("listing the plan store")]
+    Store(#[source] StateError),
+}
+
+/// The runtime has stopped and takes no more commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the agent runtime has stopped")]
+pub struct Stopped;
+
+/// Drives a running agent: sends it commands and lists what it holds. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AgentHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
+}
+
+impl AgentHandle {
+    /// Sends a command.
+    pub fn send(&self, command: Command) -> Result<(), Stopped> {
+        self.commands.send(command).map_err(|_| Stopped)
+    }
+
+    /// Sends [`Command::Upsert`].
+    pub fn upsert(&self, plan: ReleasePlan) -> Result<(), Stopped> {
+        self.send(Command::Upsert(Box::new(plan)))
+    }
+
+    /// Sends [`Command::Shutdown`].
+    pub fn shutdown(&self) -> Result<(), Stopped> {
+        self.send(Command::Shutdown)
+    }
+
+    /// The plans held, with their revisions and the digest of the last status reported,
+    /// ordered by HelmRelease.
+    pub fn held(&self) -> Vec<HeldPlan> {
+        self.held
+            .lock()
+            .map(|h| h.values().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The runtime's reports, in the order they happened; ends after a shutdown.
+#[derive(Debug)]
+pub struct Reports {
+    rx: mpsc::UnboundedReceiver<Report>,
+}
+
+impl Reports {
+    /// The next report; `None` once the runtime has stopped.
+    pub async fn recv(&mut self) -> Option<Report> {
+        self.rx.recv().await
+    }
+}
+
+impl futures::Stream for Reports {
+    type Item = Report;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Report>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// The agent runtime.
+#[derive(Debug)]
+pub struct Agent;
+
+impl Agent {
+    /// Starts the runtime on the current tokio runtime: lists the plan store (when
+    /// `options.resume`), schedules every held plan, and runs until [`Command::Shutdown`]
+    /// or until every [`AgentHandle`] is dropped.
+    pub async fn start(
+        ctx: Context,
+        charts: Arc<dyn ChartSource>,
+        options: AgentOptions,
+    ) -> Result<(AgentHandle, Reports), StartError> {
+        let (command_tx, command_rx) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = mpsc::unbounded_channel();
+        let held = Arc::new(Mutex::new(BTreeMap::new()));
+        let mut supervisor = Supervisor {
+            ctx: Arc::new(ctx),
+            charts,
+            options,
+            releases: BTreeMap::new(),
+            queue: WorkQueue::new(),
+            tasks: JoinSet::new(),
+            reports: report_tx,
+            held: held.clone(),
+            rng: fastrand::Rng::new(),
+            stopping: None,
+        };
+        if supervisor.options.resume {
+            supervisor.resume().await?;
+        }
+        tokio::spawn(supervisor.run(command_rx));
+        Ok((
+            AgentHandle {
+                commands: command_tx,
+                held,
+            },
+            Reports { rx: report_rx },
+        ))
+    }
+}
+
+/// Set by the supervisor when a reconcile in flight should stop at its next safe point.
+pub type StopFlag = Arc<AtomicBool>;
+
+/// A HelmRelease the runtime holds.
+#[derive(Debug)]
+struct Held {
+    /// The newest plan accepted.
+    plan: Arc<ReleasePlan>,
+    /// The last status known (reported or resumed).
+    status: HelmReleaseStatus,
+    /// The last report's sequence number.
+    seq: u64,
+    /// Digest of the last status reported.
+    status_digest: Option<Digest>,
+    /// A deletion asked for.
+    deleting: Option<DeleteRequest>,
+    /// Consecutive failed reconciles.
+    failures: u32,
+    /// The reconcile in flight: the revision it runs and its stop flag.
+    running: Option<(PlanRevision, StopFlag)>,
+}
+
+impl Held {
+    fn new(plan: ReleasePlan, status: HelmReleaseStatus, seq: u64) -> Held {
+        Held {
+            plan: Arc::new(plan),
+            status,
+            seq,
+            status_digest: None,
+            deleting: None,
+            failures: 0,
+            running: None,
+        }
+    }
+
+    fn summary(&self, key: &ObjectKey) -> HeldPlan {
+        HeldPlan {
+            object: key.clone(),
+            revision: self.plan.revision,
+            chart: self.plan.chart.digest.clone(),
+            status_digest: self.status_digest.clone(),
+        }
+    }
+}
+
+/// What a task ended with.
+enum Finished {
+    Reconciled {
+        revision: PlanRevision,
+        started: Instant,
+        result: Result<ReconcileReport, RunError>,
+    },
+    Deleted {
+        request: DeleteRequest,
+        result: Result<(ReconcileReport, DeleteOutcome), RunError>,
+    },
+}
+
+/// Why a reconcile could not run to its end.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error("could not load chart: {0}")]
+    Chart(#[source] ChartError),
+    #[error(transparent)]
+    Reconcile(ReconcileError),
+    #[error("HelmRelease {object}: the reconcile panicked: {message}")]
+    Panicked { object: ObjectKey, message: String },
+}
+
+impl RunError {
+    fn kind(&self) -> &'static str {
+        match self {
+            RunError::Chart(e) => e.kind(),
+            RunError::Reconcile(e) => e.kind(),
+            RunError::Panicked { .. } => "panicked",
+        }
+    }
+
+    /// The condition reason Flux uses for this kind of failure.
+    fn reason(&self) -> &'static str {
+        match self {
+            RunError::Chart(_) => reason::ARTIFACT_FAILED,
+            RunError::Reconcile(ReconcileError::Impersonation { .. }) => reason::REST_CLIENT_ERROR,
+            RunError::Reconcile(_) | RunError::Panicked { .. } => reason::RECONCILE_ERROR,
+        }
+    }
+}
+
+struct Supervisor {
+    ctx: Arc<Context>,
+    charts: Arc<dyn ChartSource>,
+    options: AgentOptions,
+    releases: BTreeMap<ObjectKey, Held>,
+    queue: WorkQueue<ObjectKey>,
+    tasks: JoinSet<(ObjectKey, Finished)>,
+    reports: mpsc::UnboundedSender<Report>,
+    held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
+    rng: fastrand::Rng,
+    /// Set once shutting down: the deadline of the grace period.
+    stopping: Option<Instant>,
+}
+
+impl Supervisor {
+    /// Loads every persisted plan and schedules it now.
+    async fn resume(&mut self) -> Result<(), StartError> {
+        let (states, broken) = self.ctx.state.list().await.map_err(StartError::Store)?;
+        for e in broken {
+            tracing::warn!(error = %crate::kube::error_chain(&e), "a persisted plan does not decode; it is skipped");
+        }
+        let now = Instant::now();
+        for PersistedState {
+            plan,
+            status,
+            seq,
+            deleting,
+        } in states
+        {
+            let key = plan.object.key();
+            let mut held = Held::new(plan, status, seq);
+            held.deleting = deleting;
+            self.releases.insert(key.clone(), held);
+            self.queue.schedule(key.clone(), now, now);
+            self.publish(&key);
+        }
+        tracing::info!(plans = self.releases.len(), "resumed the persisted plans");
+        self.gauges();
+        Ok(())
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut commands_open = true;
+        loop {
+            self.start_due();
+            if self.stopping.is_some() && self.tasks.is_empty() {
+                break;
+            }
+            if !commands_open && self.tasks.is_empty() && self.stopping.is_none() {
+                // Every handle is gone: nobody can stop us or read what we hold; finish
+                // what runs and stop.
+                self.begin_shutdown();
+                continue;
+            }
+            let next_due = if self.stopping.is_some() {
+                None
+            } else {
+                self.queue.next_due()
+            };
+            let grace_end = self.stopping;
+            tokio::select! {
+                command = commands.recv(), if commands_open => match command {
+                    Some(command) => self.command(command),
+                    None => {
+                        commands_open = false;
+                        if self.tasks.is_empty() {
+                            self.begin_shutdown();
+                        }
+                    }
+                },
+                Some(joined) = self.tasks.join_next() => self.joined(joined),
+                () = sleep_until(next_due) => {}
+                () = sleep_until(grace_end) => {
+                    tracing::warn!(
+                        running = self.tasks.len(),
+                        "shutdown grace period over; aborting the reconciles still running"
+                    );
+                    self.tasks.abort_all();
+                    while self.tasks.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        tracing::info!("agent runtime stopped");
+    }
+
+    fn begin_shutdown(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
+        tracing::info!(
+            running = self.tasks.len(),
+            grace = ?self.options.shutdown_grace,
+            "shutting down: no new work; waiting for the reconciles in flight"
+        );
+        self.stopping = Some(Instant::now() + self.options.shutdown_grace);
+        for held in self.releases.values() {
+            if let Some((_, stop)) = &held.running {
+                stop.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        let now = Instant::now();
+        match command {
+            Command::Upsert(plan) => self.upsert(*plan, now),
+            Command::Delete(request) => self.delete(request, now),
+            Command::Reconcile(key) => {
+                if self.releases.contains_key(&key) {
+                    self.queue.schedule(key, now, now);
+                } else {
+                    tracing::debug!(object = %key, "reconcile requested for a plan not held");
+                }
+            }
+            Command::Shutdown => self.begin_shutdown(),
+        }
+        self.gauges();
+    }
+
+    fn reject(&self, key: ObjectKey, revision: PlanRevision, error: String) {
+        tracing::warn!(object = %key, %revision, %error, "plan rejected");
+        self.report(Report::Rejected {
+            object: key,
+            revision,
+            error,
+        });
+    }
+
+    fn upsert(&mut self, plan: ReleasePlan, now: Instant) {
+        let key = plan.object.key();
+        let revision = plan.revision;
+        if let Some(held) = self.releases.get(&key) {
+            let floor = held
+                .deleting
+                .as_ref()
+                .map_or(held.plan.revision, |d| d.revision.max(held.plan.revision));
+            if revision < floor {
+                tracing::debug!(object = %key, %revision, held = %floor, "older plan ignored");
+                return;
+            }
+            if revision == held.plan.revision && held.deleting.is_none() {
+                tracing::debug!(object = %key, %revision, "plan already held");
+                return;
+            }
+        }
+        if let Err(error) = validate(&plan) {
+            self.reject(key, revision, error);
+            return;
+        }
+        let state = PersistedState {
+            plan,
+            status: self
+                .releases
+                .get(&key)
+                .map(|h| h.status.clone())
+                .unwrap_or_default(),
+            seq: self.releases.get(&key).map_or(0, |h| h.seq),
+            deleting: None,
+        };
+        if let Err(e) = self.ctx.state.check_size(&state) {
+            // The working release and its held plan stay as they are.
+            let error = e.to_string();
+            self.reject(key.clone(), revision, error.clone());
+            if let Some(held) = self.releases.get_mut(&key) {
+                let mut status = held.status.clone();
+                mark_not_ready(&mut status, &held.plan, reason::STATE_ERROR, error);
+                held.status = status.clone();
+                held.seq += 1;
+                let report = StatusReport {
+                    object: held.plan.object.clone(),
+                    plan_revision: held.plan.revision,
+                    seq: held.seq,
+                    status,
+                    step: Step::Stalled,
+                };
+                self.report(Report::Status(Box::new(report)));
+            }
+            return;
+        }
+        tracing::info!(object = %key, %revision, "plan accepted");
+        match self.releases.get_mut(&key) {
+            Some(held) => {
+                held.plan = Arc::new(state.plan);
+                held.deleting = None;
+                held.failures = 0;
+                if let Some((_, stop)) = &held.running {
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+            None => {
+                self.releases
+                    .insert(key.clone(), Held::new(state.plan, state.status, state.seq));
+            }
+        }
+        self.queue.schedule(key.clone(), now, now);
+        self.publish(&key);
+    }
+
+    fn delete(&mut self, request: DeleteRequest, now: Instant) {
+        let key = request.object.clone();
+        let Some(held) = self.releases.get_mut(&key) else {
+            // Nothing held: the deletion is already done (at-least-once delivery).
+            self.report(Report::Deleted {
+                object: key,
+                revision: request.revision,
+                outcome: DeleteOutcome::Forgotten,
+            });
+            return;
+        };
+        if request.revision < held.plan.revision {
+            tracing::debug!(object = %key, revision = %request.revision, held = %held.plan.revision, "older deletion ignored");
+            return;
+        }
+        if held
+            .deleting
+            .as_ref()
+            .is_some_and(|d| d.revision >= request.revision)
+        {
+            return;
+        }
+        tracing::info!(object = %key, revision = %request.revision, "deletion accepted");
+        held.deleting = Some(request);
+        held.failures = 0;
+        if let Some((_, stop)) = &held.running {
+            stop.store(true, Ordering::SeqCst);
+        }
+        self.queue.schedule(key, now, now);
+    }
+
+    /// Starts due work up to the concurrency bound (none while stopping).
+    fn start_due(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        while self.tasks.len() < self.options.concurrency {
+            let Some(key) = self.queue.pop_ready(now) else {
+                break;
+            };
+            let Some(held) = self.releases.get_mut(&key) else {
+                self.queue.finish(&key);
+                continue;
+            };
+            let stop: StopFlag = Arc::new(AtomicBool::new(false));
+            held.running = Some((held.plan.revision, stop.clone()));
+            let ctx = self.ctx.clone();
+            let charts = self.charts.clone();
+            let plan = held.plan.clone();
+            let span = tracing::info_span!("reconcile", object = %key, revision = %plan.revision);
+            let task_key = key.clone();
+            match held.deleting.clone() {
+                Some(request) => {
+                    let state = PersistedState {
+                        plan: (*plan).clone(),
+                        status: held.status.clone(),
+                        seq: held.seq,
+                        deleting: Some(request.clone()),
+                    };
+                    let object = key.clone();
+                    self.tasks.spawn(tracing::Instrument::instrument(
+                        async move {
+                            let result = catch_panic(
+                                &object,
+                                run_delete(&ctx, charts.as_ref(), state),
+                            )
+                            .await;
+                            (task_key, Finished::Deleted { request, result })
+                        },
+                        span,
+                    ));
+                }
+                None => {
+                    self.tasks.spawn(tracing::Instrument::instrument(
+                        async move {
+                            let started = Instant::now();
+                            let result = catch_panic(
+                                &task_key,
+                                run_reconcile(&ctx, charts.as_ref(), &plan, &stop),
+                            )
+                            .await;
+                            (
+                                task_key,
+                                Finished::Reconciled {
+                                    revision: plan.revision,
+                                    started,
+                                    result,
+                                },
+                            )
+                        },
+                        span,
+                    ));
+                }
+            }
+        }
+        self.gauges();
+    }
+
+    fn joined(&mut self, joined: Result<(ObjectKey, Finished), tokio::task::JoinError>) {
+        let (key, finished) = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                // Tasks catch their panics; only an abort ends one without a result.
+                tracing::warn!(error = %e, "a reconcile task ended without a result");
+                return;
+            }
+        };
+        let rerun = self.queue.finish(&key);
+        let Some(held) = self.releases.get_mut(&key) else {
+            return;
+        };
+        held.running = None;
+        let now = Instant::now();
+        let next = match finished {
+            Finished::Reconciled {
+                revision,
+                started,
+                result,
+            } => self.reconciled(&key, revision, started, result),
+            Finished::Deleted { request, result } => self.deleted(&key, request, result),
+        };
+        if self.releases.contains_key(&key) {
+            if rerun || next == Next::Now {
+                self.queue.schedule(key, now, now);
+            } else if let (Next::After(d), true) = (next, self.options.requeue) {
+                self.queue.reschedule(key, now + d);
+            }
+        }
+        self.gauges();
+    }
+
+    /// Records a finished reconcile; says when to run it again.
+    fn reconciled(
+        &mut self,
+        key: &ObjectKey,
+        revision: PlanRevision,
+        started: Instant,
+        result: Result<ReconcileReport, RunError>,
+    ) -> Next {
+        let elapsed = started.elapsed();
+        let Some(held) = self.releases.get_mut(key) else {
+            return Next::Never;
+        };
+        let newer = held.plan.revision != revision || held.deleting.is_some();
+        let plan = held.plan.clone();
+        let (status, step, events) = match result {
+            Ok(report) => {
+                let failed = matches!(report.step, Step::Failed(_) | Step::Requeue);
+                held.failures = if failed { held.failures + 1 } else { 0 };
+                tracing::info!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    actions = ?report.actions,
+                    step = %step_summary(&report.step),
+                    "reconciled"
+                );
+                if let Some(m) = &self.options.metrics {
+                    m.observe_reconcile(step_result(&report.step), elapsed.as_secs_f64());
+                    for action in &report.actions {
+                        m.action(action, !failed);
+                    }
+                }
+                (report.status, report.step, report.events)
+            }
+            Err(e) => {
+                held.failures += 1;
+                tracing::warn!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    kind = e.kind(),
+                    error = %crate::kube::error_chain(&e),
+                    "reconcile failed"
+                );
+                if let Some(m) = &self.options.metrics {
+                    m.observe_reconcile("failure", elapsed.as_secs_f64());
+                    m.reconcile_error(e.kind());
+                }
+                let mut status = held.status.clone();
+                let message = crate::kube::error_chain(&e);
+                mark_not_ready(&mut status, &plan, e.reason(), message.clone());
+                let step = Step::Failed(release::ReconcileError::State(message));
+                (status, step, Vec::new())
+            }
+        };
+        let failures = held.failures;
+        held.status = status.clone();
+        held.seq += 1;
+        held.status_digest = Some(status_digest(&status));
+        let seq = held.seq;
+        for event in events {
+            self.report(Report::Event {
+                object: plan.object.clone(),
+                plan_revision: revision,
+                event,
+            });
+        }
+        let next = if newer {
+            Next::Now
+        } else {
+            match &step {
+                Step::Done => Next::After(with_jitter(
+                    plan.options.interval.get(),
+                    self.options.interval_jitter,
+                    &mut self.rng,
+                )),
+                Step::RetryAfter(d) => Next::After(with_jitter(
+                    d.get(),
+                    self.options.interval_jitter,
+                    &mut self.rng,
+                )),
+                Step::Requeue | Step::Failed(_) | Step::Run { .. } => {
+                    Next::After(self.options.backoff.delay_jittered(failures, &mut self.rng))
+                }
+                Step::Stalled => Next::Never,
+            }
+        };
+        self.report(Report::Status(Box::new(StatusReport {
+            object: plan.object.clone(),
+            plan_revision: revision,
+            seq,
+            status,
+            step,
+        })));
+        self.publish(key);
+        next
+    }
+
+    /// Records a finished deletion; says when to try again.
+    fn deleted(
+        &mut self,
+        key: &ObjectKey,
+        request: DeleteRequest,
+        result: Result<(ReconcileReport, DeleteOutcome), RunError>,
+    ) -> Next {
+        let Some(held) = self.releases.get_mut(key) else {
+            return Next::Never;
+        };
+        if held.deleting.as_ref() != Some(&request) {
+            // A newer plan arrived while uninstalling: it runs next.
+            return Next::Now;
+        }
+        match result {
+            Ok((report, outcome)) if matches!(report.step, Step::Done) => {
+                tracing::info!(?outcome, "deleted");
+                if let Some(m) = &self.options.metrics {
+                    for action in &report.actions {
+                        m.action(action, true);
+                    }
+                }
+                let plan = held.plan.clone();
+                for event in report.events {
+                    self.report(Report::Event {
+                        object: plan.object.clone(),
+                        plan_revision: request.revision,
+                        event,
+                    });
+                }
+                self.releases.remove(key);
+                self.queue.remove(key);
+                if let Ok(mut h) = self.held.lock() {
+                    h.remove(key);
+                }
+                self.report(Report::Deleted {
+                    object: key.clone(),
+                    revision: request.revision,
+                    outcome,
+                });
+                Next::Never
+            }
+            Ok((report, _)) => {
+                held.failures += 1;
+                let failures = held.failures;
+                held.status = report.status.clone();
+                held.seq += 1;
+                let plan = held.plan.clone();
+                let seq = held.seq;
+                for event in report.events {
+                    self.report(Report::Event {
+                        object: plan.object.clone(),
+                        plan_revision: request.revision,
+                        event,
+                    });
+                }
+                self.report(Report::Status(Box::new(StatusReport {
+                    object: plan.object.clone(),
+                    plan_revision: plan.revision,
+                    seq,
+                    status: report.status,
+                    step: report.step,
+                })));
+                Next::After(self.options.backoff.delay_jittered(failures, &mut self.rng))
+            }
+            Err(e) => {
+                held.failures += 1;
+                let failures = held.failures;
+                tracing::warn!(kind = e.kind(), error = %crate::kube::error_chain(&e), "deletion failed");
+                if let Some(m) = &self.options.metrics {
+                    m.reconcile_error(e.kind());
+                }
+                Next::After(self.options.backoff.delay_jittered(failures, &mut self.rng))
+            }
+        }
+    }
+
+    fn report(&self, report: Report) {
+        // The receiver may be gone (a client that only sends): reports are then dropped.
+        let _ = self.reports.send(report);
+    }
+
+    /// Mirrors a release into what [`AgentHandle::held`] lists.
+    fn publish(&self, key: &ObjectKey) {
+        let Some(held) = self.releases.get(key) else {
+            return;
+        };
+        if let Ok(mut h) = self.held.lock() {
+            h.insert(key.clone(), held.summary(key));
+        }
+    }
+
+    fn gauges(&self) {
+        if let Some(m) = &self.options.metrics {
+            m.set_plans_held(self.releases.len() as i64);
+            m.set_queue_depth(self.queue.due_at(Instant::now()) as i64);
+        }
+    }
+}
+
+/// When to run a release again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Now,
+    After(Duration),
+    Never,
+}
+
+/// Runs a task's work, turning a panic into an error (the release is retried with backoff
+/// instead of being left marked running).
+async fn catch_panic<T>(
+    object: &ObjectKey,
+    work: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
+    use futures::FutureExt as _;
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            Err(RunError::Panicked {
+                object: object.clone(),
+                message,
+            })
+        }
+    }
+}
+
+async fn sleep_until(when: Option<Instant>) {
+    match when {
+        Some(when) => tokio::time::sleep_until(when).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What makes a plan unacceptable, naming the field.
+fn validate(plan: &ReleasePlan) -> Result<(), String> {
+    let object = plan.object.key();
+    if plan.options.interval.get().is_zero() {
+        return Err(format!(
+            "HelmRelease {object}: spec.interval: must be greater than 0s"
+        ));
+    }
+    if !plan.values.is_object() {
+        return Err(format!("HelmRelease {object}: values: must be an object"));
+    }
+    if !digest::verify_values(&plan.config_digest.to_string(), &plan.values) {
+        return Err(format!(
+            "HelmRelease {object}: configDigest: {} is not the digest of the plan's values",
+            plan.config_digest
+        ));
+    }
+    Ok(())
+}
+
+/// Sets `Ready=False` (and `Reconciling` off) for a failure the state machine never saw.
+fn mark_not_ready(
+    status: &mut HelmReleaseStatus,
+    plan: &ReleasePlan,
+    reason: &str,
+    message: String,
+) {
+    let now = reconcile::now();
+    status.conditions.set_condition(
+        condition::READY,
+        ConditionStatus::False,
+        reason,
+        message,
+        plan.generation,
+        &now,
+    );
+    status.conditions.delete_condition(condition::RECONCILING);
+}
+
+/// One line for a step, for logs and plan-file mode.
+pub fn step_summary(step: &Step) -> String {
+    match step {
+        Step::Done => "done".to_owned(),
+        Step::Requeue => "requeue".to_owned(),
+        Step::RetryAfter(d) => format!("retry after {d}"),
+        Step::Stalled => "stalled".to_owned(),
+        Step::Failed(e) => format!("{} failed: {}", e.kind(), e),
+        Step::Run { action, .. } => format!("running {}", action.name()),
+    }
+}
+
+/// The `result` label of a reconcile.
+fn step_result(step: &Step) -> &'static str {
+    match step {
+        Step::Done | Step::RetryAfter(_) => "success",
+        Step::Stalled => "stalled",
+        Step::Requeue | Step::Failed(_) | Step::Run { .. } => "failure",
+    }
+}
+
+async fn run_reconcile(
+    ctx: &Context,
+    charts: &dyn ChartSource,
+    plan: &ReleasePlan,
+    stop: &StopFlag,
+) -> Result<ReconcileReport, RunError> {
+    let chart = charts.chart(&plan.chart).await.map_err(RunError::Chart)?;
+    reconcile::reconcile_until(ctx, plan, &chart, stop)
+        .await
+        .map_err(RunError::Reconcile)
+}
+
+async fn run_delete(
+    ctx: &Context,
+    charts: &dyn ChartSource,
+    state: PersistedState,
+) -> Result<(ReconcileReport, DeleteOutcome), RunError> {
+    // The deletion is recorded first, so an agent restarted mid-uninstall goes on with it.
+    ctx.state
+        .put(&state)
+        .await
+        .map_err(|e| RunError::Reconcile(ReconcileError::State(e)))?;
+    let plan = &state.plan;
+    let request = state.deleting.as_ref().expect("a deletion's state says so");
+    let mut plan = plan.clone();
+    match &request.uninstall {
+        Some(uninstall) => plan.options.uninstall = uninstall.clone(),
+        None => plan.options.suspend = true,
+    }
+    let chart = match charts.chart(&plan.chart).await {
+        Ok(chart) => Some(chart),
+        Err(e) => {
+            tracing::debug!(error = %crate::kube::error_chain(&e), "uninstalling without the chart");
+            None
+        }
+    };
+    reconcile::delete_release(ctx, &plan, chart.as_deref())
+        .await
+        .map_err(RunError::Reconcile)
+}
