@@ -1353,7 +1353,9 @@ pub fn finish_reconcile(plan: &ReleasePlan, status: &mut HelmReleaseStatus, step
     }
 }
 
+pub mod driver;
 mod outcome;
+pub use driver::{Driver, Finished, Next};
 pub use outcome::{Applied, Event, EventType, Outcome, apply_outcome};
 
 #[cfg(test)]

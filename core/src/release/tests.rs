@@ -993,6 +993,8 @@ struct Sim {
     drift: DriftObservation,
     behaviours: VecDeque<Behaviour>,
     log: Vec<String>,
+    /// How many times the driver asked for the status to be persisted.
+    persists: usize,
 }
 
 impl Sim {
@@ -1004,6 +1006,7 @@ impl Sim {
             drift: DriftObservation::NoDrift,
             behaviours: VecDeque::new(),
             log: Vec::new(),
+            persists: 0,
         }
     }
 
@@ -1172,55 +1175,89 @@ impl Sim {
         }
     }
 
-    /// One reconcile, as the agent runs it.
+    /// One reconcile, as the agent runs it: the driver decides, the simulator acts.
     fn reconcile(&mut self) -> Step {
         let t = now();
-        match begin_reconcile(&self.plan, &mut self.status) {
-            Begin::Suspended => return Step::Done,
-            Begin::UninstallPrevious(action) => {
-                let outcome = self.execute(&action);
-                let mut atomic = AtomicRelease::new();
-                let stop = atomic
-                    .complete(&self.plan, &action, &outcome, &mut self.status, &t)
-                    .unwrap_or(Step::Requeue);
-                finish_reconcile(&self.plan, &mut self.status, &stop);
-                return stop;
-            }
-            Begin::Proceed { .. } => {}
-        }
-        let mut atomic = AtomicRelease::new();
-        let mut drift = DriftObservation::NotChecked;
-        let stop = loop {
-            let mut observed = self.observe(drift.clone());
-            let step = atomic.step(&self.plan, &mut observed, &t);
-            self.status = observed.status;
-            match step {
-                Step::Run {
-                    action: Action::DetectDrift,
-                    ..
-                } => {
-                    drift = self.drift.clone();
+        let plan = self.plan.clone();
+        let mut driver = Driver::new(&plan, self.status.clone());
+        loop {
+            match driver.next(&t) {
+                Next::Observe { .. } => {
+                    self.status = driver.status().clone();
+                    let observed = self.observe(DriftObservation::NotChecked);
+                    driver.observed(observed.current, observed.rollback_target);
                 }
-                Step::Run { action, .. } => {
+                Next::DetectDrift => driver.drift(self.drift.clone()),
+                Next::Persist => {
+                    self.persists += 1;
+                    driver.persisted();
+                }
+                Next::Run { action, .. } => {
+                    self.status = driver.status().clone();
                     let outcome = self.execute(&action);
-                    drift = DriftObservation::NotChecked;
-                    if let Some(stop) =
-                        atomic.complete(&self.plan, &action, &outcome, &mut self.status, &t)
-                    {
-                        break stop;
-                    }
+                    driver.completed(&action, &outcome, &t);
                 }
-                stop => break stop,
+                Next::Done(_) => break,
             }
             assert!(self.log.len() < 50, "runaway loop: {:?}", self.log);
-        };
-        finish_reconcile(&self.plan, &mut self.status, &stop);
-        stop
+        }
+        let finished = driver.finish();
+        self.status = finished.status;
+        finished.step
     }
 
     fn take_log(&mut self) -> Vec<String> {
         std::mem::take(&mut self.log)
     }
+}
+
+#[test]
+fn the_driver_persists_before_each_action_and_at_the_end_only() {
+    let mut sim = Sim::new(plan_with(json!({"test": {"enable": true}})));
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert_eq!(sim.take_log(), ["install", "test"]);
+    // Before the install, before the test, and the final status.
+    assert_eq!(sim.persists, 3);
+    sim.persists = 0;
+    // In sync: one decision, one write of the final status.
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert!(sim.take_log().is_empty());
+    assert_eq!(sim.persists, 1);
+}
+
+#[test]
+fn a_suspended_plan_is_neither_acted_on_nor_persisted() {
+    let mut sim = Sim::new(plan_with(json!({"suspend": true})));
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert!(sim.take_log().is_empty());
+    assert_eq!(sim.persists, 0);
+    assert_eq!(sim.status, HelmReleaseStatus::default());
+}
+
+#[test]
+fn a_driver_stopped_at_a_safe_point_runs_nothing_more_and_requeues() {
+    let p = plan_with(json!({"test": {"enable": true}}));
+    let t = now();
+    let mut driver = Driver::new(&p, HelmReleaseStatus::default());
+    assert!(matches!(driver.next(&t), Next::Observe { .. }));
+    driver.observed(None, None);
+    assert_eq!(driver.next(&t), Next::Persist);
+    driver.persisted();
+    assert!(matches!(driver.next(&t), Next::Run { action: Action::Install, .. }));
+    driver.completed(
+        &Action::Install,
+        &Outcome::succeeded(vec![record(1, StorageStatus::Deployed, "6.5.0", &desired_values())]),
+        &t,
+    );
+    // The test would come next: stop here instead.
+    driver.stop();
+    assert_eq!(driver.next(&t), Next::Persist);
+    driver.persisted();
+    assert_eq!(driver.next(&t), Next::Done(Step::Requeue));
+    let finished = driver.finish();
+    assert_eq!(finished.actions, ["install"]);
+    assert_eq!(finished.step, Step::Requeue);
+    assert_eq!(finished.status.history.len(), 1);
 }
 
 #[test]
