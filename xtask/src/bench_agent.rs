@@ -3,8 +3,8 @@
 //! all reconciled by ONE `flotilla-agent apply --watch` process (built with the `agent`
 //! profile, as the agent ships; `--debug` for a debug build, `--agent-bin` for a given one).
 //!
-//! Measured, from the agent's own log lines (`reconciled release=... elapsed_ms=...`) and
-//! `/proc/<pid>`:
+//! Measured, from the agent's own JSON log lines (`"message":"reconciled"` with `object`,
+//! `elapsed_ms`, `actions`, `step`) and `/proc/<pid>`:
 //! - total install time: from the agent's start until every release is installed and
 //!   ready;
 //! - steady-state reconcile cost per release: wall time of each release's first reconcile
@@ -28,14 +28,14 @@ use flotilla_tests::cluster::{Cluster, ClusterOptions};
 #[derive(Debug, clap::Args)]
 pub struct BenchAgent {
     /// How many HelmReleases.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 200)]
     releases: usize,
     /// The agent's `--concurrency`.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     concurrency: u16,
     /// `spec.interval` of every release, in seconds (the idle gap follows the second
     /// round, so it must exceed the install time).
-    #[arg(long, default_value_t = 90)]
+    #[arg(long, default_value_t = 120)]
     interval: u64,
     /// Extra spec lines for every plan (YAML, indented by two spaces), e.g.
     /// `  driftDetection:\n    mode: enabled`.
@@ -58,44 +58,28 @@ struct Reconciled {
     installed: bool,
 }
 
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-            continue;
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let start = line.find(&format!(" {name}="))? + name.len() + 2;
-    let rest = &line[start..];
-    if rest.starts_with('[') {
-        return rest.find(']').map(|end| &rest[..=end]);
-    }
-    Some(rest.split(' ').next().unwrap_or(rest))
-}
-
+/// A `reconciled` line of the agent's JSON log (`--log-format json`).
 fn parse_line(line: &str, at: Instant) -> Option<Reconciled> {
-    let line = strip_ansi(line);
-    if !line.contains(" reconciled") {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    let fields = value.get("fields")?;
+    if fields.get("message")?.as_str()? != "reconciled" {
         return None;
     }
+    let actions = fields.get("actions")?.as_str()?;
     Some(Reconciled {
         at,
-        release: field(&line, "release")?.to_owned(),
-        elapsed_ms: field(&line, "elapsed_ms")?.parse().ok()?,
-        installed: field(&line, "actions")?.contains("\"install\"")
-            && field(&line, "step") == Some("Done"),
+        release: fields.get("object")?.as_str()?.to_owned(),
+        elapsed_ms: fields.get("elapsed_ms")?.as_u64()?,
+        installed: actions.contains("\"install\"") && fields.get("step")?.as_str()? == "done",
     })
+}
+
+/// The 1-minute load average of the machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 fn proc_status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
@@ -207,7 +191,9 @@ pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
     write_plans(&plans, &chart, args)?;
 
     let started = Instant::now();
+    let cache = plans.join("chart-cache");
     let mut child = Command::new(&bin)
+        .args(["--log-format", "json"])
         .arg("apply")
         .arg("--watch")
         .arg("--concurrency")
@@ -216,7 +202,7 @@ pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
         .arg(cluster.kubeconfig())
         .arg(&plans)
         .env("RUST_LOG", "flotilla_agent=info")
-        .env("NO_COLOR", "1")
+        .env("FLOTILLA_CHART_CACHE", &cache)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -325,19 +311,22 @@ fn measure(
         format!("\n{}", smaps_breakdown(&smaps, &exe.to_string_lossy()))
     };
     let install_time = install_done.context("installs finished")? - started;
+    let load = load_average();
     let idle_rss = idle.iter().copied().max();
     Ok(format!(
         "bench-agent: {n} releases of podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each), one agent, concurrency {c}, interval {i}s
-  total install time (agent start to all {n} installed and ready): {install:.1} s
+  total install time (agent start to all {n} installed and ready): {install:.1} s = {rate:.1} installs/s
   per-release install reconcile: {install_stats}
   steady-state reconcile per release (first reconcile after install, no action): {steady_stats}
   steady-state CPU per release: {cpu:.1} ms ({cpu_total:.2} s for the round of {n})
   peak RSS (VmHWM): {peak} (after installs: {peak_install})
   idle RSS (VmRSS between intervals, max of {samples} samples): {idle}
-  threads when idle: {threads}{breakdown}",
+  threads when idle: {threads}
+  machine load (1-minute average at the end): {load}{breakdown}",
         c = args.concurrency,
         i = args.interval,
         install = install_time.as_secs_f64(),
+        rate = n as f64 / install_time.as_secs_f64(),
         install_stats = stats(install_ms),
         steady_stats = stats(steady.into_values().collect()),
         cpu = cpu_steady.as_secs_f64() * 1000.0 / n as f64,
@@ -443,19 +432,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reconciled_log_line_is_parsed() {
-        let line = "2026-11-22T05:00:00.123456Z  INFO flotilla_agent: reconciled release=default/bench-001 elapsed_ms=734 actions=[\"install\"] step=Done";
+    fn a_reconciled_json_log_line_is_parsed() {
+        let line = r#"{"timestamp":"2026-11-26T05:00:00.123456Z","level":"INFO","fields":{"message":"reconciled","object":"default/bench-001","revision":"1","elapsed_ms":734,"actions":"[\"install\"]","step":"done"},"target":"flotilla_agent::runtime"}"#;
         let r = parse_line(line, Instant::now()).expect("parsed");
         assert_eq!(r.release, "default/bench-001");
         assert_eq!(r.elapsed_ms, 734);
         assert!(r.installed);
-        let colored = "\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mflotilla_agent\u{1b}[0m\u{1b}[2m:\u{1b}[0m reconciled \u{1b}[3mrelease\u{1b}[0m\u{1b}[2m=\u{1b}[0mdefault/b \u{1b}[3melapsed_ms\u{1b}[0m\u{1b}[2m=\u{1b}[0m12 \u{1b}[3mactions\u{1b}[0m\u{1b}[2m=\u{1b}[0m[] \u{1b}[3mstep\u{1b}[0m\u{1b}[2m=\u{1b}[0mDone";
-        let r = parse_line(colored, Instant::now()).expect("parsed");
+        let steady = r#"{"fields":{"message":"reconciled","object":"default/b","elapsed_ms":12,"actions":"[]","step":"done"}}"#;
+        let r = parse_line(steady, Instant::now()).expect("parsed");
         assert_eq!(
             (r.release.as_str(), r.elapsed_ms, r.installed),
             ("default/b", 12, false)
         );
-        assert!(parse_line("INFO something else", Instant::now()).is_none());
+        assert!(parse_line(r#"{"fields":{"message":"plan accepted"}}"#, Instant::now()).is_none());
+        assert!(parse_line("INFO not json", Instant::now()).is_none());
     }
 
     #[test]

@@ -1,25 +1,28 @@
-//! The agent's reconcile of one release plan: observe, decide, act.
+//! The agent's reconcile of one release plan: core's IO-free driver
+//! ([`flotilla_core::release::Driver`]) decides, this module carries it out.
 //!
 //! ```text
-//! begin_reconcile(plan, status)                 core: counters reset, target change
-//! loop {
-//!     observed = observe(ctx, plan, drift)      IO: Helm storage, persisted state
-//!     step = atomic.step(plan, observed)        core: decide and record the decision
-//!     persist status
-//!     outcome = executor.run(action)            IO: render, hooks, apply, wait, records
-//!     atomic.complete(plan, action, outcome)    core: snapshots, counters, conditions
-//!     persist status
+//! Driver::new(plan, status)                    core: begin_reconcile (counters, target change)
+//! loop match driver.next() {
+//!     Observe     => observe(..)               IO: Helm storage (newest, rollback target)
+//!     DetectDrift => drift::detect(..)         IO: server-side dry-run diff
+//!     Persist     => state.save(..)            IO: before each action, and at the end
+//!     Run(action) => executor.run(..)          IO: render, hooks, apply, wait, records
+//!     Done        => break
 //! }
-//! finish_reconcile; persist; report            observedGeneration, events
+//! driver.finish(); post events; report          observedGeneration, events
 //! ```
 //!
 //! - [`observe`] reads the newest release record and the rollback target from Helm storage
-//!   ([`crate::storage`]) and the controller state from its Secret ([`state`]).
-//! - `flotilla_core::release` decides; [`actions::Executor`] runs install, upgrade, test,
-//!   rollback, uninstall and unlock, writing release records with Helm's statuses.
-//! - The controller state is persisted after every decision and every outcome, so an agent
-//!   killed mid-reconcile resumes from the last one (and a release left `pending-*` is
-//!   unlocked by the state machine).
+//!   ([`crate::storage`]); the controller state comes from its Secret ([`state`]).
+//! - [`actions::Executor`] runs install, upgrade, test, rollback, uninstall and unlock,
+//!   writing release records with Helm's statuses.
+//! - The controller state is persisted before every action (and at the end), so an agent
+//!   killed mid-action resumes from the decision that started it (a release left
+//!   `pending-*` is unlocked by the state machine). Writes that change nothing are skipped
+//!   by the store.
+//! - [`reconcile_until`] stops at a safe point (before an action) when asked: the runtime
+//!   uses it for superseded plans and for shutdown.
 //! - Rendering is behind [`render::Renderer`].
 //! - With `spec.serviceAccountName`, actions (and their Helm storage writes) run as that
 //!   ServiceAccount ([`Context::action_cluster`]); observing uses the agent's identity.
@@ -57,10 +60,8 @@ use std::time::Duration;
 use flotilla_chart::Chart;
 use flotilla_core::agent::DeleteOutcome;
 use flotilla_core::meta::Timestamp;
-use flotilla_core::plan::{DriftObservation, Observed, ReleasePlan};
-use flotilla_core::release::{
-    self, Action, AtomicRelease, Begin, Event, Step, apply_outcome, finish_reconcile,
-};
+use flotilla_core::plan::{DriftObservation, ReleasePlan, ReleaseRecord};
+use flotilla_core::release::{self, Action, Driver, Event, Next, Step, apply_outcome};
 use flotilla_core::status::HelmReleaseStatus;
 use kube::Client;
 
@@ -69,10 +70,6 @@ use crate::storage::{SecretStorage, StorageError};
 use actions::{Executor, record_of};
 use render::Renderer;
 use state::{StateError, StateStore};
-
-/// How many decisions one reconcile may take before it gives up (a guard: core's loop
-/// ends on its own well before).
-const MAX_STEPS: usize = 16;
 
 /// What a reconcile needs besides the plan and chart.
 #[derive(Clone, Debug)]
@@ -177,12 +174,6 @@ pub enum ReconcileError {
         /// Why.
         message: String,
     },
-    /// The state machine did not settle within [`MAX_STEPS`] decisions.
-    #[error("HelmRelease {object}: reconcile did not settle after {MAX_STEPS} decisions")]
-    NotSettled {
-        /// `namespace/name` of the HelmRelease.
-        object: String,
-    },
 }
 
 impl ReconcileError {
@@ -193,7 +184,6 @@ impl ReconcileError {
             ReconcileError::Storage { source, .. } => source.kind(),
             ReconcileError::Record { .. } => "record",
             ReconcileError::Impersonation { .. } => "impersonation",
-            ReconcileError::NotSettled { .. } => "not_settled",
         }
     }
 
@@ -203,7 +193,6 @@ impl ReconcileError {
             ReconcileError::State(e) => e.is_transient(),
             ReconcileError::Storage { source, .. } => source.is_transient(),
             ReconcileError::Record { .. } | ReconcileError::Impersonation { .. } => false,
-            ReconcileError::NotSettled { .. } => true,
         }
     }
 }
@@ -246,19 +235,14 @@ pub fn now() -> Timestamp {
         .unwrap_or_else(|_| Timestamp::new("1970-01-01T00:00:00Z").expect("a valid timestamp"))
 }
 
-/// Reads what a decision needs: the newest release record and the rollback target from
-/// Helm storage, the controller state from its Secret, and the drift result given.
+/// Reads what a decision needs from Helm storage: the newest release record and the
+/// record of `rollback_version`, both summarized against the controller `status`.
 pub async fn observe(
     ctx: &Context,
     plan: &ReleasePlan,
-    drift: DriftObservation,
-) -> Result<Observed, ReconcileError> {
-    let status = ctx
-        .state
-        .load(&plan.object)
-        .await?
-        .map(|s| s.status)
-        .unwrap_or_default();
+    status: &HelmReleaseStatus,
+    rollback_version: Option<u32>,
+) -> Result<(Option<ReleaseRecord>, Option<ReleaseRecord>), ReconcileError> {
     let records = SecretStorage::new(
         ctx.cluster.client().clone(),
         plan.release.storage_namespace.as_str(),
@@ -275,30 +259,25 @@ pub async fn observe(
         .last(plan.release.name.as_str())
         .await
         .map_err(storage_error)?
-        .map(|r| record_of(&r, &status))
+        .map(|r| record_of(&r, status))
         .transpose()
         .map_err(record_error)?;
-    let rollback_target = match release::rollback_candidate(plan, &status) {
-        Some(snap) => match records
-            .get(plan.release.name.as_str(), i64::from(snap.version))
+    let rollback_target = match rollback_version {
+        Some(version) => match records
+            .get(plan.release.name.as_str(), i64::from(version))
             .await
         {
-            Ok(r) => Some(record_of(&r, &status).map_err(record_error)?),
+            Ok(r) => Some(record_of(&r, status).map_err(record_error)?),
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(storage_error(e)),
         },
         None => None,
     };
-    Ok(Observed {
-        current,
-        rollback_target,
-        drift,
-        status,
-    })
+    Ok((current, rollback_target))
 }
 
-/// One reconcile of a plan with its chart: core's `AtomicRelease` loop, with every
-/// decision and outcome persisted.
+/// One reconcile of a plan with its chart: core's [`Driver`] decides, this carries it out
+/// (observes Helm storage, detects drift, persists the status, runs the actions).
 pub async fn reconcile(
     ctx: &Context,
     plan: &ReleasePlan,
@@ -317,114 +296,72 @@ pub async fn reconcile_until(
     chart: &Chart,
     stop: &AtomicBool,
 ) -> Result<ReconcileReport, ReconcileError> {
-    let mut status = ctx
+    let status = ctx
         .state
         .load(&plan.object)
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
+    // The plan is recorded before anything is decided (a no-op when it is already), so a
+    // restart resumes this plan, suspended or not.
+    ctx.state.save(plan, &status).await?;
     let cluster = ctx.action_cluster(plan)?;
-    let executor = |storage_namespace: &str| Executor {
+    let exec = Executor {
         cluster: &cluster,
-        records: SecretStorage::new(cluster.client().clone(), storage_namespace),
+        records: SecretStorage::new(
+            cluster.client().clone(),
+            plan.release.storage_namespace.as_str(),
+        ),
         renderer: ctx.renderer.clone(),
         plan,
         chart,
     };
-    let mut actions = Vec::new();
-    let mut events = Vec::new();
-    match release::begin_reconcile(plan, &mut status) {
-        Begin::Suspended => {
-            ctx.state.save(plan, &status).await?;
-            return Ok(ReconcileReport {
-                step: Step::Done,
-                status,
-                actions,
-                events,
-            });
-        }
-        Begin::UninstallPrevious(action) => {
-            let timeout = action.timeout(plan).get();
-            ctx.state.save(plan, &status).await?;
-            let outcome = executor(plan.release.storage_namespace.as_str())
-                .run(&action, timeout, &status)
-                .await;
-            actions.push(action.name());
-            let applied = apply_outcome(plan, &action, &outcome, &mut status, &now());
-            events.extend(applied.events);
-            let step = Step::Requeue;
-            finish_reconcile(plan, &mut status, &step);
-            ctx.state.save(plan, &status).await?;
-            post_events(ctx, plan, &events).await;
-            return Ok(ReconcileReport {
-                step,
-                status,
-                actions,
-                events,
-            });
-        }
-        Begin::Proceed { reset } => {
-            if let Some(reset) = reset {
-                tracing::info!(%reset, "failure counters reset");
-            }
-        }
-    }
-    ctx.state.save(plan, &status).await?;
-    let exec = executor(plan.release.storage_namespace.as_str());
-    let mut atomic = AtomicRelease::new();
-    let mut drift = DriftObservation::NotChecked;
+    let mut driver = Driver::new(plan, status);
     let mut drift_set = None;
-    let mut steps = 0;
-    let stop = loop {
-        steps += 1;
-        if steps > MAX_STEPS {
-            return Err(ReconcileError::NotSettled {
-                object: object_key(plan),
-            });
-        }
-        if stop.load(Ordering::SeqCst) {
-            tracing::info!("stopping at a safe point: superseded or shutting down");
-            break Step::Requeue;
-        }
-        let mut observed = observe(ctx, plan, drift.clone()).await?;
-        let step = atomic.step(plan, &mut observed, &now());
-        status = observed.status;
-        ctx.state.save(plan, &status).await?;
-        match step {
-            Step::Run {
-                action: Action::DetectDrift,
-                ..
-            } => {
-                (drift, drift_set) = detect_drift(ctx, &cluster, plan).await;
+    loop {
+        match driver.next(&now()) {
+            Next::Observe { rollback_version } => {
+                let (current, rollback_target) =
+                    observe(ctx, plan, driver.status(), rollback_version).await?;
+                driver.observed(current, rollback_target);
             }
-            Step::Run { action, timeout } => {
+            Next::DetectDrift => {
+                let (observation, set) = detect_drift(ctx, &cluster, plan).await;
+                drift_set = set;
+                driver.drift(observation);
+            }
+            Next::Persist => {
+                ctx.state.save(plan, driver.status()).await?;
+                driver.persisted();
+            }
+            Next::Run { action, timeout } => {
+                if stop.load(Ordering::SeqCst) {
+                    tracing::info!("stopping at a safe point: superseded or shutting down");
+                    driver.stop();
+                    continue;
+                }
                 tracing::info!(action = action.name(), "running action");
                 let outcome = match (&action, &drift_set) {
                     (Action::CorrectDrift { .. }, Some(set)) => {
                         crate::drift::correct(&cluster, set, timeout.get()).await
                     }
-                    _ => exec.run(&action, timeout.get(), &status).await,
+                    _ => exec.run(&action, timeout.get(), driver.status()).await,
                 };
-                actions.push(action.name());
-                drift = DriftObservation::NotChecked;
-                let done = atomic.complete(plan, &action, &outcome, &mut status, &now());
-                ctx.state.save(plan, &status).await?;
-                if let Some(stop) = done {
-                    break stop;
-                }
+                driver.completed(&action, &outcome, &now());
             }
-            stop => break stop,
+            Next::Done(_) => break,
         }
-    };
-    finish_reconcile(plan, &mut status, &stop);
-    ctx.state.save(plan, &status).await?;
-    events.extend(atomic.take_events());
-    post_events(ctx, plan, &events).await;
+    }
+    let finished = driver.finish();
+    if let Some(reset) = finished.reset {
+        tracing::info!(%reset, "failure counters reset");
+    }
+    post_events(ctx, plan, &finished.events).await;
     Ok(ReconcileReport {
-        step: stop,
-        status,
-        actions,
-        events,
+        step: finished.step,
+        status: finished.status,
+        actions: finished.actions,
+        events: finished.events,
     })
 }
 

@@ -646,6 +646,8 @@ impl Supervisor {
                 let failed = matches!(report.step, Step::Failed(_) | Step::Requeue);
                 held.failures = if failed { held.failures + 1 } else { 0 };
                 tracing::info!(
+                    object = %key,
+                    revision = %revision,
                     elapsed_ms = elapsed.as_millis() as u64,
                     actions = ?report.actions,
                     step = %step_summary(&report.step),
@@ -662,6 +664,8 @@ impl Supervisor {
             Err(e) => {
                 held.failures += 1;
                 tracing::warn!(
+                    object = %key,
+                    revision = %revision,
                     elapsed_ms = elapsed.as_millis() as u64,
                     kind = e.kind(),
                     error = %crate::kube::error_chain(&e),
@@ -737,7 +741,7 @@ impl Supervisor {
         }
         match result {
             Ok((report, outcome)) if matches!(report.step, Step::Done) => {
-                tracing::info!(?outcome, "deleted");
+                tracing::info!(object = %key, ?outcome, "deleted");
                 if let Some(m) = &self.options.metrics {
                     for action in &report.actions {
                         m.action(action, true);
@@ -789,7 +793,7 @@ impl Supervisor {
             Err(e) => {
                 held.failures += 1;
                 let failures = held.failures;
-                tracing::warn!(kind = e.kind(), error = %crate::kube::error_chain(&e), "deletion failed");
+                tracing::warn!(object = %key, kind = e.kind(), error = %crate::kube::error_chain(&e), "deletion failed");
                 if let Some(m) = &self.options.metrics {
                     m.reconcile_error(e.kind());
                 }
