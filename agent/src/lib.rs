@@ -9,7 +9,8 @@
 //! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
 //! [`kube::ClusterApi`]. [`reconcile`] runs a plan through core's state machine,
 //! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events,
-//! [`memory`] returns freed heap pages to the kernel when the agent goes idle.
+//! [`memory`] returns freed heap pages to the kernel when the agent goes idle, [`telemetry`]
+//! holds the metrics, the probe server and the log subscriber.
 
 pub mod cmd;
 pub mod drift;
@@ -19,3 +20,4 @@ pub mod memory;
 pub mod reconcile;
 pub mod runtime;
 pub mod storage;
+pub mod telemetry;
