@@ -9,8 +9,10 @@
 //! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
 //! [`kube::ClusterApi`]. [`reconcile`] runs a plan through core's state machine,
 //! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events,
-//! [`memory`] returns freed heap pages to the kernel when the agent goes idle.
+//! [`memory`] returns freed heap pages to the kernel when the agent goes idle, [`charts`]
+//! gives the chart of a plan (local charts, or a verified on-disk cache of fetched archives).
 
+pub mod charts;
 pub mod drift;
 pub mod events;
 pub mod kube;
