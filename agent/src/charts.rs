@@ -549,7 +549,8 @@ impl Drop for FlightGuard<'_> {
 }
 
 /// A bounded on-disk cache of chart archives keyed by sha256, in front of a fetcher, with a
-/// small in-memory cache of loaded charts (see the [module docs](crate::charts) for the guarantees).
+/// small in-memory cache of loaded charts (the [module docs](crate::charts) give the
+/// guarantees).
 pub struct CachedCharts<F: ArchiveFetcher> {
     disk: Arc<Disk>,
     fetcher: F,
