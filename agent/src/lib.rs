@@ -1,17 +1,23 @@
 //! The Flotilla agent: the IO shell that executes release plans in one workload cluster.
 //!
-//! It will hold the plan store, the executor (server-side apply, hooks, waits, tests, drift),
-//! the Helm-compatible storage driver and the session to the hub. Decisions come from
+//! Start at [`runtime`]: the long-lived agent that holds many plans (persisted in the
+//! cluster), schedules their reconciles and is driven by commands; plan-file mode and the
+//! hub are its clients ([`cmd`] holds the binary's commands). Decisions come from
 //! `flotilla-core`; rendering comes from `flotilla-chart`.
 //!
-//! What exists today is [`kube`]: the Kubernetes executor primitives (manifest to objects,
-//! API discovery, server-side apply with Helm's ownership rules, deletion, kstatus readiness
-//! and watch-driven waits, hook execution, ServiceAccount impersonation). Start at
-//! [`kube::ClusterApi`]. [`reconcile`] runs a plan through core's state machine,
-//! [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes Events,
-//! [`memory`] returns freed heap pages to the kernel when the agent goes idle, [`telemetry`]
-//! holds the metrics, the probe server and the log subscriber.
+//! - [`reconcile`] carries out core's reconcile driver for one plan; [`reconcile::state`] is
+//!   the plan store; [`storage`] is Helm's own release storage.
+//! - [`kube`]: the Kubernetes executor primitives (manifest to objects, API discovery,
+//!   server-side apply with Helm's ownership rules, deletion, kstatus readiness and
+//!   watch-driven waits, hook execution, ServiceAccount impersonation).
+//! - [`drift`] detects and corrects drift as Flux does, [`events`] posts the Kubernetes
+//!   Events.
+//! - [`charts`] gives the chart of a plan (local charts, or a verified on-disk cache of
+//!   fetched archives).
+//! - [`telemetry`] holds the metrics, the probe server and the log subscriber; [`memory`]
+//!   returns freed heap pages to the kernel when the agent goes idle.
 
+pub mod charts;
 pub mod cmd;
 pub mod drift;
 pub mod events;
