@@ -638,6 +638,25 @@ impl<F: ArchiveFetcher> CachedCharts<F> {
         }
     }
 
+    /// Puts an archive in the cache with the chart loaded from it (plan-file mode imports
+    /// its charts this way, so an agent restarted with no input finds them); the chart is
+    /// kept in memory too. Returns the archive's digest.
+    pub async fn insert(&self, bytes: Vec<u8>, chart: Chart) -> Result<ChartDigest, ChartError> {
+        let digest = ChartDigest::of_bytes(&bytes);
+        let disk = self.disk.clone();
+        let d = digest.clone();
+        blocking(&digest, move || {
+            if bytes.len() as u64 > disk.max_bytes {
+                return Ok(());
+            }
+            disk.write(&d, &bytes)
+                .map_err(|e| ChartError::io(disk.path(&d), e))
+        })
+        .await?;
+        lock(&self.loaded).insert(digest.clone(), Arc::new(chart));
+        Ok(digest)
+    }
+
     /// A hit in the loaded charts (which counts as a use of the archive on disk).
     fn loaded_hit(&self, digest: &ChartDigest) -> Option<Arc<Chart>> {
         let chart = lock(&self.loaded).get(digest)?;
@@ -731,6 +750,21 @@ impl<F: ArchiveFetcher> ChartSource for CachedCharts<F> {
         artifact: &'a ChartArtifact,
     ) -> BoxFuture<'a, Result<Arc<Chart>, ChartError>> {
         Box::pin(self.get(&artifact.digest))
+    }
+}
+
+/// No source behind the cache: an archive that is not cached is not found (plan-file
+/// mode, and `flotilla-agent run` without a hub).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFetcher;
+
+impl ArchiveFetcher for NoFetcher {
+    fn fetch<'a>(&'a self, digest: &'a ChartDigest) -> BoxFuture<'a, Result<Vec<u8>, ChartError>> {
+        Box::pin(async move {
+            Err(ChartError::NotFound {
+                digest: digest.clone(),
+            })
+        })
     }
 }
 

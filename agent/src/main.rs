@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use flotilla_agent::cmd;
 use flotilla_agent::runtime::AgentOptions;
@@ -86,7 +85,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = telemetry::init_logging(cli.log_format) {
-        eprintln!("flotilla-agent: {e:#}");
+        eprintln!("flotilla-agent: {e}");
         return ExitCode::FAILURE;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -168,5 +167,5 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
     if let Some(server) = server {
         let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     }
-    result.context("flotilla-agent")
+    result
 }

@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use flotilla_core::agent::{ObjectKey, Report, StatusReport};
 use flotilla_core::release::Step;
 
-use crate::charts::LocalCharts;
+use super::ChartCache;
 use crate::reconcile::plan_file::{self, PlanFile};
 use crate::runtime::{Agent, AgentOptions, step_summary};
 
@@ -77,13 +77,17 @@ fn plan_paths(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
     (out, errors)
 }
 
-/// Runs plan-file mode until done (or a signal, with `--watch`); returns the failures.
-pub async fn apply(ctx: crate::reconcile::Context, apply: Apply) -> anyhow::Result<Vec<String>> {
+/// Runs plan-file mode until done (or a signal, with `--watch`); returns the failures. The
+/// plans' charts go into `charts`, where a restarted agent finds them.
+pub async fn apply(
+    ctx: crate::reconcile::Context,
+    charts: Arc<ChartCache>,
+    apply: Apply,
+) -> anyhow::Result<Vec<String>> {
     let (paths, mut failures) = plan_paths(&apply.plans);
     for f in &failures {
         eprintln!("{f}");
     }
-    let charts = Arc::new(LocalCharts::new());
     let mut files: BTreeMap<ObjectKey, (PathBuf, PlanFile)> = BTreeMap::new();
     for path in paths {
         let file = match plan_file::load(&path) {
@@ -123,7 +127,10 @@ pub async fn apply(ctx: crate::reconcile::Context, apply: Apply) -> anyhow::Resu
     let mut signals = Signals::new()?;
     let mut waiting: BTreeMap<ObjectKey, PathBuf> = BTreeMap::new();
     for (key, (path, file)) in files {
-        charts.insert(file.plan.chart.digest.clone(), file.chart);
+        charts
+            .insert(file.archive, file.chart)
+            .await
+            .with_context(|| format!("{}: caching its chart", path.display()))?;
         waiting.insert(key, path.clone());
         agent
             .upsert(file.plan)

@@ -13,9 +13,33 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
+use crate::charts::{CachedCharts, NoFetcher};
 use crate::reconcile::Context;
 use crate::reconcile::render::ChartRenderer;
 use crate::telemetry::{Health, Metrics};
+
+/// The agent's chart cache: archives by sha256 on disk, nothing behind it yet (plan-file
+/// mode fills it; the hub session will fetch into it).
+pub type ChartCache = CachedCharts<NoFetcher>;
+
+/// How many bytes of chart archives the cache keeps.
+pub const CHART_CACHE_BYTES: u64 = 512 << 20;
+
+/// The chart cache in `dir`, by default `$XDG_CACHE_HOME/flotilla-agent/charts` (or
+/// `~/.cache/...`, or the temporary directory when there is no home).
+pub fn chart_cache(dir: Option<&Path>) -> anyhow::Result<Arc<ChartCache>> {
+    let dir = match dir {
+        Some(dir) => dir.to_owned(),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("flotilla-agent/charts"),
+    };
+    let cache = CachedCharts::new(dir.clone(), CHART_CACHE_BYTES, NoFetcher)
+        .with_context(|| format!("opening the chart cache {}", dir.display()))?;
+    Ok(Arc::new(cache))
+}
 
 /// The client configuration: `kubeconfig` when given, else the usual inference
 /// (`$KUBECONFIG`, `~/.kube/config`, then the in-cluster ServiceAccount).
@@ -54,6 +78,7 @@ pub async fn serve_telemetry(
     health: Health,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let shutdown = shutdown.cancelled_owned();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("listening on {addr} for metrics and health"))?;

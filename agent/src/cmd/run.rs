@@ -6,15 +6,23 @@
 
 use flotilla_core::agent::Report;
 
+use std::sync::Arc;
+
+use super::ChartCache;
 use super::apply::Signals;
 use crate::reconcile::Context;
 use crate::runtime::{Agent, AgentOptions};
 use crate::telemetry::Health;
 
 /// Runs until a signal.
-pub async fn run(ctx: Context, options: AgentOptions, health: Health) -> anyhow::Result<()> {
+pub async fn run(
+    ctx: Context,
+    charts: Arc<ChartCache>,
+    options: AgentOptions,
+    health: Health,
+) -> anyhow::Result<()> {
     let mut signals = Signals::new()?;
-    let (agent, mut reports) = Agent::start(ctx, std::sync::Arc::new(crate::charts::LocalCharts::new()), options).await?;
+    let (agent, mut reports) = Agent::start(ctx, charts, options).await?;
     health.set_ready(true);
     let mut stopping = false;
     loop {

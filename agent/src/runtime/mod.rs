@@ -819,8 +819,8 @@ impl Supervisor {
 
     fn gauges(&self) {
         if let Some(m) = &self.options.metrics {
-            m.set_plans_held(self.releases.len() as i64);
-            m.set_queue_depth(self.queue.due_at(Instant::now()) as i64);
+            m.set_plans_held(self.releases.len());
+            m.set_queue_depth(self.queue.due_at(Instant::now()));
         }
     }
 }
