@@ -253,7 +253,7 @@ pub async fn observe(
 ) -> Result<Observed, ReconcileError> {
     let status = ctx
         .state
-        .load(&plan.object)
+        .load(&plan.object.key())
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
@@ -305,7 +305,7 @@ pub async fn reconcile(
 ) -> Result<ReconcileReport, ReconcileError> {
     let mut status = ctx
         .state
-        .load(&plan.object)
+        .load(&plan.object.key())
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
@@ -421,12 +421,12 @@ pub async fn delete_release(
 ) -> Result<ReconcileReport, ReconcileError> {
     let mut status = ctx
         .state
-        .load(&plan.object)
+        .load(&plan.object.key())
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
     let Some(action) = release::uninstall_for_deletion(plan, &status) else {
-        ctx.state.delete(&plan.object).await?;
+        ctx.state.delete(&plan.object.key()).await?;
         return Ok(ReconcileReport {
             step: Step::Done,
             status,
@@ -459,7 +459,7 @@ pub async fn delete_release(
             })
         }
         None => {
-            ctx.state.delete(&plan.object).await?;
+            ctx.state.delete(&plan.object.key()).await?;
             Step::Done
         }
     };
