@@ -12,7 +12,7 @@ use std::time::Duration;
 use flotilla_agent::reconcile::state::StateStore;
 use flotilla_agent::storage::{SecretStorage, status_of};
 use flotilla_chart::release::Status;
-use flotilla_core::plan::ObjectRef;
+use flotilla_core::agent::ObjectKey;
 use flotilla_tests::{Cluster, ClusterOptions, tools};
 
 use common::Hr;
@@ -169,10 +169,9 @@ async fn an_agent_killed_mid_upgrade_recovers_the_pending_release_on_restart() -
 
     // What the agent recorded agrees with what helm reads from storage.
     let state = StateStore::new(client.clone(), "default")
-        .load(&ObjectRef {
+        .load(&ObjectKey {
             namespace: "default".parse()?,
             name: "demo".parse()?,
-            uid: None,
         })
         .await?
         .expect("the agent's state");

@@ -274,9 +274,13 @@ async fn a_restarted_agent_resumes_from_the_persisted_state() -> anyhow::Result<
     drop(ctx);
     let ctx = context(&cluster).await?;
     let state = StateStore::new(cluster.client().await?, "default");
-    let persisted = state.load(&p.plan.object).await?.expect("state Secret");
+    let persisted = state
+        .load(&p.plan.object.key())
+        .await?
+        .expect("state Secret");
     assert_eq!(persisted.status, report.status);
-    assert_eq!(secret_name(&p.plan.object), "flotilla-release-default-demo");
+    let name = secret_name(&p.plan.object.key());
+    assert!(name.starts_with("flotilla-release-default-demo-"), "{name}");
     let again = run(&ctx, &p).await?;
     assert!(
         again.actions.is_empty(),
@@ -312,7 +316,7 @@ async fn deleting_the_helm_release_uninstalls_the_release_and_forgets_its_state(
     assert!(configs.get_opt("demo-config").await?.is_none());
     let state = StateStore::new(cluster.client().await?, "default");
     assert!(
-        state.load(&p.plan.object).await?.is_none(),
+        state.load(&p.plan.object.key()).await?.is_none(),
         "state forgotten"
     );
     Ok(())

@@ -298,7 +298,7 @@ pub async fn reconcile_until(
 ) -> Result<ReconcileReport, ReconcileError> {
     let status = ctx
         .state
-        .load(&plan.object)
+        .load(&plan.object.key())
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
@@ -387,12 +387,12 @@ pub async fn delete_release(
     };
     let mut status = ctx
         .state
-        .load(&plan.object)
+        .load(&plan.object.key())
         .await?
         .map(|s| s.status)
         .unwrap_or_default();
     let Some(action) = release::uninstall_for_deletion(plan, &status) else {
-        ctx.state.delete(&plan.object).await?;
+        ctx.state.delete(&plan.object.key()).await?;
         let report = ReconcileReport {
             step: Step::Done,
             status,
@@ -426,7 +426,7 @@ pub async fn delete_release(
             })
         }
         None => {
-            ctx.state.delete(&plan.object).await?;
+            ctx.state.delete(&plan.object.key()).await?;
             Step::Done
         }
     };
