@@ -463,11 +463,15 @@ impl ClusterApi {
         let mut crds: Vec<Resource> = Vec::new();
         for batch in ordered.chunk_by(|a, b| a.gvk.kind == b.gvk.kind) {
             let crds_so_far = &crds;
+            // The futures are made first: a stream holding the mapping closure (generic
+            // over its argument's lifetimes) keeps the whole reconcile future from being
+            // provably `Send`.
+            let applies: Vec<_> = batch
+                .iter()
+                .map(|obj| self.resolve_and_apply(obj, options, crds_so_far))
+                .collect();
             let results: Vec<Result<(Resource, bool), ApplyError>> =
-                futures::stream::iter(batch.iter().map(|obj| async move {
-                    let resource = self.resolve_applying(obj, options, crds_so_far).await?;
-                    self.apply_one(&resource, options).await
-                }))
+                futures::stream::iter(applies)
                 .buffered(APPLY_CONCURRENCY)
                 .collect()
                 .await;
@@ -502,6 +506,17 @@ impl ClusterApi {
 
     /// Resolves `obj`; when its kind is not served but a CRD applied in this call defines
     /// it, waits for that CRD and for discovery to serve the kind.
+    /// Resolves and applies one object.
+    async fn resolve_and_apply(
+        &self,
+        obj: &ManifestObject,
+        options: &ApplyOptions,
+        crds: &[Resource],
+    ) -> Result<(Resource, bool), ApplyError> {
+        let resource = self.resolve_applying(obj, options, crds).await?;
+        self.apply_one(&resource, options).await
+    }
+
     async fn resolve_applying(
         &self,
         obj: &ManifestObject,

@@ -407,7 +407,7 @@ impl Executor<'_> {
         rls: &mut Release,
         event: HookEvent,
         timeout: Duration,
-        selected: &dyn Fn(&Hook) -> bool,
+        selected: &(dyn Fn(&Hook) -> bool + Sync),
         writes: &mut Writes,
     ) -> Result<(), String> {
         let mut order: Vec<usize> = (0..rls.hooks.len())
