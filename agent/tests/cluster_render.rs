@@ -12,6 +12,7 @@ use flotilla_agent::reconcile::plan_file::PlanFile;
 use flotilla_agent::reconcile::render::ChartRenderer;
 use flotilla_agent::reconcile::{Context, ReconcileReport};
 use flotilla_core::meta::{condition, reason};
+use flotilla_tests::cluster::pinned_kubernetes_version;
 use flotilla_tests::tools::{self, helm_history, helm_in as helm, kubectl_in};
 use flotilla_tests::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -118,8 +119,7 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
     );
 
     // And the reference saw what the cluster holds (so the comparison is not vacuous).
-    // (The test clusters' API servers are built from Go modules without version stamps.)
-    assert!(!expected["kubeVersion"].is_empty());
+    assert_eq!(expected["kubeVersion"], pinned_kubernetes_version()?);
     assert_eq!(expected["appsV1Deployment"], "true");
     assert_eq!(expected["widgetsServed"], "true");
     assert_eq!(expected["notServed"], "false");
@@ -136,7 +136,7 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
         &[
             "install",
             "gate",
-            &chart_path("kube-version"),
+            &chart_path("kube-version-unmet"),
             "-n",
             "default",
         ],
@@ -148,11 +148,13 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
         .trim()
         .trim_start_matches("Error: INSTALLATION FAILED: ")
         .to_owned();
-    let report = run(&ctx, &plan("gate", "kube-version", 1, "")).await?;
+    let report = run(&ctx, &plan("gate", "kube-version-unmet", 1, "")).await?;
     let (r, message) = released(&report);
     assert_eq!(r, reason::INSTALL_FAILED);
     assert!(
-        helm_reason.starts_with("chart requires kubeVersion") && message.contains(&helm_reason),
+        helm_reason.starts_with("chart requires kubeVersion")
+            && helm_reason.ends_with(&format!("Kubernetes {}", expected["kubeVersion"]))
+            && message.contains(&helm_reason),
         "helm: {helm_says}\nagent: {message}"
     );
     Ok(())

@@ -50,10 +50,10 @@ async fn events_name_the_helmrelease_uid_and_repeats_are_counted_per_uid() -> an
         "default",
         Arc::new(ChartRenderer::default()),
     );
-    // A chart whose kubeVersion constraint the cluster fails: every install attempt fails
+    // A chart whose kubeVersion constraint no cluster meets: every install attempt fails
     // with the same message.
     let first_uid = "3c4f1f0e-7c55-4c1e-9a3b-0d6f1d1e0001";
-    let p = plan("gate", Some(first_uid), "kube-version");
+    let p = plan("gate", Some(first_uid), "kube-version-unmet");
     for _ in 0..2 {
         let report = reconcile(&ctx, &p.plan, &p.chart).await?;
         let released = report
@@ -81,7 +81,7 @@ async fn events_name_the_helmrelease_uid_and_repeats_are_counted_per_uid() -> an
 
     // The same HelmRelease recreated (a new uid): its failure is a new Event.
     let second_uid = "3c4f1f0e-7c55-4c1e-9a3b-0d6f1d1e0002";
-    let p = plan("gate", Some(second_uid), "kube-version");
+    let p = plan("gate", Some(second_uid), "kube-version-unmet");
     reconcile(&ctx, &p.plan, &p.chart).await?;
     let events = events_about(&client, "gate").await?;
     let mut failed: Vec<(Option<String>, Option<i32>)> = events
@@ -100,7 +100,7 @@ async fn events_name_the_helmrelease_uid_and_repeats_are_counted_per_uid() -> an
 
     // Eleven events of one reason with distinct messages: nine Events of their own, then
     // one combined Event counting the tenth and eleventh, with the latest message.
-    let p = plan("drifty", Some(first_uid), "kube-version");
+    let p = plan("drifty", Some(first_uid), "kube-version-unmet");
     let recorder = flotilla_agent::events::Recorder::default();
     for i in 0..11 {
         let e = flotilla_core::release::Event {

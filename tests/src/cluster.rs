@@ -91,6 +91,32 @@ pub fn upstream_bin_dir() -> anyhow::Result<PathBuf> {
     .map_err(anyhow::Error::msg)
 }
 
+/// The Kubernetes version the local clusters run (`v1.35.4`): the `k8s.io/kubernetes` version
+/// pinned in `tests/upstream/kubernetes/go.mod`, which `tools/build-upstream` stamps into the
+/// binaries, so `/version`, `kubectl version` and `.Capabilities.KubeVersion` report it.
+pub fn pinned_kubernetes_version() -> anyhow::Result<String> {
+    let go_mod = workspace_root().join("tests/upstream/kubernetes/go.mod");
+    let text = std::fs::read_to_string(&go_mod)
+        .with_context(|| format!("reading {}", go_mod.display()))?;
+    kubernetes_version_in_go_mod(&text)
+        .map(str::to_owned)
+        .with_context(|| format!("{}: no requirement of k8s.io/kubernetes", go_mod.display()))
+}
+
+/// The version of the `k8s.io/kubernetes` requirement in a go.mod's text, whether it is a
+/// `require` line of its own or a line of a `require ( ... )` block.
+fn kubernetes_version_in_go_mod(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let line = line.trim();
+        let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
+        let version = line
+            .strip_prefix("k8s.io/kubernetes ")?
+            .split_whitespace()
+            .next()?;
+        version.starts_with('v').then_some(version)
+    })
+}
+
 /// The repository root (this crate lives in `tests/`).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -522,4 +548,28 @@ fn free_port() -> anyhow::Result<u16> {
 fn path_str(path: &Path) -> anyhow::Result<&str> {
     path.to_str()
         .with_context(|| format!("{} is not valid UTF-8", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kubernetes_version_in_go_mod;
+
+    #[test]
+    fn the_kubernetes_version_is_read_from_a_require_line_or_a_require_block() {
+        let line = "module m\n\ngo 1.25.0\n\nrequire k8s.io/kubernetes v1.35.4\n\nrequire (\n\tk8s.io/api v0.35.4 // indirect\n)\n";
+        assert_eq!(kubernetes_version_in_go_mod(line), Some("v1.35.4"));
+        let block = "module m\n\nrequire (\n\tk8s.io/kubernetes-sigs v9.9.9\n\tk8s.io/kubernetes v1.34.2 // indirect\n)\n";
+        assert_eq!(kubernetes_version_in_go_mod(block), Some("v1.34.2"));
+        assert_eq!(
+            kubernetes_version_in_go_mod("require k8s.io/api v0.35.4\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_pinned_kubernetes_version_is_the_one_of_the_upstream_go_mod() {
+        let version =
+            super::pinned_kubernetes_version().expect("the go.mod pins k8s.io/kubernetes");
+        assert!(version.starts_with("v1."), "{version}");
+    }
 }

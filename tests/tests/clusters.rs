@@ -1,15 +1,18 @@
 //! The local clusters are real: controllers, scheduler and kwok do their jobs, clusters are
 //! isolated from each other, and no process outlives the test that started it.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flotilla_tests::process::alive;
 use flotilla_tests::{Cluster, ClusterOptions, wait};
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -165,6 +168,50 @@ async fn a_namespace_deletion_finishes() -> anyhow::Result<()> {
         Ok(namespaces.get_opt("doomed").await?.is_none().then_some(()))
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn three_hundred_services_all_get_a_cluster_ip_from_the_service_range() -> anyhow::Result<()>
+{
+    // More Services than a /24 holds (the range was one once, and a chart installed many
+    // times over exhausted it): every one gets its own address in 10.0.0.0/16.
+    const SERVICES: usize = 300;
+    let cluster = Cluster::start(ClusterOptions::named("services")).await?;
+    let api: Api<Service> = Api::namespaced(cluster.client().await?, "default");
+    let created: Vec<Service> = futures::stream::iter(0..SERVICES)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let service: Service = serde_json::from_value(serde_json::json!({
+                    "metadata": { "name": format!("svc-{i}") },
+                    "spec": {
+                        "type": "ClusterIP",
+                        "selector": { "app": format!("app-{i}") },
+                        "ports": [{ "port": 80, "targetPort": 8080 }],
+                    },
+                }))?;
+                anyhow::Ok(api.create(&PostParams::default(), &service).await?)
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await?;
+    let ips: BTreeSet<Ipv4Addr> = created
+        .iter()
+        .map(|s| {
+            let ip = s.spec.as_ref().and_then(|spec| spec.cluster_ip.as_deref());
+            ip.unwrap_or_default().parse::<Ipv4Addr>()
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        ips.len(),
+        SERVICES,
+        "every Service has an address of its own"
+    );
+    for ip in &ips {
+        assert_eq!(ip.octets()[..2], [10, 0], "{ip} is in 10.0.0.0/16");
+    }
     Ok(())
 }
 
