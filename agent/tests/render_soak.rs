@@ -32,14 +32,14 @@ fn rendering_the_same_releases_a_thousand_times_leaves_resident_memory_flat() {
         })
         .collect();
     let renderer = ChartRenderer::default();
-    let mut render_all = |round: usize| {
+    let render_all = |round: usize| {
         for (name, chart, values) in &releases {
             let options = RenderOptions {
                 release_name: format!("{name}-{}", round % 7),
                 namespace: "default".into(),
                 revision: 1 + (round % 3) as i64,
-                is_install: round % 2 == 0,
-                is_upgrade: round % 2 == 1,
+                is_install: round.is_multiple_of(2),
+                is_upgrade: !round.is_multiple_of(2),
                 ..RenderOptions::default()
             };
             let rendered = renderer

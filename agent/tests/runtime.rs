@@ -239,7 +239,7 @@ async fn delete_uninstalls_and_reports_deleted_and_a_bad_plan_is_rejected_naming
     }
 
     // What the runtime counted.
-    let text = metrics.encode();
+    let text = metrics.encode()?;
     for want in [
         "flotilla_agent_plans_held 0",
         "flotilla_agent_action_total{action=\"install\",result=\"success\"} 1",

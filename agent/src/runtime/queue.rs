@@ -91,11 +91,11 @@ impl<K: Ord + Hash + Clone> WorkQueue<K> {
     /// runs again right after it finishes when `when` is not later than `now`; a later time
     /// is kept for after it finishes.
     pub fn schedule(&mut self, key: K, when: Instant, now: Instant) {
-        if let Some(rerun) = self.running.get_mut(&key) {
-            if when <= now {
-                *rerun = true;
-                return;
-            }
+        if let Some(rerun) = self.running.get_mut(&key)
+            && when <= now
+        {
+            *rerun = true;
+            return;
         }
         match self.at.get(&key) {
             Some(&t) if t <= when => {}
