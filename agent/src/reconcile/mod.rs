@@ -423,6 +423,7 @@ pub async fn delete_release(
             Step::Failed(release::ReconcileError::Action {
                 action: action.name(),
                 message,
+                transient: applied.transient,
             })
         }
         None => {
