@@ -1,7 +1,6 @@
 //! Flux's observation of a stored record: [`observation_of`] turns Helm's release record
-//! ([`flotilla_chart::release::Release`]) into core's
-//! [`Observation`](flotilla_core::observation::Observation), whose digest is
-//! `status.history[].digest`.
+//! ([`flotilla_chart::release::Release`]) into core's observation
+//! ([`flotilla_core::observation::Observation`]), whose digest is `status.history[].digest`.
 //!
 //! The conversion is field by field and gives what decoding the record's JSON (`info`,
 //! `chart.metadata`, `config`, `manifest`, `hooks`) into the observation types would give:

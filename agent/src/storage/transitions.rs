@@ -465,6 +465,42 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_is_transient_and_a_missing_release_or_revision_is_not() {
+        let name = || "web".to_owned();
+        let cases = [
+            (
+                TransitionError::NoDeployedReleases { name: name() },
+                "no_deployed_releases",
+                false,
+            ),
+            (
+                TransitionError::Locked {
+                    name: name(),
+                    version: 2,
+                    status: Status::PendingRollback,
+                },
+                "locked",
+                true,
+            ),
+            (
+                TransitionError::NoRevision {
+                    name: name(),
+                    version: 3,
+                },
+                "no_revision",
+                false,
+            ),
+        ];
+        for (error, kind, transient) in cases {
+            assert_eq!(
+                (error.kind(), error.is_transient()),
+                (kind, transient),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn a_rollback_record_copies_the_target_and_continues_the_history() {
         let history = vec![
             rec(1, Status::Superseded, "Install complete"),
