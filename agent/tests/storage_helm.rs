@@ -11,7 +11,7 @@ use std::time::Duration;
 use flotilla_agent::kube::apply::{ApplyOptions, ReleaseRef};
 use flotilla_agent::kube::manifest::parse_manifest;
 use flotilla_agent::kube::{ClusterApi, error_chain};
-use flotilla_agent::storage::transitions::{self, INSTALL_COMPLETE, UPGRADE_COMPLETE};
+use flotilla_agent::storage::transitions::{self, INSTALL_COMPLETE, UPGRADE_COMPLETE, Unlock};
 use flotilla_agent::storage::{SecretStorage, StorageError, status_of};
 use flotilla_chart::release::{Hook, HookEvent, HookPhase, Info, RecordChart, Release, Status};
 use flotilla_chart::time::GoTime;
@@ -589,17 +589,17 @@ async fn a_release_left_pending_by_a_crash_is_unlocked_and_helm_can_upgrade_it()
         Err(transitions::TransitionError::Locked { version: 2, .. })
     ));
 
-    let unlocked = storage
-        .unlock("stuck")
-        .await?
-        .expect("revision 2 is pending");
-    assert_eq!(unlocked.previous, Status::PendingUpgrade);
-    assert_eq!(unlocked.release.version, 2);
-    assert!(
-        storage.unlock("stuck").await?.is_none(),
+    let Unlock::Unlocked { release, previous } = storage.unlock("stuck").await? else {
+        anyhow::bail!("revision 2 is pending");
+    };
+    assert_eq!(previous, Status::PendingUpgrade);
+    assert_eq!(release.version, 2);
+    assert_eq!(
+        storage.unlock("stuck").await?,
+        Unlock::NotPending,
         "nothing left to unlock"
     );
-    assert!(storage.unlock("absent").await?.is_none());
+    assert_eq!(storage.unlock("absent").await?, Unlock::NotFound);
     assert_eq!(
         helm_history("stuck", kubeconfig)?,
         [

@@ -1147,6 +1147,9 @@ pub enum ReconcileError {
         action: &'static str,
         /// The action's error.
         message: String,
+        /// Whether retrying may succeed with nothing changed ([`Applied::transient`]: the
+        /// executor's judgement of its error; core's own errors are not transient).
+        transient: bool,
     },
 }
 
@@ -1159,10 +1162,15 @@ impl ReconcileError {
         }
     }
 
-    /// Whether retrying may help. Both kinds are retried with backoff; terminal
-    /// conditions are reported as [`Step::Stalled`] instead.
+    /// Whether retrying with backoff may help without a change of the plan or the cluster.
+    /// An unknown release state (storage or cluster unreadable) is; an action's error is
+    /// when the executor said so. Both are retried with backoff either way; this tells a
+    /// failure worth waiting out from one that needs the user.
     pub fn is_transient(&self) -> bool {
-        true
+        match self {
+            Self::State(_) => true,
+            Self::Action { transient, .. } => *transient,
+        }
     }
 }
 
@@ -1304,6 +1312,7 @@ impl AtomicRelease {
             return Some(Step::Failed(ReconcileError::Action {
                 action: action.name(),
                 message: e,
+                transient: applied.transient,
             }));
         }
         if let Action::Uninstall { .. } = action {

@@ -1,10 +1,16 @@
 //! The Helm actions the state machine asks for, run against one workload cluster: install,
 //! upgrade, test, rollback, uninstall (plain and as remediation) and unlock.
 //!
-//! Every action writes release records with Helm's statuses and descriptions and reports
-//! an [`Outcome`] listing each record it wrote, for `flotilla_core::release::apply_outcome`.
-//! A failure before any record was written comes back with no writes (core then returns
-//! the error and backs off); a failure after marks the new record `failed`.
+//! Every action writes release records with Helm's statuses and descriptions, through
+//! [`crate::storage::transitions`], and reports an [`Outcome`] listing each record it wrote
+//! (the storage's [`Journal`]), for `flotilla_core::release::apply_outcome`. A failure
+//! before any record was written comes back with no writes (core then returns the error and
+//! backs off); a failure after marks the new record `failed`. Failures are
+//! [`ActionError`]s; the outcome carries their message and whether they are transient.
+
+mod error;
+
+pub use error::ActionError;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +24,6 @@ use flotilla_chart::release::{
 use flotilla_chart::time::GoTime;
 use flotilla_chart::{Chart, Values};
 use flotilla_core::duration::GoDuration;
-use flotilla_core::observation::Observation;
 use flotilla_core::plan::{ReleasePlan, ReleaseRecord};
 use flotilla_core::release::{Action, Outcome, observation_oci_digest};
 use flotilla_core::spec::{CommonMetadata, CrdsPolicy, DeletionPropagation, PostRenderStrategy};
@@ -33,9 +38,14 @@ use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
 use crate::kube::wait::WaitOptions;
-use crate::kube::{ClusterApi, ClusterLookup, Resource, error_chain};
-use crate::storage::transitions::set_status;
-use crate::storage::{SecretStorage, status_of};
+use crate::kube::{ApiFailure, ClusterApi, ClusterLookup, Resource, error_chain};
+use crate::storage::observation::{RecordError, observation_of};
+use crate::storage::transitions::{
+    INSTALL_COMPLETE, INSTALL_UNDERWAY, PREPARING_UPGRADE, Rollback, SUPERSEDED_BY_NEW_RELEASE,
+    UPGRADE_COMPLETE, Unlock, next_version, release_failed, rollback_failed, rollback_from_history,
+    rollback_to, set_status, superseded_by, upgrade_base, upgrade_failed,
+};
+use crate::storage::{Journal, SecretStorage, status_of};
 
 /// Runs actions for one plan.
 #[derive(Debug)]
@@ -52,38 +62,11 @@ pub struct Executor<'a> {
     pub chart: &'a Chart,
 }
 
-/// The records an action wrote, by version (the last write of each wins).
-#[derive(Debug, Default)]
-struct Writes(BTreeMap<i64, Release>);
-
-impl Writes {
-    fn push(&mut self, rls: &Release) {
-        self.0.insert(rls.version, rls.clone());
-    }
-}
-
 /// The summary core wants of a stored release, with the OCI digest its observation takes.
-pub fn record_of(rls: &Release, status: &HelmReleaseStatus) -> Result<ReleaseRecord, String> {
-    let version = u32::try_from(rls.version).map_err(|_| {
-        format!(
-            "release {:?} has an invalid version {}",
-            rls.name, rls.version
-        )
-    })?;
-    let value = serde_json::json!({
-        "name": rls.name,
-        "version": version,
-        "namespace": rls.namespace,
-        "info": rls.info.clone().unwrap_or_default(),
-        "chartMetadata": rls.chart.as_ref().and_then(|c| c.metadata.clone()).unwrap_or_default(),
-        "config": serde_json::Value::Object(rls.config.clone()),
-        "manifest": rls.manifest,
-        "hooks": rls.hooks,
-    });
-    let observation: Observation = serde_json::from_value(value)
-        .map_err(|e| format!("release {:?} v{}: {e}", rls.name, rls.version))?;
-    ReleaseRecord::from_observation(&observation, observation_oci_digest(status, version))
-        .map_err(|e| e.to_string())
+pub fn record_of(rls: &Release, status: &HelmReleaseStatus) -> Result<ReleaseRecord, RecordError> {
+    let observation = observation_of(rls)?;
+    let oci_digest = observation_oci_digest(status, observation.version);
+    ReleaseRecord::from_observation(&observation, oci_digest).map_err(RecordError::Summary)
 }
 
 fn now() -> GoTime {
@@ -100,6 +83,15 @@ fn propagation(p: DeletionPropagation) -> Propagation {
         DeletionPropagation::Foreground => Propagation::Foreground,
         DeletionPropagation::Orphan => Propagation::Orphan,
     }
+}
+
+/// Whether core reads "no release in storage" from `Outcome::release_not_found` for this
+/// action (uninstall and unlock); for the others it is an error.
+fn reports_not_found(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Uninstall { .. } | Action::UninstallRemediation | Action::Unlock { .. }
+    )
 }
 
 impl Executor<'_> {
@@ -135,55 +127,58 @@ impl Executor<'_> {
         status: &HelmReleaseStatus,
     ) -> Outcome {
         let started = Instant::now();
-        let mut writes = Writes::default();
+        let journal = Journal::default();
+        let exec = Executor {
+            cluster: self.cluster,
+            records: self.records.with_journal(&journal),
+            renderer: self.renderer.clone(),
+            plan: self.plan,
+            chart: self.chart,
+        };
         let result = match action {
-            Action::Install => self.install(timeout, &mut writes).await,
-            Action::Upgrade { .. } => self.upgrade(timeout, &mut writes).await,
-            Action::Test => self.test(timeout, &mut writes).await,
-            Action::Rollback { target } => {
-                self.rollback(i64::from(target.version), timeout, &mut writes)
-                    .await
-            }
+            Action::Install => exec.install(timeout).await,
+            Action::Upgrade { .. } => exec.upgrade(timeout).await,
+            Action::Test => exec.test(timeout).await,
+            Action::Rollback { target } => exec.rollback(i64::from(target.version), timeout).await,
             Action::UninstallRemediation => {
-                let records = self.records.clone();
-                let name = self.release_name().to_owned();
-                self.uninstall(&records, &name, timeout, &mut writes).await
+                let name = exec.release_name().to_owned();
+                exec.uninstall(&exec.records, &name, timeout, &journal)
+                    .await
             }
             Action::Uninstall {
                 name,
                 storage_namespace,
                 ..
             } => {
-                let records = SecretStorage::new(self.cluster.client().clone(), storage_namespace);
-                self.uninstall(&records, name, timeout, &mut writes).await
+                let records = SecretStorage::new(self.cluster.client().clone(), storage_namespace)
+                    .with_journal(&journal);
+                exec.uninstall(&records, name, timeout, &journal).await
             }
-            Action::Unlock { .. } => self.unlock(&mut writes).await,
-            Action::CorrectDrift { .. } => Err(
-                "drift correction applies the diffs detection found: run it with crate::drift::correct"
-                    .to_owned(),
-            ),
+            Action::Unlock { .. } => exec.unlock().await,
+            Action::CorrectDrift { .. } => Err(ActionError::NotAnExecutorAction),
             Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => Ok(()),
         };
         let mut outcome = Outcome {
             duration: Some(GoDuration::new(started.elapsed())),
             ..Outcome::default()
         };
-        let mut errors: Vec<String> = Vec::new();
-        if let Err(e) = result {
-            if e == NOT_FOUND {
+        let mut errors: Vec<ActionError> = Vec::new();
+        match result {
+            Ok(()) => {}
+            Err(ActionError::ReleaseNotFound { .. }) if reports_not_found(action) => {
                 outcome.release_not_found = true;
-            } else {
-                errors.push(e);
             }
+            Err(e) => errors.push(e),
         }
-        for rls in writes.0.values() {
+        for rls in journal.last_by_version().values() {
             match record_of(rls, status) {
                 Ok(r) => outcome.writes.push(r),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.into()),
             }
         }
         if !errors.is_empty() {
-            outcome.error = Some(errors.join("; "));
+            outcome.error = Some(error::join(&errors));
+            outcome.error_is_transient = errors.iter().all(ActionError::is_transient);
         }
         outcome
     }
@@ -199,13 +194,12 @@ impl Executor<'_> {
         revision: i64,
         is_install: bool,
         skip_schema_validation: bool,
-    ) -> Result<Rendered, String> {
-        let capabilities = self.cluster.capabilities().await.map_err(|e| {
-            format!(
-                "discovering the cluster's capabilities: {}",
-                error_chain(&e)
-            )
-        })?;
+    ) -> Result<Rendered, ActionError> {
+        let capabilities = self
+            .cluster
+            .capabilities()
+            .await
+            .map_err(|error| ActionError::Capabilities { error })?;
         let options = RenderOptions {
             release_name: self.release_name().to_owned(),
             namespace: self.plan.release.namespace.to_string(),
@@ -232,8 +226,8 @@ impl Executor<'_> {
         let mut rendered =
             tokio::task::spawn_blocking(move || renderer.render(&chart, &values, &options))
                 .await
-                .map_err(|e| format!("rendering stopped: {e}"))?
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|error| ActionError::RenderStopped { error })?
+                .map_err(|error| ActionError::Render { error })?;
         if let Some(metadata) = &self.plan.options.common_metadata {
             let hooks_too =
                 self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks);
@@ -281,32 +275,23 @@ impl Executor<'_> {
         }
     }
 
-    async fn create(&self, rls: &Release, writes: &mut Writes) -> Result<(), String> {
+    /// Stores a new record, pruning the history to `spec.maxHistory` first.
+    async fn create(&self, rls: &Release) -> Result<(), ActionError> {
         self.records
             .create_with_max_history(rls, self.max_history())
-            .await
-            .map_err(|e| error_chain(&e))?;
-        writes.push(rls);
+            .await?;
         Ok(())
     }
 
-    async fn update(
-        &self,
-        records: &SecretStorage,
-        rls: &Release,
-        writes: &mut Writes,
-    ) -> Result<(), String> {
-        records.update(rls).await.map_err(|e| error_chain(&e))?;
-        writes.push(rls);
-        Ok(())
-    }
-
-    async fn resolve(&self, manifest: &str) -> Result<Vec<Resource>, String> {
-        let objects = parse_manifest(manifest).map_err(|e| error_chain(&e))?;
+    async fn resolve(&self, manifest: &str) -> Result<Vec<Resource>, ActionError> {
+        let objects = parse_manifest(manifest)?;
         self.resolve_objects(&objects).await
     }
 
-    async fn resolve_objects(&self, objects: &[ManifestObject]) -> Result<Vec<Resource>, String> {
+    async fn resolve_objects(
+        &self,
+        objects: &[ManifestObject],
+    ) -> Result<Vec<Resource>, ActionError> {
         let mut out = Vec::new();
         for obj in objects {
             match self
@@ -317,13 +302,13 @@ impl Executor<'_> {
                 Ok(r) => out.push(r),
                 // A kind no longer served has nothing left to delete or compare.
                 Err(crate::kube::discovery::DiscoveryError::NoMatch { .. }) => {}
-                Err(e) => return Err(error_chain(&e)),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(out)
     }
 
-    async fn ensure_namespace(&self) -> Result<(), String> {
+    async fn ensure_namespace(&self) -> Result<(), ActionError> {
         let api: Api<Namespace> = Api::all(self.cluster.client().clone());
         let ns = self.plan.release.namespace.to_string();
         let object = Namespace {
@@ -336,7 +321,10 @@ impl Executor<'_> {
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(format!("creating namespace {ns}: {e}")),
+            Err(e) => Err(ActionError::CreateNamespace {
+                namespace: ns,
+                error: ApiFailure(e),
+            }),
         }
     }
 
@@ -349,20 +337,20 @@ impl Executor<'_> {
         chart: &Chart,
         values: &Values,
         policy: CrdsPolicy,
-    ) -> Result<(), String> {
+    ) -> Result<(), ActionError> {
         if policy == CrdsPolicy::Skip {
             return Ok(());
         }
         let crds = self
             .renderer
             .crds(chart, values)
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|error| ActionError::Render { error })?;
         if crds.is_empty() {
             return Ok(());
         }
         let mut objects = Vec::new();
         for f in &crds {
-            let parsed = parse_manifest(&f.text).map_err(|e| error_chain(&e))?;
+            let parsed = parse_manifest(&f.text)?;
             objects.extend(
                 parsed
                     .into_iter()
@@ -376,7 +364,7 @@ impl Executor<'_> {
                 .cluster
                 .get(res)
                 .await
-                .map_err(|e| error_chain(&e))?
+                .map_err(|error| ActionError::CrdApply { error })?
                 .is_some();
             if policy == CrdsPolicy::CreateReplace || !exists {
                 wanted.push(obj);
@@ -391,13 +379,18 @@ impl Executor<'_> {
             .cluster
             .apply(&wanted, &options)
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|failure| ActionError::CrdApply {
+                error: failure.error,
+            })?;
         let timeout = Duration::from_secs(60);
         self.cluster
             .wait_ready(&report.applied, &WaitOptions::new(timeout))
             .await
-            .map_err(|e| error_chain(&e))?;
-        self.cluster.wait_discovered(&report.applied, timeout).await
+            .map_err(|error| ActionError::CrdWait { error })?;
+        self.cluster
+            .wait_discovered(&report.applied, timeout)
+            .await
+            .map_err(|message| ActionError::CrdNotServed { message })
     }
 
     /// Runs the hooks of `event` in weight order, persisting each hook's `last_run`.
@@ -408,8 +401,7 @@ impl Executor<'_> {
         event: HookEvent,
         timeout: Duration,
         selected: &(dyn Fn(&Hook) -> bool + Sync),
-        writes: &mut Writes,
-    ) -> Result<(), String> {
+    ) -> Result<(), ActionError> {
         let mut order: Vec<usize> = (0..rls.hooks.len())
             .filter(|&i| rls.hooks[i].events.contains(&event) && selected(&rls.hooks[i]))
             .collect();
@@ -425,7 +417,7 @@ impl Executor<'_> {
                 completed_at: GoTime::ZERO,
                 phase: Some(RecordPhase::Running),
             };
-            self.update(records, rls, writes).await?;
+            records.update(rls).await?;
             let options = HookOptions {
                 owner: Some(self.owner()),
                 defer_succeeded_deletion: true,
@@ -441,17 +433,20 @@ impl Executor<'_> {
                             rls.hooks[i].last_run.completed_at = go_time(t);
                         }
                         if run.phase == HookPhase::Failed {
-                            failure = Some(format!(
-                                "{}: {}",
-                                run.object,
-                                run.failure.unwrap_or_else(|| "failed".to_owned())
-                            ));
+                            failure = Some(ActionError::HookFailed {
+                                event: event.clone(),
+                                object: run.object,
+                                reason: run.failure.unwrap_or_else(|| "failed".to_owned()),
+                            });
                             break;
                         }
                         ran.push(res.clone());
                     }
-                    Err(e) => {
-                        failure = Some(error_chain(&e));
+                    Err(error) => {
+                        failure = Some(ActionError::Hook {
+                            event: event.clone(),
+                            error,
+                        });
                         break;
                     }
                 }
@@ -461,12 +456,12 @@ impl Executor<'_> {
                 if rls.hooks[i].last_run.completed_at.is_zero() {
                     rls.hooks[i].last_run.completed_at = now();
                 }
-                self.update(records, rls, writes).await?;
+                records.update(rls).await?;
                 self.delete_succeeded(rls, &succeeded).await;
-                return Err(format!("failed {event}: {f}"));
+                return Err(f);
             }
             rls.hooks[i].last_run.phase = Some(RecordPhase::Succeeded);
-            self.update(records, rls, writes).await?;
+            records.update(rls).await?;
             succeeded.push((i, ran));
         }
         succeeded.reverse();
@@ -499,15 +494,20 @@ impl Executor<'_> {
         previous: Option<&str>,
         take_ownership: bool,
         wait: Option<WaitOptions>,
-    ) -> Result<(), (String, Vec<Resource>)> {
-        let objects = parse_manifest(manifest).map_err(|e| (error_chain(&e), Vec::new()))?;
+    ) -> Result<(), (ActionError, Vec<Resource>)> {
+        let objects = parse_manifest(manifest).map_err(|e| (ActionError::from(e), Vec::new()))?;
         let mut options = ApplyOptions::new(self.release_ref()).owned_by(self.owner());
         options.take_ownership = take_ownership;
         let report = match self.cluster.apply(&objects, &options).await {
             Ok(r) => r,
             Err(failure) => {
                 let created = created_resources(&failure.report);
-                return Err((error_chain(&failure), created));
+                return Err((
+                    ActionError::Apply {
+                        error: failure.error,
+                    },
+                    created,
+                ));
             }
         };
         let created = created_resources(&report);
@@ -523,14 +523,14 @@ impl Executor<'_> {
                 self.cluster
                     .delete_resources(&removed, &options)
                     .await
-                    .map_err(|e| (error_chain(&e), created.clone()))?;
+                    .map_err(|error| (ActionError::Delete { error }, created.clone()))?;
             }
         }
         if let Some(wait) = wait {
             self.cluster
                 .wait_ready(&report.applied, &wait)
                 .await
-                .map_err(|e| (error_chain(&e), created.clone()))?;
+                .map_err(|error| (ActionError::Wait { error }, created.clone()))?;
         }
         Ok(())
     }
@@ -557,10 +557,9 @@ impl Executor<'_> {
         rls: &mut Release,
         timeout: Duration,
         rollout: Rollout<'_>,
-        writes: &mut Writes,
-    ) -> Result<(), String> {
+    ) -> Result<(), ActionError> {
         if let Some((pre, _)) = &rollout.hooks {
-            self.run_hooks(&self.records, rls, pre.clone(), timeout, &|_| true, writes)
+            self.run_hooks(&self.records, rls, pre.clone(), timeout, &|_| true)
                 .await?;
         }
         if let Err((e, created)) = self
@@ -578,30 +577,25 @@ impl Executor<'_> {
             return Err(e);
         }
         if let Some((_, post)) = rollout.hooks {
-            self.run_hooks(&self.records, rls, post, timeout, &|_| true, writes)
+            self.run_hooks(&self.records, rls, post, timeout, &|_| true)
                 .await?;
         }
         Ok(())
     }
 
-    async fn install(&self, timeout: Duration, writes: &mut Writes) -> Result<(), String> {
+    async fn install(&self, timeout: Duration) -> Result<(), ActionError> {
         let o = &self.plan.options.install;
         let name = self.release_name().to_owned();
-        let last = self
-            .records
-            .last(&name)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let history = self.records.history(&name).await?;
+        let last = history.last();
         // Helm's `availableName`: a name with history is taken, unless `replace` is set
         // and the newest record is uninstalled or failed.
-        if let Some(last) = &last
+        if let Some(last) = last
             && !(o.replace && matches!(status_of(last), Status::Uninstalled | Status::Failed))
         {
-            return Err(
-                "release name check failed: cannot reuse a name that is still in use".to_owned(),
-            );
+            return Err(ActionError::NameInUse { name });
         }
-        let version = last.as_ref().map_or(1, |r| r.version + 1);
+        let version = next_version(&history);
         let values = self.plan_values();
         self.apply_crds(self.chart, &values, o.crds()).await?;
         let rendered = self
@@ -613,7 +607,7 @@ impl Executor<'_> {
                 o.disable_schema_validation,
             )
             .await?;
-        parse_manifest(&rendered.manifest).map_err(|e| error_chain(&e))?;
+        parse_manifest(&rendered.manifest)?;
         if o.create_namespace {
             self.ensure_namespace().await?;
         }
@@ -623,16 +617,17 @@ impl Executor<'_> {
             rendered,
             version,
             Status::PendingInstall,
-            "Initial install underway",
+            INSTALL_UNDERWAY,
         );
         // `replace`: the record replaced is superseded, unless it failed.
-        if let Some(mut last) = last
-            && status_of(&last) != Status::Failed
+        if let Some(last) = last
+            && status_of(last) != Status::Failed
         {
-            set_status(&mut last, Status::Superseded, "superseded by new release");
-            self.update(&self.records, &last, writes).await?;
+            let mut last = last.clone();
+            set_status(&mut last, Status::Superseded, SUPERSEDED_BY_NEW_RELEASE);
+            self.records.update(&last).await?;
         }
-        self.create(&rls, writes).await?;
+        self.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
@@ -644,53 +639,30 @@ impl Executor<'_> {
             wait,
             cleanup_on_fail: false,
         };
-        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
-        match result {
+        match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
-                set_status(&mut rls, Status::Deployed, "Install complete");
-                self.update(&self.records, &rls, writes).await
+                self.records
+                    .mark_deployed(&mut rls, INSTALL_COMPLETE)
+                    .await?;
+                Ok(())
             }
             Err(e) => {
-                set_status(
-                    &mut rls,
-                    Status::Failed,
-                    format!("Release \"{name}\" failed: {e}"),
-                );
-                self.update(&self.records, &rls, writes).await?;
+                let description = release_failed(&name, &e.to_string());
+                self.records.mark_failed(&mut rls, description).await?;
                 Err(e)
             }
         }
     }
 
-    async fn upgrade(&self, timeout: Duration, writes: &mut Writes) -> Result<(), String> {
+    async fn upgrade(&self, timeout: Duration) -> Result<(), ActionError> {
         let o = &self.plan.options.upgrade;
         let name = self.release_name().to_owned();
-        let history = self
-            .records
-            .history(&name)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        let Some(last) = history.last() else {
-            return Err(format!("\"{name}\" has no deployed releases"));
-        };
-        if status_of(last).is_pending() {
-            return Err("another operation (install/upgrade/rollback) is in progress".to_owned());
-        }
-        // Helm's current release: the newest deployed one; without one, the newest record
-        // when it failed or was superseded.
-        let deployed = history
-            .iter()
-            .rev()
-            .find(|r| status_of(r) == Status::Deployed);
-        let mut current = match deployed {
-            Some(d) => d.clone(),
-            None if matches!(status_of(last), Status::Failed | Status::Superseded) => last.clone(),
-            None => return Err(format!("\"{name}\" has no deployed releases")),
-        };
-        let version = last.version + 1;
+        let history = self.records.history(&name).await?;
+        let current = upgrade_base(&name, &history)?;
+        let version = next_version(&history);
         let mut chart = self.chart.clone();
         let values = if o.preserve_values {
-            reuse_values(&current, self.plan_values(), &mut chart)?
+            reuse_values(current, self.plan_values(), &mut chart)?
         } else {
             self.plan_values()
         };
@@ -698,21 +670,21 @@ impl Executor<'_> {
         let rendered = self
             .render(&chart, &values, version, false, o.disable_schema_validation)
             .await?;
-        parse_manifest(&rendered.manifest).map_err(|e| error_chain(&e))?;
+        parse_manifest(&rendered.manifest)?;
         let mut rls = self.new_release(
             &chart,
             values,
             rendered,
             version,
             Status::PendingUpgrade,
-            "Preparing upgrade",
+            PREPARING_UPGRADE,
         );
         if let Some(first) = current.info.as_ref().map(|i| i.first_deployed)
             && let Some(info) = rls.info.as_mut()
         {
             info.first_deployed = first;
         }
-        self.create(&rls, writes).await?;
+        self.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
@@ -724,184 +696,103 @@ impl Executor<'_> {
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
         };
-        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
-        match result {
+        match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
-                if status_of(&current) == Status::Deployed {
-                    set_superseded(&mut current);
-                    self.update(&self.records, &current, writes).await?;
-                }
-                set_status(&mut rls, Status::Deployed, "Upgrade complete");
-                self.update(&self.records, &rls, writes).await
+                self.records
+                    .mark_deployed(&mut rls, UPGRADE_COMPLETE)
+                    .await?;
+                Ok(())
             }
             Err(e) => {
-                set_status(
-                    &mut rls,
-                    Status::Failed,
-                    format!("Upgrade \"{name}\" failed: {e}"),
-                );
-                self.update(&self.records, &rls, writes).await?;
+                let description = upgrade_failed(&name, &e.to_string());
+                self.records.mark_failed(&mut rls, description).await?;
                 Err(e)
             }
         }
     }
 
-    async fn test(&self, timeout: Duration, writes: &mut Writes) -> Result<(), String> {
+    async fn test(&self, timeout: Duration) -> Result<(), ActionError> {
         let name = self.release_name().to_owned();
-        let Some(mut rls) = self
-            .records
-            .last(&name)
-            .await
-            .map_err(|e| error_chain(&e))?
-        else {
-            return Err(format!("release: not found: {name}"));
+        let Some(mut rls) = self.records.last(&name).await? else {
+            return Err(ActionError::ReleaseNotFound { name });
         };
         let test = &self.plan.options.test;
         let selected = |h: &Hook| test.selects(&h.name);
-        self.run_hooks(
-            &self.records,
-            &mut rls,
-            HookEvent::Test,
-            timeout,
-            &selected,
-            writes,
-        )
-        .await
+        self.run_hooks(&self.records, &mut rls, HookEvent::Test, timeout, &selected)
+            .await
     }
 
-    async fn rollback(
-        &self,
-        target_version: i64,
-        timeout: Duration,
-        writes: &mut Writes,
-    ) -> Result<(), String> {
+    async fn rollback(&self, target_version: i64, timeout: Duration) -> Result<(), ActionError> {
         let o = &self.plan.options.rollback;
         let name = self.release_name().to_owned();
-        let history = self
-            .records
-            .history(&name)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        let Some(mut current) = history.last().cloned() else {
-            return Err(format!("\"{name}\" has no deployed releases"));
-        };
-        let Some(target) = history.iter().find(|r| r.version == target_version) else {
-            return Err(format!("release has no {target_version} version"));
-        };
-        let mut rls = target.clone();
-        rls.version = current.version + 1;
-        for h in &mut rls.hooks {
-            h.last_run = HookExecution::default();
-        }
-        let t = now();
-        let info = rls.info.get_or_insert_with(Default::default);
-        info.first_deployed = current.info.as_ref().map_or(t, |i| i.first_deployed);
-        info.last_deployed = t;
-        info.deleted = GoTime::ZERO;
-        set_status(
-            &mut rls,
-            Status::PendingRollback,
-            format!("Rollback to {target_version}"),
-        );
-        self.create(&rls, writes).await?;
+        let history = self.records.history(&name).await?;
+        let Rollback {
+            last,
+            target,
+            record: mut rls,
+        } = rollback_from_history(&name, &history, target_version, now())?;
+        self.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
         });
         let rollout = Rollout {
             hooks: (!o.disable_hooks).then_some((HookEvent::PreRollback, HookEvent::PostRollback)),
-            previous: Some(&current.manifest),
+            previous: Some(&last.manifest),
             take_ownership: true,
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
         };
-        let result = self.roll_out(&mut rls, timeout, rollout, writes).await;
-        match result {
+        match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
-                for mut r in history
-                    .into_iter()
-                    .filter(|r| status_of(r) == Status::Deployed)
-                {
-                    set_superseded(&mut r);
-                    self.update(&self.records, &r, writes).await?;
-                }
-                set_status(
-                    &mut rls,
-                    Status::Deployed,
-                    format!("Rollback to {target_version}"),
-                );
-                self.update(&self.records, &rls, writes).await
+                self.records
+                    .mark_deployed(&mut rls, rollback_to(target.version))
+                    .await?;
+                Ok(())
             }
             Err(e) => {
-                if status_of(&current) == Status::Deployed {
-                    set_superseded(&mut current);
-                    self.update(&self.records, &current, writes).await?;
+                for superseded in superseded_by(std::slice::from_ref(last), rls.version) {
+                    self.records.update(&superseded).await?;
                 }
-                set_status(
-                    &mut rls,
-                    Status::Failed,
-                    format!("Rollback \"{name}\" failed: {e}"),
-                );
-                self.update(&self.records, &rls, writes).await?;
+                let description = rollback_failed(&name, &e.to_string());
+                self.records.mark_failed(&mut rls, description).await?;
                 Err(e)
             }
         }
     }
 
+    /// Helm's uninstall of `name` from `records` (the plan's storage, or the one a release
+    /// target change left behind). A record purged with the history is added to `journal`
+    /// as Helm's uninstall returns it (`uninstalled`): it is what core records.
     async fn uninstall(
         &self,
         records: &SecretStorage,
         name: &str,
         timeout: Duration,
-        writes: &mut Writes,
-    ) -> Result<(), String> {
+        journal: &Journal,
+    ) -> Result<(), ActionError> {
         let o = &self.plan.options.uninstall;
-        let history = records.history(name).await.map_err(|e| error_chain(&e))?;
-        let Some(mut rls) = history.last().cloned() else {
-            return Err(NOT_FOUND.to_owned());
-        };
-        let purge = async |records: &SecretStorage| -> Result<(), String> {
-            for r in &history {
-                match records.delete(&r.name, r.version).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(error_chain(&e)),
-                }
-            }
-            Ok(())
+        let Some(mut rls) = records.last(name).await? else {
+            return Err(ActionError::ReleaseNotFound {
+                name: name.to_owned(),
+            });
         };
         if status_of(&rls) == Status::Uninstalled {
             if o.keep_history {
-                return Err(format!("the release named \"{name}\" is already deleted"));
+                return Err(ActionError::AlreadyDeleted {
+                    name: name.to_owned(),
+                });
             }
-            purge(records).await?;
-            writes.push(&rls);
+            records.purge(name).await?;
+            journal.push(&rls);
             return Ok(());
         }
-        set_status(
-            &mut rls,
-            Status::Uninstalling,
-            "Deletion in progress (or silently failed)",
-        );
-        if let Some(info) = rls.info.as_mut() {
-            info.deleted = now();
+        records.mark_uninstalling(&mut rls, now()).await?;
+        if !o.disable_hooks {
+            self.run_hooks(records, &mut rls, HookEvent::PreDelete, timeout, &|_| true)
+                .await?;
         }
-        self.update(records, &rls, writes).await?;
         let mut errors = Vec::new();
-        if !o.disable_hooks
-            && let Err(e) = self
-                .run_hooks(
-                    records,
-                    &mut rls,
-                    HookEvent::PreDelete,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
-                .await
-        {
-            return Err(e);
-        }
         match parse_manifest(&rls.manifest) {
             Ok(objects) => {
                 let options = DeleteOptions {
@@ -913,83 +804,51 @@ impl Executor<'_> {
                     }),
                     owner: Some(self.owner()),
                 };
-                if let Err(e) = self
+                if let Err(error) = self
                     .cluster
                     .delete(&objects, &rls.namespace, &options)
                     .await
                 {
-                    errors.push(error_chain(&e));
+                    errors.push(ActionError::Delete { error });
                 }
             }
-            Err(e) => errors.push(error_chain(&e)),
+            Err(e) => errors.push(e.into()),
         }
         if !o.disable_hooks
             && let Err(e) = self
-                .run_hooks(
-                    records,
-                    &mut rls,
-                    HookEvent::PostDelete,
-                    timeout,
-                    &|_| true,
-                    writes,
-                )
+                .run_hooks(records, &mut rls, HookEvent::PostDelete, timeout, &|_| true)
                 .await
         {
             errors.push(e);
         }
-        set_status(&mut rls, Status::Uninstalled, "Uninstallation complete");
-        if o.keep_history {
-            for mut r in history
-                .iter()
-                .filter(|r| r.version != rls.version && status_of(r) == Status::Deployed)
-                .cloned()
-            {
-                set_superseded(&mut r);
-                self.update(records, &r, writes).await?;
-            }
-            self.update(records, &rls, writes).await?;
-        } else {
-            purge(records).await?;
-            writes.push(&rls);
+        records.finish_uninstall(&mut rls, o.keep_history).await?;
+        if !o.keep_history {
+            journal.push(&rls);
         }
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "uninstallation completed with {} error(s): {}",
-                errors.len(),
-                errors.join("; ")
-            ))
+            Err(ActionError::Uninstall { errors })
         }
     }
 
-    async fn unlock(&self, writes: &mut Writes) -> Result<(), String> {
+    async fn unlock(&self) -> Result<(), ActionError> {
         let name = self.release_name().to_owned();
-        let Some(mut rls) = self
-            .records
-            .last(&name)
-            .await
-            .map_err(|e| error_chain(&e))?
-        else {
-            return Err(NOT_FOUND.to_owned());
-        };
-        let pending = status_of(&rls);
-        if !pending.is_pending() {
-            return Ok(());
+        match self.records.unlock(&name).await? {
+            Unlock::NotFound => Err(ActionError::ReleaseNotFound { name }),
+            Unlock::NotPending | Unlock::Unlocked { .. } => Ok(()),
         }
-        set_status(
-            &mut rls,
-            Status::Failed,
-            format!("Release unlocked from stale '{pending}' state"),
-        );
-        self.update(&self.records, &rls, writes).await
     }
 }
 
 /// Helm's `ReuseValues` (Flux's `upgrade.preserveValues`): the values given are laid over
 /// the current release's user values, and the chart's defaults become the current
 /// release's coalesced values.
-fn reuse_values(current: &Release, given: Values, chart: &mut Chart) -> Result<Values, String> {
+fn reuse_values(
+    current: &Release,
+    given: Values,
+    chart: &mut Chart,
+) -> Result<Values, ActionError> {
     let mut warnings = Warnings::new();
     let old_chart = current
         .chart
@@ -997,7 +856,7 @@ fn reuse_values(current: &Release, given: Values, chart: &mut Chart) -> Result<V
         .map(Chart::from)
         .unwrap_or_else(|| Chart::new(flotilla_chart::Metadata::default()));
     let old_values = coalesce_values(&old_chart, &current.config, &mut warnings)
-        .map_err(|e| format!("failed to rebuild old values: {e}"))?;
+        .map_err(|error| ActionError::ReuseValues { error })?;
     let mut values = given;
     coalesce_tables(&mut values, current.config.clone(), &mut warnings);
     chart.values = Some(old_values);
@@ -1049,19 +908,25 @@ fn apply_common_metadata(
     rendered: &mut Rendered,
     metadata: &CommonMetadata,
     hooks_too: bool,
-) -> Result<(), String> {
+) -> Result<(), ActionError> {
     if metadata.labels.is_empty() && metadata.annotations.is_empty() {
         return Ok(());
     }
     rendered.manifest =
         super::render::map_manifest(&rendered.manifest, |doc| set_common_metadata(doc, metadata))
-            .map_err(|e| format!("post-render commonMetadata: {e}"))?;
+            .map_err(|message| ActionError::CommonMetadata {
+            hook: None,
+            message,
+        })?;
     if hooks_too {
         for hook in &mut rendered.hooks {
             hook.manifest = super::render::map_document(&hook.manifest, |doc| {
                 set_common_metadata(doc, metadata)
             })
-            .map_err(|e| format!("post-render commonMetadata: hook {}: {e}", hook.name))?;
+            .map_err(|message| ActionError::CommonMetadata {
+                hook: Some(hook.name.clone()),
+                message,
+            })?;
         }
     }
     Ok(())
@@ -1110,15 +975,6 @@ struct Rollout<'a> {
     wait: Option<WaitOptions>,
     /// Delete the objects this release created when it fails (`cleanupOnFail`).
     cleanup_on_fail: bool,
-}
-
-/// Marker error: the release is not in storage (uninstall, unlock).
-const NOT_FOUND: &str = "release: not found";
-
-fn set_superseded(rls: &mut Release) {
-    if let Some(info) = rls.info.as_mut() {
-        info.status = Some(Status::Superseded);
-    }
 }
 
 fn created_resources(report: &crate::kube::ApplyReport) -> Vec<Resource> {

@@ -251,9 +251,9 @@ pub async fn observe(
         object: object_key(plan),
         source,
     };
-    let record_error = |message| ReconcileError::Record {
+    let record_error = |e: crate::storage::observation::RecordError| ReconcileError::Record {
         object: object_key(plan),
-        message,
+        message: e.to_string(),
     };
     let current = records
         .last(plan.release.name.as_str())
@@ -423,6 +423,7 @@ pub async fn delete_release(
             Step::Failed(release::ReconcileError::Action {
                 action: action.name(),
                 message,
+                transient: applied.transient,
             })
         }
         None => {

@@ -11,7 +11,10 @@
 //! - writes: [`SecretStorage::create`] (optionally pruning first, see [`prune`]),
 //!   [`SecretStorage::update`], [`SecretStorage::delete`];
 //! - what actions do to records: [`transitions`] (pure functions, then the driver calls that
-//!   apply them, including [`SecretStorage::unlock`] for a release left pending by a crash).
+//!   apply them, including [`SecretStorage::unlock`] for a release left pending by a crash);
+//! - what an action wrote: a [`Journal`] ([`SecretStorage::with_journal`]);
+//! - what core sees of a record: [`observation`] (Flux's observation, whose digest the
+//!   status carries).
 //!
 //! Guarantees and assumptions, as in Helm's `pkg/storage`:
 //! - Labels: `name`, `owner=helm`, `status`, `version`, plus `createdAt` (create) or
@@ -31,10 +34,12 @@
 //! [`deployed`]: SecretStorage::deployed
 //! [`list`]: SecretStorage::list
 
+pub mod observation;
 pub mod prune;
 pub mod transitions;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use flotilla_chart::release::{self as record, CodecError, Release, Status, StorageOp};
 use k8s_openapi::ByteString;
@@ -192,11 +197,52 @@ pub struct Listing {
     pub unreadable: Vec<StorageError>,
 }
 
+/// The records written through a journaled [`SecretStorage`] (created or updated, in write
+/// order): what an action reports it wrote. Clones share the journal.
+#[derive(Clone, Default)]
+pub struct Journal(Arc<Mutex<Vec<Release>>>);
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Records hold values: only their number is shown.
+        let records = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        f.debug_struct("Journal")
+            .field("records", &records)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Adds a record as the action leaves it without writing it (an uninstalled record the
+    /// action then purged).
+    pub fn push(&self, rls: &Release) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(rls.clone());
+    }
+
+    /// The last state of each record, by revision.
+    pub fn last_by_version(&self) -> BTreeMap<i64, Release> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|r| (r.version, r.clone()))
+            .collect()
+    }
+}
+
 /// Helm's Secret storage driver for one namespace (the release storage namespace).
 #[derive(Clone)]
 pub struct SecretStorage {
     api: Api<Secret>,
     namespace: String,
+    journal: Option<Journal>,
 }
 
 impl std::fmt::Debug for SecretStorage {
@@ -335,6 +381,22 @@ impl SecretStorage {
         SecretStorage {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
+            journal: None,
+        }
+    }
+
+    /// This driver, recording in `journal` every record it creates or updates (the
+    /// transitions' writes included).
+    pub fn with_journal(&self, journal: &Journal) -> SecretStorage {
+        SecretStorage {
+            journal: Some(journal.clone()),
+            ..self.clone()
+        }
+    }
+
+    fn journal(&self, rls: &Release) {
+        if let Some(journal) = &self.journal {
+            journal.push(rls);
         }
     }
 
@@ -449,7 +511,10 @@ impl SecretStorage {
         let secret = record_secret(rls, &self.namespace, StorageOp::Create { at: unix_now() })?;
         let secret_ref = self.secret_ref(&rls.name, rls.version);
         match self.api.create(&PostParams::default(), &secret).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.journal(rls);
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 Err(StorageError::AlreadyExists { secret: secret_ref })
             }
@@ -527,7 +592,10 @@ impl SecretStorage {
             .replace(&secret_ref.name, &PostParams::default(), &secret)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.journal(rls);
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 Err(StorageError::NotFound { secret: secret_ref })
             }
@@ -703,6 +771,25 @@ mod tests {
             assert_eq!(err.to_string(), want);
             assert_eq!(err.kind(), "invalid");
         }
+    }
+
+    #[test]
+    fn a_journal_keeps_the_last_state_of_each_revision_and_shows_no_values() {
+        let journal = Journal::default();
+        let shared = journal.clone();
+        let mut v2 = release("web", 2);
+        v2.config.insert("password".to_owned(), "hunter2".into());
+        journal.push(&release("web", 1));
+        shared.push(&v2);
+        v2.info = Some(Info {
+            status: Some(Status::Failed),
+            ..Info::default()
+        });
+        journal.push(&v2);
+        let last = journal.last_by_version();
+        assert_eq!(last.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(status_of(&last[&2]), Status::Failed, "the last write wins");
+        assert_eq!(format!("{journal:?}"), "Journal { records: 3 }");
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! How actions move records through statuses, as Helm's actions and Flux's Unlock do.
+//! How actions move records through statuses, as Helm's actions and Flux's Unlock do. The
+//! executor ([`crate::reconcile::actions`]) makes every status change, description, revision
+//! number and rollback record through this module.
 //!
 //! The pure part decides (which record an upgrade starts from, what a rollback record holds,
 //! which status and description a record gets); the [`SecretStorage`] methods at the end
@@ -6,14 +8,17 @@
 //!
 //! | action | new record | success | failure |
 //! |---|---|---|---|
-//! | install | `pending-install`, [`INSTALL_UNDERWAY`] | `deployed`, [`INSTALL_COMPLETE`] | `failed`, [`release_failed`] |
-//! | upgrade | `pending-upgrade`, [`PREPARING_UPGRADE`] | previous `deployed` → `superseded`, new `deployed`, [`UPGRADE_COMPLETE`] | `failed`, [`upgrade_failed`] |
-//! | rollback | `pending-rollback`, [`rollback_to`] | every other `deployed` → `superseded`, new `deployed` | `failed`, [`rollback_failed`] |
-//! | uninstall | last → `uninstalling`, [`UNINSTALL_IN_PROGRESS`] | `uninstalled`, [`UNINSTALL_COMPLETE`] (or records purged) | |
-//! | unlock | last `pending-*` → `failed`, [`unlocked`] | | |
+//! | install | [`next_version`], `pending-install`, [`INSTALL_UNDERWAY`]; with `replace`, the last record (unless `failed`) → `superseded`, [`SUPERSEDED_BY_NEW_RELEASE`] | every other `deployed` → `superseded`, new `deployed`, [`INSTALL_COMPLETE`] ([`SecretStorage::mark_deployed`]) | `failed`, [`release_failed`] ([`SecretStorage::mark_failed`]) |
+//! | upgrade | from [`upgrade_base`], [`next_version`], `pending-upgrade`, [`PREPARING_UPGRADE`] | every other `deployed` → `superseded`, new `deployed`, [`UPGRADE_COMPLETE`] | `failed`, [`upgrade_failed`] |
+//! | rollback | [`rollback_from_history`]: `pending-rollback`, [`rollback_to`] | every other `deployed` → `superseded`, new `deployed` (description kept) | the last record, when `deployed` → `superseded` ([`superseded_by`]); new `failed`, [`rollback_failed`] |
+//! | uninstall | last → `uninstalling`, [`UNINSTALL_IN_PROGRESS`] ([`SecretStorage::mark_uninstalling`]) | `uninstalled`, [`UNINSTALL_COMPLETE`], every other `deployed` → `superseded`; without history, every record purged ([`SecretStorage::finish_uninstall`]) | |
+//! | unlock | last `pending-*` → `failed`, [`unlocked`] ([`unlock`], [`SecretStorage::unlock`]) | | |
 //!
 //! A superseded record keeps its description (Helm's upgrade and rollback do not change
-//! it); only `install --replace` writes [`SUPERSEDED_BY_NEW_RELEASE`].
+//! it); only `install --replace` writes [`SUPERSEDED_BY_NEW_RELEASE`]. Helm's install does
+//! not supersede older `deployed` records (there are none unless `replace` took over a
+//! `failed` last record); [`SecretStorage::mark_deployed`] does, so one record at most is
+//! `deployed`. [`TransitionError`]s print Helm's messages.
 
 use flotilla_chart::release::{Info, Release, Status};
 use flotilla_chart::time::GoTime;
@@ -35,7 +40,7 @@ pub const UNINSTALL_COMPLETE: &str = "Uninstallation complete";
 /// Description `install --replace` gives the record it replaces.
 pub const SUPERSEDED_BY_NEW_RELEASE: &str = "superseded by new release";
 
-/// `Release "<name>" failed: <err>` (install, and rollback wait failures).
+/// `Release "<name>" failed: <err>` (install).
 pub fn release_failed(name: &str, err: &str) -> String {
     format!("Release {name:?} failed: {err}")
 }
@@ -60,20 +65,18 @@ pub fn unlocked(status: &Status) -> String {
     format!("Release unlocked from stale '{status}' state")
 }
 
-/// Why an action cannot start from the stored history.
+/// Why an action cannot start from the stored history. The messages are Helm's.
 #[derive(Debug, thiserror::Error)]
 pub enum TransitionError {
     /// Nothing to upgrade or roll back from.
-    #[error("release {name:?}: has no deployed releases")]
+    #[error("\"{name}\" has no deployed releases")]
     NoDeployedReleases {
         /// Release name.
         name: String,
     },
     /// The last record is pending: another action holds the release (or crashed, see
     /// [`SecretStorage::unlock`]).
-    #[error(
-        "release {name:?} revision {version}: another operation (install/upgrade/rollback) is in progress (status {status})"
-    )]
+    #[error("another operation (install/upgrade/rollback) is in progress")]
     Locked {
         /// Release name.
         name: String,
@@ -83,13 +86,30 @@ pub enum TransitionError {
         status: Status,
     },
     /// The rollback target is not in the history.
-    #[error("release {name:?}: has no revision {version}")]
+    #[error("release has no {version} version")]
     NoRevision {
         /// Release name.
         name: String,
         /// The missing revision.
         version: i64,
     },
+}
+
+impl TransitionError {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransitionError::NoDeployedReleases { .. } => "no_deployed_releases",
+            TransitionError::Locked { .. } => "locked",
+            TransitionError::NoRevision { .. } => "no_revision",
+        }
+    }
+
+    /// Whether retrying later may help: a lock is released when its action ends (or is
+    /// unlocked); a missing release or revision stays missing.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, TransitionError::Locked { .. })
+    }
 }
 
 /// Helm's `SetStatus`: status and description, nothing else.
@@ -188,26 +208,30 @@ pub fn rollback_record(last: &Release, target: &Release, now: GoTime) -> Release
     }
 }
 
-/// The rollback record for revision `version` (0: the one before the last) of `history`.
-pub fn rollback_from_history(
+/// A rollback, as Helm's `prepareRollback` finds it in the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollback<'h> {
+    /// The last record (the one rolled back from).
+    pub last: &'h Release,
+    /// The record rolled back to.
+    pub target: &'h Release,
+    /// The new record ([`rollback_record`]).
+    pub record: Release,
+}
+
+/// Helm's `prepareRollback` on `history` (any order): the rollback to revision `version`
+/// (0: the one before the last). As in Helm, a pending last record does not stop it.
+pub fn rollback_from_history<'h>(
     name: &str,
-    history: &[Release],
+    history: &'h [Release],
     version: i64,
     now: GoTime,
-) -> Result<Release, TransitionError> {
+) -> Result<Rollback<'h>, TransitionError> {
     let last = history.iter().max_by_key(|r| r.version).ok_or_else(|| {
         TransitionError::NoDeployedReleases {
             name: name.to_owned(),
         }
     })?;
-    let status = status_of(last);
-    if status.is_pending() {
-        return Err(TransitionError::Locked {
-            name: name.to_owned(),
-            version: last.version,
-            status,
-        });
-    }
     let version = if version == 0 {
         last.version - 1
     } else {
@@ -220,7 +244,11 @@ pub fn rollback_from_history(
             name: name.to_owned(),
             version,
         })?;
-    Ok(rollback_record(last, target, now))
+    Ok(Rollback {
+        last,
+        target,
+        record: rollback_record(last, target, now),
+    })
 }
 
 /// The records a successful action supersedes: every `deployed` one other than `keep`.
@@ -237,33 +265,40 @@ pub fn superseded_by(deployed: &[Release], keep: i64) -> Vec<Release> {
         .collect()
 }
 
-/// What [`SecretStorage::unlock`] did.
+/// What [`SecretStorage::unlock`] found and did.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Unlocked {
-    /// The record as written (`failed`).
-    pub release: Release,
-    /// The pending status it had.
-    pub previous: Status,
+pub enum Unlock {
+    /// The release has no records.
+    NotFound,
+    /// The last record is not pending: nothing written.
+    NotPending,
+    /// The last record was pending and is now `failed`.
+    Unlocked {
+        /// The record as written.
+        release: Box<Release>,
+        /// The pending status it had.
+        previous: Status,
+    },
 }
 
 impl SecretStorage {
     /// Flux's Unlock, for a release left pending (after a crash of whoever held it): when the
     /// last record is `pending-install`, `pending-upgrade` or `pending-rollback`, it is
-    /// marked `failed` with `Release unlocked from stale '<status>' state`, so the next action
-    /// (an upgrade) can proceed. `None` when there was nothing to unlock.
-    pub async fn unlock(&self, name: &str) -> Result<Option<Unlocked>, StorageError> {
+    /// marked `failed` with `Release unlocked from stale '<status>' state` ([`unlock`]), so
+    /// the next action (an upgrade) can proceed.
+    pub async fn unlock(&self, name: &str) -> Result<Unlock, StorageError> {
         let Some(mut rls) = self.last(name).await? else {
-            return Ok(None);
+            return Ok(Unlock::NotFound);
         };
         let Some(previous) = unlock(&mut rls) else {
-            return Ok(None);
+            return Ok(Unlock::NotPending);
         };
         self.update(&rls).await?;
         tracing::info!(release = name, revision = rls.version, status = %previous, "release unlocked");
-        Ok(Some(Unlocked {
-            release: rls,
+        Ok(Unlock::Unlocked {
+            release: Box::new(rls),
             previous,
-        }))
+        })
     }
 
     /// Success of install, upgrade or rollback: every other `deployed` record of the release
@@ -307,19 +342,20 @@ impl SecretStorage {
         self.update(rls).await
     }
 
-    /// End of an uninstall. With `keep_history`, `rls` becomes `uninstalled` with
-    /// [`UNINSTALL_COMPLETE`] and every `deployed` record `superseded`; without it, every
-    /// record of the release is deleted ([`SecretStorage::purge`]).
+    /// End of an uninstall: `rls` becomes `uninstalled` with [`UNINSTALL_COMPLETE`]. With
+    /// `keep_history` it is written and every other `deployed` record becomes `superseded`;
+    /// without, every record of the release is deleted ([`SecretStorage::purge`]) and `rls`
+    /// is left as Helm's uninstall returns it.
     pub async fn finish_uninstall(
         &self,
         rls: &mut Release,
         keep_history: bool,
     ) -> Result<(), StorageError> {
+        set_status(rls, Status::Uninstalled, UNINSTALL_COMPLETE);
         if !keep_history {
             self.purge(&rls.name).await?;
             return Ok(());
         }
-        set_status(rls, Status::Uninstalled, UNINSTALL_COMPLETE);
         self.update(rls).await?;
         for other in superseded_by(&self.deployed_all(&rls.name).await?, rls.version) {
             self.update(&other).await?;
@@ -328,13 +364,17 @@ impl SecretStorage {
     }
 
     /// Deletes every record of the release (uninstall without history). Returns the
-    /// revisions deleted. Stops at the first failure; an unreadable record fails the history
-    /// read, so nothing is deleted then.
+    /// revisions deleted; a record already gone (deleted by someone else meanwhile) is not
+    /// one of them and is no error. Stops at the first failure; an unreadable record fails
+    /// the history read, so nothing is deleted then.
     pub async fn purge(&self, name: &str) -> Result<Vec<i64>, StorageError> {
         let mut deleted = Vec::new();
         for rls in self.history(name).await? {
-            self.delete(name, rls.version).await?;
-            deleted.push(rls.version);
+            match self.delete(name, rls.version).await {
+                Ok(_) => deleted.push(rls.version),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(deleted)
     }
@@ -406,15 +446,10 @@ mod tests {
             (&[Failed, Failed], Ok(2)),
             (
                 &[Deployed, PendingUpgrade],
-                Err(
-                    "release \"web\" revision 2: another operation (install/upgrade/rollback) is in progress (status pending-upgrade)",
-                ),
+                Err("another operation (install/upgrade/rollback) is in progress"),
             ),
-            (
-                &[Uninstalled],
-                Err("release \"web\": has no deployed releases"),
-            ),
-            (&[], Err("release \"web\": has no deployed releases")),
+            (&[Uninstalled], Err("\"web\" has no deployed releases")),
+            (&[], Err("\"web\" has no deployed releases")),
         ];
         for (statuses, want) in cases {
             let history: Vec<Release> = statuses
@@ -430,6 +465,42 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_is_transient_and_a_missing_release_or_revision_is_not() {
+        let name = || "web".to_owned();
+        let cases = [
+            (
+                TransitionError::NoDeployedReleases { name: name() },
+                "no_deployed_releases",
+                false,
+            ),
+            (
+                TransitionError::Locked {
+                    name: name(),
+                    version: 2,
+                    status: Status::PendingRollback,
+                },
+                "locked",
+                true,
+            ),
+            (
+                TransitionError::NoRevision {
+                    name: name(),
+                    version: 3,
+                },
+                "no_revision",
+                false,
+            ),
+        ];
+        for (error, kind, transient) in cases {
+            assert_eq!(
+                (error.kind(), error.is_transient()),
+                (kind, transient),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn a_rollback_record_copies_the_target_and_continues_the_history() {
         let history = vec![
             rec(1, Status::Superseded, "Install complete"),
@@ -437,7 +508,9 @@ mod tests {
             rec(3, Status::Deployed, "Upgrade complete"),
         ];
         let now = GoTime::from_unix(9_999, 5);
-        let r = rollback_from_history("web", &history, 1, now).unwrap();
+        let rollback = rollback_from_history("web", &history, 1, now).unwrap();
+        assert_eq!((rollback.last.version, rollback.target.version), (3, 1));
+        let r = rollback.record;
         assert_eq!(r.version, 4);
         assert_eq!(r.manifest, "manifest 1");
         let info = r.info.as_ref().unwrap();
@@ -447,13 +520,24 @@ mod tests {
         assert_eq!(info.last_deployed, now);
         assert_eq!(info.notes, "notes 1");
         let previous = rollback_from_history("web", &history, 0, now).unwrap();
-        assert_eq!(previous.manifest, "manifest 2");
+        assert_eq!(previous.record.manifest, "manifest 2");
         assert_eq!(
             rollback_from_history("web", &history, 7, now)
                 .unwrap_err()
                 .to_string(),
-            "release \"web\": has no revision 7"
+            "release has no 7 version"
         );
+        assert_eq!(
+            rollback_from_history("web", &[], 1, now)
+                .unwrap_err()
+                .to_string(),
+            "\"web\" has no deployed releases"
+        );
+        // Helm rolls back from a pending last record too (Flux unlocks before it would).
+        let mut pending = history.clone();
+        pending.push(rec(4, Status::PendingUpgrade, "Preparing upgrade"));
+        let from_pending = rollback_from_history("web", &pending, 3, now).unwrap();
+        assert_eq!(from_pending.record.version, 5);
     }
 
     #[test]

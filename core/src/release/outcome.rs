@@ -31,6 +31,10 @@ pub struct Outcome {
     /// The action's error, `None` on success. For drift correction: the correction errors,
     /// one per line.
     pub error: Option<String>,
+    /// Whether retrying the action may succeed with nothing changed (a timeout, an API
+    /// server that was unavailable), as the executor judges its `error`; `false` without
+    /// one. It makes [`crate::release::ReconcileError::is_transient`] truthful.
+    pub error_is_transient: bool,
     /// Every release record the action wrote to storage (any order).
     pub writes: Vec<ReleaseRecord>,
     /// How long the action took.
@@ -98,6 +102,10 @@ pub struct Applied {
     /// The error the action reconciler returns (Flux returns it only when storage did not
     /// change, except for unlock and uninstall); `None` lets the loop go on.
     pub returned_error: Option<String>,
+    /// Whether `returned_error` is transient: it is the action's own error and
+    /// [`Outcome::error_is_transient`] says so. Core's errors (release mismatch, no storage
+    /// update, no current release) are not: they last until storage or the status changes.
+    pub transient: bool,
     /// Events to record.
     pub events: Vec<Event>,
 }
@@ -789,8 +797,13 @@ pub fn apply_outcome(
         Action::CorrectDrift { .. } => rec.correct_drift(status),
         Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => None,
     };
+    // The recorders return the action's error as given (trimmed) or one of their own.
+    let transient = outcome.error_is_transient
+        && returned_error.is_some()
+        && returned_error.as_deref() == rec.error();
     Applied {
         returned_error,
+        transient,
         events: rec.events,
     }
 }

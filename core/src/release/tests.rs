@@ -1396,7 +1396,10 @@ fn install_failure_without_a_stored_release_backs_off_without_counting() {
         Step::Failed(e) => {
             assert_eq!(e.to_string(), "rendering failed");
             assert_eq!(e.kind(), "install");
-            assert!(e.is_transient());
+            assert!(
+                !e.is_transient(),
+                "the simulated executor did not say it was"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -2249,10 +2252,94 @@ fn failed_rollback_that_left_storage_unchanged_backs_off() {
         stop,
         Some(Step::Failed(ReconcileError::Action {
             action: "rollback",
-            message: "release podinfo failed: timed out".into()
+            message: "release podinfo failed: timed out".into(),
+            transient: false,
         }))
     );
     assert_eq!(o.status.failures, 2);
+}
+
+#[test]
+fn reconcile_errors_are_transient_only_when_retrying_may_help() {
+    // (outcome error, executor says transient, returned error, error transient)
+    let p = plan();
+    let cases: &[(Option<&str>, bool, Option<&str>, bool)] = &[
+        // A failure before any write, judged transient (an API server that was down).
+        (
+            Some("connection refused"),
+            true,
+            Some("connection refused"),
+            true,
+        ),
+        // The same failure judged permanent (a chart that does not render).
+        (
+            Some("rendering failed"),
+            false,
+            Some("rendering failed"),
+            false,
+        ),
+        // Trimmed as the recorders return it, it is still the action's error.
+        (Some("timed out\n"), true, Some("timed out"), true),
+    ];
+    for (error, transient, want, want_transient) in cases {
+        let outcome = Outcome {
+            error: error.map(str::to_owned),
+            error_is_transient: *transient,
+            ..Outcome::default()
+        };
+        let applied = apply_outcome(
+            &p,
+            &Action::Install,
+            &outcome,
+            &mut HelmReleaseStatus::default(),
+            &now(),
+        );
+        assert_eq!(applied.returned_error.as_deref(), *want, "{error:?}");
+        assert_eq!(applied.transient, *want_transient, "{error:?}");
+    }
+
+    // Core's own error (no current release to test) is not transient, even when the
+    // executor called its own error transient.
+    let outcome = Outcome {
+        error: Some("connection refused".into()),
+        error_is_transient: true,
+        ..Outcome::default()
+    };
+    let applied = apply_outcome(
+        &p,
+        &Action::Test,
+        &outcome,
+        &mut HelmReleaseStatus::default(),
+        &now(),
+    );
+    assert_eq!(
+        applied.returned_error.as_deref(),
+        Some(format!("{ERR_NO_LATEST}: required for test").as_str())
+    );
+    assert!(!applied.transient);
+
+    // Through the loop: the flag reaches the reconcile error.
+    let mut sim = Sim::new(plan());
+    let mut atomic = AtomicRelease::new();
+    let mut observed = sim.observe(DriftObservation::NoDrift);
+    let action = match atomic.step(&sim.plan, &mut observed, &now()) {
+        Step::Run { action, .. } => action,
+        other => panic!("{other:?}"),
+    };
+    sim.status = observed.status;
+    let outcome = Outcome {
+        error: Some("connection refused".into()),
+        error_is_transient: true,
+        ..Outcome::default()
+    };
+    match atomic.complete(&sim.plan, &action, &outcome, &mut sim.status, &now()) {
+        Some(Step::Failed(e)) => {
+            assert_eq!(e.kind(), "install");
+            assert!(e.is_transient());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(ReconcileError::State("storage unreadable".into()).is_transient());
 }
 
 #[test]
