@@ -30,7 +30,9 @@ fn agent_command(kubeconfig: &Path, cache: &Path) -> Command {
 }
 
 /// Reads a child's stream on a thread, line by line, into a shared buffer.
-fn collect(stream: impl std::io::Read + Send + 'static) -> std::sync::Arc<std::sync::Mutex<String>> {
+fn collect(
+    stream: impl std::io::Read + Send + 'static,
+) -> std::sync::Arc<std::sync::Mutex<String>> {
     let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let sink = out.clone();
     std::thread::spawn(move || {
@@ -98,7 +100,7 @@ async fn an_agent_holding_20_plans_killed_with_sigkill_resumes_them_all_with_no_
     std::fs::create_dir_all(&plans)?;
     let names: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
     for name in &names {
-        Hr::new(name, "ok")
+        Hr::new(name, "podinfo-like")
             .interval("1h")
             .write(&plans.join(format!("{name}.yaml")))?;
     }
@@ -124,7 +126,8 @@ async fn an_agent_holding_20_plans_killed_with_sigkill_resumes_them_all_with_no_
                 let docs: Vec<&str> = out.split("---\n").collect();
                 names2.iter().all(|n| {
                     docs.iter().any(|d| {
-                        d.contains(&format!("name: {n}\n")) && d.contains("reason: InstallSucceeded")
+                        d.contains(&format!("name: {n}\n"))
+                            && d.contains("reason: InstallSucceeded")
                     })
                 })
             },
@@ -140,15 +143,25 @@ async fn an_agent_holding_20_plans_killed_with_sigkill_resumes_them_all_with_no_
     let cache2 = cache.clone();
     let metrics = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
         let mut child = agent_command(&kc, &cache2)
-            .args(["run", "--namespace", "default", "--metrics-addr", "127.0.0.1:0"])
+            .args([
+                "run",
+                "--namespace",
+                "default",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
         let stderr = collect(child.stderr.take().expect("piped"));
         let result = (|| -> anyhow::Result<String> {
-            wait_for("the metrics address", &stderr, &mut child, Duration::from_secs(30), |e| {
-                e.contains("serving /metrics")
-            })?;
+            wait_for(
+                "the metrics address",
+                &stderr,
+                &mut child,
+                Duration::from_secs(30),
+                |e| e.contains("serving /metrics"),
+            )?;
             let logs = stderr.lock().expect("not poisoned").clone();
             let line = logs
                 .lines()
@@ -183,7 +196,11 @@ async fn an_agent_holding_20_plans_killed_with_sigkill_resumes_them_all_with_no_
         result
     })
     .await??;
-    assert_eq!(sample(&metrics, "flotilla_agent_plans_held"), Some(20.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "flotilla_agent_plans_held"),
+        Some(20.0),
+        "{metrics}"
+    );
     assert!(
         !metrics.contains("flotilla_agent_action_total{action=\"install\""),
         "nothing is installed again:\n{metrics}"
@@ -218,7 +235,11 @@ async fn sigterm_during_an_upgrade_lets_it_finish_and_exits_0_with_nothing_pendi
         agent_command(&kc, &cache2).arg("apply").arg(&v1).output()
     })
     .await??;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut child = agent_command(&kubeconfig, &cache)
         .args(["apply", "--watch"])
@@ -241,7 +262,10 @@ async fn sigterm_during_an_upgrade_lets_it_finish_and_exits_0_with_nothing_pendi
     flotilla_tests::process::terminate(child.id());
     // The agent waits for the upgrade: still running a while after SIGTERM.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(child.try_wait()?.is_none(), "the agent left with the upgrade in flight");
+    assert!(
+        child.try_wait()?.is_none(),
+        "the agent left with the upgrade in flight"
+    );
     // Let the pods become ready: the upgrade's wait ends and it is recorded.
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "default");
@@ -272,7 +296,11 @@ async fn sigterm_during_an_upgrade_lets_it_finish_and_exits_0_with_nothing_pendi
     assert!(exit.success(), "exit {exit}:\n{logs}");
     let history = tools::helm_history(&kubeconfig, "demo", "default")?;
     let statuses: Vec<(i64, &str)> = history.iter().map(|(v, s, _)| (*v, s.as_str())).collect();
-    assert_eq!(statuses, [(1, "superseded"), (2, "deployed")], "{history:#?}\n{logs}");
+    assert_eq!(
+        statuses,
+        [(1, "superseded"), (2, "deployed")],
+        "{history:#?}\n{logs}"
+    );
     Ok(())
 }
 
@@ -292,7 +320,10 @@ async fn a_directory_with_one_malformed_plan_reconciles_the_others_and_names_the
     )?;
     let cache = dir.path().join("charts");
     let out = tokio::task::spawn_blocking(move || {
-        agent_command(&kubeconfig, &cache).arg("apply").arg(&plans).output()
+        agent_command(&kubeconfig, &cache)
+            .arg("apply")
+            .arg(&plans)
+            .output()
     })
     .await??;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -301,7 +332,10 @@ async fn a_directory_with_one_malformed_plan_reconciles_the_others_and_names_the
     assert!(stderr.contains("b.yaml: "), "{stderr}");
     assert!(stderr.contains("spec.timeout"), "{stderr}");
     assert!(stderr.contains("1 plan(s) did not reconcile"), "{stderr}");
-    assert!(!stderr.contains("Debug") && !stderr.contains("Failed("), "{stderr}");
+    assert!(
+        !stderr.contains("Debug") && !stderr.contains("Failed("),
+        "{stderr}"
+    );
     for name in ["good-a", "good-c"] {
         let doc = stdout
             .split("---\n")

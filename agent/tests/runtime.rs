@@ -14,7 +14,9 @@ use flotilla_agent::runtime::{Agent, AgentHandle, AgentOptions, Reports};
 use flotilla_agent::storage::{SecretStorage, status_of};
 use flotilla_agent::telemetry::Metrics;
 use flotilla_chart::release::Status;
-use flotilla_core::agent::{Command, DeleteOutcome, DeleteRequest, ObjectKey, Report, StatusReport};
+use flotilla_core::agent::{
+    Command, DeleteOutcome, DeleteRequest, ObjectKey, Report, StatusReport,
+};
 use flotilla_core::ids::PlanRevision;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
 use flotilla_core::plan::ReleasePlan;
@@ -137,15 +139,19 @@ async fn revisions_older_are_ignored_the_same_is_a_no_op_and_a_newer_one_runs_ri
     agent.upsert(v6)?;
     let client = cluster.client().await?;
     let records = SecretStorage::new(client.clone(), "default");
-    flotilla_tests::wait::until("the upgrade of revision 6 to start", Duration::from_secs(60), || {
-        let records = records.clone();
-        async move {
-            Ok(records
-                .last("demo")
-                .await?
-                .filter(|r| status_of(r) == Status::PendingUpgrade))
-        }
-    })
+    flotilla_tests::wait::until(
+        "the upgrade of revision 6 to start",
+        Duration::from_secs(60),
+        || {
+            let records = records.clone();
+            async move {
+                Ok(records
+                    .last("demo")
+                    .await?
+                    .filter(|r| status_of(r) == Status::PendingUpgrade))
+            }
+        },
+    )
     .await?;
     let v7 = plan(&charts, Hr::new("demo", "ok").generation(3), 7);
     agent.upsert(v7)?;
@@ -222,7 +228,10 @@ async fn delete_uninstalls_and_reports_deleted_and_a_bad_plan_is_rejected_naming
     }
     assert!(agent.held().is_empty());
     let history = flotilla_tests::tools::helm_history(&kubeconfig, "gone", "default");
-    assert!(history.is_err() || history?.is_empty(), "the release is gone");
+    assert!(
+        history.is_err() || history?.is_empty(),
+        "the release is gone"
+    );
     let client = cluster.client().await?;
     let store = flotilla_agent::reconcile::state::StateStore::new(client, "default");
     assert!(store.load(&key).await?.is_none(), "the plan is forgotten");

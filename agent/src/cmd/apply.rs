@@ -57,7 +57,10 @@ fn plan_paths(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
         let entries = match std::fs::read_dir(path) {
             Ok(entries) => entries,
             Err(e) => {
-                errors.push(format!("{}: cannot read the directory: {e}", path.display()));
+                errors.push(format!(
+                    "{}: cannot read the directory: {e}",
+                    path.display()
+                ));
                 continue;
             }
         };

@@ -470,8 +470,7 @@ impl ClusterApi {
                 .iter()
                 .map(|obj| self.resolve_and_apply(obj, options, crds_so_far))
                 .collect();
-            let results: Vec<Result<(Resource, bool), ApplyError>> =
-                futures::stream::iter(applies)
+            let results: Vec<Result<(Resource, bool), ApplyError>> = futures::stream::iter(applies)
                 .buffered(APPLY_CONCURRENCY)
                 .collect()
                 .await;

@@ -43,8 +43,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use flotilla_core::agent::{
-    Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report, StatusReport,
-    status_digest,
+    Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report, StatusReport, status_digest,
 };
 use flotilla_core::digest::{self, Digest};
 use flotilla_core::ids::PlanRevision;
@@ -558,11 +557,9 @@ impl Supervisor {
                     let object = key.clone();
                     self.tasks.spawn(tracing::Instrument::instrument(
                         async move {
-                            let result = catch_panic(
-                                &object,
-                                run_delete(&ctx, charts.as_ref(), state),
-                            )
-                            .await;
+                            let result =
+                                catch_panic(&object, run_delete(&ctx, charts.as_ref(), state))
+                                    .await;
                             (task_key, Finished::Deleted { request, result })
                         },
                         span,

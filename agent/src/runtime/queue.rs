@@ -243,7 +243,11 @@ mod tests {
         q.schedule("a", now, now);
         assert_eq!(q.pop_ready(now), Some("a"));
         q.schedule("a", now + Duration::from_secs(60), now);
-        assert_eq!(q.next_due(), None, "the running key's next time is not handed out");
+        assert_eq!(
+            q.next_due(),
+            None,
+            "the running key's next time is not handed out"
+        );
         assert!(!q.finish(&"a"));
         assert_eq!(q.next_due(), Some(now + Duration::from_secs(60)));
     }
@@ -289,9 +293,17 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         let d = Duration::from_secs(100);
         let samples: Vec<Duration> = (0..200).map(|_| with_jitter(d, 0.1, &mut rng)).collect();
-        assert!(samples.iter().all(|s| *s >= d && *s <= d + Duration::from_secs(10)));
+        assert!(
+            samples
+                .iter()
+                .all(|s| *s >= d && *s <= d + Duration::from_secs(10))
+        );
         let distinct: BTreeSet<_> = samples.iter().collect();
-        assert!(distinct.len() > 100, "jitter should spread: {}", distinct.len());
+        assert!(
+            distinct.len() > 100,
+            "jitter should spread: {}",
+            distinct.len()
+        );
         assert_eq!(with_jitter(d, 0.0, &mut rng), d);
     }
 }

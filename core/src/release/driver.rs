@@ -34,8 +34,8 @@ use crate::plan::{DriftObservation, Observed, ReleasePlan, ReleaseRecord};
 use crate::status::HelmReleaseStatus;
 
 use super::{
-    Action, AtomicRelease, Begin, Event, Outcome, ReconcileError, ResetReason, Step,
-    apply_outcome, begin_reconcile, finish_reconcile, rollback_candidate,
+    Action, AtomicRelease, Begin, Event, Outcome, ReconcileError, ResetReason, Step, apply_outcome,
+    begin_reconcile, finish_reconcile, rollback_candidate,
 };
 
 /// The most decisions one reconcile takes.

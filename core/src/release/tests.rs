@@ -1243,10 +1243,21 @@ fn a_driver_stopped_at_a_safe_point_runs_nothing_more_and_requeues() {
     driver.observed(None, None);
     assert_eq!(driver.next(&t), Next::Persist);
     driver.persisted();
-    assert!(matches!(driver.next(&t), Next::Run { action: Action::Install, .. }));
+    assert!(matches!(
+        driver.next(&t),
+        Next::Run {
+            action: Action::Install,
+            ..
+        }
+    ));
     driver.completed(
         &Action::Install,
-        &Outcome::succeeded(vec![record(1, StorageStatus::Deployed, "6.5.0", &desired_values())]),
+        &Outcome::succeeded(vec![record(
+            1,
+            StorageStatus::Deployed,
+            "6.5.0",
+            &desired_values(),
+        )]),
         &t,
     );
     // The test would come next: stop here instead.
