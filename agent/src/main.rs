@@ -20,7 +20,14 @@ use flotilla_agent::telemetry::{self, Health, LogFormat, Metrics};
 use flotilla_core::duration::GoDuration;
 
 #[derive(Parser, Debug)]
-#[command(name = "flotilla-agent", version, about = "The Flotilla agent")]
+#[command(
+    name = "flotilla-agent",
+    version,
+    about = "The Flotilla agent",
+    after_help = "Logs go to stderr. RUST_LOG filters them (default: info for Flotilla's crates, \
+                  warn for the rest; e.g. RUST_LOG=flotilla_agent=debug); --log-format json \
+                  writes one JSON object per line. Colours only on a terminal."
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "text")]

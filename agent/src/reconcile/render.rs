@@ -77,6 +77,10 @@ pub struct Rendered {
 /// Why a chart could not be rendered; each names the chart and template.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// Helm's engine refused the chart: its message as Helm words it, which names the
+    /// template (`template: demo/templates/cm.yaml:3:12: executing ...`) or the schema.
+    #[error("{0}")]
+    Engine(String),
     /// The renderer cannot render this template.
     #[error("chart {chart}: template {file}: {reason}")]
     Template {
@@ -330,19 +334,11 @@ impl Renderer for ChartRenderer {
         options: &RenderOptions,
     ) -> Result<Rendered, RenderError> {
         use flotilla_chart::render::{ReleaseOptions, RenderOptions as ChartOptions};
-        let error = |file: &str, reason: String| RenderError::Template {
-            chart: chart.name().to_owned(),
-            file: file.to_owned(),
-            reason,
-        };
         let mut chart = chart.clone();
         let mut warnings = Vec::new();
         flotilla_chart::dependencies::process_dependencies(&mut chart, values, &mut warnings)
             .map_err(|e| {
-                error(
-                    "Chart.yaml",
-                    format!("chart dependencies processing failed: {e}"),
-                )
+                RenderError::Engine(format!("chart dependencies processing failed: {e}"))
             })?;
         let opts = ChartOptions {
             release: ReleaseOptions {
@@ -369,7 +365,7 @@ impl Renderer for ChartRenderer {
             options.post_render_hooks,
             &mut log,
         )
-        .map_err(|e| error("templates", e.to_string()))?;
+        .map_err(|e| RenderError::Engine(e.to_string()))?;
         let mut hooks = rendered.hooks;
         hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
         Ok(Rendered {
@@ -481,5 +477,44 @@ mod chart_renderer_tests {
         assert_eq!(r.hooks.len(), 1);
         assert_eq!(r.hooks[0].name, "web-hello-test");
         assert_eq!(r.hooks[0].events, [HookEvent::Test]);
+    }
+
+    #[test]
+    fn engine_errors_are_helms_own_words_without_a_prefix() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts/schema");
+        let chart = flotilla_chart::load(&dir).unwrap();
+        let options = RenderOptions {
+            release_name: "web".into(),
+            namespace: "apps".into(),
+            revision: 1,
+            is_install: true,
+            ..RenderOptions::default()
+        };
+        let values: Values = serde_json::from_value(serde_json::json!({"replicaCount": "many"})).unwrap();
+        let err = ChartRenderer::default()
+            .render(&chart, &values, &options)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("values don't meet the specifications of the schema"),
+            "{err}"
+        );
+        assert!(!err.contains("template templates"), "{err}");
+
+        let mut metadata = flotilla_chart::Metadata::default();
+        metadata.name = "demo".into();
+        metadata.version = "0.1.0".into();
+        let mut chart = Chart::new(metadata);
+        chart.templates.push(flotilla_chart::File {
+            name: "templates/cm.yaml".into(),
+            data: b"x: {{ fail \"boom\" }}\n".as_slice().into(),
+            mod_time: None,
+        });
+        let err = ChartRenderer::default()
+            .render(&chart, &Values::new(), &options)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("template: demo/templates/cm.yaml:1:"), "{err}");
+        assert!(err.contains("boom"), "{err}");
     }
 }
