@@ -474,8 +474,13 @@ impl Metadata {
     /// `yaml.Unmarshal(data, c.Metadata)` does: fields present in the document are
     /// overwritten, others kept.
     pub fn merge_yaml(&mut self, src: &[u8]) -> Result<(), DecodeError> {
-        let doc = parse_yaml(src)?;
-        let m = match &doc {
+        self.merge_yaml_value(&parse_yaml(src)?)
+    }
+
+    /// [`Metadata::merge_yaml`] of a document already read (a repository index entry,
+    /// whose fields are a chart's metadata plus its own).
+    pub fn merge_yaml_value(&mut self, doc: &Y) -> Result<(), DecodeError> {
+        let m = match doc {
             Y::Null => return Ok(()),
             Y::Map(m) => m,
             other => {

@@ -1,8 +1,9 @@
-//! The parts of `Masterminds/semver/v3` Helm relies on outside templates: `NewVersion` and
-//! `IsCompatibleRange`. One implementation serves both: Sprig's port
-//! ([`flotilla_sprig::semver`]), the one templates use for `semver` and `semverCompare`.
+//! The parts of `Masterminds/semver/v3` Helm relies on outside templates: `NewVersion`,
+//! `StrictNewVersion`, `NewConstraint` and `IsCompatibleRange`. One implementation serves
+//! all: Sprig's port ([`flotilla_sprig::semver`]), the one templates use for `semver` and
+//! `semverCompare`.
 
-pub use flotilla_sprig::semver::Version;
+pub use flotilla_sprig::semver::{Constraints, Version};
 
 /// Helm's `IsCompatibleRange(constraint, version)`: false when either does not parse.
 pub fn is_compatible_range(constraint: &str, version: &str) -> bool {

@@ -1,6 +1,13 @@
 //! `--set`, `--set-string`, `--set-json` and `--set-file` parsing, as Helm's `pkg/strvals`
 //! (typed values, `[N]` list indices, `\`-escapes, `{a,b}` lists, error texts), and the
 //! Helm CLI's assembly of user values (`values.Options.MergeValues`).
+//!
+//! The parser writes into a [`Tree`]: [`Values`] for the public `parse_*` functions, or a
+//! caller's own tree through [`parse_into_tree`]. Helm parses into Go maps and slices, which
+//! are references: a map already in the destination is changed in place, and so is a list
+//! when the index is inside it (a longer list is a new one). A caller whose destination
+//! shares nodes with other values (Flux's `valuesFrom` `targetPath`) implements [`Tree`] with
+//! shared nodes to see those changes where Go would.
 
 use serde_json::{Map, Value};
 
@@ -52,17 +59,17 @@ struct Parser<'s, 'r> {
 
 /// `strvals.ParseInto` (`--set`): typed values.
 pub fn parse_into(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
-    run(s, dest, Mode::Typed)
+    run::<JsonTree>(s, dest, Mode::Typed)
 }
 
 /// `strvals.ParseIntoString` (`--set-string`).
 pub fn parse_into_string(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
-    run(s, dest, Mode::String)
+    run::<JsonTree>(s, dest, Mode::String)
 }
 
 /// `strvals.ParseJSON` (`--set-json` in `key=json` form).
 pub fn parse_json(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
-    run(s, dest, Mode::Json)
+    run::<JsonTree>(s, dest, Mode::Json)
 }
 
 /// `strvals.ParseIntoFile` (`--set-file`): `reader` turns the path into the value (the CLI
@@ -72,13 +79,13 @@ pub fn parse_into_file(
     dest: &mut Values,
     reader: &mut dyn FnMut(&str) -> Result<Value, String>,
 ) -> Result<(), StrvalsError> {
-    run(s, dest, Mode::File(reader))
+    run::<JsonTree>(s, dest, Mode::File(reader))
 }
 
 /// `strvals.ParseLiteralInto` (`--set-literal`): no escapes, no lists, the value is the
 /// rest of the string.
 pub fn parse_literal_into(s: &str, dest: &mut Values) -> Result<(), StrvalsError> {
-    run(s, dest, Mode::Literal)
+    run::<JsonTree>(s, dest, Mode::Literal)
 }
 
 /// `strvals.Parse`: a fresh map from one `--set` string.
@@ -88,7 +95,129 @@ pub fn parse(s: &str) -> Result<Values, StrvalsError> {
     Ok(m)
 }
 
-fn run(s: &str, dest: &mut Values, mode: Mode<'_>) -> Result<(), StrvalsError> {
+/// What the parser finds at a key or an index of a [`Tree`].
+#[derive(Debug)]
+pub enum Node<M, L> {
+    /// Nothing there (a key not set, an index past the end).
+    Absent,
+    /// A map (for a tree with shared nodes, a handle to the same map).
+    Map(M),
+    /// A list (likewise).
+    List(L),
+    /// Anything else: `null`, a boolean, a number or a string (Go's type of it names it in
+    /// errors).
+    Scalar(Value),
+}
+
+/// The destination of a `--set` string: maps and lists the parser looks into and writes.
+///
+/// The parser takes a node out of its parent ([`Tree::get`], [`Tree::list_get`]), works on it
+/// and puts it back ([`Tree::set`], [`Tree::list_set`]). With owned nodes ([`Values`]) that is
+/// a copy; with shared nodes (handles) it is Go's in-place change of the same map or list.
+pub trait Tree {
+    /// A map node.
+    type Map;
+    /// A list node.
+    type List;
+    /// Any node.
+    type Value;
+    /// The node at `key`.
+    fn get(map: &Self::Map, key: &str) -> Node<Self::Map, Self::List>;
+    /// Sets `key` (never empty).
+    fn set(map: &mut Self::Map, key: &str, value: Self::Value);
+    /// Whether the map has no keys.
+    fn is_empty(map: &Self::Map) -> bool;
+    /// A new empty map.
+    fn new_map() -> Self::Map;
+    /// A new empty list.
+    fn new_list() -> Self::List;
+    /// The node at index `i`.
+    fn list_get(list: &Self::List, i: usize) -> Node<Self::Map, Self::List>;
+    /// Go's `setIndex` once the index is checked: `list[i] = value` in place when `i` is
+    /// inside the list; otherwise `list` becomes a new list of `i + 1` elements (the old ones,
+    /// then nulls) with `value` last.
+    fn list_set(list: &mut Self::List, i: usize, value: Self::Value);
+    /// A map as a node.
+    fn from_map(map: Self::Map) -> Self::Value;
+    /// A list as a node.
+    fn from_list(list: Self::List) -> Self::Value;
+    /// A parsed value (a scalar, a `{a,b}` list, a `--set-json` value or a file's value) as
+    /// a new node.
+    fn from_json(value: Value) -> Self::Value;
+}
+
+/// [`Values`] as a [`Tree`]: owned nodes.
+#[derive(Debug, Clone, Copy)]
+pub enum JsonTree {}
+
+impl Tree for JsonTree {
+    type Map = Values;
+    type List = Vec<Value>;
+    type Value = Value;
+
+    fn get(map: &Values, key: &str) -> Node<Values, Vec<Value>> {
+        json_node(map.get(key))
+    }
+
+    fn set(map: &mut Values, key: &str, value: Value) {
+        map.insert(key.to_owned(), value);
+    }
+
+    fn is_empty(map: &Values) -> bool {
+        map.is_empty()
+    }
+
+    fn new_map() -> Values {
+        Values::new()
+    }
+
+    fn new_list() -> Vec<Value> {
+        Vec::new()
+    }
+
+    fn list_get(list: &Vec<Value>, i: usize) -> Node<Values, Vec<Value>> {
+        json_node(list.get(i))
+    }
+
+    fn list_set(list: &mut Vec<Value>, i: usize, value: Value) {
+        if list.len() <= i {
+            list.resize(i + 1, Value::Null);
+        }
+        list[i] = value;
+    }
+
+    fn from_map(map: Values) -> Value {
+        Value::Object(map)
+    }
+
+    fn from_list(list: Vec<Value>) -> Value {
+        Value::Array(list)
+    }
+
+    fn from_json(value: Value) -> Value {
+        value
+    }
+}
+
+fn json_node(v: Option<&Value>) -> Node<Values, Vec<Value>> {
+    match v {
+        None => Node::Absent,
+        Some(Value::Object(m)) => Node::Map(m.clone()),
+        Some(Value::Array(l)) => Node::List(l.clone()),
+        Some(other) => Node::Scalar(other.clone()),
+    }
+}
+
+/// [`parse_into`] (`as_string` false) or [`parse_into_string`] (true) into any [`Tree`].
+pub fn parse_into_tree<T: Tree>(
+    s: &str,
+    dest: &mut T::Map,
+    as_string: bool,
+) -> Result<(), StrvalsError> {
+    run::<T>(s, dest, if as_string { Mode::String } else { Mode::Typed })
+}
+
+fn run<T: Tree>(s: &str, dest: &mut T::Map, mode: Mode<'_>) -> Result<(), StrvalsError> {
     let mut p = Parser {
         chars: s.chars().collect(),
         pos: 0,
@@ -96,7 +225,7 @@ fn run(s: &str, dest: &mut Values, mode: Mode<'_>) -> Result<(), StrvalsError> {
         _src: s,
     };
     loop {
-        match p.key(dest, 0) {
+        match p.key::<T>(dest, 0) {
             Ok(()) => {}
             Err(Stop::Eof) => return Ok(()),
             Err(Stop::Err(e)) => return Err(e),
@@ -135,21 +264,24 @@ pub fn typed_val(v: &str, as_string: bool) -> Value {
     Value::String(v.to_owned())
 }
 
-fn set(data: &mut Values, key: &str, val: Value) {
+fn set<T: Tree>(data: &mut T::Map, key: &str, val: T::Value) {
     if key.is_empty() {
         return;
     }
-    data.insert(key.to_owned(), val);
+    T::set(data, key, val);
 }
 
-fn go_type_of(v: Option<&Value>) -> &'static str {
-    match v {
-        None | Some(Value::Null) => "nil",
-        Some(v) => go_type(v),
+/// Go's name of the type of a node that is not the one wanted.
+fn go_type_of<M, L>(n: &Node<M, L>) -> &'static str {
+    match n {
+        Node::Absent => "nil",
+        Node::Map(_) => "map[string]interface {}",
+        Node::List(_) => "[]interface {}",
+        Node::Scalar(v) => go_type(v),
     }
 }
 
-fn set_index(list: &mut Vec<Value>, index: i64, val: Value) -> Result<(), Stop> {
+fn set_index<T: Tree>(list: &mut T::List, index: i64, val: T::Value) -> Result<(), Stop> {
     if index < 0 {
         return Err(err(format!("negative {index} index not allowed")));
     }
@@ -159,10 +291,7 @@ fn set_index(list: &mut Vec<Value>, index: i64, val: Value) -> Result<(), Stop> 
             "index of {index} is greater than maximum supported index of {MAX_INDEX}"
         )));
     }
-    if list.len() <= i {
-        list.resize(i + 1, Value::Null);
-    }
-    list[i] = val;
+    T::list_set(list, i, val);
     Ok(())
 }
 
@@ -212,7 +341,7 @@ impl Parser<'_, '_> {
         v
     }
 
-    fn key(&mut self, data: &mut Values, nested: usize) -> Result<(), Stop> {
+    fn key<T: Tree>(&mut self, data: &mut T::Map, nested: usize) -> Result<(), Stop> {
         let literal = matches!(self.mode, Mode::Literal);
         let stop: &[char] = if literal {
             &['=', '[', '.']
@@ -231,43 +360,43 @@ impl Parser<'_, '_> {
                 let i = self
                     .key_index()
                     .map_err(|e| err(format!("error parsing index: {e}")))?;
-                let mut list = match data.get(&k) {
-                    None => Vec::new(),
-                    Some(Value::Array(l)) => l.clone(),
-                    Some(other) => {
+                let mut list = match T::get(data, &k) {
+                    Node::Absent => T::new_list(),
+                    Node::List(l) => l,
+                    other => {
                         return Err(err(format!(
                             "unable to parse key: interface conversion: interface {{}} is {}, not []interface {{}}",
-                            go_type_of(Some(other))
+                            go_type_of(&other)
                         )));
                     }
                 };
-                let r = self.list_item(&mut list, i, nested);
-                set(data, &k, Value::Array(list));
+                let r = self.list_item::<T>(&mut list, i, nested);
+                set::<T>(data, &k, T::from_list(list));
                 r
             }
             Some('=') => {
                 if literal {
                     let v = self.rest();
-                    set(data, &k, Value::String(v));
+                    set::<T>(data, &k, T::from_json(Value::String(v)));
                     return Ok(());
                 }
                 if matches!(self.mode, Mode::Json) {
                     if self.empty_val() {
-                        set(data, &k, Value::Null);
+                        set::<T>(data, &k, T::from_json(Value::Null));
                         return Ok(());
                     }
                     let v = self.json_value()?;
-                    set(data, &k, v);
+                    set::<T>(data, &k, T::from_json(v));
                     self.empty_val();
                     return Ok(());
                 }
                 match self.val_list() {
                     Ok(vl) => {
-                        set(data, &k, Value::Array(vl));
+                        set::<T>(data, &k, T::from_json(Value::Array(vl)));
                         Ok(())
                     }
                     Err(ListErr::Eof) => {
-                        set(data, &k, Value::String(String::new()));
+                        set::<T>(data, &k, T::from_json(Value::String(String::new())));
                         Err(Stop::Eof)
                     }
                     Err(ListErr::NotList) => {
@@ -275,11 +404,11 @@ impl Parser<'_, '_> {
                         let v = self.reader(&rs);
                         match v {
                             Ok(v) => {
-                                set(data, &k, v);
+                                set::<T>(data, &k, T::from_json(v));
                                 Ok(())
                             }
                             Err(e) => {
-                                set(data, &k, Value::Null);
+                                set::<T>(data, &k, T::from_json(Value::Null));
                                 Err(e)
                             }
                         }
@@ -288,7 +417,7 @@ impl Parser<'_, '_> {
                 }
             }
             Some(',') => {
-                set(data, &k, Value::String(String::new()));
+                set::<T>(data, &k, T::from_json(Value::String(String::new())));
                 Err(err(format!(
                     "key {} has no value (cannot end with ,)",
                     go_quote(&k)
@@ -301,22 +430,22 @@ impl Parser<'_, '_> {
                         "value name nested level is greater than maximum supported nested level of {MAX_NESTED_NAME_LEVEL}"
                     )));
                 }
-                let mut inner = match data.get(&k) {
-                    None => Map::new(),
-                    Some(Value::Object(m)) => m.clone(),
-                    Some(other) => {
+                let mut inner = match T::get(data, &k) {
+                    Node::Absent => T::new_map(),
+                    Node::Map(m) => m,
+                    other => {
                         return Err(err(format!(
                             "unable to parse key: interface conversion: interface {{}} is {}, not map[string]interface {{}}",
-                            go_type_of(Some(other))
+                            go_type_of(&other)
                         )));
                     }
                 };
-                let e = self.key(&mut inner, nested);
-                if e.is_ok() && inner.is_empty() {
+                let e = self.key::<T>(&mut inner, nested);
+                if e.is_ok() && T::is_empty(&inner) {
                     return Err(err(format!("key map {} has no value", go_quote(&k))));
                 }
-                if !inner.is_empty() {
-                    set(data, &k, Value::Object(inner));
+                if !T::is_empty(&inner) {
+                    set::<T>(data, &k, T::from_map(inner));
                 }
                 e
             }
@@ -345,7 +474,12 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn list_item(&mut self, list: &mut Vec<Value>, i: i64, nested: usize) -> Result<(), Stop> {
+    fn list_item<T: Tree>(
+        &mut self,
+        list: &mut T::List,
+        i: i64,
+        nested: usize,
+    ) -> Result<(), Stop> {
         if i < 0 {
             return Err(err(format!("negative {i} index not allowed")));
         }
@@ -363,24 +497,26 @@ impl Parser<'_, '_> {
             Some('=') => {
                 if matches!(self.mode, Mode::Literal) {
                     let v = self.rest();
-                    return set_index(list, i, Value::String(v));
+                    return set_index::<T>(list, i, T::from_json(Value::String(v)));
                 }
                 if matches!(self.mode, Mode::Json) {
                     if self.empty_val() {
-                        return set_index(list, i, Value::Null);
+                        return set_index::<T>(list, i, T::from_json(Value::Null));
                     }
                     let v = self.json_value()?;
-                    set_index(list, i, v)?;
+                    set_index::<T>(list, i, T::from_json(v))?;
                     self.empty_val();
                     return Ok(());
                 }
                 match self.val_list() {
-                    Ok(vl) => set_index(list, i, Value::Array(vl)),
-                    Err(ListErr::Eof) => set_index(list, i, Value::String(String::new())),
+                    Ok(vl) => set_index::<T>(list, i, T::from_json(Value::Array(vl))),
+                    Err(ListErr::Eof) => {
+                        set_index::<T>(list, i, T::from_json(Value::String(String::new())))
+                    }
                     Err(ListErr::NotList) => {
                         let (rs, _) = self.until(&[',']);
                         let v = self.reader(&rs)?;
-                        set_index(list, i, v)
+                        set_index::<T>(list, i, T::from_json(v))
                     }
                     Err(ListErr::Other(e)) => Err(e),
                 }
@@ -389,26 +525,26 @@ impl Parser<'_, '_> {
                 let next = self
                     .key_index()
                     .map_err(|e| err(format!("error parsing index: {e}")))?;
-                let mut crt = match list.get(iu) {
-                    None | Some(Value::Null) => Vec::new(),
-                    Some(Value::Array(l)) => l.clone(),
-                    Some(other) => {
+                let mut crt = match T::list_get(list, iu) {
+                    Node::Absent | Node::Scalar(Value::Null) => T::new_list(),
+                    Node::List(l) => l,
+                    other => {
                         return Err(err(format!(
                             "unable to parse key: interface conversion: interface {{}} is {}, not []interface {{}}",
-                            go_type_of(Some(other))
+                            go_type_of(&other)
                         )));
                     }
                 };
-                self.list_item(&mut crt, next, nested)?;
-                set_index(list, i, Value::Array(crt))
+                self.list_item::<T>(&mut crt, next, nested)?;
+                set_index::<T>(list, i, T::from_list(crt))
             }
             _ => {
-                let mut inner = match list.get(iu) {
-                    Some(Value::Object(m)) => m.clone(),
-                    _ => Map::new(),
+                let mut inner = match T::list_get(list, iu) {
+                    Node::Map(m) => m,
+                    _ => T::new_map(),
                 };
-                self.key(&mut inner, nested)?;
-                set_index(list, i, Value::Object(inner))
+                self.key::<T>(&mut inner, nested)?;
+                set_index::<T>(list, i, T::from_map(inner))
             }
         }
     }
