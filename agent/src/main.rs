@@ -118,13 +118,42 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("flotilla-agent: {e:#}");
+            eprintln!("flotilla-agent: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+/// An error and its causes joined with `: `, a cause its error already printed said once.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 async fn run(command: Command) -> anyhow::Result<Vec<String>> {
+    // Plan files are read before any cluster is contacted: a bad one is reported even
+    // without a cluster, and when none is good there is nothing to connect for.
+    let loaded = match &command {
+        Command::Apply { plans, .. } => {
+            let loaded = cmd::apply::load(plans);
+            if loaded.is_empty() {
+                anyhow::ensure!(!loaded.failures.is_empty(), "no plan files given");
+                return Ok(loaded.failures);
+            }
+            Some(loaded)
+        }
+        Command::Run { .. } => None,
+    };
     let (common, namespace) = match &command {
         Command::Apply {
             common,
@@ -153,18 +182,14 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
     };
     let charts = cmd::chart_cache(common.chart_cache.as_deref())?;
     let result = match command {
-        Command::Apply { watch, plans, .. } => {
+        Command::Apply { watch, .. } => {
             health.set_ready(true);
-            cmd::apply::apply(
-                ctx,
-                charts,
-                cmd::apply::Apply {
-                    plans,
-                    watch,
-                    options,
-                },
-            )
-            .await
+            let apply = cmd::apply::Apply {
+                loaded: loaded.unwrap_or_default(),
+                watch,
+                options,
+            };
+            cmd::apply::apply(ctx, charts, apply).await
         }
         Command::Run { .. } => cmd::run::run(ctx, charts, options, health)
             .await

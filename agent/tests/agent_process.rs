@@ -168,7 +168,7 @@ async fn an_agent_holding_20_plans_killed_with_sigkill_resumes_them_all_with_no_
                 .find(|l| l.contains("serving /metrics"))
                 .expect("waited for it");
             let value: serde_json::Value = serde_json::from_str(line)?;
-            let addr = value["fields"]["address"]
+            let addr = value["address"]
                 .as_str()
                 .ok_or_else(|| anyhow::anyhow!("no address in {line}"))?
                 .to_owned();

@@ -60,8 +60,7 @@ struct Reconciled {
 
 /// A `reconciled` line of the agent's JSON log (`--log-format json`).
 fn parse_line(line: &str, at: Instant) -> Option<Reconciled> {
-    let value: serde_json::Value = serde_json::from_str(line).ok()?;
-    let fields = value.get("fields")?;
+    let fields: serde_json::Value = serde_json::from_str(line).ok()?;
     if fields.get("message")?.as_str()? != "reconciled" {
         return None;
     }
@@ -433,18 +432,18 @@ mod tests {
 
     #[test]
     fn a_reconciled_json_log_line_is_parsed() {
-        let line = r#"{"timestamp":"2026-11-26T05:00:00.123456Z","level":"INFO","fields":{"message":"reconciled","object":"default/bench-001","revision":"1","elapsed_ms":734,"actions":"[\"install\"]","step":"done"},"target":"flotilla_agent::runtime"}"#;
+        let line = r#"{"timestamp":"2026-11-26T05:00:00.123456Z","level":"INFO","message":"reconciled","object":"default/bench-001","revision":"1","elapsed_ms":734,"actions":"[\"install\"]","step":"done","target":"flotilla_agent::runtime"}"#;
         let r = parse_line(line, Instant::now()).expect("parsed");
         assert_eq!(r.release, "default/bench-001");
         assert_eq!(r.elapsed_ms, 734);
         assert!(r.installed);
-        let steady = r#"{"fields":{"message":"reconciled","object":"default/b","elapsed_ms":12,"actions":"[]","step":"done"}}"#;
+        let steady = r#"{"message":"reconciled","object":"default/b","elapsed_ms":12,"actions":"[]","step":"done"}"#;
         let r = parse_line(steady, Instant::now()).expect("parsed");
         assert_eq!(
             (r.release.as_str(), r.elapsed_ms, r.installed),
             ("default/b", 12, false)
         );
-        assert!(parse_line(r#"{"fields":{"message":"plan accepted"}}"#, Instant::now()).is_none());
+        assert!(parse_line(r#"{"message":"plan accepted"}"#, Instant::now()).is_none());
         assert!(parse_line("INFO not json", Instant::now()).is_none());
     }
 

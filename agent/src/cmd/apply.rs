@@ -35,12 +35,67 @@ use crate::runtime::{Agent, AgentOptions, step_summary};
 /// What `apply` was asked to do.
 #[derive(Debug)]
 pub struct Apply {
-    /// Plan files and directories of plan files.
-    pub plans: Vec<PathBuf>,
+    /// The plan files read.
+    pub loaded: Loaded,
     /// Keep reconciling until a signal.
     pub watch: bool,
     /// The runtime's options (`resume` and `requeue` are set here).
     pub options: AgentOptions,
+}
+
+/// The plan files read: the good ones by HelmRelease, and one line per bad one (already
+/// printed on stderr).
+#[derive(Debug, Default)]
+pub struct Loaded {
+    files: BTreeMap<ObjectKey, (PathBuf, PlanFile)>,
+    /// One line per plan file (or directory) that could not be used.
+    pub failures: Vec<String>,
+}
+
+impl Loaded {
+    /// How many plans are good.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no plan is good.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+/// Reads every plan file (before any cluster is contacted): a malformed one is reported
+/// with its file and field, and the others are kept.
+pub fn load(plans: &[PathBuf]) -> Loaded {
+    let (paths, mut failures) = plan_paths(plans);
+    for f in &failures {
+        eprintln!("{f}");
+    }
+    let mut files: BTreeMap<ObjectKey, (PathBuf, PlanFile)> = BTreeMap::new();
+    for path in paths {
+        let file = match plan_file::load(&path) {
+            Ok(file) => file,
+            Err(e) => {
+                let line = crate::kube::error_chain(&e);
+                eprintln!("{line}");
+                failures.push(line);
+                continue;
+            }
+        };
+        let key = file.plan.object.key();
+        if let Some((other, _)) = files.get(&key) {
+            let line = format!(
+                "{}: HelmRelease {key} is already planned by {}",
+                path.display(),
+                other.display()
+            );
+            eprintln!("{line}");
+            failures.push(line);
+            continue;
+        }
+        files.insert(key, (path, file));
+    }
+    Loaded { files, failures }
 }
 
 /// The plan files `paths` name: files as given, directories by their `*.yaml` and `*.yml`
@@ -80,43 +135,19 @@ fn plan_paths(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
     (out, errors)
 }
 
-/// Runs plan-file mode until done (or a signal, with `--watch`); returns the failures. The
-/// plans' charts go into `charts`, where a restarted agent finds them.
+/// Runs plan-file mode until done (or a signal, with `--watch`); returns the failures
+/// (those of loading included). The plans' charts go into `charts`, where a restarted agent
+/// finds them.
 pub async fn apply(
     ctx: crate::reconcile::Context,
     charts: Arc<ChartCache>,
     apply: Apply,
 ) -> anyhow::Result<Vec<String>> {
-    let (paths, mut failures) = plan_paths(&apply.plans);
-    for f in &failures {
-        eprintln!("{f}");
-    }
-    let mut files: BTreeMap<ObjectKey, (PathBuf, PlanFile)> = BTreeMap::new();
-    for path in paths {
-        let file = match plan_file::load(&path) {
-            Ok(file) => file,
-            Err(e) => {
-                let line = crate::kube::error_chain(&e);
-                eprintln!("{line}");
-                failures.push(line);
-                continue;
-            }
-        };
-        let key = file.plan.object.key();
-        if let Some((other, _)) = files.get(&key) {
-            let line = format!(
-                "{}: HelmRelease {key} is already planned by {}",
-                path.display(),
-                other.display()
-            );
-            eprintln!("{line}");
-            failures.push(line);
-            continue;
-        }
-        files.insert(key, (path, file));
-    }
+    let Loaded {
+        files,
+        mut failures,
+    } = apply.loaded;
     if files.is_empty() {
-        anyhow::ensure!(!failures.is_empty(), "no plan files given");
         return Ok(failures);
     }
 

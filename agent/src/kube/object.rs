@@ -174,8 +174,12 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut next = err.source();
     while let Some(e) = next {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
+        // Some errors print their source in their own message: say it once.
+        let text = e.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         next = e.source();
     }
     out

@@ -490,7 +490,8 @@ mod chart_renderer_tests {
             is_install: true,
             ..RenderOptions::default()
         };
-        let values: Values = serde_json::from_value(serde_json::json!({"replicaCount": "many"})).unwrap();
+        let values: Values =
+            serde_json::from_value(serde_json::json!({"replicaCount": "many"})).unwrap();
         let err = ChartRenderer::default()
             .render(&chart, &values, &options)
             .unwrap_err()
@@ -514,7 +515,10 @@ mod chart_renderer_tests {
             .render(&chart, &Values::new(), &options)
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("template: demo/templates/cm.yaml:1:"), "{err}");
+        assert!(
+            err.starts_with("template: demo/templates/cm.yaml:1:"),
+            "{err}"
+        );
         assert!(err.contains("boom"), "{err}");
     }
 }
