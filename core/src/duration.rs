@@ -131,6 +131,26 @@ impl GoDuration {
     }
 }
 
+/// The pattern the Flux CRDs give duration fields of a spec: `^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// A spec duration: a string matching [`DURATION_PATTERN`]. Status fields written in Go's
+/// own form (`1.5µs`) override this with a plain string.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for GoDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GoDuration".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "string", "pattern": DURATION_PATTERN})
+    }
+}
+
 impl fmt::Display for GoDuration {
     /// Go's `time.Duration.String()`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

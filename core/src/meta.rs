@@ -138,6 +138,22 @@ fn is_rfc3339(s: &str) -> bool {
     }
 }
 
+/// An RFC 3339 date-time string, as `metav1.Time` is in every CRD.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Timestamp {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "string", "format": "date-time"})
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -223,6 +239,62 @@ pub struct Condition {
     /// Human-readable message.
     #[serde(default)]
     pub message: String,
+}
+
+/// The schema controller-gen writes for `metav1.Condition`, validation included.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Condition {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Condition".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Condition contains details for one aspect of the current state of this API Resource.",
+            "type": "object",
+            "properties": {
+                "lastTransitionTime": {
+                    "description": "lastTransitionTime is the last time the condition transitioned from one status to another.",
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "message": {
+                    "description": "message is a human readable message indicating details about the transition.",
+                    "type": "string",
+                    "maxLength": MAX_CONDITION_MESSAGE_LEN
+                },
+                "observedGeneration": {
+                    "description": "observedGeneration is the .metadata.generation that the condition was set based upon.",
+                    "type": "integer",
+                    "format": "int64",
+                    "minimum": 0
+                },
+                "reason": {
+                    "description": "reason contains a programmatic identifier indicating the reason for the condition's last transition.",
+                    "type": "string",
+                    "maxLength": 1024,
+                    "minLength": 1,
+                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+                },
+                "status": {
+                    "description": "status of the condition, one of True, False, Unknown.",
+                    "type": "string",
+                    "enum": ["True", "False", "Unknown"]
+                },
+                "type": {
+                    "description": "type of condition in CamelCase or in foo.example.com/CamelCase.",
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+                }
+            },
+            "required": ["lastTransitionTime", "message", "reason", "status", "type"]
+        })
+    }
 }
 
 pub(crate) fn is_zero_i64(v: &i64) -> bool {

@@ -49,6 +49,16 @@ fn is_none_or_empty(s: &Option<String>) -> bool {
     s.as_deref().is_none_or(str::is_empty)
 }
 
+/// The schema of `spec.values`: any JSON object, kept as written.
+#[cfg(feature = "schema")]
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Inline values (a JSON object), merged over the values of valuesFrom.",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 /// A HelmRelease object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -71,6 +81,14 @@ pub struct HelmRelease {
 
 /// The desired state of a Helm release.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.chart) && !has(self.chartRef)) || (!has(self.chart) && has(self.chartRef))",
+    "message": "either chart or chartRef must be set",
+}, {
+    "rule": "!has(self.clusterRef) || !has(self.kubeConfig)",
+    "message": "clusterRef and kubeConfig are mutually exclusive",
+}])))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmReleaseSpec {
     /// Template of the HelmChart the controller creates for this release.
@@ -89,12 +107,15 @@ pub struct HelmReleaseSpec {
     pub suspend: bool,
     /// Helm release name; defaults to `[targetNamespace-]name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 53)))]
     pub release_name: Option<String>,
     /// Namespace the release is made in; defaults to the object's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 63)))]
     pub target_namespace: Option<String>,
     /// Namespace of the Helm storage; defaults to the object's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 63)))]
     pub storage_namespace: Option<String>,
     /// HelmReleases that must be ready first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -107,6 +128,7 @@ pub struct HelmReleaseSpec {
     pub max_history: Option<i32>,
     /// Service account to impersonate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 253)))]
     pub service_account_name: Option<String>,
     /// Reuse one Kubernetes client for the whole reconcile; defaults to true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +156,7 @@ pub struct HelmReleaseSpec {
     pub values_from: Vec<ValuesReference>,
     /// Inline values (a JSON object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "free_form_object"))]
     pub values: Option<Value>,
     /// Labels and annotations added to every rendered object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,14 +180,23 @@ pub struct HelmReleaseSpec {
 
 /// Flotilla's reference to a `ManagedCluster` (cluster-scoped, by name).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterReference {
     /// Name of the ManagedCluster.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(min = 1, max = 253),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+        )
+    )]
     pub name: String,
 }
 
 /// Template of the HelmChart made for a HelmRelease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmChartTemplate {
     /// Labels and annotations of the HelmChart.
@@ -176,6 +208,7 @@ pub struct HelmChartTemplate {
 
 /// Metadata template of the HelmChart.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmChartTemplateObjectMeta {
     /// Labels.
@@ -188,12 +221,15 @@ pub struct HelmChartTemplateObjectMeta {
 
 /// Spec template of the HelmChart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmChartTemplateSpec {
     /// Chart name or path in the source.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 2048)))]
     pub chart: String,
     /// Semver expression; defaults to `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = "*")))]
     pub version: Option<String>,
     /// Source holding the chart.
     pub source_ref: CrossNamespaceObjectReference,
@@ -202,6 +238,7 @@ pub struct HelmChartTemplateSpec {
     pub interval: Option<GoDuration>,
     /// What makes a new artifact; defaults to `ChartVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = "ChartVersion")))]
     pub reconcile_strategy: Option<ReconcileStrategy>,
     /// Values files merged into the chart's defaults.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -223,6 +260,7 @@ impl HelmChartTemplateSpec {
 
 /// What triggers a new HelmChart artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ReconcileStrategy {
     /// A new chart version.
     ChartVersion,
@@ -232,6 +270,9 @@ pub enum ReconcileStrategy {
 
 /// Signature verification of an OCI chart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+// Required as in Flux's CRD, though the API server fills in the default first.
+#[cfg_attr(feature = "schema", schemars(extend("required" = ["provider"])))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmChartTemplateVerification {
     /// `cosign` or `notation`.
@@ -248,6 +289,7 @@ fn default_provider() -> VerificationProvider {
 
 /// A signature provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum VerificationProvider {
     /// Sigstore cosign.
@@ -258,6 +300,7 @@ pub enum VerificationProvider {
 
 /// A reference to a source in any namespace (`spec.chart.spec.sourceRef`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CrossNamespaceObjectReference {
     /// API version of the referent.
@@ -266,14 +309,17 @@ pub struct CrossNamespaceObjectReference {
     /// Kind of the referent.
     pub kind: SourceKind,
     /// Name of the referent.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 253)))]
     pub name: String,
     /// Namespace of the referent; defaults to the HelmRelease's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 63)))]
     pub namespace: Option<String>,
 }
 
 /// The kinds of source a chart template can point to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum SourceKind {
     /// A Helm repository (HTTP index or OCI).
     HelmRepository,
@@ -285,6 +331,7 @@ pub enum SourceKind {
 
 /// A reference to a chart source object (`spec.chartRef`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CrossNamespaceSourceReference {
     /// API version of the referent.
@@ -293,14 +340,17 @@ pub struct CrossNamespaceSourceReference {
     /// Kind of the referent.
     pub kind: ChartRefKind,
     /// Name of the referent.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 253)))]
     pub name: String,
     /// Namespace of the referent; defaults to the HelmRelease's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 63)))]
     pub namespace: Option<String>,
 }
 
 /// The kinds `spec.chartRef` may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ChartRefKind {
     /// An OCI repository holding the chart.
     OCIRepository,
@@ -312,6 +362,7 @@ pub enum ChartRefKind {
 
 /// A reference to an object in the same namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LocalObjectReference {
     /// Name of the referent.
@@ -320,6 +371,7 @@ pub struct LocalObjectReference {
 
 /// A reference to a key of a Secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyReference {
     /// Name of the Secret.
@@ -331,6 +383,17 @@ pub struct SecretKeyReference {
 
 /// Where the kubeconfig of a remote cluster comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.configMapRef) || has(self.secretRef)",
+        "message": "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified",
+    },
+    {
+        "rule": "!has(self.configMapRef) || !has(self.secretRef)",
+        "message": "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified",
+    },
+])))]
 #[serde(rename_all = "camelCase")]
 pub struct KubeConfigReference {
     /// ConfigMap for provider-based (secret-less) access.
@@ -343,6 +406,7 @@ pub struct KubeConfigReference {
 
 /// A HelmRelease this one depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DependencyReference {
     /// Name of the dependency.
@@ -357,17 +421,30 @@ pub struct DependencyReference {
 
 /// A values source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ValuesReference {
     /// `ConfigMap` or `Secret`.
     pub kind: ValuesReferenceKind,
     /// Name of the object, in the HelmRelease's namespace.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 253)))]
     pub name: String,
     /// Data key; defaults to `values.yaml`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(max = 253), regex(pattern = r"^[\-._a-zA-Z0-9]+$"))
+    )]
     pub values_key: Option<String>,
     /// `--set`-style path the value is merged at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(max = 250),
+            regex(pattern = r"^([a-zA-Z0-9_\-.\\\/]|\[[0-9]{1,5}\])+$")
+        )
+    )]
     pub target_path: Option<String>,
     /// Ignore a missing object or key.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -386,6 +463,7 @@ impl ValuesReference {
 
 /// Kinds a values reference may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ValuesReferenceKind {
     /// A ConfigMap.
     ConfigMap,
@@ -404,6 +482,7 @@ impl fmt::Display for ValuesReferenceKind {
 
 /// Labels and annotations added to every rendered object.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CommonMetadata {
     /// Annotations.
@@ -416,6 +495,7 @@ pub struct CommonMetadata {
 
 /// A post renderer.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PostRenderer {
     /// Built-in kustomize post renderer.
@@ -425,6 +505,7 @@ pub struct PostRenderer {
 
 /// Kustomize directives of a post renderer.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Kustomize {
     /// Strategic merge and JSON 6902 patches.
@@ -437,6 +518,7 @@ pub struct Kustomize {
 
 /// A kustomize patch with an optional target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct KustomizePatch {
     /// The patch (YAML or JSON, strategic merge or RFC 6902).
@@ -448,6 +530,7 @@ pub struct KustomizePatch {
 
 /// A kustomize image override.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct KustomizeImage {
     /// Image name to match.
@@ -465,6 +548,7 @@ pub struct KustomizeImage {
 
 /// A kustomize object selector (regexes and label selectors).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Selector {
     /// API group regex.
@@ -492,6 +576,7 @@ pub struct Selector {
 
 /// Whether hooks are sent through post renderers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PostRenderStrategy {
     /// Helm 3: hooks are not post-rendered.
@@ -504,6 +589,7 @@ pub enum PostRenderStrategy {
 
 /// How to wait for applied resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WaitStrategy {
     /// `poller` (kstatus) or `legacy`.
@@ -512,6 +598,7 @@ pub struct WaitStrategy {
 
 /// Wait strategy names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WaitStrategyName {
     /// kstatus polling.
@@ -522,6 +609,7 @@ pub enum WaitStrategyName {
 
 /// A CEL health check for a custom resource kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CustomHealthCheck {
     /// API version of the resources.
@@ -541,6 +629,7 @@ pub struct CustomHealthCheck {
 
 /// Drift detection configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DriftDetection {
     /// `enabled`, `warn` or `disabled` (default).
@@ -560,6 +649,7 @@ impl DriftDetection {
 
 /// How drift is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DriftDetectionMode {
     /// Detect and correct.
@@ -579,6 +669,7 @@ impl DriftDetectionMode {
 
 /// Paths to ignore when diffing, optionally for selected objects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct IgnoreRule {
     /// RFC 6901 JSON pointers.
@@ -590,6 +681,7 @@ pub struct IgnoreRule {
 
 /// CRD lifecycle policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum CrdsPolicy {
     /// Neither create nor update CRDs.
     Skip,
@@ -601,6 +693,7 @@ pub enum CrdsPolicy {
 
 /// Whether a failed action is remediated or retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ActionStrategyName {
     /// Remediate, then retry within the remediation budget (default).
     RemediateOnFailure,
@@ -610,6 +703,7 @@ pub enum ActionStrategyName {
 
 /// `spec.install.strategy` / `spec.upgrade.strategy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ActionStrategy {
     /// Strategy name.
@@ -630,6 +724,7 @@ fn retry_of(strategy: Option<&ActionStrategy>) -> Option<GoDuration> {
 
 /// The remediation strategy of a failed upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RemediationStrategy {
     /// Roll back to the previous good release (upgrade default).
@@ -640,6 +735,7 @@ pub enum RemediationStrategy {
 
 /// Install configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Install {
     /// Timeout; defaults to `spec.timeout`.
@@ -647,6 +743,10 @@ pub struct Install {
     pub timeout: Option<GoDuration>,
     /// Failure strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!has(self.retryInterval) || self.name != 'RemediateOnFailure'",
+        "message": ".retryInterval cannot be set when .name is 'RemediateOnFailure'",
+    }])))]
     pub strategy: Option<ActionStrategy>,
     /// Remediation of a failed install.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -713,6 +813,7 @@ impl Install {
 
 /// Install remediation.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InstallRemediation {
     /// Retries before giving up; negative is unlimited; defaults to 0.
@@ -739,6 +840,7 @@ pub(crate) fn is_zero_i64(v: &i64) -> bool {
 
 /// Upgrade configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Upgrade {
     /// Timeout; defaults to `spec.timeout`.
@@ -746,6 +848,10 @@ pub struct Upgrade {
     pub timeout: Option<GoDuration>,
     /// Failure strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!has(self.retryInterval) || self.name == 'RetryOnFailure'",
+        "message": ".retryInterval can only be set when .name is 'RetryOnFailure'",
+    }])))]
     pub strategy: Option<ActionStrategy>,
     /// Remediation of a failed upgrade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -781,8 +887,7 @@ pub struct Upgrade {
     /// Delete new resources when the upgrade fails.
     #[serde(default, skip_serializing_if = "is_false")]
     pub cleanup_on_fail: bool,
-    /// CRD policy. The API documents `Skip` as default, but Flux uses `Create`; see
-    /// [`Upgrade::crds`].
+    /// CRD policy; `Create` when unset, as Flux does (its API documentation says `Skip`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crds: Option<CrdsPolicy>,
     /// Server-side apply mode; defaults to `auto`.
@@ -823,6 +928,7 @@ impl Upgrade {
 
 /// Upgrade remediation.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeRemediation {
     /// Retries before giving up; negative is unlimited; defaults to 0.
@@ -853,6 +959,7 @@ impl UpgradeRemediation {
 
 /// Server-side apply mode of upgrades and rollbacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ServerSideApplyMode {
     /// Always server-side apply.
@@ -865,6 +972,7 @@ pub enum ServerSideApplyMode {
 
 /// What happens when the chart's name changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ChartNameChangeStrategy {
     /// Upgrade in place.
     InPlaceUpdate,
@@ -874,6 +982,7 @@ pub enum ChartNameChangeStrategy {
 
 /// Test configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Test {
     /// Run tests after install and upgrade.
@@ -908,9 +1017,11 @@ impl Test {
 
 /// A test filter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TestFilter {
     /// Test hook name.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 253)))]
     pub name: String,
     /// Exclude rather than include.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -919,6 +1030,7 @@ pub struct TestFilter {
 
 /// Rollback configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Rollback {
     /// Timeout; defaults to `spec.timeout`.
@@ -949,6 +1061,7 @@ pub struct Rollback {
 
 /// Uninstall configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Uninstall {
     /// Timeout; defaults to `spec.timeout`.
@@ -965,6 +1078,7 @@ pub struct Uninstall {
     pub disable_wait: bool,
     /// Deletion propagation; defaults to `background`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = "background")))]
     pub deletion_propagation: Option<DeletionPropagation>,
 }
 
@@ -978,6 +1092,7 @@ impl Uninstall {
 
 /// Deletion propagation policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DeletionPropagation {
     /// Delete dependents in the background.

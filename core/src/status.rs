@@ -16,6 +16,11 @@ pub const MAX_HISTORY_SNAPSHOTS: usize = 5;
 
 /// The status of a HelmRelease.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("default" = {"observedGeneration": -1}))
+)]
 #[serde(rename_all = "camelCase")]
 pub struct HelmReleaseStatus {
     /// Last generation that reached Ready or stalled.
@@ -38,6 +43,7 @@ pub struct HelmReleaseStatus {
     pub helm_chart: String,
     /// Namespace of the Helm storage in use.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 63)))]
     pub storage_namespace: String,
     /// Release snapshots, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -47,9 +53,11 @@ pub struct HelmReleaseStatus {
     pub inventory: Option<ResourceInventory>,
     /// `install` or `upgrade`: selects the active remediation and retry strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "install_or_upgrade"))]
     pub last_attempted_release_action: Option<ReleaseAction>,
     /// Duration of the last release action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub last_attempted_release_action_duration: Option<GoDuration>,
     /// All failures since the last reset.
     #[serde(default, skip_serializing_if = "is_zero_i64")]
@@ -141,8 +149,15 @@ impl HelmReleaseStatus {
     }
 }
 
+/// `lastAttemptedReleaseAction` holds only the two actions that select a remediation.
+#[cfg(feature = "schema")]
+fn install_or_upgrade(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "enum": ["install", "upgrade"]})
+}
+
 /// A recorded release action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ReleaseAction {
     /// `install`.
@@ -249,6 +264,7 @@ impl fmt::Display for StorageStatus {
 
 /// A snapshot of one release version, as recorded in `status.history`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
     /// Snapshot format; `v2` enables digest verification.
@@ -340,6 +356,7 @@ impl Snapshot {
 
 /// The phase of a Helm hook run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum HookPhase {
     /// `Unknown`.
     Unknown,
@@ -351,8 +368,9 @@ pub enum HookPhase {
     Failed,
 }
 
-/// The last run of a test hook. Decodes from `null` as "never run", as Flux writes it.
+/// The last run of a test hook; Flux writes `null` for a hook that never ran.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", from = "Option<TestHookStatusWire>")]
 pub struct TestHookStatus {
     /// When it last started.
@@ -367,6 +385,7 @@ pub struct TestHookStatus {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 struct TestHookStatusWire {
     #[serde(default)]
@@ -390,6 +409,7 @@ impl From<Option<TestHookStatusWire>> for TestHookStatus {
 
 /// Objects applied by a release.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInventory {
     /// Entries.
@@ -398,6 +418,7 @@ pub struct ResourceInventory {
 
 /// One object of the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
     /// `<namespace>_<name>_<group>_<kind>`.

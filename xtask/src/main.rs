@@ -7,6 +7,8 @@
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
+//! - `cargo xtask gen | gen-crds | gen-patch-schema`: regenerate committed code (protobuf,
+//!   the CRDs of `deploy/crds/`, the strategic-merge schema table); `gen-check` checks all three.
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
@@ -14,6 +16,7 @@
 
 mod bench_agent;
 mod bench_render;
+mod crds;
 mod fuzz;
 
 use std::path::{Path, PathBuf};
@@ -41,8 +44,10 @@ enum Task {
     Deps,
     /// Regenerate committed generated code (protobuf) from its sources.
     Gen,
-    /// Check that committed generated code matches its sources.
+    /// Check that committed generated code (protobuf, CRDs, patch schema) matches its sources.
     GenCheck,
+    /// Regenerate the CRDs of deploy/crds/ from the flotilla-api types.
+    GenCrds,
     /// Regenerate the strategic-merge schema table from the Kubernetes OpenAPI document.
     GenPatchSchema,
     /// Check formatting.
@@ -79,7 +84,8 @@ fn main() -> anyhow::Result<()> {
         Task::Test => test(&root),
         Task::Deps => deps(&root),
         Task::Gen => generate(&root, &root.join(GENERATED_PROTO_DIR)),
-        Task::GenCheck => gen_check(&root).and_then(|()| patch_schema::check(&root)),
+        Task::GenCheck => gen_check_all(&root),
+        Task::GenCrds => crds::generate(&root),
         Task::GenPatchSchema => patch_schema::generate(&root),
         Task::Fmt => fmt(),
         Task::Clippy => clippy(),
@@ -100,6 +106,7 @@ const PURE_CRATES: &[&str] = &[
     "flotilla-yaml",
     "flotilla-chart",
     "flotilla-core",
+    "flotilla-api",
 ];
 /// Crates a pure crate must not pull in, directly or not.
 const IO_CRATES: &[&str] = &["tokio", "tonic", "hyper", "kube-client", "reqwest", "mio"];
@@ -108,9 +115,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     deps(root)?;
     step("fmt", fmt)?;
-    step("gen-check", || {
-        gen_check(root).and_then(|()| patch_schema::check(root))
-    })?;
+    step("gen-check", || gen_check_all(root))?;
     step("check-deps", check_deps)?;
     step("clippy", clippy)?;
     step("cargo test", || {
@@ -250,6 +255,13 @@ fn gen_check(root: &Path) -> anyhow::Result<()> {
     }
     eprintln!("xtask: generated code is up to date");
     Ok(())
+}
+
+/// Every generated-file check: protobuf code, CRDs, the strategic-merge schema table.
+fn gen_check_all(root: &Path) -> anyhow::Result<()> {
+    gen_check(root)?;
+    crds::check(root)?;
+    patch_schema::check(root)
 }
 
 fn tempfile_dir() -> anyhow::Result<PathBuf> {

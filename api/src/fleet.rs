@@ -1,0 +1,147 @@
+//! `ManagedCluster` (`fleet.flotilla.dev/v1`, cluster-scoped): one per workload cluster.
+//!
+//! An agent that registers makes (or finds) the ManagedCluster of its cluster; it gets a
+//! certificate, and plans, only once an administrator sets `spec.accepted`. Labels on the
+//! object are what HelmReleases target clusters by. The status is the hub's view of the
+//! agent: its session, versions, heartbeats and the plans it holds.
+
+use flotilla_core::meta::{Condition, Timestamp};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition types of a ManagedCluster.
+pub mod condition {
+    /// `Accepted`: an administrator accepted the cluster (`spec.accepted`).
+    pub const ACCEPTED: &str = "Accepted";
+    /// `Joined`: the agent registered and holds a valid certificate.
+    pub const JOINED: &str = "Joined";
+    /// `Available`: the agent's session is up and its heartbeats are on time.
+    pub const AVAILABLE: &str = "Available";
+}
+
+/// The desired state of a workload cluster.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "fleet.flotilla.dev",
+    version = "v1",
+    kind = "ManagedCluster",
+    status = "ManagedClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "mcl",
+    category = "flotilla",
+    printcolumn = r#"{"name": "Accepted", "type": "boolean", "jsonPath": ".spec.accepted"}"#,
+    printcolumn = r#"{"name": "Available", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name": "Kubernetes", "type": "string", "jsonPath": ".status.kubernetesVersion"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    doc = "A workload cluster of the fleet, with the agent that runs in it."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterSpec {
+    /// The acceptance gate: the hub issues the agent's certificate and sends plans only
+    /// once this is true. Setting it back to false stops delivery to the cluster.
+    #[serde(default)]
+    pub accepted: bool,
+}
+
+/// The hub's view of a workload cluster and its agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[schemars(extend("default" = {"observedGeneration": -1}))]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterStatus {
+    /// The last generation the hub observed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// Conditions: `Accepted`, `Joined`, `Available`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// UID of the cluster's `kube-system` namespace, the cluster's identity: an agent of
+    /// another cluster cannot take this object over.
+    #[serde(
+        default,
+        rename = "clusterUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_uid: Option<String>,
+    /// Version of the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Kubernetes version of the cluster (`v1.35.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// The agent's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<AgentConnection>,
+    /// When the hub last heard from the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Timestamp>,
+    /// When the agent's client certificate expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<Timestamp>,
+    /// How many release plans the agent holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub plans_held: Option<i64>,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// The state of an agent's session with the hub.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentConnection {
+    /// `Connected` or `Disconnected`.
+    pub state: ConnectionState,
+    /// When the state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Timestamp>,
+}
+
+/// Whether an agent's session is up.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConnectionState {
+    /// The session is up.
+    Connected,
+    /// No session.
+    Disconnected,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource as _;
+
+    #[test]
+    fn a_managed_cluster_is_cluster_scoped_and_unaccepted_by_default() {
+        let mc: ManagedCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "fleet.flotilla.dev/v1",
+            "kind": "ManagedCluster",
+            "metadata": {"name": "edge-1", "labels": {"region": "eu"}},
+            "spec": {},
+        }))
+        .unwrap();
+        assert!(!mc.spec.accepted);
+        assert_eq!(ManagedCluster::plural(&()), "managedclusters");
+        assert!(mc.meta().namespace.is_none());
+    }
+
+    #[test]
+    fn the_status_names_the_cluster_uid_as_kubernetes_spells_uid() {
+        let status = ManagedClusterStatus {
+            cluster_uid: Some("7d0e6b1c".into()),
+            connection: Some(AgentConnection {
+                state: ConnectionState::Connected,
+                last_transition_time: None,
+            }),
+            plans_held: Some(3),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["clusterUID"], "7d0e6b1c");
+        assert_eq!(json["connection"]["state"], "Connected");
+        assert_eq!(json["plansHeld"], 3);
+    }
+}

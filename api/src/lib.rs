@@ -1,0 +1,28 @@
+//! The hub's Kubernetes API: the custom resources users and agents work with, as Rust types,
+//! and the CustomResourceDefinitions generated from them.
+//!
+//! - [`helm`]: `HelmRelease` (`helm.flotilla.dev/v1`), Flux's HelmRelease v2 plus
+//!   `spec.clusterRef`; spec and status are flotilla-core's types.
+//! - [`source`]: `HelmRepository`, `HelmChart`, `OCIRepository` (`source.flotilla.dev/v1`),
+//!   Flux source v1 field names, with the resolved chart [`source::Artifact`] in the status.
+//! - [`fleet`]: `ManagedCluster` (`fleet.flotilla.dev/v1`), one per workload cluster.
+//! - [`crd`]: the CRDs ([`crd::all`]) and their YAML, committed under `deploy/crds/`.
+//!
+//! Validation lives in the schemas (OpenAPI patterns, enums, lengths, CEL rules as Flux's
+//! CRDs have them), so the API server refuses a bad object before any controller sees it.
+//! This crate is pure: `kube` with its `derive` feature only (kube-core and the derive
+//! macro), no client.
+
+#![forbid(unsafe_code)]
+
+pub mod crd;
+pub mod fleet;
+pub mod helm;
+pub mod source;
+
+pub use fleet::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
+pub use helm::{HelmRelease, HelmReleaseSpec};
+pub use source::{
+    HelmChart, HelmChartSpec, HelmChartStatus, HelmRepository, HelmRepositorySpec,
+    HelmRepositoryStatus, OCIRepository, OCIRepositorySpec, OCIRepositoryStatus,
+};
