@@ -614,6 +614,11 @@ impl Supervisor {
             } => self.reconciled(&key, revision, started, result),
             Finished::Deleted { request, result } => self.deleted(&key, request, result),
         };
+        if self.tasks.is_empty() {
+            // Idle until the next is due: what rendering and applying freed goes back to
+            // the kernel instead of staying in the allocator's arenas.
+            crate::memory::release_free_memory();
+        }
         if self.releases.contains_key(&key) {
             if rerun || next == Next::Now {
                 self.queue.schedule(key, now, now);
