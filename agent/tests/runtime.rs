@@ -315,3 +315,45 @@ async fn a_plan_too_large_for_a_secret_is_refused_with_a_condition_and_the_relea
     assert_eq!(history[0].1, "deployed");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_reconcile_request_runs_at_once_and_the_drift_it_finds_is_counted_detected_and_corrected()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("rt-drift")).await?;
+    let client = cluster.client().await?;
+    let charts = Arc::new(LocalCharts::new());
+    let metrics = Metrics::new();
+    let (agent, mut reports) = agent(&cluster, charts.clone(), Some(metrics.clone())).await?;
+    let p = plan(
+        &charts,
+        Hr::new("drifty", "drift")
+            .interval("1h")
+            .spec("  driftDetection:\n    mode: enabled"),
+        1,
+    );
+    let key = p.object.key();
+    agent.upsert(p)?;
+    assert!(ready(&next_status(&mut reports).await?));
+
+    // Someone deletes an object of the release; a reconcile request (the interval is an
+    // hour away) finds and corrects it.
+    let configs: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), "default");
+    configs
+        .delete("demo-config", &kube::api::DeleteParams::default())
+        .await?;
+    agent.send(Command::Reconcile(key))?;
+    let s = next_status(&mut reports).await?;
+    assert!(ready(&s), "{:#?}", s.status.conditions);
+    assert!(configs.get_opt("demo-config").await?.is_some(), "recreated");
+    let text = metrics.encode()?;
+    for want in [
+        "flotilla_agent_drift_detected_total 1",
+        "flotilla_agent_drift_corrected_total 1",
+        "flotilla_agent_plans_held 1",
+        "flotilla_agent_reconcile_duration_seconds_count{result=\"success\"} 2",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+    Ok(())
+}

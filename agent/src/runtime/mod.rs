@@ -49,7 +49,7 @@ use flotilla_core::digest::{self, Digest};
 use flotilla_core::ids::PlanRevision;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
 use flotilla_core::plan::ReleasePlan;
-use flotilla_core::release::{self, Step};
+use flotilla_core::release::{self, Action, Step};
 use flotilla_core::status::HelmReleaseStatus;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -659,6 +659,19 @@ impl Supervisor {
                     m.observe_reconcile(step_result(&report.step), elapsed.as_secs_f64());
                     for action in &report.actions {
                         m.action(action, !failed);
+                    }
+                    if report
+                        .events
+                        .iter()
+                        .any(|e| e.reason == reason::DRIFT_DETECTED)
+                    {
+                        m.drift_detected();
+                    }
+                    let correction = Action::CorrectDrift {
+                        summary: String::new(),
+                    };
+                    if !failed && report.actions.contains(&correction.name()) {
+                        m.drift_corrected();
                     }
                 }
                 (report.status, report.step, report.events)
