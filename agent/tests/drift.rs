@@ -178,7 +178,7 @@ fn flux_drift(cluster: &Cluster, ignore: &str) -> anyhow::Result<(String, Option
             "--labels",
             "helm.flotilla.dev/name=demo,helm.flotilla.dev/namespace=default",
             "--field-owner",
-            "flotilla",
+            flotilla_agent::kube::FIELD_MANAGER,
             "--ignore",
             ignore,
         ])

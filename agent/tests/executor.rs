@@ -10,7 +10,8 @@ use flotilla_agent::kube::impersonate::service_account_client;
 use flotilla_agent::kube::manifest::parse_manifest;
 use flotilla_agent::kube::wait::{WaitError, WaitOptions};
 use flotilla_agent::kube::{
-    ClusterApi, MANAGED_BY_LABEL, OWNER_NAME_LABEL, RELEASE_NAME_ANNOTATION, Resource, error_chain,
+    ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_NAME_LABEL, RELEASE_NAME_ANNOTATION,
+    Resource, error_chain,
 };
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -696,7 +697,7 @@ async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> 
         .into_iter()
         .filter_map(|e| e.manager)
         .collect();
-    assert_eq!(managers, ["flotilla"]);
+    assert_eq!(managers, [FIELD_MANAGER]);
     Ok(())
 }
 

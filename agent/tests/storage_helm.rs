@@ -294,8 +294,9 @@ async fn helm_lists_shows_rolls_back_and_uninstalls_a_release_the_agent_stored()
     assert_eq!(status["info"]["notes"], "hello notes for revision 2");
     assert_eq!(deployment_replicas(&api, "web-hello").await?, Some(3));
 
-    // helm rolls our release back to revision 1 (server-side apply, as our records say).
-    helm_ok(&["rollback", "web", "1", "--force-conflicts"], kubeconfig)?;
+    // helm rolls our release back to revision 1 (server-side apply, as our records say),
+    // without forcing conflicts: the agent applies with helm's field manager.
+    helm_ok(&["rollback", "web", "1"], kubeconfig)?;
     assert_eq!(
         our_history(&storage, "web").await?,
         [
@@ -466,16 +467,7 @@ async fn the_agent_reads_a_release_helm_installed_and_upgraded_and_writes_its_ne
     assert_eq!(deployment_replicas(&api, "hi-hello").await?, Some(3));
 
     // And helm carries on from our revision.
-    helm_ok(
-        &[
-            "upgrade",
-            "hi",
-            &chart,
-            "--reuse-values",
-            "--force-conflicts",
-        ],
-        kubeconfig,
-    )?;
+    helm_ok(&["upgrade", "hi", &chart, "--reuse-values"], kubeconfig)?;
     assert_eq!(
         our_history(&storage, "hi").await?[2..],
         [

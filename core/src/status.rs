@@ -427,3 +427,76 @@ pub struct ResourceRef {
     #[serde(rename = "v")]
     pub version: String,
 }
+
+/// The kinds whose names may hold `:` (RBAC); cli-utils writes it as `__` in an id.
+const RBAC_KINDS: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+impl ResourceRef {
+    /// The entry Flux records for an object (cli-utils' `ObjMetadata.String()`): id
+    /// `<namespace>_<name>_<group>_<kind>` (empty namespace for cluster-scoped objects,
+    /// empty group for the core group, `:` in RBAC names written `__`), and the version
+    /// part of `api_version` (`apps/v1` → `v1`).
+    pub fn new(namespace: &str, name: &str, api_version: &str, kind: &str) -> ResourceRef {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let name = if group == RBAC_GROUP && RBAC_KINDS.contains(&kind) {
+            name.replace(':', "__")
+        } else {
+            name.to_owned()
+        };
+        ResourceRef {
+            id: format!("{namespace}_{name}_{group}_{kind}"),
+            version: version.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ResourceRef;
+
+    #[test]
+    fn inventory_ids_are_namespace_name_group_kind_as_flux_writes_them() {
+        let cases = [
+            // (namespace, name, apiVersion, kind) → (id, v)
+            (
+                ("default", "web", "apps/v1", "Deployment"),
+                ("default_web_apps_Deployment", "v1"),
+            ),
+            (
+                ("default", "web-config", "v1", "ConfigMap"),
+                ("default_web-config__ConfigMap", "v1"),
+            ),
+            (("", "web", "v1", "Namespace"), ("_web__Namespace", "v1")),
+            (
+                (
+                    "",
+                    "widgets.example.dev",
+                    "apiextensions.k8s.io/v1",
+                    "CustomResourceDefinition",
+                ),
+                (
+                    "_widgets.example.dev_apiextensions.k8s.io_CustomResourceDefinition",
+                    "v1",
+                ),
+            ),
+            (
+                (
+                    "",
+                    "system:web",
+                    "rbac.authorization.k8s.io/v1",
+                    "ClusterRole",
+                ),
+                ("_system__web_rbac.authorization.k8s.io_ClusterRole", "v1"),
+            ),
+            (
+                ("default", "a:b", "example.dev/v1beta1", "Widget"),
+                ("default_a:b_example.dev_Widget", "v1beta1"),
+            ),
+        ];
+        for ((ns, name, api_version, kind), (id, v)) in cases {
+            let r = ResourceRef::new(ns, name, api_version, kind);
+            assert_eq!((r.id.as_str(), r.version.as_str()), (id, v), "{name}");
+        }
+    }
+}

@@ -26,8 +26,8 @@ use super::manifest::{KindOrder, ManifestObject};
 use super::wait::{WaitError, WaitOptions};
 use super::{
     ApiFailure, ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_NAME_LABEL,
-    OWNER_NAMESPACE_LABEL, ObjectRef, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION,
-    Resource,
+    OWNER_NAMESPACE_LABEL, ObjectRef, PREVIOUS_FIELD_MANAGERS, RELEASE_NAME_ANNOTATION,
+    RELEASE_NAMESPACE_ANNOTATION, Resource,
 };
 
 /// The Helm release objects belong to.
@@ -75,6 +75,11 @@ pub struct ApplyOptions {
     /// a release moves to server-side apply, so fields dropped from the chart are pruned.
     /// Default: `helm` (the Helm CLI) and `helm-controller` (Flux).
     pub csa_managers: Vec<String>,
+    /// Field managers of earlier server-side applies (`Apply` operations) whose fields are
+    /// handed to [`field_manager`](Self::field_manager) the same way: releases applied by
+    /// agents that used another manager ([`PREVIOUS_FIELD_MANAGERS`]) become the helm
+    /// CLI's to change. Default: [`PREVIOUS_FIELD_MANAGERS`].
+    pub previous_managers: Vec<String>,
 }
 
 impl ApplyOptions {
@@ -87,6 +92,10 @@ impl ApplyOptions {
             field_manager: FIELD_MANAGER.to_owned(),
             crd_timeout: Duration::from_secs(60),
             csa_managers: vec!["helm".to_owned(), "helm-controller".to_owned()],
+            previous_managers: PREVIOUS_FIELD_MANAGERS
+                .iter()
+                .map(|m| (*m).to_owned())
+                .collect(),
         }
     }
 
@@ -620,8 +629,18 @@ impl ClusterApi {
     ) -> Result<(), ApplyError> {
         let mut entries = live.metadata.managed_fields.clone().unwrap_or_default();
         let mut changed = false;
-        for csa in &options.csa_managers {
-            if let Some(upgraded) = upgrade_managed_fields(&entries, csa, &options.field_manager) {
+        let earlier = options
+            .csa_managers
+            .iter()
+            .map(|m| (m, "Update"))
+            .chain(options.previous_managers.iter().map(|m| (m, "Apply")));
+        for (manager, operation) in earlier {
+            if manager == &options.field_manager && operation == "Apply" {
+                continue;
+            }
+            if let Some(upgraded) =
+                fold_managed_fields(&entries, manager, operation, &options.field_manager)
+            {
                 entries = upgraded;
                 changed = true;
             }
@@ -703,19 +722,30 @@ pub fn upgrade_managed_fields(
     csa_manager: &str,
     ssa_manager: &str,
 ) -> Option<Vec<ManagedFieldsEntry>> {
+    fold_managed_fields(entries, csa_manager, "Update", ssa_manager)
+}
+
+/// [`upgrade_managed_fields`] for the entries of `manager` with `operation` (`Update` for a
+/// client-side manager, `Apply` for an earlier server-side one).
+pub fn fold_managed_fields(
+    entries: &[ManagedFieldsEntry],
+    manager: &str,
+    operation: &str,
+    ssa_manager: &str,
+) -> Option<Vec<ManagedFieldsEntry>> {
     let is = |e: &ManagedFieldsEntry, manager: &str, operation: &str| {
         e.manager.as_deref() == Some(manager)
             && e.operation.as_deref() == Some(operation)
             && e.subresource.as_deref().is_none_or(str::is_empty)
     };
-    if !entries.iter().any(|e| is(e, csa_manager, "Update")) {
+    if !entries.iter().any(|e| is(e, manager, operation)) {
         return None;
     }
     let mut entries = entries.to_vec();
     let target = match entries.iter().position(|e| is(e, ssa_manager, "Apply")) {
         Some(i) => i,
         None => {
-            let i = entries.iter().position(|e| is(e, csa_manager, "Update"))?;
+            let i = entries.iter().position(|e| is(e, manager, operation))?;
             entries[i].manager = Some(ssa_manager.to_owned());
             entries[i].operation = Some("Apply".to_owned());
             i
@@ -724,7 +754,7 @@ pub fn upgrade_managed_fields(
     let api_version = entries[target].api_version.clone();
     if let Some(j) = entries
         .iter()
-        .position(|e| is(e, csa_manager, "Update") && e.api_version == api_version)
+        .position(|e| is(e, manager, operation) && e.api_version == api_version)
     {
         let extra = entries[j].fields_v1.clone().map(|f| f.0);
         let into = entries[target]
@@ -735,7 +765,7 @@ pub fn upgrade_managed_fields(
         }
         entries[target].fields_type = Some("FieldsV1".to_owned());
     }
-    entries.retain(|e| !is(e, csa_manager, "Update"));
+    entries.retain(|e| !is(e, manager, operation));
     Some(entries)
 }
 
@@ -830,6 +860,39 @@ mod tests {
         assert_eq!(upgraded.len(), 1);
         assert_eq!(upgraded[0].manager.as_deref(), Some("flotilla"));
         assert_eq!(upgraded[0].operation.as_deref(), Some("Apply"));
+    }
+
+    #[test]
+    fn fields_an_earlier_server_side_manager_applied_become_the_new_managers() {
+        let entries = vec![
+            entry("helm", "Apply", serde_json::json!({"f:data": {"f:a": {}}})),
+            entry(
+                "flotilla",
+                "Apply",
+                serde_json::json!({"f:data": {"f:a": {}, "f:b": {}}}),
+            ),
+            entry(
+                "kubectl",
+                "Update",
+                serde_json::json!({"f:data": {"f:x": {}}}),
+            ),
+        ];
+        let folded = fold_managed_fields(&entries, "flotilla", "Apply", "helm").unwrap();
+        let managers: Vec<_> = folded.iter().filter_map(|e| e.manager.as_deref()).collect();
+        assert_eq!(managers, ["helm", "kubectl"]);
+        assert_eq!(
+            folded[0].fields_v1.as_ref().unwrap().0,
+            serde_json::json!({"f:data": {"f:a": {}, "f:b": {}}})
+        );
+        // Objects only the earlier manager applied are handed over whole.
+        let only = vec![entry(
+            "flotilla",
+            "Apply",
+            serde_json::json!({"f:data": {}}),
+        )];
+        let folded = fold_managed_fields(&only, "flotilla", "Apply", "helm").unwrap();
+        assert_eq!(folded[0].manager.as_deref(), Some("helm"));
+        assert_eq!(folded[0].operation.as_deref(), Some("Apply"));
     }
 
     #[test]

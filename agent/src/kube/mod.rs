@@ -54,8 +54,19 @@ pub use wait::WaitOptions;
 
 use kube::Client;
 
-/// The field manager Flotilla applies with.
-pub const FIELD_MANAGER: &str = "flotilla";
+/// The field manager release objects are applied with (install, upgrade, rollback, hooks,
+/// drift detection and correction): Helm's own. The helm CLI names its manager after its
+/// binary (`helm`) and applies without forcing conflicts, so a release the agent made is
+/// upgraded and rolled back by a plain `helm upgrade` or `helm rollback` as one helm made
+/// (with another manager, every field the agent set conflicts). Flux does the same with
+/// `kube.ManagedFieldsManager`, set to `helm-controller`; the agent forces conflicts, as
+/// Flux does for server-side applies.
+pub const FIELD_MANAGER: &str = "helm";
+/// The field manager of the agent's own objects (its controller-state Secrets).
+pub const AGENT_FIELD_MANAGER: &str = "flotilla";
+/// Field managers earlier agents applied release objects with; their fields are handed to
+/// [`FIELD_MANAGER`] on the next apply ([`ApplyOptions::previous_managers`]).
+pub const PREVIOUS_FIELD_MANAGERS: &[&str] = &["flotilla"];
 /// Helm's label marking objects it manages.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Helm's annotation naming the owning release.

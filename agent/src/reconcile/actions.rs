@@ -27,11 +27,12 @@ use flotilla_core::duration::GoDuration;
 use flotilla_core::plan::{ReleasePlan, ReleaseRecord};
 use flotilla_core::release::{Action, Outcome, observation_oci_digest};
 use flotilla_core::spec::{CommonMetadata, CrdsPolicy, DeletionPropagation, PostRenderStrategy};
-use flotilla_core::status::HelmReleaseStatus;
+use flotilla_core::status::{HelmReleaseStatus, ResourceInventory};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::time::Instant;
 
+use super::inventory;
 use super::render::{RenderOptions, Rendered, Renderer};
 use crate::kube::apply::{ApplyOptions, HelmReleaseRef, ReleaseRef};
 use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
@@ -176,11 +177,40 @@ impl Executor<'_> {
                 Err(e) => errors.push(e.into()),
             }
         }
+        if matches!(
+            action,
+            Action::Install | Action::Upgrade { .. } | Action::Rollback { .. }
+        ) && let Some(last) = journal.last()
+        {
+            outcome.inventory = exec.inventory(&last).await;
+        }
         if !errors.is_empty() {
             outcome.error = Some(error::join(&errors));
             outcome.error_is_transient = errors.iter().all(ActionError::is_transient);
         }
         outcome
+    }
+
+    /// The inventory of a record this action wrote, with the plan's chart's CRDs (Flux's
+    /// inventory observer uses the chart of the reconcile, for rollbacks too). `None` when
+    /// it cannot be built: Flux then keeps the previous one.
+    async fn inventory(&self, written: &Release) -> Option<ResourceInventory> {
+        let crds = match self.renderer.crds(self.chart, &self.plan_values()) {
+            Ok(crds) => crds,
+            Err(e) => {
+                tracing::warn!(error = %e, "inventory not rebuilt: the chart's CRDs");
+                return None;
+            }
+        };
+        match inventory::of_release(self.cluster, &written.manifest, &written.namespace, &crds)
+            .await
+        {
+            Ok(inv) => Some(inv),
+            Err(e) => {
+                tracing::warn!(error = %e, "inventory not rebuilt: the release manifest");
+                None
+            }
+        }
     }
 
     /// Renders `chart` with `values` as Helm's install and upgrade do: `.Capabilities` from

@@ -49,6 +49,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod actions;
+pub mod inventory;
 pub mod plan_file;
 pub mod render;
 pub mod state;

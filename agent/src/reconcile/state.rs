@@ -44,7 +44,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use serde::{Deserialize, Serialize};
 
-use crate::kube::{ApiFailure, FIELD_MANAGER, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
+use crate::kube::{AGENT_FIELD_MANAGER, ApiFailure, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 
 /// The `type` of controller state Secrets.
 pub const STATE_SECRET_TYPE: &str = "flotilla.dev/release-state";
@@ -726,7 +726,7 @@ impl StateStore {
         drop(json);
         let name = secret_name(object);
         let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
+            field_manager: Some(AGENT_FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
         let result = match known {

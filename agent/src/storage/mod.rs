@@ -226,6 +226,15 @@ impl Journal {
             .push(rls.clone());
     }
 
+    /// The record written last, as written.
+    pub fn last(&self) -> Option<Release> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last()
+            .cloned()
+    }
+
     /// The last state of each record, by revision.
     pub fn last_by_version(&self) -> BTreeMap<i64, Release> {
         self.0

@@ -11,7 +11,7 @@ use super::{
 use crate::duration::GoDuration;
 use crate::meta::{ConditionStatus, Conditions, Timestamp, condition, reason};
 use crate::plan::{ReleasePlan, ReleaseRecord};
-use crate::status::{HelmReleaseStatus, ReleaseAction, Snapshot, StorageStatus};
+use crate::status::{HelmReleaseStatus, ReleaseAction, ResourceInventory, Snapshot, StorageStatus};
 
 /// Annotation keys Flux puts on its events (kept for notification tooling).
 pub mod event_annotation {
@@ -45,6 +45,10 @@ pub struct Outcome {
     pub logs: Option<String>,
     /// Drift correction: the change set applied, one line per object.
     pub changes: Option<String>,
+    /// Install, upgrade and rollback: the inventory of the last record the action wrote
+    /// (its manifest's objects but hooks, then the chart's CRDs), as Flux rebuilds it on
+    /// every release write. `None` keeps the status's (no write, or it could not be built).
+    pub inventory: Option<ResourceInventory>,
 }
 
 impl Outcome {
@@ -197,6 +201,16 @@ fn record_writes_in_place(
     }
 }
 
+/// Flux's inventory observer: every release write rebuilds `status.inventory`.
+fn record_inventory(status: &mut HelmReleaseStatus, outcome: &Outcome) {
+    if outcome.writes.is_empty() {
+        return;
+    }
+    if let Some(inventory) = &outcome.inventory {
+        status.inventory = Some(inventory.clone());
+    }
+}
+
 struct Recorder<'a> {
     plan: &'a ReleasePlan,
     outcome: &'a Outcome,
@@ -250,6 +264,7 @@ impl<'a> Recorder<'a> {
             status.last_attempted_release_action_duration = self.outcome.duration;
         }
         record_release_writes(status, &self.outcome.writes, act);
+        record_inventory(status, self.outcome);
         let plan = self.plan;
         let result = if let Some(e) = self.error() {
             let (verb, r) = if install {
@@ -461,6 +476,7 @@ impl<'a> Recorder<'a> {
             }
         }
         status.sort_history();
+        record_inventory(status, self.outcome);
         let annotations = snapshot_meta(target);
         let (name, chart) = (target.full_release_name(), target.versioned_chart_name());
         if let Some(e) = self.error() {

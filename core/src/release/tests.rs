@@ -11,7 +11,7 @@ use crate::ids::{ChartDigest, Namespace, PlanRevision, ReleaseName};
 use crate::meta::Condition;
 use crate::plan::{ChartArtifact, ReleaseRecord};
 use crate::spec::HelmRelease;
-use crate::status::{HookPhase, TestHookStatus};
+use crate::status::{HookPhase, ResourceInventory, ResourceRef, TestHookStatus};
 
 // ---------------------------------------------------------------------------------------
 // Fixtures
@@ -985,6 +985,17 @@ enum Behaviour {
     FailUnwritten,
 }
 
+fn sim_inventory(version: u32) -> ResourceInventory {
+    ResourceInventory {
+        entries: vec![ResourceRef::new(
+            "default",
+            &format!("podinfo-v{version}"),
+            "apps/v1",
+            "Deployment",
+        )],
+    }
+}
+
 #[derive(Debug)]
 struct Sim {
     plan: ReleasePlan,
@@ -1087,7 +1098,21 @@ impl Sim {
         }
     }
 
+    /// Runs the action; a release write reports the inventory of the newest record (one
+    /// Deployment named after its version).
     fn execute(&mut self, action: &Action) -> Outcome {
+        let mut outcome = self.execute_action(action);
+        let releases = matches!(
+            action,
+            Action::Install | Action::Upgrade { .. } | Action::Rollback { .. }
+        );
+        if releases && let Some(v) = outcome.writes.iter().map(|w| w.version).max() {
+            outcome.inventory = Some(sim_inventory(v));
+        }
+        outcome
+    }
+
+    fn execute_action(&mut self, action: &Action) -> Outcome {
         self.log.push(action.name().to_owned());
         match action {
             Action::Install | Action::Upgrade { .. } => {
@@ -2417,4 +2442,165 @@ fn running_actions_mark_reconciling_and_release_actions_mark_ready_unknown() {
     let ready = cond(&o.status, condition::READY);
     assert_eq!(ready.status, ConditionStatus::Unknown);
     assert_eq!(ready.message, r.message);
+}
+
+#[test]
+fn the_inventory_is_rebuilt_on_every_release_write_and_cleared_on_uninstall() {
+    let mut sim = Sim::new(plan_with(
+        json!({"upgrade": {"remediation": {"retries": 1, "strategy": "rollback"}}}),
+    ));
+    assert_eq!(sim.reconcile(), Step::Done);
+    assert_eq!(sim.take_log(), ["install"]);
+    assert_eq!(sim.status.inventory, Some(sim_inventory(1)));
+
+    // A failed upgrade that wrote its record: the inventory is that record's.
+    sim.plan = plan_with(json!({
+        "upgrade": {"remediation": {"retries": 1, "strategy": "rollback"}},
+        "values": {"replicaCount": 3}
+    }));
+    sim.plan.generation = 2;
+    sim.script(&[Behaviour::FailWritten]);
+    assert_eq!(sim.reconcile(), Step::Requeue);
+    assert_eq!(sim.take_log(), ["upgrade", "rollback"]);
+    // The rollback wrote v3 last.
+    assert_eq!(sim.status.inventory, Some(sim_inventory(3)));
+
+    // A failure before any write keeps it.
+    sim.script(&[Behaviour::FailUnwritten]);
+    assert!(matches!(sim.reconcile(), Step::Failed(_)));
+    assert_eq!(sim.take_log(), ["upgrade"]);
+    assert_eq!(sim.status.inventory, Some(sim_inventory(3)));
+
+    // An action that writes no release record (a test) keeps it.
+    let mut status = sim.status.clone();
+    let test = Outcome {
+        inventory: Some(ResourceInventory::default()),
+        ..Outcome::succeeded(vec![])
+    };
+    apply_outcome(&sim.plan, &Action::Test, &test, &mut status, &now());
+    assert_eq!(status.inventory, Some(sim_inventory(3)));
+
+    // Uninstall clears it.
+    let action = uninstall_for_deletion(&sim.plan, &sim.status).unwrap();
+    let outcome = sim.execute(&action);
+    apply_outcome(&sim.plan, &action, &outcome, &mut sim.status, &now());
+    assert_eq!(sim.status.inventory, None);
+}
+
+/// Flux (`atomic_release.go`) leaves `Reconciling` as it was set before an action whose
+/// reconciler returns an error (a release that failed before Helm storage changed): the
+/// loop returns the error without `conditions.Delete`, and the controller requeues with
+/// backoff, still reconciling. Core does the same; a failed upgrade that wrote its record
+/// and has no retries left is stalled instead, and `Reconciling` goes.
+#[test]
+fn a_failed_upgrade_keeps_reconciling_only_while_it_is_retried_as_flux_does() {
+    let mut sim = Sim::new(plan());
+    installed(&mut sim);
+    let mut p = plan_with(json!({"values": {"replicaCount": 3}}));
+    p.generation = 2;
+    sim.plan = p.clone();
+
+    sim.script(&[Behaviour::FailUnwritten]);
+    assert!(matches!(sim.reconcile(), Step::Failed(_)));
+    let ready = cond(&sim.status, condition::READY);
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::False, reason::UPGRADE_FAILED)
+    );
+    let rec = cond(&sim.status, condition::RECONCILING);
+    assert_eq!(
+        (rec.reason.as_str(), rec.message.as_str()),
+        (
+            reason::PROGRESSING,
+            "Running 'upgrade' action with timeout of 5m0s"
+        )
+    );
+
+    sim.script(&[Behaviour::FailWritten]);
+    assert_eq!(sim.reconcile(), Step::Stalled);
+    let ready = cond(&sim.status, condition::READY);
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::False, reason::UPGRADE_FAILED)
+    );
+    assert!(
+        sim.status
+            .conditions
+            .get_condition(condition::RECONCILING)
+            .is_none()
+    );
+    assert_eq!(
+        cond(&sim.status, condition::STALLED).message,
+        "Failed to upgrade after 1 attempt(s)"
+    );
+}
+
+/// Flux's loop determines the state again after `CorrectClusterDrift` (drift detection runs
+/// in `DetermineReleaseState`), finds it in sync and marks `Drifted=False NoDriftDetected`;
+/// only the `DriftDetected` and `DriftCorrected` events tell that drift was corrected.
+#[test]
+fn corrected_drift_leaves_no_drift_detected_and_the_events_tell_as_flux_does() {
+    let mut sim = Sim::new(plan_with(json!({"driftDetection": {"mode": "enabled"}})));
+    installed(&mut sim);
+    sim.drift = DriftObservation::Drifted {
+        summary: "Deployment/default/podinfo removed".into(),
+    };
+    let t = now();
+    let plan = sim.plan.clone();
+    let mut driver = Driver::new(&plan, sim.status.clone());
+    let mut corrected = false;
+    loop {
+        match driver.next(&t) {
+            Next::Observe { .. } => {
+                let o = sim.observe(DriftObservation::NotChecked);
+                driver.observed(o.current, o.rollback_target);
+            }
+            Next::DetectDrift => driver.drift(sim.drift.clone()),
+            Next::Persist => driver.persisted(),
+            Next::Run { action, .. } => {
+                assert!(matches!(action, Action::CorrectDrift { .. }), "{action:?}");
+                let mut outcome = sim.execute(&action);
+                outcome.changes = Some("Deployment/default/podinfo created".into());
+                driver.completed(&action, &outcome, &t);
+                corrected = true;
+            }
+            Next::Done(step) => {
+                assert_eq!(step, Step::Done);
+                break;
+            }
+        }
+    }
+    assert!(corrected);
+    let done = driver.finish();
+    let drifted = cond(&done.status, condition::DRIFTED);
+    assert_eq!(
+        (
+            drifted.status,
+            drifted.reason.as_str(),
+            drifted.message.as_str()
+        ),
+        (
+            ConditionStatus::False,
+            reason::NO_DRIFT_DETECTED,
+            "No drift detected against the cluster state"
+        )
+    );
+    let events: Vec<(&str, &str)> = done
+        .events
+        .iter()
+        .map(|e| (e.reason.as_str(), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (
+                reason::DRIFT_DETECTED,
+                "Cluster state of release default/podinfo.v1 has drifted from the desired state:\nDeployment/default/podinfo removed"
+            ),
+            (
+                "DriftCorrected",
+                "Cluster state of release default/podinfo.v1 has been corrected:\nDeployment/default/podinfo created"
+            ),
+        ]
+    );
 }
