@@ -515,10 +515,11 @@ mod chart_renderer_tests {
             .render(&chart, &Values::new(), &options)
             .unwrap_err()
             .to_string();
+        // `fail` in Helm's words: `execution error at (<template>:<line>:<col>): <message>`.
         assert!(
-            err.starts_with("template: demo/templates/cm.yaml:1:"),
+            err.starts_with("execution error at (demo/templates/cm.yaml:1:"),
             "{err}"
         );
-        assert!(err.contains("boom"), "{err}");
+        assert!(err.ends_with("): boom"), "{err}");
     }
 }
