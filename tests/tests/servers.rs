@@ -361,3 +361,25 @@ async fn a_plain_oci_registry_serves_helm_over_plain_http() -> anyhow::Result<()
     assert_eq!(sha256_file(&pulled)?, sha256_file(&pushed.package)?);
     Ok(())
 }
+
+#[tokio::test]
+async fn servers_stop_listening_when_dropped() -> anyhow::Result<()> {
+    let repo = HelmRepoServer::start(RepoOptions::named("dropped")).await?;
+    let registry = OciRegistry::start(RegistryOptions::default()).await?;
+    let addresses = [
+        repo.url().trim_start_matches("http://").to_owned(),
+        registry.host(),
+    ];
+    for address in &addresses {
+        std::net::TcpStream::connect(address)?;
+    }
+    drop(repo);
+    drop(registry);
+    for address in &addresses {
+        assert!(
+            std::net::TcpStream::connect(address).is_err(),
+            "{address} still accepts connections"
+        );
+    }
+    Ok(())
+}
