@@ -2,12 +2,15 @@
 //!
 //! Start at [`cluster::Cluster::start`]: it runs upstream etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok on loopback ports with their own
-//! certificates and data directory, and tears all of it down when dropped.
+//! certificates and data directory, and tears all of it down when dropped. The chart sources
+//! the hub fetches from are real servers too ([`servers`]): Helm repositories served by nginx
+//! and the CNCF distribution registry for OCI.
 
 pub mod cluster;
 pub mod conformance;
 pub mod pki;
 pub mod process;
+pub mod servers;
 pub mod tools;
 pub mod wait;
 

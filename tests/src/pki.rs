@@ -1,5 +1,6 @@
 //! Certificates for one local test cluster: a CA, the API server's serving certificate, an
-//! admin client certificate (group `system:masters`) and the service-account signing key.
+//! admin client certificate (group `system:masters`) and the service-account signing key; and
+//! for the test servers of chart sources ([`ServerTls`]): a CA and a loopback serving certificate.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -93,6 +94,51 @@ impl Pki {
         write(&pki.sa_key, &sa_key.serialize_pem())?;
         write(&pki.sa_pub, &sa_key.public_key_pem())?;
         Ok(pki)
+    }
+}
+
+/// Paths of the PEM files written by [`ServerTls::write`]: a fresh CA and a serving certificate
+/// it signed for `localhost` and `127.0.0.1`.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub ca_cert: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ServerTls {
+    /// Generates a CA and a serving certificate for `common_name` into `dir`.
+    pub fn write(dir: &Path, common_name: &str) -> anyhow::Result<ServerTls> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tls = ServerTls {
+            ca_cert: dir.join("ca.crt"),
+            cert: dir.join("server.crt"),
+            key: dir.join("server.key"),
+        };
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{common_name}-ca"));
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        write(&tls.ca_cert, &ca_cert.pem())?;
+        let ca = Issuer::new(ca_params, ca_key);
+
+        let key = KeyPair::generate()?;
+        let mut serving = CertificateParams::new(vec!["localhost".to_owned()])?;
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = serving.signed_by(&key, &ca)?;
+        write(&tls.cert, &cert.pem())?;
+        write(&tls.key, &key.serialize_pem())?;
+        Ok(tls)
     }
 }
 

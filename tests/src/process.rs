@@ -85,11 +85,24 @@ impl Supervised {
         log: &Path,
         detached: bool,
     ) -> anyhow::Result<Supervised> {
+        Supervised::start_with_env(name, program, args, &[], log, detached)
+    }
+
+    /// [`Supervised::start`] with extra environment variables `env` set for the process.
+    pub fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+        detached: bool,
+    ) -> anyhow::Result<Supervised> {
         let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut command = Command::new(program);
         command
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

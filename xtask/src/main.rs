@@ -5,7 +5,8 @@
 //!   rendering conformance run over `../shared/charts`.
 //! - `cargo xtask up [--count N]`: the local environment (N clusters, kept running).
 //! - `cargo xtask down`: stops what `up` started.
-//! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools).
+//! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools,
+//!   the test servers of chart sources: the OCI registry and nginx).
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
 //! - `cargo xtask gen | gen-crds | gen-patch-schema`: regenerate committed code (protobuf,
 //!   the CRDs of `deploy/crds/`, the strategic-merge schema table); `gen-check` checks all three.
@@ -40,7 +41,7 @@ struct Cli {
 enum Task {
     /// Install prerequisites and run every check CI runs.
     Test,
-    /// Install the test prerequisites: upstream Kubernetes binaries and reference tools.
+    /// Install the test prerequisites: upstream Kubernetes binaries, reference tools, test servers.
     Deps,
     /// Regenerate committed generated code (protobuf) from its sources.
     Gen,
@@ -153,8 +154,11 @@ fn deps(root: &Path) -> anyhow::Result<()> {
         let tools = capture(&mut Command::new(
             root.join("tools/install-reference-tools"),
         ))?;
+        let registry = capture(&mut Command::new(root.join("tools/build-registry")))?;
+        let nginx = capture(&mut Command::new(root.join("tools/install-test-servers")))?;
         eprintln!("xtask: upstream binaries in {upstream}");
         eprintln!("xtask: reference helm and kubectl in {tools}");
+        eprintln!("xtask: test servers: OCI registry {registry}, nginx {nginx}");
         Ok(())
     })
 }
