@@ -24,7 +24,7 @@ use flotilla_chart::release::{
 use flotilla_chart::time::GoTime;
 use flotilla_chart::{Chart, Values};
 use flotilla_core::duration::GoDuration;
-use flotilla_core::plan::{ReleasePlan, ReleaseRecord};
+use flotilla_core::plan::{DriftObservation, ReleasePlan, ReleaseRecord};
 use flotilla_core::release::{Action, Outcome, observation_oci_digest};
 use flotilla_core::spec::{CommonMetadata, CrdsPolicy, DeletionPropagation, PostRenderStrategy};
 use flotilla_core::status::{HelmReleaseStatus, ResourceInventory};
@@ -61,6 +61,8 @@ pub struct Executor<'a> {
     pub plan: &'a ReleasePlan,
     /// The plan's chart.
     pub chart: &'a Chart,
+    /// What the last drift detection found: the diffs a correction applies.
+    pub drift: std::sync::Mutex<Option<crate::drift::DriftSet>>,
 }
 
 /// The summary core wants of a stored release, with the OCI digest its observation takes.
@@ -127,6 +129,9 @@ impl Executor<'_> {
         timeout: Duration,
         status: &HelmReleaseStatus,
     ) -> Outcome {
+        if let Action::CorrectDrift { .. } = action {
+            return self.correct_drift(timeout).await;
+        }
         let started = Instant::now();
         let journal = Journal::default();
         let exec = Executor {
@@ -135,6 +140,7 @@ impl Executor<'_> {
             renderer: self.renderer.clone(),
             plan: self.plan,
             chart: self.chart,
+            drift: Default::default(),
         };
         let result = match action {
             Action::Install => exec.install(timeout).await,
@@ -156,8 +162,11 @@ impl Executor<'_> {
                 exec.uninstall(&records, name, timeout, &journal).await
             }
             Action::Unlock { .. } => exec.unlock().await,
-            Action::CorrectDrift { .. } => Err(ActionError::NotAnExecutorAction),
-            Action::DetectDrift | Action::None(_) | Action::Stalled(_) | Action::Error(_) => Ok(()),
+            Action::CorrectDrift { .. }
+            | Action::DetectDrift
+            | Action::None(_)
+            | Action::Stalled(_)
+            | Action::Error(_) => Ok(()),
         };
         let mut outcome = Outcome {
             duration: Some(GoDuration::new(started.elapsed())),
@@ -210,6 +219,35 @@ impl Executor<'_> {
                 tracing::warn!(error = %e, "inventory not rebuilt: the release manifest");
                 None
             }
+        }
+    }
+
+    /// Drift detection of the release's newest record ([`crate::drift::detect`]), as the
+    /// plan's actions' identity: what core is told; the diffs found are kept for
+    /// [`Action::CorrectDrift`].
+    pub async fn detect_drift(&self) -> DriftObservation {
+        let set = match self.records.last(self.release_name()).await {
+            Ok(Some(rls)) => crate::drift::detect(self.cluster, self.plan, &rls).await,
+            Ok(None) => Err("no release in storage".to_owned()),
+            Err(e) => Err(error_chain(&e)),
+        };
+        let (observation, set) = match set {
+            Ok(set) => (set.observation(), Some(set)),
+            Err(message) => (DriftObservation::Error { message }, None),
+        };
+        *self.drift.lock().unwrap_or_else(|p| p.into_inner()) = set;
+        observation
+    }
+
+    /// Applies the diffs the last detection found ([`crate::drift::correct`]).
+    async fn correct_drift(&self, timeout: Duration) -> Outcome {
+        let set = self.drift.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match set {
+            Some(set) => crate::drift::correct(self.cluster, &set, timeout).await,
+            None => Outcome {
+                error: Some(ActionError::DriftNotDetected.to_string()),
+                ..Outcome::default()
+            },
         }
     }
 

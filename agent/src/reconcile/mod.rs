@@ -61,7 +61,7 @@ use std::time::Duration;
 use flotilla_chart::Chart;
 use flotilla_core::agent::DeleteOutcome;
 use flotilla_core::meta::Timestamp;
-use flotilla_core::plan::{DriftObservation, ReleasePlan, ReleaseRecord};
+use flotilla_core::plan::{ReleasePlan, ReleaseRecord};
 use flotilla_core::release::{self, Action, Driver, Event, Next, Step, apply_outcome};
 use flotilla_core::status::HelmReleaseStatus;
 use kube::Client;
@@ -316,9 +316,9 @@ pub async fn reconcile_until(
         renderer: ctx.renderer.clone(),
         plan,
         chart,
+        drift: Default::default(),
     };
     let mut driver = Driver::new(plan, status);
-    let mut drift_set = None;
     loop {
         match driver.next(&now()) {
             Next::Observe { rollback_version } => {
@@ -326,11 +326,7 @@ pub async fn reconcile_until(
                     observe(ctx, plan, driver.status(), rollback_version).await?;
                 driver.observed(current, rollback_target);
             }
-            Next::DetectDrift => {
-                let (observation, set) = detect_drift(ctx, &cluster, plan).await;
-                drift_set = set;
-                driver.drift(observation);
-            }
+            Next::DetectDrift => driver.drift(exec.detect_drift().await),
             Next::Persist => {
                 ctx.state.save(plan, driver.status()).await?;
                 driver.persisted();
@@ -342,12 +338,7 @@ pub async fn reconcile_until(
                     continue;
                 }
                 tracing::info!(action = action.name(), "running action");
-                let outcome = match (&action, &drift_set) {
-                    (Action::CorrectDrift { .. }, Some(set)) => {
-                        crate::drift::correct(&cluster, set, timeout.get()).await
-                    }
-                    _ => exec.run(&action, timeout.get(), driver.status()).await,
-                };
+                let outcome = exec.run(&action, timeout.get(), driver.status()).await;
                 driver.completed(&action, &outcome, &now());
             }
             Next::Done(_) => break,
@@ -415,6 +406,7 @@ pub async fn delete_release(
         renderer: ctx.renderer.clone(),
         plan,
         chart,
+        drift: Default::default(),
     };
     let outcome = exec.run(&action, action.timeout(plan).get(), &status).await;
     let applied = apply_outcome(plan, &action, &outcome, &mut status, &now());
@@ -451,27 +443,4 @@ async fn post_events(ctx: &Context, plan: &ReleasePlan, events: &[Event]) {
     ctx.events
         .record(ctx.cluster.client(), ctx.state.namespace(), plan, events)
         .await;
-}
-
-/// Drift detection of the current release ([`crate::drift::detect`]): what core is told,
-/// and the diffs a correction applies.
-async fn detect_drift(
-    ctx: &Context,
-    cluster: &ClusterApi,
-    plan: &ReleasePlan,
-) -> (DriftObservation, Option<crate::drift::DriftSet>) {
-    let error = |message: String| (DriftObservation::Error { message }, None);
-    let records = SecretStorage::new(
-        ctx.cluster.client().clone(),
-        plan.release.storage_namespace.as_str(),
-    );
-    let rls = match records.last(plan.release.name.as_str()).await {
-        Ok(Some(rls)) => rls,
-        Ok(None) => return error("no release in storage".to_owned()),
-        Err(e) => return error(crate::kube::error_chain(&e)),
-    };
-    match crate::drift::detect(cluster, plan, &rls).await {
-        Ok(set) => (set.observation(), Some(set)),
-        Err(message) => error(message),
-    }
 }

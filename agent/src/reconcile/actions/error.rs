@@ -26,12 +26,9 @@ use crate::storage::transitions::TransitionError;
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ActionError {
-    /// The action is not the executor's (drift correction runs with the diffs detection
-    /// found).
-    #[error(
-        "drift correction applies the diffs detection found: run it with crate::drift::correct"
-    )]
-    NotAnExecutorAction,
+    /// A drift correction came with no detection before it to say what to correct.
+    #[error("drift correction needs the diffs of a drift detection first")]
+    DriftNotDetected,
     /// Discovering the cluster's API for `.Capabilities` failed.
     #[error("discovering the cluster's capabilities: {}", error_chain(.error))]
     Capabilities {
@@ -204,7 +201,7 @@ impl ActionError {
     /// A short, bounded name for the failure (a metric label).
     pub fn kind(&self) -> &'static str {
         match self {
-            ActionError::NotAnExecutorAction => "unsupported",
+            ActionError::DriftNotDetected => "drift_not_detected",
             ActionError::Capabilities { .. } => "capabilities",
             ActionError::Render { .. } | ActionError::RenderStopped { .. } => "render",
             ActionError::CommonMetadata { .. } => "post_render",
@@ -254,7 +251,7 @@ impl ActionError {
             ActionError::Delete { error } => error.is_transient(),
             ActionError::Hook { error, .. } => error.is_transient(),
             ActionError::Uninstall { errors } => errors.iter().all(ActionError::is_transient),
-            ActionError::NotAnExecutorAction
+            ActionError::DriftNotDetected
             | ActionError::Render { .. }
             | ActionError::RenderStopped { .. }
             | ActionError::CommonMetadata { .. }
