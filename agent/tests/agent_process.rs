@@ -312,8 +312,9 @@ async fn a_directory_with_one_malformed_plan_reconciles_the_others_and_names_the
     let dir = tempfile::tempdir()?;
     let plans: PathBuf = dir.path().join("plans");
     std::fs::create_dir_all(&plans)?;
-    Hr::new("good-a", "ok").write(&plans.join("a.yaml"))?;
-    Hr::new("good-c", "ok").write(&plans.join("c.yaml"))?;
+    // Charts whose objects are named after the release: two releases do not fight over them.
+    Hr::new("good-a", "values-echo-1").write(&plans.join("a.yaml"))?;
+    Hr::new("good-c", "values-echo-1").write(&plans.join("c.yaml"))?;
     std::fs::write(
         plans.join("b.yaml"),
         "apiVersion: helm.flotilla.dev/v1\nkind: HelmRelease\nmetadata: {name: bad}\nspec: {interval: 1m, timeout: soon}\nchart: {path: /nonexistent}\n",

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use flotilla_core::agent::{ObjectKey, Report, StatusReport};
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
 use flotilla_core::release::Step;
 
 use super::ChartCache;
@@ -186,8 +187,15 @@ pub async fn apply(
                         print_status(&status)?;
                         let key = status.object.key();
                         if waiting.remove(&key).is_some() && !matches!(status.step, Step::Done) {
+                            let ready = status
+                                .status
+                                .conditions
+                                .get_condition(condition::READY)
+                                .filter(|c| c.status != ConditionStatus::True)
+                                .map(|c| format!(" ({}: {})", c.reason, c.message))
+                                .unwrap_or_default();
                             failures.push(format!(
-                                "{}: HelmRelease {key}: {}",
+                                "{}: HelmRelease {key}: {}{ready}",
                                 path_of(&key),
                                 step_summary(&status.step)
                             ));
