@@ -469,6 +469,28 @@ fn parse_yaml(src: &[u8]) -> Result<Y, DecodeError> {
     flotilla_yaml::from_slice(src).map_err(|e| DecodeError::Yaml(e.to_string()))
 }
 
+/// The JSON fields of Helm's `chart.Metadata`, in its struct's order (what `Chart.yaml` and a
+/// repository index entry may hold besides the entry's own fields).
+pub const METADATA_FIELDS: &[&str] = &[
+    "name",
+    "home",
+    "sources",
+    "version",
+    "description",
+    "keywords",
+    "maintainers",
+    "icon",
+    "apiVersion",
+    "condition",
+    "tags",
+    "appVersion",
+    "deprecated",
+    "annotations",
+    "kubeVersion",
+    "dependencies",
+    "type",
+];
+
 impl Metadata {
     /// Decodes `Chart.yaml` (or `requirements.yaml`) onto this metadata, as
     /// `yaml.Unmarshal(data, c.Metadata)` does: fields present in the document are
@@ -494,27 +516,8 @@ impl Metadata {
             strukt: "Metadata",
             path: "",
         };
-        const FIELDS: &[&str] = &[
-            "name",
-            "home",
-            "sources",
-            "version",
-            "description",
-            "keywords",
-            "maintainers",
-            "icon",
-            "apiVersion",
-            "condition",
-            "tags",
-            "appVersion",
-            "deprecated",
-            "annotations",
-            "kubeVersion",
-            "dependencies",
-            "type",
-        ];
         let mut null_node = self.null_node;
-        for_fields(m, FIELDS, |name, v| match name {
+        for_fields(m, METADATA_FIELDS, |name, v| match name {
             "name" => get_string(&ctx, name, v, &mut self.name),
             "home" => get_string(&ctx, name, v, &mut self.home),
             "sources" => get_strings(&ctx, name, v, &mut self.sources),

@@ -41,6 +41,7 @@
 use std::collections::BTreeMap;
 
 use flotilla_chart::Metadata;
+use flotilla_chart::metadata::METADATA_FIELDS;
 use flotilla_chart::semver::{Constraints, Version};
 use flotilla_chart::time::GoTime;
 use flotilla_core::ids::ChartDigest;
@@ -221,25 +222,9 @@ const INDEX_FIELDS: &[&str] = &[
     "annotations",
 ];
 
-/// The fields of Helm's `ChartVersion`: the chart metadata's, then its own.
-const CHART_VERSION_FIELDS: &[&str] = &[
-    "name",
-    "home",
-    "sources",
-    "version",
-    "description",
-    "keywords",
-    "maintainers",
-    "icon",
-    "apiVersion",
-    "condition",
-    "tags",
-    "appVersion",
-    "deprecated",
-    "annotations",
-    "kubeVersion",
-    "dependencies",
-    "type",
+/// The fields of Helm's `ChartVersion` besides the chart metadata's
+/// ([`flotilla_chart::metadata::METADATA_FIELDS`]).
+const CHART_VERSION_OWN_FIELDS: &[&str] = &[
     "urls",
     "created",
     "removed",
@@ -458,11 +443,20 @@ fn key_text(k: &Y) -> String {
 /// The field `key` names, matched as encoding/json matches (exactly, then ignoring ASCII
 /// case); an unknown key is an error in strict mode.
 fn field<'f>(key: &Y, fields: &[&'f str], strict: bool) -> Result<Option<&'f str>, IndexError> {
+    field_of(key, &[fields], strict)
+}
+
+/// [`field`] over several disjoint field lists read as one struct's.
+fn field_of<'f>(
+    key: &Y,
+    lists: &[&[&'f str]],
+    strict: bool,
+) -> Result<Option<&'f str>, IndexError> {
     let key = key_text(key);
-    let found = fields
-        .iter()
+    let all = || lists.iter().flat_map(|l| l.iter());
+    let found = all()
         .find(|f| **f == key)
-        .or_else(|| fields.iter().find(|f| f.eq_ignore_ascii_case(&key)))
+        .or_else(|| all().find(|f| f.eq_ignore_ascii_case(&key)))
         .copied();
     if found.is_none() && strict {
         return Err(IndexError::Decode(format!(
@@ -620,7 +614,7 @@ fn decode_chart_version(v: &Y, strict: bool) -> Result<Option<ChartVersion>, Ind
         digest: String::new(),
     };
     for (k, fv) in m.iter() {
-        match field(k, CHART_VERSION_FIELDS, strict)? {
+        match field_of(k, &[METADATA_FIELDS, CHART_VERSION_OWN_FIELDS], strict)? {
             Some("urls") => cv.urls = strings_field(fv, "ChartVersion.urls")?,
             Some("created") => cv.created = time_field(fv, "ChartVersion.created")?,
             Some("removed") => match fv {
