@@ -15,5 +15,6 @@
 //!   archive's URL and digest.
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
 
+pub mod link;
 pub mod sources;
 pub mod values;
