@@ -90,6 +90,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts (see flotilla_agent::memory).
+    flotilla_agent::memory::use_one_arena();
     let cli = Cli::parse();
     if let Err(e) = telemetry::init_logging(cli.log_format) {
         eprintln!("flotilla-agent: {e}");

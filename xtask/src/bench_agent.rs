@@ -222,7 +222,12 @@ pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
             }
         }
     });
-    let result = measure(pid, &rx, started, args);
+    let control_plane = ControlPlane {
+        pids: cluster.pids(),
+        client: runtime.block_on(cluster.client())?,
+        runtime: &runtime,
+    };
+    let result = measure(pid, &rx, started, args, &control_plane);
     // SIGTERM: the agent stops between reconciles.
     flotilla_tests::process::terminate(pid);
     let _ = child.wait();
@@ -242,7 +247,9 @@ fn measure(
     rx: &mpsc::Receiver<Reconciled>,
     started: Instant,
     args: &BenchAgent,
+    control_plane: &ControlPlane<'_>,
 ) -> anyhow::Result<String> {
+    let plane_before = control_plane.sample()?;
     let n = args.releases;
     let deadline = started + Duration::from_secs(900);
     let mut installed: std::collections::BTreeMap<String, Instant> = Default::default();
@@ -251,6 +258,7 @@ fn measure(
     let mut install_done = None;
     let mut peak_after_install = 0;
     let mut cpu_at_install = Duration::ZERO;
+    let mut plane_at_install = None;
     let mut last_event = Instant::now();
     // Phase 1 and 2: every release installed, then reconciled once more.
     while steady.len() < n {
@@ -275,6 +283,7 @@ fn measure(
                 install_done = Some(r.at);
                 peak_after_install = proc_status_kib(pid, "VmHWM:")?;
                 cpu_at_install = cpu_time(pid)?;
+                plane_at_install = Some(control_plane.sample()?);
             }
         } else if installed.contains_key(&r.release) && !steady.contains_key(&r.release) {
             steady.insert(r.release.clone(), r.elapsed_ms);
@@ -312,6 +321,11 @@ fn measure(
     let install_time = install_done.context("installs finished")? - started;
     let load = load_average();
     let idle_rss = idle.iter().copied().max();
+    let plane = plane_at_install.context("installs finished")?.since(
+        &plane_before,
+        cpu_at_install,
+        install_time,
+    );
     Ok(format!(
         "bench-agent: {n} releases of podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each), one agent, concurrency {c}, interval {i}s
   total install time (agent start to all {n} installed and ready): {install:.1} s = {rate:.1} installs/s
@@ -321,7 +335,8 @@ fn measure(
   peak RSS (VmHWM): {peak} (after installs: {peak_install})
   idle RSS (VmRSS between intervals, max of {samples} samples): {idle}
   threads when idle: {threads}
-  machine load (1-minute average at the end): {load}{breakdown}",
+  machine load (1-minute average at the end): {load}
+{plane}{breakdown}",
         c = args.concurrency,
         i = args.interval,
         install = install_time.as_secs_f64(),
@@ -448,6 +463,24 @@ mod tests {
     }
 
     #[test]
+    fn api_server_requests_are_summed_by_verb() {
+        // The exposition format of kube-apiserver's /metrics, trimmed.
+        let metrics = "\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 12
+apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"events\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 30
+apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"apps\",resource=\"deployments\",scope=\"resource\",subresource=\"\",verb=\"APPLY\",version=\"v1\"} 9
+apiserver_request_total_other{verb=\"GET\"} 5
+apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 3
+";
+        let by_verb = requests_by_verb(metrics);
+        assert_eq!(by_verb.get("POST"), Some(&42.0));
+        assert_eq!(by_verb.get("APPLY"), Some(&9.0));
+        assert_eq!(by_verb.get("GET"), None);
+    }
+
+    #[test]
     fn smaps_mappings_are_summed_by_kind() {
         // The layout of /proc/PID/smaps (proc(5)), with made-up figures.
         let smaps = "\
@@ -498,5 +531,108 @@ Shared_Clean:          4 kB
                 p(4, 0, 4),
             ]
         );
+    }
+}
+
+/// The local cluster's processes and API, to measure what the installs cost the control plane.
+struct ControlPlane<'a> {
+    pids: Vec<(String, u32)>,
+    client: kube::Client,
+    runtime: &'a tokio::runtime::Runtime,
+}
+
+/// CPU time of each control-plane process and the API server's request counts at one moment.
+#[derive(Debug, Clone)]
+struct PlaneSample {
+    cpu: Vec<(String, Duration)>,
+    /// `apiserver_request_total` summed by verb.
+    requests: std::collections::BTreeMap<String, f64>,
+}
+
+impl ControlPlane<'_> {
+    fn sample(&self) -> anyhow::Result<PlaneSample> {
+        let mut cpu = Vec::new();
+        for (name, pid) in &self.pids {
+            cpu.push((name.clone(), cpu_time(*pid)?));
+        }
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .context("building the /metrics request")?;
+        let text = self
+            .runtime
+            .block_on(self.client.request_text(request))
+            .context("reading the API server's /metrics")?;
+        Ok(PlaneSample {
+            cpu,
+            requests: requests_by_verb(&text),
+        })
+    }
+}
+
+/// Sums the API server's `apiserver_request_total` series by their `verb` label.
+fn requests_by_verb(metrics: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut by_verb = std::collections::BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let verb = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("verb=\""))
+            .map(|v| v.trim_end_matches('"'));
+        if let (Some(verb), Ok(value)) = (verb, value.trim().parse::<f64>()) {
+            *by_verb.entry(verb.to_owned()).or_insert(0.0) += value;
+        }
+    }
+    by_verb
+}
+
+impl PlaneSample {
+    /// What happened between `before` and this sample, over `elapsed`, beside the agent's
+    /// own CPU time.
+    fn since(&self, before: &PlaneSample, agent_cpu: Duration, elapsed: Duration) -> String {
+        let secs = elapsed.as_secs_f64();
+        let mut out = format!("  during the install phase ({secs:.1} s), CPU seconds by process:");
+        let mut total = agent_cpu.as_secs_f64();
+        out.push_str(&format!(" agent {:.1}", agent_cpu.as_secs_f64()));
+        for (name, cpu) in &self.cpu {
+            let was = before
+                .cpu
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(Duration::ZERO, |(_, c)| *c);
+            let used = cpu.saturating_sub(was).as_secs_f64();
+            total += used;
+            out.push_str(&format!(", {name} {used:.1}"));
+        }
+        out.push_str(&format!(
+            " (together {total:.1} s = {:.2} of the machine's cores on average)",
+            total / secs
+        ));
+        let delta = |verb: &str| {
+            self.requests.get(verb).copied().unwrap_or(0.0)
+                - before.requests.get(verb).copied().unwrap_or(0.0)
+        };
+        let writes: f64 = ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+            .iter()
+            .map(|v| delta(v))
+            .sum();
+        let reads: f64 = ["GET", "LIST", "WATCH"].iter().map(|v| delta(v)).sum();
+        out.push_str(&format!(
+            "\n  API server requests in that phase (apiserver_request_total, every client): {writes:.0} writes ({:.0}/s: POST {:.0}, PUT {:.0}, PATCH {:.0}, APPLY {:.0}, DELETE {:.0}), {reads:.0} reads (GET {:.0}, LIST {:.0}, WATCH {:.0})",
+            writes / secs,
+            delta("POST"),
+            delta("PUT"),
+            delta("PATCH"),
+            delta("APPLY"),
+            delta("DELETE"),
+            delta("GET"),
+            delta("LIST"),
+            delta("WATCH"),
+        ));
+        out
     }
 }

@@ -124,7 +124,13 @@ pub(crate) async fn watch_objects<F>(
 where
     F: FnMut(usize, Observation<'_>) -> ControlFlow<()>,
 {
-    // Group targets by resource type and namespace: one watch each.
+    // Group targets by resource type and namespace, then watch each object by name (a
+    // field selector: the API server sends only that object's events) unless a group names
+    // more than MAX_NAMED_WATCHES objects; then one watch of the whole namespace serves the
+    // group. A namespace-wide watch of a busy namespace streams every change of every
+    // object of that type to every reconcile waiting in it (measured with 200 releases in
+    // one namespace: most of the agent's peak heap and of the API server's CPU).
+    const MAX_NAMED_WATCHES: usize = 16;
     struct Group {
         api: Api<DynamicObject>,
         by_name: HashMap<String, Vec<usize>>,
@@ -149,6 +155,23 @@ where
         });
         groups[g].by_name.entry(r.name()).or_default().push(i);
     }
+    let mut groups: Vec<Group> = groups
+        .into_iter()
+        .flat_map(|group| {
+            if group.by_name.len() > MAX_NAMED_WATCHES {
+                return vec![group];
+            }
+            group
+                .by_name
+                .into_iter()
+                .map(|(name, indices)| Group {
+                    api: group.api.clone(),
+                    by_name: HashMap::from([(name, indices)]),
+                    seen: HashSet::new(),
+                })
+                .collect()
+        })
+        .collect();
     let streams = groups.iter().enumerate().map(|(g, group)| {
         let mut config = watcher::Config::default();
         if group.by_name.len() == 1
@@ -248,18 +271,31 @@ impl ClusterApi {
             JobRule::Started
         };
         let deadline = Instant::now() + options.timeout;
-        let mut states: Vec<StatusResult> = targets
-            .iter()
-            .map(|_| StatusResult {
-                status: Status::Unknown,
-                message: "not observed yet".to_owned(),
-            })
-            .collect();
-        if targets.is_empty() {
+        // Objects already `Current` as the API server returned them (the apply response:
+        // ConfigMaps, Services, RBAC, unchanged workloads) need no watch; only the others
+        // are watched. A stale "failed" in a response is not trusted: those are watched.
+        let mut states: Vec<StatusResult> = Vec::with_capacity(targets.len());
+        let mut watched: Vec<Resource> = Vec::new();
+        let mut index: Vec<usize> = Vec::new();
+        for (i, target) in targets.iter().enumerate() {
+            let state = object_status(&target.object, target, jobs);
+            if state.is_current() {
+                states.push(state);
+            } else {
+                states.push(StatusResult {
+                    status: Status::Unknown,
+                    message: "not observed yet".to_owned(),
+                });
+                watched.push(target.clone());
+                index.push(i);
+            }
+        }
+        if watched.is_empty() {
             return Ok(());
         }
         let mut failed = None;
-        watch_objects(&self.client, targets, deadline, |i, obs| {
+        watch_objects(&self.client, &watched, deadline, |w, obs| {
+            let i = index[w];
             states[i] = match obs {
                 Observation::Present(obj) => object_status(obj, &targets[i], jobs),
                 Observation::Gone => StatusResult::not_found(),
