@@ -390,6 +390,13 @@ impl OciRegistry {
         self.ca_file().and_then(|p| std::fs::read_to_string(p).ok())
     }
 
+    /// The registry's storage root (its filesystem driver's `rootdirectory`): a blob is at
+    /// `docker/registry/v2/blobs/sha256/<first 2 hex>/<hex>/data`. Tests tamper with it to
+    /// check that clients verify what they are served.
+    pub fn storage_dir(&self) -> PathBuf {
+        self.dir.path().join("storage")
+    }
+
     /// The credentials the registry requires (basic auth only).
     pub fn credentials(&self) -> Option<&Credentials> {
         self.credentials.as_ref()
