@@ -21,7 +21,9 @@ use flotilla_hub::sources::oci::{
 };
 use flotilla_hub::sources::oci_repository::{self, ChartStore, Options};
 use flotilla_tests::cluster::workspace_root;
-use flotilla_tests::servers::{OciRegistry, PushedChart, RegistryOptions, helm_ok};
+use flotilla_tests::servers::{
+    AccessLogEntry, HelmRepoServer, OciRegistry, PushedChart, RegistryOptions, RepoOptions, helm_ok,
+};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -402,6 +404,87 @@ async fn tampered_manifests_and_layers_are_refused() -> anyhow::Result<()> {
         .await
         .expect_err("too large");
     assert_eq!(err.kind(), "TooLarge", "{err}");
+    Ok(())
+}
+
+/// The requests of `server` after the first `skip`, once there are at least `count` of
+/// them (nginx logs a request after answering it).
+async fn requests_after(
+    server: &HelmRepoServer,
+    skip: usize,
+    count: usize,
+) -> anyhow::Result<Vec<AccessLogEntry>> {
+    for _ in 0..50 {
+        let requests = server.requests()?;
+        if requests.len() >= skip + count {
+            return Ok(requests[skip..].to_vec());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(server.requests()?.into_iter().skip(skip).collect())
+}
+
+#[tokio::test]
+async fn a_bearer_challenge_is_answered_with_a_token_from_its_realm() -> anyhow::Result<()> {
+    // The realm: a static token served by nginx; the registry (distribution's `silly`
+    // access controller) challenges anonymous requests with it.
+    let realm_server = HelmRepoServer::start(RepoOptions::named("oci-token-realm")).await?;
+    std::fs::write(
+        realm_server.charts_dir().join("token"),
+        br#"{"token": "flotilla-test-token"}"#,
+    )?;
+    let realm = format!("{}/token", realm_server.url());
+    let registry = OciRegistry::start(RegistryOptions::default().with_token_auth(&realm)).await?;
+    let pushed = registry.push(&hello_chart(), "charts")?;
+
+    let before = realm_server.requests()?.len();
+    let with_credentials = client(
+        &registry,
+        RepositoryAuth {
+            basic: Some(("dave".to_owned(), "t0ken-pa55".to_owned())),
+            ..RepositoryAuth::default()
+        },
+    )?;
+    assert_is_package(
+        &with_credentials
+            .pull_chart(&Reference::Tag(tag(&pushed)))
+            .await?,
+        &pushed,
+    )?;
+    assert_eq!(with_credentials.list_tags().await?, ["0.1.0"]);
+    let requests = requests_after(&realm_server, before, 1).await?;
+    // One token for the manifest, the layer and the tags: the scope is the same.
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let token = &requests[0];
+    assert_eq!((token.method.as_str(), token.status), ("GET", 200));
+    assert!(
+        token.target.starts_with("/token?")
+            && token.target.contains("service=flotilla-test-registry")
+            && token
+                .target
+                .contains("scope=repository%3Acharts%2Fhello%3Apull"),
+        "{}",
+        token.target
+    );
+    assert_eq!(token.user, "dave", "the credentials go to the token realm");
+
+    // Anonymous clients get a token too (public registries).
+    let anonymous = client(&registry, RepositoryAuth::default())?;
+    assert_eq!(anonymous.list_tags().await?, ["0.1.0"]);
+    let requests = requests_after(&realm_server, before + 1, 1).await?;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].user, "");
+
+    // A realm that refuses: the error names the realm, not the registry.
+    std::fs::remove_file(realm_server.charts_dir().join("token"))?;
+    let refused = client(&registry, RepositoryAuth::default())?;
+    let err = refused.list_tags().await.expect_err("no token");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "failed to fetch {realm}?service=flotilla-test-registry&scope=repository%3Acharts%2Fhello%3Apull: 404 Not Found"
+        )),
+        "{err}"
+    );
     Ok(())
 }
 
