@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent::charts::{CachedCharts, NoFetcher};
-use flotilla_api::OCIRepository;
+use flotilla_api::{HelmRepository, OCIRepository};
 use flotilla_core::ids::ChartDigest;
 use flotilla_core::meta::{ConditionStatus, Conditions as _};
 use flotilla_hub::sources::http::{DEFAULT_TIMEOUT, RepositoryAuth};
@@ -488,9 +488,8 @@ async fn a_bearer_challenge_is_answered_with_a_token_from_its_realm() -> anyhow:
     Ok(())
 }
 
-/// Applies the OCIRepository CRD and waits until it is Established.
-async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
-    let crd = flotilla_api::crd::crd_of::<OCIRepository>();
+/// Applies a CRD and waits until it is Established.
+async fn install_crd(client: &kube::Client, crd: CustomResourceDefinition) -> anyhow::Result<()> {
     let name = crd.metadata.name.clone().expect("a named CRD");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.patch(
@@ -500,7 +499,7 @@ async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
     )
     .await?;
     wait::until(
-        "the OCIRepository CRD to be Established",
+        &format!("the CRD {name} to be Established"),
         Duration::from_secs(60),
         || async {
             let crd = crds.get(&name).await?;
@@ -524,7 +523,8 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
     let first = registry.push(&hello_chart(), "charts")?;
     let cluster = Cluster::start(ClusterOptions::named("hub-oci")).await?;
     let kube = cluster.client().await?;
-    install_crd(&kube).await?;
+    install_crd(&kube, flotilla_api::crd::crd_of::<OCIRepository>()).await?;
+    install_crd(&kube, flotilla_api::crd::crd_of::<HelmRepository>()).await?;
 
     let config = serde_json::json!({"auths": {registry.host(): {"username": "carol", "password": "pa55word"}}});
     let secret: Secret = serde_json::from_value(serde_json::json!({
@@ -552,6 +552,45 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
         },
     }))?;
     repositories.create(&PostParams::default(), &object).await?;
+
+    // Wrong credentials, and a URL the API server accepts but that is not a repository.
+    let wrong = serde_json::json!({"auths": {registry.host(): {"username": "carol", "password": "wrong-pa55"}}});
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "wrong-creds", "namespace": "default"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": wrong.to_string()},
+    }))?;
+    Api::<Secret>::namespaced(kube.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await?;
+    for (name, url, secret) in [
+        (
+            "wrong-creds",
+            format!("{}/hello", registry.oci_url("charts")),
+            "wrong-creds",
+        ),
+        (
+            "bad-url",
+            format!("oci://{}/Charts/hello", registry.host()),
+            "registry-creds",
+        ),
+    ] {
+        let object: OCIRepository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "source.flotilla.dev/v1",
+            "kind": "OCIRepository",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "url": url,
+                "ref": {"tag": "0.1.0"},
+                "secretRef": {"name": secret},
+                "insecure": true,
+                "interval": "1m",
+            },
+        }))?;
+        repositories.create(&PostParams::default(), &object).await?;
+    }
 
     let store_dir = tempfile::tempdir()?;
     let store = Arc::new(store(store_dir.path())?);
@@ -613,6 +652,97 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
     let second = registry.push_version(&hello_chart(), "charts", "0.2.0")?;
     let status = ready_at(format!("0.2.0@{}", second.digest)).await?;
     let kept = status.artifact.clone().expect("an artifact");
+
+    let not_ready = |name: &'static str| {
+        let repositories = repositories.clone();
+        async move {
+            wait::until(
+                &format!("the OCIRepository {name} to be Ready=False"),
+                Duration::from_secs(60),
+                || async {
+                    let status = repositories.get(name).await?.status.unwrap_or_default();
+                    let ready = status.conditions.get_condition("Ready");
+                    Ok(ready
+                        .is_some_and(|c| c.status == ConditionStatus::False)
+                        .then_some(status))
+                },
+            )
+            .await
+        }
+    };
+    let status = not_ready("wrong-creds").await?;
+    assert_eq!(status.conditions.reason_of("Ready"), "OCIPullFailed");
+    assert_eq!(
+        status.conditions.message_of("Ready"),
+        format!(
+            "failed to determine artifact digest: failed to fetch http://{}/v2/charts/hello/manifests/0.1.0: \
+             401 Unauthorized: the registry refused the credentials given (UNAUTHORIZED: authentication required)",
+            registry.host()
+        )
+    );
+    assert!(status.conditions.is_true("FetchFailed") && status.artifact.is_none());
+    assert_eq!(
+        status.conditions.reason_of("Reconciling"),
+        "ProgressingWithRetry"
+    );
+    let status = not_ready("bad-url").await?;
+    assert_eq!(status.conditions.reason_of("Stalled"), "URLInvalid");
+    assert!(status.conditions.is_true("Stalled"));
+    assert!(status.conditions.get_condition("Reconciling").is_none());
+    assert!(
+        status
+            .conditions
+            .message_of("Ready")
+            .contains("invalid repository path component \"Charts\""),
+        "{}",
+        status.conditions.message_of("Ready")
+    );
+    assert_eq!(status.observed_generation, 1);
+
+    // A HelmChart of a HelmRepository of type oci, with basic-auth keys in its Secret.
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "basic-creds", "namespace": "default"},
+        "stringData": {"username": "carol", "password": "pa55word"},
+    }))?;
+    Api::<Secret>::namespaced(kube.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let helm_repository: HelmRepository = serde_json::from_value(serde_json::json!({
+        "apiVersion": "source.flotilla.dev/v1",
+        "kind": "HelmRepository",
+        "metadata": {"name": "charts", "namespace": "default"},
+        "spec": {
+            "url": registry.oci_url("charts"),
+            "type": "oci",
+            "secretRef": {"name": "basic-creds"},
+            "insecure": true,
+            "interval": "5m",
+        },
+    }))?;
+    let helm_repository = Api::<HelmRepository>::namespaced(kube.clone(), "default")
+        .create(&PostParams::default(), &helm_repository)
+        .await?;
+    let chart = oci_repository::fetch_helm_repository_chart(
+        &kube,
+        &store,
+        &helm_repository,
+        "hello",
+        "0.x",
+        OciLimits::default(),
+    )
+    .await?;
+    assert_eq!(chart.version, "0.2.0");
+    assert_eq!(chart.manifest_digest.as_str(), second.digest);
+    assert_eq!(
+        chart.digest,
+        ChartDigest::of_bytes(&std::fs::read(&second.package)?)
+    );
+    assert_eq!(
+        chart.reference,
+        format!("{}/hello:0.2.0", registry.oci_url("charts"))
+    );
 
     // The registry stops: Ready=False says why, and the last artifact is kept and served.
     registry.stop();

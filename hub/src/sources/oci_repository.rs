@@ -42,7 +42,8 @@
 //! served`. A new generation first gets `Reconciling=True` (`Progressing`,
 //! `processing object: new generation N -> M`).
 //!
-//! Scheduling: success → again after `interval`; a transient failure (connection, timeout,
+//! Scheduling (by [`run`]; the watch's events for our own status patches do not fetch
+//! again): success → again after `interval`; a transient failure (connection, timeout,
 //! 5xx) → after [`Options::retry_interval`] (at most `interval`); another failure → after
 //! `interval`; stalled or suspended → on the next change of the object.
 //!
@@ -51,9 +52,9 @@
 //! its object until it is evicted), and Secret watches (a changed Secret is read at the next
 //! interval).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use flotilla_agent::charts::{CachedCharts, ChartError, NoFetcher};
 use flotilla_api::source::Artifact;
@@ -318,6 +319,7 @@ pub async fn run(client: Client, store: Arc<ChartStore>, options: Options) -> an
         client,
         store,
         options,
+        due: Mutex::new(HashMap::new()),
     });
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, context)
@@ -346,6 +348,10 @@ struct Context {
     client: Client,
     store: Arc<ChartStore>,
     options: Options,
+    /// When each object (`namespace`, `name`) is next due, for the generation it was
+    /// reconciled at (`None`: on the next spec change). The watch also reports our own
+    /// status patches; those events find the object not due and do not fetch again.
+    due: Mutex<HashMap<(String, String), (i64, Option<Instant>)>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -361,16 +367,48 @@ async fn reconcile(
     object: Arc<OCIRepository>,
     context: Arc<Context>,
 ) -> Result<Action, SourceError> {
-    reconcile_once(&context.client, &context.store, &context.options, &object).await
+    let key = (object.namespace().unwrap_or_default(), object.name_any());
+    let generation = object.metadata.generation.unwrap_or(0);
+    let due = lock(&context.due).get(&key).copied();
+    if let Some((seen, at)) = due
+        && seen == generation
+    {
+        match at {
+            None => return Ok(Action::await_change()),
+            Some(at) => {
+                let now = Instant::now();
+                if now < at {
+                    return Ok(Action::requeue(at - now));
+                }
+            }
+        }
+    }
+    let result = reconcile_once(&context.client, &context.store, &context.options, &object).await;
+    let next = match &result {
+        Ok(action) if *action == Action::await_change() => None,
+        Ok(_) => Some(Instant::now() + object.spec.interval.get()),
+        Err(error) => Some(Instant::now() + retry_after(&object, error, &context.options)),
+    };
+    lock(&context.due).insert(key, (generation, next));
+    result
 }
 
 fn error_policy(object: Arc<OCIRepository>, error: &SourceError, context: Arc<Context>) -> Action {
+    Action::requeue(retry_after(&object, error, &context.options))
+}
+
+/// The delay before the next attempt after `error`.
+fn retry_after(object: &OCIRepository, error: &SourceError, options: &Options) -> Duration {
     let interval = object.spec.interval.get();
     if error.is_transient() {
-        Action::requeue(context.options.retry_interval.min(interval))
+        options.retry_interval.min(interval)
     } else {
-        Action::requeue(interval)
+        interval
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One reconcile of `object`: fetch, store, write the status. `Ok` with the next check
