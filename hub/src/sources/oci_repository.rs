@@ -351,8 +351,14 @@ struct Context {
     /// When each object (`namespace`, `name`) is next due, for the generation it was
     /// reconciled at (`None`: on the next spec change). The watch also reports our own
     /// status patches; those events find the object not due and do not fetch again.
-    due: Mutex<HashMap<(String, String), (i64, Option<Instant>)>>,
+    due: Mutex<HashMap<ObjectKey, Due>>,
 }
+
+/// `(namespace, name)`.
+type ObjectKey = (String, String);
+
+/// The generation reconciled and when the object is next due (`None`: on a spec change).
+type Due = (i64, Option<Instant>);
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
