@@ -648,6 +648,28 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
         format!("0.1.0+{}", &first.digest["sha256:".len()..][..12])
     );
 
+    let url = format!("{}/hello", registry.oci_url("charts"));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), "default");
+    let note = format!(
+        "stored artifact with revision '0.1.0@{}' from '{url}'",
+        first.digest
+    );
+    wait::until("the NewArtifact Event", Duration::from_secs(30), || async {
+        let found = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("NewArtifact")
+                    && e.type_.as_deref() == Some("Normal")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hello")
+                    && e.note.as_deref() == Some(note.as_str())
+            });
+        Ok(found.then_some(()))
+    })
+    .await?;
+
     // A new version is picked up at the next interval.
     let second = registry.push_version(&hello_chart(), "charts", "0.2.0")?;
     let status = ready_at(format!("0.2.0@{}", second.digest)).await?;

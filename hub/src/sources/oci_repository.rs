@@ -47,7 +47,11 @@
 //! 5xx) → after [`Options::retry_interval`] (at most `interval`); another failure → after
 //! `interval`; stalled or suspended → on the next change of the object.
 //!
-//! Not done: Events, the `reconcile.fluxcd.io/requestedAt` annotation, jitter of the
+//! Events (by [`run`]): `NewArtifact` (`stored artifact with revision '<revision>' from
+//! '<url>'`) when the artifact changes, and a Warning with the reason and message of each
+//! failure (the recorder folds repeats into a series).
+//!
+//! Not done: Flux's event annotations (revision, digest), the `reconcile.fluxcd.io/requestedAt` annotation, jitter of the
 //! interval, finalizers (the store is content-addressed and bounded: an artifact outlives
 //! its object until it is evicted), and Secret watches (a changed Secret is read at the next
 //! interval).
@@ -66,8 +70,9 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt as _};
+use kube::{Client, Resource as _, ResourceExt as _};
 
 use super::http::{self, RepositoryAuth};
 use super::oci::{
@@ -315,11 +320,19 @@ pub async fn run(client: Client, store: Arc<ChartStore>, options: Options) -> an
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let client_for_events = client.clone();
     let context = Arc::new(Context {
         client,
         store,
         options,
         due: Mutex::new(HashMap::new()),
+        recorder: Recorder::new(
+            client_for_events,
+            Reporter {
+                controller: FIELD_MANAGER.to_owned(),
+                instance: None,
+            },
+        ),
     });
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, context)
@@ -352,6 +365,8 @@ struct Context {
     /// reconciled at (`None`: on the next spec change). The watch also reports our own
     /// status patches; those events find the object not due and do not fetch again.
     due: Mutex<HashMap<ObjectKey, Due>>,
+    /// Records the object's Events (`NewArtifact`, and a Warning per failure).
+    recorder: Recorder,
 }
 
 /// `(namespace, name)`.
@@ -391,12 +406,52 @@ async fn reconcile(
     }
     let result = reconcile_once(&context.client, &context.store, &context.options, &object).await;
     let next = match &result {
-        Ok(action) if *action == Action::await_change() => None,
+        Ok(done) if done.action == Action::await_change() => None,
         Ok(_) => Some(Instant::now() + object.spec.interval.get()),
         Err(error) => Some(Instant::now() + retry_after(&object, error, &context.options)),
     };
-    lock(&context.due).insert(key, (generation, next));
-    result
+    lock(&context.due).insert(key.clone(), (generation, next));
+    let before = object.status.as_ref().and_then(|s| s.artifact.as_ref());
+    let event = match &result {
+        Ok(Reconciled {
+            artifact: Some(artifact),
+            ..
+        }) if before
+            .is_none_or(|b| b.digest != artifact.digest || b.revision != artifact.revision) =>
+        {
+            Some(Event {
+                type_: EventType::Normal,
+                reason: "NewArtifact".to_owned(),
+                note: Some(format!(
+                    "stored artifact with revision '{}' from '{}'",
+                    artifact.revision, object.spec.url
+                )),
+                action: "Reconcile".to_owned(),
+                secondary: None,
+            })
+        }
+        Ok(_) => None,
+        Err(error) => Some(Event {
+            type_: EventType::Warning,
+            reason: error.reason().to_owned(),
+            note: Some(error.to_string()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        }),
+    };
+    if let Some(event) = event
+        && let Err(error) = context
+            .recorder
+            .publish(&event, &object.object_ref(&()))
+            .await
+    {
+        tracing::warn!(
+            object = %format!("{}/{}", key.0, key.1),
+            error = %error,
+            "cannot record an Event"
+        );
+    }
+    result.map(|done| done.action)
 }
 
 fn error_policy(object: Arc<OCIRepository>, error: &SourceError, context: Arc<Context>) -> Action {
@@ -417,17 +472,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// One reconcile of `object`: fetch, store, write the status. `Ok` with the next check
-/// (after the interval, or on the next change when suspended or stalled); `Err` after a
-/// failure that was written to the status (retry per [`SourceError::is_transient`]).
+/// What a successful [`reconcile_once`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconciled {
+    /// When to look again: after the interval, or on the next change when suspended or
+    /// stalled.
+    pub action: Action,
+    /// The artifact in the status afterwards.
+    pub artifact: Option<Artifact>,
+}
+
+/// One reconcile of `object`: fetch, store, write the status. `Ok` with the next check;
+/// `Err` after a failure that was written to the status (retry per
+/// [`SourceError::is_transient`]).
 pub async fn reconcile_once(
     client: &Client,
     store: &ChartStore,
     options: &Options,
     object: &OCIRepository,
-) -> Result<Action, SourceError> {
+) -> Result<Reconciled, SourceError> {
+    let done = |action: Action, artifact: Option<Artifact>| Ok(Reconciled { action, artifact });
     if object.spec.suspend {
-        return Ok(Action::await_change());
+        return done(
+            Action::await_change(),
+            object.status.as_ref().and_then(|s| s.artifact.clone()),
+        );
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
@@ -491,7 +560,7 @@ pub async fn reconcile_once(
             status.url = Some(fetched.artifact.url.clone());
             status.artifact = Some(fetched.artifact);
             patch_status(&api, &namespace, &name, &status).await?;
-            Ok(Action::requeue(object.spec.interval.get()))
+            done(Action::requeue(object.spec.interval.get()), status.artifact)
         }
         Err(error) => {
             let message = error.to_string();
@@ -542,7 +611,7 @@ pub async fn reconcile_once(
             }
             patch_status(&api, &namespace, &name, &status).await?;
             if error.is_stalling() {
-                Ok(Action::await_change())
+                done(Action::await_change(), status.artifact)
             } else {
                 Err(error)
             }
