@@ -806,3 +806,98 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
     controller.abort();
     Ok(())
 }
+
+#[tokio::test]
+async fn an_oci_repository_on_a_tls_registry_needs_the_ca_of_its_cert_secret() -> anyhow::Result<()>
+{
+    let registry = OciRegistry::start(RegistryOptions::default().with_tls()).await?;
+    let pushed = registry.push(&hello_chart(), "charts")?;
+    let cluster = Cluster::start(ClusterOptions::named("hub-oci-tls")).await?;
+    let kube = cluster.client().await?;
+    install_crd(&kube, flotilla_api::crd::crd_of::<OCIRepository>()).await?;
+
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "registry-ca", "namespace": "default"},
+        "stringData": {"ca.crt": registry.ca_pem().expect("TLS")},
+    }))?;
+    Api::<Secret>::namespaced(kube.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let url = format!("{}/hello", registry.oci_url("charts"));
+    let repositories: Api<OCIRepository> = Api::namespaced(kube.clone(), "default");
+    for (name, cert_secret) in [("trusting", Some("registry-ca")), ("untrusting", None)] {
+        let mut spec = serde_json::json!({
+            "url": url,
+            "ref": {"digest": pushed.digest},
+            "interval": "1m",
+        });
+        if let Some(secret) = cert_secret {
+            spec["certSecretRef"] = serde_json::json!({"name": secret});
+        }
+        let object: OCIRepository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "source.flotilla.dev/v1",
+            "kind": "OCIRepository",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec,
+        }))?;
+        repositories.create(&PostParams::default(), &object).await?;
+    }
+
+    let store_dir = tempfile::tempdir()?;
+    let store = Arc::new(store(store_dir.path())?);
+    let controller = tokio::spawn(oci_repository::run(
+        kube.clone(),
+        store.clone(),
+        Options {
+            namespace: Some("default".to_owned()),
+            ..Options::default()
+        },
+    ));
+    let settled = |name: &'static str| {
+        let repositories = repositories.clone();
+        async move {
+            wait::until(
+                &format!("the OCIRepository {name} to be Ready or not"),
+                Duration::from_secs(60),
+                || async {
+                    let status = repositories.get(name).await?.status.unwrap_or_default();
+                    let ready = status.conditions.get_condition("Ready");
+                    Ok(ready
+                        .is_some_and(|c| c.status != ConditionStatus::Unknown)
+                        .then_some(status))
+                },
+            )
+            .await
+        }
+    };
+
+    let status = settled("trusting").await?;
+    assert!(
+        status.conditions.is_true("Ready"),
+        "{:?}",
+        status.conditions
+    );
+    let artifact = status.artifact.expect("an artifact");
+    // Pulled by digest: the revision is the digest alone.
+    assert_eq!(artifact.revision, pushed.digest);
+    let archive = ChartDigest::of_bytes(&std::fs::read(&pushed.package)?);
+    assert_eq!(artifact.digest, archive.as_str());
+    assert_eq!(store.get(&archive).await?.metadata.name, "hello");
+
+    let status = settled("untrusting").await?;
+    assert_eq!(status.conditions.reason_of("Ready"), "OCIPullFailed");
+    assert_eq!(
+        status.conditions.message_of("Ready"),
+        format!(
+            "failed to determine artifact digest: failed to fetch https://{}/v2/charts/hello/manifests/{}: \
+             TLS handshake failed: invalid peer certificate: UnknownIssuer",
+            registry.host(),
+            pushed.digest
+        )
+    );
+    assert!(status.artifact.is_none());
+    controller.abort();
+    Ok(())
+}
