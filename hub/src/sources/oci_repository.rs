@@ -73,6 +73,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource as _, ResourceExt as _};
+use tracing::Instrument as _;
 
 use super::http::{self, RepositoryAuth};
 use super::oci::{
@@ -136,26 +137,27 @@ impl Default for Options {
     }
 }
 
-/// Why a source could not be fetched. `Display` is the condition message (Flux's texts).
+/// Why a source could not be fetched. `Display` is the whole condition message (Flux's
+/// texts): it includes its cause, which is therefore not chained as `source()`.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The URL is invalid.
-    #[error("URL validation failed for '{url}': {source}")]
+    #[error("URL validation failed for '{url}': {cause}")]
     InvalidUrl {
         /// The object's URL.
         url: String,
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// A referenced Secret cannot be read.
-    #[error("failed to get credential: failed to get secret '{secret}' ({field}): {source}")]
+    #[error("failed to get credential: failed to get secret '{secret}' ({field}): {cause}")]
     Secret {
         /// `namespace/name` of the Secret.
         secret: String,
         /// `spec.secretRef` or `spec.certSecretRef`.
         field: &'static str,
         /// The API error.
-        source: kube::Error,
+        cause: kube::Error,
     },
     /// A Secret's content cannot be used.
     #[error("failed to get credential: Secret '{secret}' ({field}): {reason}")]
@@ -168,34 +170,34 @@ pub enum SourceError {
         reason: String,
     },
     /// The client (TLS) cannot be made.
-    #[error("failed to generate transport for '{url}': {source}")]
+    #[error("failed to generate transport for '{url}': {cause}")]
     Transport {
         /// The object's URL.
         url: String,
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// The tag or digest to pull cannot be determined.
-    #[error("failed to determine the artifact tag for '{url}': {source}")]
+    #[error("failed to determine the artifact tag for '{url}': {cause}")]
     Reference {
         /// The object's URL.
         url: String,
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// The manifest cannot be fetched.
-    #[error("failed to determine artifact digest: {source}")]
+    #[error("failed to determine artifact digest: {cause}")]
     Manifest {
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// The layer cannot be fetched.
-    #[error("failed to pull artifact from '{url}': {source}")]
+    #[error("failed to pull artifact from '{url}': {cause}")]
     Pull {
         /// The object's URL.
         url: String,
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// No layer to take.
     #[error("{reason}")]
@@ -204,32 +206,32 @@ pub enum SourceError {
         reason: String,
     },
     /// The layer is not a chart archive.
-    #[error("the layer of {reference} is not a Helm chart archive: {source}")]
+    #[error("the layer of {reference} is not a Helm chart archive: {cause}")]
     NotAChart {
         /// `oci://host/repo:tag` or `@digest`.
         reference: String,
         /// The loader's error.
-        source: LoadError,
+        cause: LoadError,
     },
     /// The store refused the archive.
-    #[error("unable to copy artifact to storage: {source}")]
+    #[error("unable to copy artifact to storage: {cause}")]
     Store {
         /// The store's error.
-        source: ChartError,
+        cause: ChartError,
     },
     /// Resolving or pulling a HelmChart's chart failed.
-    #[error("{source}")]
+    #[error("{cause}")]
     Chart {
         /// Why.
-        source: OciError,
+        cause: OciError,
     },
     /// The status could not be written.
-    #[error("failed to patch the status of {object}: {source}")]
+    #[error("failed to patch the status of {object}: {cause}")]
     Patch {
         /// `namespace/name`.
         object: String,
         /// The API error.
-        source: kube::Error,
+        cause: kube::Error,
     },
 }
 
@@ -247,7 +249,7 @@ impl SourceError {
                 reason::OCI_LAYER_OPERATION_FAILED
             }
             SourceError::Store { .. } => reason::ARCHIVE_OPERATION_FAILED,
-            SourceError::Chart { source } => match source {
+            SourceError::Chart { cause } => match cause {
                 OciError::Unauthorized { .. } | OciError::InvalidCredentials { .. } => {
                     reason::AUTHENTICATION_FAILED
                 }
@@ -263,11 +265,11 @@ impl SourceError {
             SourceError::InvalidUrl { .. } => "InvalidUrl",
             SourceError::Secret { .. } => "SecretUnreadable",
             SourceError::SecretContent { .. } => "InvalidSecret",
-            SourceError::Transport { source, .. }
-            | SourceError::Reference { source, .. }
-            | SourceError::Manifest { source }
-            | SourceError::Pull { source, .. }
-            | SourceError::Chart { source } => source.kind(),
+            SourceError::Transport { cause, .. }
+            | SourceError::Reference { cause, .. }
+            | SourceError::Manifest { cause }
+            | SourceError::Pull { cause, .. }
+            | SourceError::Chart { cause } => cause.kind(),
             SourceError::Layer { .. } => "NoLayer",
             SourceError::NotAChart { .. } => "NotAChart",
             SourceError::Store { .. } => "StoreFailed",
@@ -278,14 +280,14 @@ impl SourceError {
     /// Whether retrying soon may help without a change to the objects.
     pub fn is_transient(&self) -> bool {
         match self {
-            SourceError::Secret { source, .. } | SourceError::Patch { source, .. } => {
-                !matches!(source, kube::Error::Api(s) if s.code == 404 || s.code == 403)
+            SourceError::Secret { cause, .. } | SourceError::Patch { cause, .. } => {
+                !matches!(cause, kube::Error::Api(s) if s.code == 404 || s.code == 403)
             }
-            SourceError::Transport { source, .. }
-            | SourceError::Reference { source, .. }
-            | SourceError::Manifest { source }
-            | SourceError::Pull { source, .. }
-            | SourceError::Chart { source } => source.is_transient(),
+            SourceError::Transport { cause, .. }
+            | SourceError::Reference { cause, .. }
+            | SourceError::Manifest { cause }
+            | SourceError::Pull { cause, .. }
+            | SourceError::Chart { cause } => cause.is_transient(),
             SourceError::Store { .. } => true,
             SourceError::InvalidUrl { .. }
             | SourceError::SecretContent { .. }
@@ -298,8 +300,8 @@ impl SourceError {
     pub fn is_stalling(&self) -> bool {
         match self {
             SourceError::InvalidUrl { .. } => true,
-            SourceError::Reference { source, .. } | SourceError::Chart { source } => {
-                source.is_spec_error()
+            SourceError::Reference { cause, .. } | SourceError::Chart { cause } => {
+                cause.is_spec_error()
             }
             _ => false,
         }
@@ -404,7 +406,16 @@ async fn reconcile(
             }
         }
     }
-    let result = reconcile_once(&context.client, &context.store, &context.options, &object).await;
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = "OCIRepository",
+        namespace = %key.0,
+        name = %key.1,
+        generation
+    );
+    let result = reconcile_once(&context.client, &context.store, &context.options, &object)
+        .instrument(span)
+        .await;
     let next = match &result {
         Ok(done) if done.action == Action::await_change() => None,
         Ok(_) => Some(Instant::now() + object.spec.interval.get()),
@@ -419,6 +430,13 @@ async fn reconcile(
         }) if before
             .is_none_or(|b| b.digest != artifact.digest || b.revision != artifact.revision) =>
         {
+            tracing::info!(
+                namespace = %key.0,
+                name = %key.1,
+                revision = %artifact.revision,
+                digest = %artifact.digest,
+                "OCIRepository has a new artifact"
+            );
             Some(Event {
                 type_: EventType::Normal,
                 reason: "NewArtifact".to_owned(),
@@ -633,9 +651,9 @@ async fn fetch(
 ) -> Result<Fetched, SourceError> {
     let spec = &object.spec;
     let namespace = object.namespace().unwrap_or_default();
-    let url = OciUrl::parse(&spec.url).map_err(|source| SourceError::InvalidUrl {
+    let url = OciUrl::parse(&spec.url).map_err(|cause| SourceError::InvalidUrl {
         url: spec.url.clone(),
-        source,
+        cause,
     })?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut auth = RepositoryAuth::default();
@@ -661,9 +679,9 @@ async fn fetch(
     }
     let timeout = spec.timeout.map_or(http::DEFAULT_TIMEOUT, |t| t.get());
     let oci = OciClient::new(&spec.url, auth, spec.insecure, timeout, options.limits).map_err(
-        |source| SourceError::Transport {
+        |cause| SourceError::Transport {
             url: spec.url.clone(),
-            source,
+            cause,
         },
     )?;
 
@@ -672,9 +690,9 @@ async fn fetch(
         .as_ref()
         .and_then(|s| s.media_type.as_deref());
     let reference = spec.reference.clone().unwrap_or_default();
-    let reference_error = |source| SourceError::Reference {
+    let reference_error = |cause| SourceError::Reference {
         url: spec.url.clone(),
-        source,
+        cause,
     };
     let reference = if let Some(digest) = reference.digest.filter(|d| !d.is_empty()) {
         Reference::digest(&digest).map_err(reference_error)?
@@ -696,7 +714,7 @@ async fn fetch(
     let manifest = oci
         .fetch_manifest(&reference)
         .await
-        .map_err(|source| SourceError::Manifest { source })?;
+        .map_err(|cause| SourceError::Manifest { cause })?;
     let tag = match &reference {
         Reference::Tag(tag) => Some(tag.as_str()),
         Reference::Digest(_) => None,
@@ -722,9 +740,9 @@ async fn fetch(
     let archive = oci
         .fetch_blob(&layer, "layer", options.limits.max_chart_size)
         .await
-        .map_err(|source| SourceError::Pull {
+        .map_err(|cause| SourceError::Pull {
             url: spec.url.clone(),
-            source,
+            cause,
         })?;
     let (digest, size) = store_archive(store, archive, &shown).await?;
     let path = format!(
@@ -759,7 +777,7 @@ async fn store_archive(
     let digest = store
         .insert(archive, chart)
         .await
-        .map_err(|source| SourceError::Store { source })?;
+        .map_err(|cause| SourceError::Store { cause })?;
     Ok((digest, size))
 }
 
@@ -774,9 +792,9 @@ async fn load_chart(archive: Vec<u8>, reference: &str) -> Result<(Vec<u8>, Chart
     })?;
     match loaded {
         (archive, Ok(chart)) => Ok((archive, chart)),
-        (_, Err(source)) => Err(SourceError::NotAChart {
+        (_, Err(cause)) => Err(SourceError::NotAChart {
             reference: reference.to_owned(),
-            source,
+            cause,
         }),
     }
 }
@@ -790,10 +808,10 @@ async fn secret_data(
     let secret = secrets
         .get(name)
         .await
-        .map_err(|source| SourceError::Secret {
+        .map_err(|cause| SourceError::Secret {
             secret: format!("{namespace}/{name}"),
             field,
-            source,
+            cause,
         })?;
     Ok(secret
         .data
@@ -831,9 +849,9 @@ async fn patch_status(
     let patch = serde_json::json!({ "status": status });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| SourceError::Patch {
+        .map_err(|cause| SourceError::Patch {
             object: format!("{namespace}/{name}"),
-            source,
+            cause,
         })?;
     Ok(())
 }
@@ -891,9 +909,9 @@ pub async fn fetch_helm_repository_chart(
     let namespace = repository.namespace().unwrap_or_default();
     let url = OciUrl::parse(&spec.url)
         .and_then(|u| u.join(chart))
-        .map_err(|source| SourceError::InvalidUrl {
+        .map_err(|cause| SourceError::InvalidUrl {
             url: spec.url.clone(),
-            source,
+            cause,
         })?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut auth = RepositoryAuth::default();
@@ -943,27 +961,27 @@ pub async fn fetch_oci_chart(
     store: &ChartStore,
 ) -> Result<OciChartArtifact, SourceError> {
     let oci =
-        OciClient::new(chart_repository, auth, insecure, timeout, limits).map_err(|source| {
-            match source {
+        OciClient::new(chart_repository, auth, insecure, timeout, limits).map_err(|cause| {
+            match cause {
                 OciError::InvalidUrl { .. } => SourceError::InvalidUrl {
                     url: chart_repository.to_owned(),
-                    source,
+                    cause,
                 },
-                source => SourceError::Transport {
+                cause => SourceError::Transport {
                     url: chart_repository.to_owned(),
-                    source,
+                    cause,
                 },
             }
         })?;
     let version = oci
         .resolve_chart_version(version)
         .await
-        .map_err(|source| SourceError::Chart { source })?;
+        .map_err(|cause| SourceError::Chart { cause })?;
     let reference = Reference::Tag(oci::version_tag(&version));
     let pulled = oci
         .pull_chart(&reference)
         .await
-        .map_err(|source| SourceError::Chart { source })?;
+        .map_err(|cause| SourceError::Chart { cause })?;
     let shown = format!("{}{reference}", oci.url());
     let (digest, size) = store_archive(store, pulled.archive, &shown).await?;
     Ok(OciChartArtifact {
@@ -999,7 +1017,7 @@ mod tests {
         let url = "oci://r/x".to_owned();
         let invalid = SourceError::InvalidUrl {
             url: url.clone(),
-            source: OciUrl::parse("oci://r").expect_err("no path"),
+            cause: OciUrl::parse("oci://r").expect_err("no path"),
         };
         assert_eq!(invalid.reason(), "URLInvalid");
         assert!(invalid.is_stalling() && !invalid.is_transient());
@@ -1008,7 +1026,7 @@ mod tests {
             "URL validation failed for 'oci://r/x': invalid OCI URL oci://r: the repository path is empty"
         );
         let down = SourceError::Manifest {
-            source: OciError::Connect {
+            cause: OciError::Connect {
                 url: "http://r/v2/x/manifests/latest".to_owned(),
                 reason: "connection refused".to_owned(),
             },
@@ -1017,7 +1035,7 @@ mod tests {
         assert!(down.is_transient() && !down.is_stalling());
         let semver = SourceError::Reference {
             url,
-            source: oci::select_semver_tag(&[], "nope", false).expect_err("invalid"),
+            cause: oci::select_semver_tag(&[], "nope", false).expect_err("invalid"),
         };
         assert_eq!(semver.reason(), "ReadOperationFailed");
         assert!(semver.is_stalling());
