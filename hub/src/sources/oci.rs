@@ -219,6 +219,14 @@ pub enum OciError {
         /// The bytes received.
         actual: u64,
     },
+    /// A tag outside the OCI grammar (`[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`).
+    #[error(
+        "invalid tag {tag:?}: a tag is 1 to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+    )]
+    InvalidTag {
+        /// The tag.
+        tag: String,
+    },
     /// A digest of another algorithm than SHA-256, or malformed.
     #[error("unsupported digest {digest:?}: only sha256:<64 hex digits> is supported")]
     UnsupportedDigest {
@@ -305,6 +313,7 @@ impl OciError {
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::SizeMismatch { .. } => "SizeMismatch",
             OciError::UnsupportedDigest { .. } => "UnsupportedDigest",
+            OciError::InvalidTag { .. } => "InvalidTag",
             OciError::InvalidDocument { .. } => "InvalidDocument",
             OciError::NotAHelmChart { .. } => "NotAHelmChart",
             OciError::NoTags { .. } => "NoTags",
@@ -332,6 +341,7 @@ impl OciError {
             self,
             OciError::InvalidUrl { .. }
                 | OciError::UnsupportedDigest { .. }
+                | OciError::InvalidTag { .. }
                 | OciError::InvalidSemver { .. }
                 | OciError::InvalidVersion { .. }
         )
@@ -491,6 +501,12 @@ pub enum Reference {
 }
 
 impl Reference {
+    /// A tag reference, checked against the OCI tag grammar.
+    pub fn tag(tag: &str) -> Result<Reference, OciError> {
+        check_tag(tag)?;
+        Ok(Reference::Tag(tag.to_owned()))
+    }
+
     /// A digest reference from `sha256:<hex>`.
     pub fn digest(digest: &str) -> Result<Reference, OciError> {
         parse_digest(digest).map(Reference::Digest)
@@ -510,6 +526,23 @@ impl fmt::Display for Reference {
             Reference::Tag(tag) => write!(f, ":{tag}"),
             Reference::Digest(d) => write!(f, "@{d}"),
         }
+    }
+}
+
+/// The OCI distribution tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+fn check_tag(tag: &str) -> Result<(), OciError> {
+    let b = tag.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::InvalidTag {
+            tag: tag.to_owned(),
+        })
     }
 }
 
@@ -913,6 +946,9 @@ impl OciClient {
 
     /// The manifest `reference` names, its digest verified (see the module docs).
     pub async fn fetch_manifest(&self, reference: &Reference) -> Result<Manifest, OciError> {
+        if let Reference::Tag(tag) = reference {
+            check_tag(tag)?;
+        }
         let base = self.base().await?.clone();
         let url = self.api_url(&base, &format!("manifests/{}", reference.path_segment()))?;
         let shown = url.to_string();
@@ -1654,6 +1690,17 @@ mod tests {
         assert_eq!(revision(Some("6.5.0"), &d), format!("6.5.0@{d}"));
         assert_eq!(revision(None, &d), d.to_string());
         assert!(Reference::digest("sha512:abcd").is_err());
+        for good in ["0.1.0", "0.3.0_build.7", "latest", "_x", "v1.2.3-rc.1"] {
+            assert_eq!(
+                Reference::tag(good).expect(good),
+                Reference::Tag(good.to_owned())
+            );
+        }
+        let long = "a".repeat(129);
+        for bad in ["", ".x", "-x", "1.0.0+b", "../../x", "a/b", long.as_str()] {
+            let err = Reference::tag(bad).expect_err(bad);
+            assert!(err.is_spec_error(), "{bad}");
+        }
         assert_eq!(
             Reference::digest(d.as_str()).expect("sha256").to_string(),
             format!("@{d}")

@@ -704,12 +704,8 @@ async fn fetch(
                 .map_err(reference_error)?,
         )
     } else {
-        Reference::Tag(
-            reference
-                .tag
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| oci::DEFAULT_TAG.to_owned()),
-        )
+        let tag = reference.tag.filter(|t| !t.is_empty());
+        Reference::tag(tag.as_deref().unwrap_or(oci::DEFAULT_TAG)).map_err(reference_error)?
     };
     let manifest = oci
         .fetch_manifest(&reference)
@@ -890,9 +886,9 @@ pub struct OciChartArtifact {
 /// repository's `secretRef` (dockerconfigjson or `username`/`password`) and
 /// `certSecretRef` are read, `insecure` allows plain HTTP (no certificate verification is
 /// skipped), `timeout` applies (60s by default); the version is resolved with
-/// [`OciClient::resolve_chart_version`], the chart pulled from `<url>/<chart>:<version with
-/// + as _>` (the manifest must be a Helm chart's; digests and sizes checked), loaded, and
-/// put in `store`.
+/// [`OciClient::resolve_chart_version`], the chart pulled from `<url>/<chart>:<tag>` (the
+/// version with `+` as `_`; the manifest must be a Helm chart's; digests and sizes
+/// checked), loaded, and put in `store`.
 ///
 /// Errors are [`SourceError`]s; their `Display` is the text for the HelmChart's
 /// condition and [`SourceError::reason`] its reason. Call it once per HelmChart interval
