@@ -810,7 +810,7 @@ async fn an_oci_repository_becomes_ready_with_the_chart_and_keeps_it_when_the_re
 #[tokio::test]
 async fn an_oci_repository_on_a_tls_registry_needs_the_ca_of_its_cert_secret() -> anyhow::Result<()>
 {
-    let registry = OciRegistry::start(RegistryOptions::default().with_tls()).await?;
+    let mut registry = OciRegistry::start(RegistryOptions::default().with_tls()).await?;
     let pushed = registry.push(&hello_chart(), "charts")?;
     let cluster = Cluster::start(ClusterOptions::named("hub-oci-tls")).await?;
     let kube = cluster.client().await?;
@@ -898,6 +898,39 @@ async fn an_oci_repository_on_a_tls_registry_needs_the_ca_of_its_cert_secret() -
         )
     );
     assert!(status.artifact.is_none());
+
+    // Pinned to a digest, the artifact in store is up to date without asking the registry:
+    // a new generation is Ready while the registry is down.
+    registry.stop();
+    repositories
+        .patch(
+            "trusting",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"interval": "2m"}})),
+        )
+        .await?;
+    let status = wait::until(
+        "the pinned OCIRepository to observe generation 2",
+        Duration::from_secs(60),
+        || async {
+            let status = repositories
+                .get("trusting")
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok((status.observed_generation == 2).then_some(status))
+        },
+    )
+    .await?;
+    assert!(
+        status.conditions.is_true("Ready"),
+        "{:?}",
+        status.conditions
+    );
+    assert_eq!(
+        status.artifact.map(|a| a.revision),
+        Some(pushed.digest.clone())
+    );
     controller.abort();
     Ok(())
 }

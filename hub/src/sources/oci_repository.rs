@@ -21,7 +21,9 @@
 //! 4. The manifest (digest verified); the revision is `<tag>@sha256:<hex>` or
 //!    `sha256:<hex>`. Failures: `OCIPullFailed`. When the revision and the layer selector
 //!    are those of the artifact in the status and the store still holds its archive, the
-//!    artifact is up to date: nothing is pulled.
+//!    artifact is up to date: nothing is pulled. With `ref.digest` the revision is known
+//!    without asking the registry (as in Flux), so an up-to-date artifact stays Ready
+//!    through a registry outage.
 //! 5. The layer (`layerSelector.mediaType`, else the first), digest- and size-checked, must
 //!    load as a Helm chart archive; it is stored in the hub's [`ChartStore`]. The compressed
 //!    layer is stored as it is (Flux's `copy`; `extract` would unpack it, but the hub's
@@ -707,6 +709,25 @@ async fn fetch(
         let tag = reference.tag.filter(|t| !t.is_empty());
         Reference::tag(tag.as_deref().unwrap_or(oci::DEFAULT_TAG)).map_err(reference_error)?
     };
+    // The artifact in the status is up to date when its revision is the one wanted (known
+    // without a request for a digest, from the manifest for a tag), the layer selector did
+    // not change and the store still has its archive.
+    let up_to_date = async |revision: &str| {
+        if let Some(last) = &status.artifact
+            && last.revision == revision
+            && status.observed_layer_selector == spec.layer_selector
+            && let Ok(digest) = ChartDigest::new(last.digest.clone())
+            && store.get(&digest).await.is_ok()
+        {
+            return Some(last.clone());
+        }
+        None
+    };
+    if let Reference::Digest(digest) = &reference
+        && let Some(artifact) = up_to_date(digest.as_str()).await
+    {
+        return Ok(Fetched { artifact });
+    }
     let manifest = oci
         .fetch_manifest(&reference)
         .await
@@ -716,16 +737,8 @@ async fn fetch(
         Reference::Digest(_) => None,
     };
     let revision = oci::revision(tag, &manifest.digest);
-
-    if let Some(last) = &status.artifact
-        && last.revision == revision
-        && status.observed_layer_selector == spec.layer_selector
-        && let Ok(digest) = ChartDigest::new(last.digest.clone())
-        && store.get(&digest).await.is_ok()
-    {
-        return Ok(Fetched {
-            artifact: last.clone(),
-        });
+    if let Some(artifact) = up_to_date(&revision).await {
+        return Ok(Fetched { artifact });
     }
 
     let shown = format!("{url}{reference}");
