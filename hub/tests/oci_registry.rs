@@ -168,8 +168,41 @@ async fn semver_constraints_pick_the_version_helm_pull_picks() -> anyhow::Result
         registry.push_version(&hello_chart(), "charts", version)?;
     }
     let client = client(&registry, RepositoryAuth::default())?;
-    let tags = client.list_tags().await?;
-    assert!(tags.contains(&"0.3.0_build.7".to_owned()), "{tags:?}");
+    let mut tags = client.list_tags().await?;
+    tags.sort();
+    assert_eq!(
+        tags,
+        ["0.1.0", "0.10.0", "0.2.0", "0.3.0_build.7", "1.0.0-rc.1"]
+    );
+    // The same tags two at a time, following the registry's Link headers.
+    let paged = OciClient::new(
+        &client.url().to_string(),
+        RepositoryAuth::default(),
+        true,
+        DEFAULT_TIMEOUT,
+        OciLimits {
+            tags_per_page: 2,
+            ..OciLimits::default()
+        },
+    )?;
+    let mut pages = paged.list_tags().await?;
+    pages.sort();
+    assert_eq!(pages, tags);
+    let log = std::fs::read_to_string(
+        registry
+            .storage_dir()
+            .parent()
+            .expect("the storage is in the registry's directory")
+            .join("logs/registry.log"),
+    )?;
+    let next_pages = log
+        .lines()
+        .filter(|l| l.contains("/v2/charts/hello/tags/list?") && l.contains("last="))
+        .count();
+    assert!(
+        next_pages >= 2,
+        "the registry served no further pages:\n{log}"
+    );
     let store_dir = tempfile::tempdir()?;
     let store = store(store_dir.path())?;
 

@@ -75,8 +75,8 @@ pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
 pub const MAX_TAGS_PAGE_SIZE: u64 = 4 << 20;
 /// The most tag list pages followed.
 const MAX_TAG_PAGES: usize = 1000;
-/// Tags asked for per page.
-const TAGS_PER_PAGE: u32 = 1000;
+/// Tags asked for per page of the tag list.
+pub const TAGS_PER_PAGE: u32 = 1000;
 /// The most bytes of an error answer read for its message.
 const MAX_ERROR_BODY: u64 = 64 << 10;
 /// The largest token answer accepted.
@@ -91,6 +91,8 @@ pub struct OciLimits {
     pub max_chart_size: u64,
     /// The largest page of a tag list.
     pub max_tags_page_size: u64,
+    /// The tags asked for per page (`n`); the registry may send fewer.
+    pub tags_per_page: u32,
 }
 
 impl Default for OciLimits {
@@ -99,6 +101,7 @@ impl Default for OciLimits {
             max_manifest_size: MAX_MANIFEST_SIZE,
             max_chart_size: http::MAX_CHART_SIZE,
             max_tags_page_size: MAX_TAGS_PAGE_SIZE,
+            tags_per_page: TAGS_PER_PAGE,
         }
     }
 }
@@ -902,7 +905,10 @@ impl OciClient {
             tags: Option<Vec<String>>,
         }
         let base = self.base().await?.clone();
-        let mut next = Some(self.api_url(&base, &format!("tags/list?n={TAGS_PER_PAGE}"))?);
+        let mut next = Some(self.api_url(
+            &base,
+            &format!("tags/list?n={}", self.inner.limits.tags_per_page.max(1)),
+        )?);
         let mut tags = Vec::new();
         let mut pages = 0;
         while let Some(url) = next.take() {
