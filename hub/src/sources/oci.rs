@@ -587,8 +587,6 @@ pub struct Descriptor {
 #[serde(rename_all = "camelCase")]
 struct RawManifest {
     schema_version: i64,
-    #[serde(default)]
-    media_type: Option<String>,
     config: Descriptor,
     #[serde(default)]
     layers: Vec<Descriptor>,
@@ -650,7 +648,6 @@ impl Manifest {
                 raw.schema_version
             )));
         }
-        let _ = raw.media_type;
         Ok(Manifest {
             digest,
             config: raw.config,
