@@ -318,8 +318,9 @@ impl SourceError {
     }
 }
 
-/// Runs the reconciler until the watch ends (it does not end on its own).
-pub async fn run(client: Client, store: Arc<ChartStore>, options: Options) -> anyhow::Result<()> {
+/// Runs the reconciler until the watch ends (it does not end on its own; abort the task to
+/// stop it). Watch errors are logged and retried with backoff by kube-runtime.
+pub async fn run(client: Client, store: Arc<ChartStore>, options: Options) {
     let api: Api<OCIRepository> = match &options.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -357,7 +358,6 @@ pub async fn run(client: Client, store: Arc<ChartStore>, options: Options) -> an
             }
         })
         .await;
-    Ok(())
 }
 
 /// What [`run`] shares between reconciles.
