@@ -14,6 +14,15 @@
 //!   `chart.spec.version` constraint picks, as Flux's source-controller picks it; then the
 //!   archive's URL and digest.
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
+//! - [`sources::oci`]: charts in OCI registries: [`OciClient`](sources::oci::OciClient)
+//!   (tags, manifests, chart layers by digest; basic, dockerconfigjson and token auth; TLS),
+//!   tag and version selection, and
+//!   [`chart_version_with_digest`](sources::oci::chart_version_with_digest), the
+//!   `+<digest12>` helm-controller appends to the version of a chart from an OCIRepository.
+//! - [`sources::oci_repository`]: the `OCIRepository` reconciler
+//!   ([`run`](sources::oci_repository::run)) and
+//!   [`fetch_helm_repository_chart`](sources::oci_repository::fetch_helm_repository_chart)
+//!   for a HelmChart of an OCI HelmRepository.
 
 pub mod link;
 pub mod sources;

@@ -263,9 +263,18 @@ pub struct RegistryOptions {
     pub basic_auth: Option<Credentials>,
     /// Serve HTTPS with a certificate of a fresh CA ([`OciRegistry::ca_file`]).
     pub tls: bool,
+    /// Answer anonymous requests with a `Bearer` challenge naming this token realm and
+    /// accept any `Authorization` header (distribution's `silly` access controller): tests
+    /// the registry token flow with any static file server as the realm.
+    pub token_realm: Option<String>,
 }
 
 impl RegistryOptions {
+    pub fn with_token_auth(mut self, realm: &str) -> RegistryOptions {
+        self.token_realm = Some(realm.to_owned());
+        self
+    }
+
     pub fn with_basic_auth(mut self, username: &str, password: &str) -> RegistryOptions {
         self.basic_auth = Some(Credentials::new(username, password));
         self
@@ -322,7 +331,13 @@ impl OciRegistry {
         let config_path = root.join("config.yml");
         std::fs::write(
             &config_path,
-            registry_config(root, port, tls.as_ref(), options.basic_auth.is_some()),
+            registry_config(
+                root,
+                port,
+                tls.as_ref(),
+                options.basic_auth.is_some(),
+                options.token_realm.as_deref(),
+            ),
         )
         .with_context(|| format!("writing {}", config_path.display()))?;
         let log = root.join("logs/registry.log");
@@ -388,6 +403,13 @@ impl OciRegistry {
     /// The CA certificate, PEM (TLS only).
     pub fn ca_pem(&self) -> Option<String> {
         self.ca_file().and_then(|p| std::fs::read_to_string(p).ok())
+    }
+
+    /// The registry's storage root (its filesystem driver's `rootdirectory`): a blob is at
+    /// `docker/registry/v2/blobs/sha256/<first 2 hex>/<hex>/data`. Tests tamper with it to
+    /// check that clients verify what they are served.
+    pub fn storage_dir(&self) -> PathBuf {
+        self.dir.path().join("storage")
     }
 
     /// The credentials the registry requires (basic auth only).
@@ -700,7 +722,13 @@ fn parse_access_line(line: &str) -> Option<AccessLogEntry> {
     })
 }
 
-fn registry_config(root: &Path, port: u16, tls: Option<&ServerTls>, basic_auth: bool) -> String {
+fn registry_config(
+    root: &Path,
+    port: u16,
+    tls: Option<&ServerTls>,
+    basic_auth: bool,
+    token_realm: Option<&str>,
+) -> String {
     let r = root.display();
     let mut config = format!(
         "version: 0.1
@@ -729,6 +757,12 @@ http:
         let _ = write!(
             config,
             "auth:\n  htpasswd:\n    realm: flotilla-test-registry\n    path: {r}/htpasswd\n"
+        );
+    }
+    if let Some(realm) = token_realm {
+        let _ = write!(
+            config,
+            "auth:\n  silly:\n    realm: {realm}\n    service: flotilla-test-registry\n"
         );
     }
     config

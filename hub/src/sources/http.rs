@@ -357,7 +357,9 @@ impl RepositoryClient {
 
 /// The rustls error somewhere in `error`'s sources (also inside `io::Error`s, whose
 /// `source()` skips the error they wrap).
-fn find_tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+pub(crate) fn find_tls_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
     let mut current = Some(error);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
@@ -375,7 +377,7 @@ fn find_tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'
 }
 
 /// `error: source: source...`, each distinct message once.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current = Some(error);
     while let Some(e) = current {
@@ -403,7 +405,7 @@ fn parse_http_url(raw: &str) -> Result<reqwest::Url, FetchError> {
 }
 
 /// The URL without user name and password.
-fn redacted(url: &reqwest::Url) -> String {
+pub(crate) fn redacted(url: &reqwest::Url) -> String {
     let mut url = url.clone();
     // Only fails for URLs that cannot have user info, which then have none.
     let _ = url.set_username("");
@@ -412,7 +414,7 @@ fn redacted(url: &reqwest::Url) -> String {
 }
 
 /// Drops `user:password@` from a URL that did not parse.
-fn strip_userinfo_text(raw: &str) -> String {
+pub(crate) fn strip_userinfo_text(raw: &str) -> String {
     let (scheme, rest) = match raw.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), raw),
@@ -431,7 +433,7 @@ fn same_origin(a: &reqwest::Url, b: &reqwest::Url) -> bool {
         && a.port_or_known_default() == b.port_or_known_default()
 }
 
-fn tls_config(auth: &RepositoryAuth) -> Result<rustls::ClientConfig, FetchError> {
+pub(crate) fn tls_config(auth: &RepositoryAuth) -> Result<rustls::ClientConfig, FetchError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

@@ -342,7 +342,7 @@ impl Index {
 
 /// fluxcd/pkg's `version.ParseVersion`: three dot-separated parts, then Masterminds'
 /// lenient `NewVersion`.
-fn parse_version(v: &str) -> Option<Version> {
+pub(crate) fn parse_version(v: &str) -> Option<Version> {
     if v.splitn(3, '.').count() != 3 {
         return None;
     }

@@ -3,9 +3,15 @@
 //! - [`http`]: fetching a Helm repository's index and chart archives over HTTP(S), with the
 //!   repository's auth, TLS, timeout and size limits.
 //! - [`index`]: a Helm repository's `index.yaml` and chart version resolution (pure).
+//! - [`oci`]: Helm charts in OCI registries (tags, manifests, chart layers; auth and TLS),
+//!   tag and version selection, and helm-controller's digest-in-the-chart-version rule.
+//! - [`oci_repository`]: the `OCIRepository` reconciler, and the OCI half of a HelmChart's
+//!   fetch ([`oci_repository::fetch_helm_repository_chart`]).
 //! - [`url`]: the index's URL and chart URLs resolved against the repository URL, as Go's
 //!   `net/url` resolves them (pure).
 
 pub mod http;
 pub mod index;
+pub mod oci;
+pub mod oci_repository;
 pub mod url;
