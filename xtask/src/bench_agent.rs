@@ -47,6 +47,11 @@ pub struct BenchAgent {
     /// Use this agent binary as it is (no build).
     #[arg(long)]
     agent_bin: Option<PathBuf>,
+    /// The chart every release installs (a directory); default: the repository's
+    /// `agent/tests/charts/podinfo-like` (3 Deployments, 3 Services, 3 ConfigMaps). The real
+    /// podinfo chart (1 Deployment, 1 Service) is `../shared/charts/podinfo/chart`.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
 
 /// A `reconciled` log line of the agent.
@@ -186,7 +191,13 @@ pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let cluster = runtime.block_on(Cluster::start(ClusterOptions::named("bench-agent")))?;
     let plans = tempfile_dir("flotilla-bench-plans")?;
-    let chart = root.join("agent/tests/charts/podinfo-like");
+    let chart = args
+        .chart
+        .clone()
+        .unwrap_or_else(|| root.join("agent/tests/charts/podinfo-like"));
+    let chart = chart
+        .canonicalize()
+        .with_context(|| format!("chart {}", chart.display()))?;
     write_plans(&plans, &chart, args)?;
 
     let started = Instant::now();
@@ -327,7 +338,7 @@ fn measure(
         install_time,
     );
     Ok(format!(
-        "bench-agent: {n} releases of podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each), one agent, concurrency {c}, interval {i}s
+        "bench-agent: {n} releases of {chart}, one agent, concurrency {c}, interval {i}s
   total install time (agent start to all {n} installed and ready): {install:.1} s = {rate:.1} installs/s
   per-release install reconcile: {install_stats}
   steady-state reconcile per release (first reconcile after install, no action): {steady_stats}
@@ -339,6 +350,10 @@ fn measure(
 {plane}{breakdown}",
         c = args.concurrency,
         i = args.interval,
+        chart = args.chart.as_ref().map_or_else(
+            || "podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each)".to_owned(),
+            |c| c.display().to_string()
+        ),
         install = install_time.as_secs_f64(),
         rate = n as f64 / install_time.as_secs_f64(),
         install_stats = stats(install_ms),

@@ -349,11 +349,15 @@ impl Supervisor {
                 self.begin_shutdown();
                 continue;
             }
-            let next_due = if self.stopping.is_some() {
-                None
-            } else {
-                self.queue.next_due()
-            };
+            // With every slot taken a due key can only start when a task ends: waiting for
+            // its (past) due time as well would wake the loop at once, over and over, and
+            // spin a core for as long as the slots stay full.
+            let next_due =
+                if self.stopping.is_some() || self.tasks.len() >= self.options.concurrency {
+                    None
+                } else {
+                    self.queue.next_due()
+                };
             let grace_end = self.stopping;
             tokio::select! {
                 command = commands.recv(), if commands_open => match command {
