@@ -16,5 +16,6 @@
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
 
 pub mod link;
+pub mod session;
 pub mod sources;
 pub mod values;
