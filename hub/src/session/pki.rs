@@ -9,8 +9,8 @@
 //! - **Server certificate**: issued by the CA for the configured SANs (DNS names or IP
 //!   addresses) at each start; served with the CA certificate as its chain.
 //! - **Client certificates**: issued from the agent's CSR (only its public key is taken;
-//!   everything else is the hub's), `clientAuth`, 24 hours unless configured, backdated five
-//!   minutes for clock skew. A cluster's identity is in two URI SANs:
+//!   everything else is the hub's), `clientAuth`, 24 hours unless configured, backdated
+//!   for clock skew (five minutes, or a tenth of a shorter lifetime). A cluster's identity is in two URI SANs:
 //!   `spiffe://flotilla/cluster/<ManagedCluster name>` (the identity) and
 //!   `urn:uuid:<ManagedCluster metadata.uid>` (the incarnation: a certificate of a deleted
 //!   ManagedCluster does not come back to life when one of the same name is created).
@@ -420,7 +420,9 @@ impl HubCa {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let now = SystemTime::now();
         let not_after = now + lifetime;
-        params.not_before = offset(now - Duration::from_secs(300));
+        // Backdated for clock skew, by at most a tenth of the lifetime so that the agent's
+        // "renew at two thirds" stays in the future for short lifetimes.
+        params.not_before = offset(now - (lifetime / 10).min(Duration::from_secs(300)));
         params.not_after = offset(not_after);
         params.serial_number = Some(random_serial()?);
         let cert = params
@@ -501,6 +503,7 @@ impl ClusterIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rcgen::PublicKeyData as _;
 
     #[test]
     fn a_client_certificate_names_its_cluster_and_incarnation() {
