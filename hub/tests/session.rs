@@ -132,7 +132,13 @@ async fn raw_session(
     identity: &Identity,
     cert_pem: &str,
     key_pem: &str,
-) -> Result<(mpsc::Sender<v1::AgentMessage>, tonic::Streaming<v1::HubMessage>), String> {
+) -> Result<
+    (
+        mpsc::Sender<v1::AgentMessage>,
+        tonic::Streaming<v1::HubMessage>,
+    ),
+    String,
+> {
     let config = agent_session::tls::session_config(&identity.ca_pem, cert_pem, key_pem)
         .map_err(|e| e.to_string())?;
     let channel = agent_session::tls::channel(&identity.hub, config)
@@ -183,14 +189,19 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         },
     )
     .await?;
-    let identity = agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "auto", "auto")).await?;
+    let identity =
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "auto", "auto")).await?;
     assert_eq!(identity.cluster, "auto");
     let mc = clusters.get("auto").await?;
     assert!(mc.spec.accepted);
     let status = mc.status.expect("status written at registration");
     assert!(status.cluster_uid.is_some());
     assert!(status.certificate_expiry.is_some());
-    assert!(status.conditions.is_true(fleet_condition::JOINED), "{:?}", status.conditions);
+    assert!(
+        status.conditions.is_true(fleet_condition::JOINED),
+        "{:?}",
+        status.conditions
+    );
     // The key stayed in the cluster: the hub's side has no Secret holding it.
     let hub_secrets = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
         .list(&Default::default())
@@ -214,7 +225,10 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     .await?;
     assert!(!mc.spec.accepted);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!join.is_finished(), "the agent must wait while the cluster is not accepted");
+    assert!(
+        !join.is_finished(),
+        "the agent must wait while the cluster is not accepted"
+    );
     clusters
         .patch(
             "hand",
@@ -227,10 +241,18 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
 
     // A wrong secret, a malformed token, an expired one and a used-up one.
     let wrong = format!("{}.0000000000000000", &by_hand[..6]);
-    let message = refused(agent_session::join(&mgmt, &join_options(&hub, &wrong, &pin, "wrong", "wrong")).await);
+    let message = refused(
+        agent_session::join(&mgmt, &join_options(&hub, &wrong, &pin, "wrong", "wrong")).await,
+    );
     assert!(message.contains("not valid"), "{message}");
     assert!(!message.contains("0000000000000000"), "{message}");
-    let message = refused(agent_session::join(&mgmt, &join_options(&hub, "not-a-token", &pin, "wrong", "wrong")).await);
+    let message = refused(
+        agent_session::join(
+            &mgmt,
+            &join_options(&hub, "not-a-token", &pin, "wrong", "wrong"),
+        )
+        .await,
+    );
     assert!(message.contains("malformed"), "{message}");
     let expiring = token(
         &mgmt,
@@ -242,7 +264,13 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let message = refused(agent_session::join(&mgmt, &join_options(&hub, &expiring, &pin, "wrong", "wrong")).await);
+    let message = refused(
+        agent_session::join(
+            &mgmt,
+            &join_options(&hub, &expiring, &pin, "wrong", "wrong"),
+        )
+        .await,
+    );
     assert!(message.contains("expired"), "{message}");
     let once = token(
         &mgmt,
@@ -254,10 +282,15 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     )
     .await?;
     agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-1", "used-1")).await?;
-    let message = refused(agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-2", "used-2")).await);
+    let message = refused(
+        agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-2", "used-2")).await,
+    );
     assert!(message.contains("used up"), "{message}");
     for refused_name in ["wrong", "used-2"] {
-        assert!(clusters.get_opt(refused_name).await?.is_none(), "{refused_name} was created");
+        assert!(
+            clusters.get_opt(refused_name).await?.is_none(),
+            "{refused_name} was created"
+        );
     }
 
     // A wrong CA pin: the agent refuses the hub before sending anything.
@@ -279,12 +312,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     let csr = rcgen::CertificateParams::default()
         .serialize_request(&key)?
         .pem()?;
-    let uid = clusters
-        .get("auto")
-        .await?
-        .metadata
-        .uid
-        .expect("a uid");
+    let uid = clusters.get("auto").await?.metadata.uid.expect("a uid");
     let foreign = foreign_ca.sign_client(
         &csr,
         &ClusterId::new("auto")?,
@@ -323,15 +351,18 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
         },
     )
     .await?;
-    let edge = agent_session::join(&work, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
-    let other = agent_session::join(&work, &join_options(&hub, &auto, &pin, "other", "other")).await?;
+    let edge =
+        agent_session::join(&work, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
+    let other =
+        agent_session::join(&work, &join_options(&hub, &auto, &pin, "other", "other")).await?;
     let edge_id = ClusterId::new("edge")?;
     let other_id = ClusterId::new("other")?;
 
     // The agent runtime on the workload cluster, with its session.
     let charts = Arc::new(LocalCharts::new());
     let ctx = Context::new(work.clone(), "default", Arc::new(ChartRenderer::default()));
-    let (handle, agent_reports) = Agent::start(ctx, charts.clone(), AgentOptions::default()).await?;
+    let (handle, agent_reports) =
+        Agent::start(ctx, charts.clone(), AgentOptions::default()).await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let session = tokio::spawn(agent_session::run(
         work.clone(),
@@ -370,8 +401,8 @@ metadata:
 spec:
   interval: 1h
   timeout: 30s
-  chart:
-    path: ok
+chart:
+  path: ok
 ";
     let charts_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/charts");
     let file = plan_file::parse(std::path::Path::new("plan.yaml"), text, &charts_dir)?;
@@ -387,7 +418,10 @@ spec:
             };
             assert_eq!(r.target, TargetId::Cluster(edge_id.clone()), "{r:?}");
             if let Report::Status(s) = r.report {
-                if s.status.conditions.get_condition(condition::READY).map(|c| c.status)
+                if s.status
+                    .conditions
+                    .get_condition(condition::READY)
+                    .map(|c| c.status)
                     == Some(ConditionStatus::True)
                 {
                     return Ok(*s);
@@ -407,7 +441,10 @@ spec:
     while let Ok(m) = tokio::time::timeout_at(deadline, other_inbound.message()).await {
         let m = m?.expect("the session stays open");
         assert!(
-            matches!(m.kind, Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_))),
+            matches!(
+                m.kind,
+                Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_))
+            ),
             "cluster other received {m:?}"
         );
     }
@@ -425,28 +462,33 @@ spec:
         let r = r.expect("the sink stays open");
         assert_ne!(r.target, TargetId::Cluster(other_id.clone()), "{r:?}");
         if let Report::Status(s) = &r.report {
-            assert!(s.seq < status.seq + 100, "the forged report was forwarded: {r:?}");
+            assert!(
+                s.seq < status.seq + 100,
+                "the forged report was forwarded: {r:?}"
+            );
         }
     }
 
     // The ManagedCluster shows the session.
     let mcs: Api<ManagedCluster> = Api::all(mgmt.clone());
-    wait::until("edge's status to show its session and plan", TIMEOUT, || async {
-        let s = mcs.get("edge").await?.status.unwrap_or_default();
-        Ok((s.conditions.is_true(fleet_condition::AVAILABLE) && s.plans_held == Some(1)
-            && s.last_heartbeat_time.is_some())
-        .then_some(()))
-    })
+    wait::until(
+        "edge's status to show its session and plan",
+        TIMEOUT,
+        || async {
+            let s = mcs.get("edge").await?.status.unwrap_or_default();
+            Ok((s.conditions.is_true(fleet_condition::AVAILABLE)
+                && s.plans_held == Some(1)
+                && s.last_heartbeat_time.is_some())
+            .then_some(()))
+        },
+    )
     .await?;
 
     // The certificate was renewed over the session (24 s lifetime, renewed at two thirds).
     let first_cert = edge.cert_pem.clone();
     wait::until("the agent to renew its certificate", TIMEOUT, || async {
         let stored = agent_session::identity::load(&work, "default").await?;
-        Ok(stored
-            .cert_pem
-            .filter(|c| *c != first_cert)
-            .map(|_| ()))
+        Ok(stored.cert_pem.filter(|c| *c != first_cert).map(|_| ()))
     })
     .await?;
 
@@ -463,7 +505,11 @@ spec:
         Ok((!flotilla_hub::link::AgentLink::connected(&*mailbox)).then_some(()))
     })
     .await?;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(links.link(&TargetId::Cluster(edge_id.clone())).is_none());
 
     stop.cancel();

@@ -382,3 +382,147 @@ impl Links for RemoteLinks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_core::agent::StatusReport;
+    use flotilla_core::ids::{ChartDigest, PlanRevision};
+    use flotilla_core::plan::ChartArtifact;
+    use flotilla_core::release::Step;
+    use flotilla_core::spec::HelmRelease;
+    use flotilla_core::status::HelmReleaseStatus;
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    fn plan(name: &str, revision: u64) -> ReleasePlan {
+        let hr = HelmRelease::from_value(json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": name, "namespace": "apps", "generation": 1},
+            "spec": {"interval": "5m", "chartRef": {"kind": "OCIRepository", "name": "podinfo"}}
+        }))
+        .expect("a valid HelmRelease");
+        let chart = ChartArtifact {
+            name: "podinfo".into(),
+            version: "6.5.3".into(),
+            app_version: None,
+            digest: ChartDigest::of_bytes(b"podinfo"),
+            oci_digest: None,
+        };
+        ReleasePlan::from_helm_release(&hr, PlanRevision::new(revision), chart, json!({}))
+            .expect("a plan")
+    }
+
+    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<TargetReport>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Mailbox::new(ClusterId::new("edge").unwrap(), tx), rx)
+    }
+
+    fn held(p: &ReleasePlan, revision: u64, digest: Option<Digest>) -> HeldPlan {
+        HeldPlan {
+            object: p.object.key(),
+            revision: PlanRevision::new(revision),
+            chart: p.chart.digest.clone(),
+            status_digest: digest,
+        }
+    }
+
+    fn status(p: &ReleasePlan, seq: u64) -> Report {
+        Report::Status(Box::new(StatusReport {
+            object: p.object.clone(),
+            plan_revision: p.revision,
+            seq,
+            status: HelmReleaseStatus::default(),
+            step: Step::Done,
+        }))
+    }
+
+    #[test]
+    fn a_newer_plan_replaces_an_unsent_older_one() {
+        let (m, _rx) = mailbox();
+        m.send(Command::Upsert(Box::new(plan("a", 1)))).unwrap();
+        m.send(Command::Upsert(Box::new(plan("a", 2)))).unwrap();
+        m.send(Command::Upsert(Box::new(plan("a", 1)))).unwrap();
+        match m.next_outgoing() {
+            Some(Outgoing::Upsert(p)) => assert_eq!(p.revision, PlanRevision::new(2)),
+            other => panic!("expected revision 2, got {other:?}"),
+        }
+        assert_eq!(m.next_outgoing(), None);
+    }
+
+    #[test]
+    fn a_resync_sends_exactly_what_differs_and_asks_for_unknown_statuses() {
+        let (m, mut rx) = mailbox();
+        let (same, older, missing) = (plan("same", 3), plan("older", 5), plan("missing", 1));
+        for p in [&same, &older, &missing] {
+            m.send(Command::Upsert(Box::new(p.clone()))).unwrap();
+        }
+        let gone = DeleteRequest {
+            object: plan("gone", 1).object.key(),
+            revision: PlanRevision::new(2),
+            uninstall: None,
+        };
+        let still_held = DeleteRequest {
+            object: plan("held", 1).object.key(),
+            revision: PlanRevision::new(2),
+            uninstall: None,
+        };
+        m.send(Command::Delete(gone.clone())).unwrap();
+        m.send(Command::Delete(still_held.clone())).unwrap();
+        let digest = flotilla_core::agent::status_digest(&HelmReleaseStatus::default());
+        let wanted = m.resync(vec![
+            held(&same, 3, Some(digest)),
+            held(&older, 4, None),
+            held(&plan("held", 1), 1, None),
+        ]);
+        assert_eq!(wanted, vec![same.object.key()]);
+        let mut sent = Vec::new();
+        while let Some(o) = m.next_outgoing() {
+            sent.push(o);
+        }
+        assert_eq!(
+            sent,
+            vec![
+                Outgoing::Delete(still_held),
+                Outgoing::Upsert(Arc::new(missing)),
+                Outgoing::Upsert(Arc::new(older)),
+            ]
+        );
+        // The deletion the agent no longer holds is confirmed at once.
+        let confirmed = rx.try_recv().expect("a Deleted report");
+        assert!(
+            matches!(confirmed.report, Report::Deleted { ref object, .. } if *object == gone.object)
+        );
+    }
+
+    #[test]
+    fn reports_are_forwarded_only_for_releases_the_cluster_was_given_and_tagged_with_it() {
+        let (m, mut rx) = mailbox();
+        let given = plan("given", 1);
+        m.send(Command::Upsert(Box::new(given.clone()))).unwrap();
+        assert!(m.report(status(&given, 1)));
+        let r = rx.try_recv().unwrap();
+        assert_eq!(r.target, TargetId::Cluster(ClusterId::new("edge").unwrap()));
+        assert!(!m.report(status(&plan("foreign", 1), 1)));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn links_hand_out_a_cluster_only_while_it_is_accepted_and_never_other_targets() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let links = RemoteLinks::new(tx);
+        let id = ClusterId::new("edge").unwrap();
+        links.ensure(&id, false);
+        assert!(links.link(&TargetId::Cluster(id.clone())).is_none());
+        links.ensure(&id, true);
+        let link = links
+            .link(&TargetId::Cluster(id.clone()))
+            .expect("accepted");
+        assert!(!link.connected());
+        assert!(links.link(&TargetId::Local).is_none());
+        links.remove(&id);
+        assert!(link.send(Command::Upsert(Box::new(plan("a", 1)))).is_err());
+    }
+}
