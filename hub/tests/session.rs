@@ -17,7 +17,7 @@ use flotilla_api::ManagedCluster;
 use flotilla_api::fleet::condition as fleet_condition;
 use flotilla_core::agent::{Command, Report};
 use flotilla_core::ids::ClusterId;
-use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{Links as _, TargetId, TargetReport};
 use flotilla_hub::session::{SessionConfig, SessionHub, tokens};
 use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
@@ -417,15 +417,10 @@ chart:
                 anyhow::bail!("the report sink closed");
             };
             assert_eq!(r.target, TargetId::Cluster(edge_id.clone()), "{r:?}");
-            if let Report::Status(s) = r.report {
-                if s.status
-                    .conditions
-                    .get_condition(condition::READY)
-                    .map(|c| c.status)
-                    == Some(ConditionStatus::True)
-                {
-                    return Ok(*s);
-                }
+            if let Report::Status(s) = r.report
+                && s.status.conditions.is_true(condition::READY)
+            {
+                return Ok(*s);
             }
         }
     })

@@ -255,7 +255,7 @@ pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identi
                 if e.is_transient()
                     && !matches!(e, SessionError::Connect { ref message, .. } if message.contains("CA pin")) =>
             {
-                let wait = backoff.next();
+                let wait = backoff.next_wait();
                 tracing::warn!(error = %e, retry_in = ?wait, "registering with the hub");
                 tokio::time::sleep(wait).await;
                 continue;
@@ -331,7 +331,7 @@ impl Backoff {
 
     /// The next wait: a random duration in `[ceiling/2, ceiling]`, where the ceiling
     /// doubles each time up to the cap.
-    pub fn next(&mut self) -> Duration {
+    pub fn next_wait(&mut self) -> Duration {
         let ceiling = self
             .min
             .saturating_mul(1u32 << self.attempt.min(16))
@@ -424,7 +424,7 @@ pub async fn run(
         if started.elapsed() > Duration::from_secs(60) {
             backoff.reset();
         }
-        let wait = backoff.next();
+        let wait = backoff.next_wait();
         tracing::info!(retry_in = ?wait, "reconnecting to the hub");
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
