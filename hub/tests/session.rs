@@ -2,7 +2,7 @@
 //! (`flotilla_hub::session`) and the agent's session client (`flotilla_agent::session`) in
 //! this process, talking over real TLS on loopback, against real API servers.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use flotilla_agent::charts::LocalCharts;
@@ -29,6 +29,64 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 
 const HUB_NAMESPACE: &str = "flotilla-system";
+/// A value placed in a plan's values: it must appear in no log line.
+const MARKER: &str = "flotilla-marker-7f3a91c2";
+
+/// Every log line of this test process, at debug level for every crate (hub, agent, tonic,
+/// h2, rustls, kube), captured once for all the tests of the binary.
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("the first test installs the log capture");
+        buffer
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Fails when `secret` (named `what`) appears in the captured logs.
+fn assert_never_logged(what: &str, secret: &str) {
+    assert!(secret.len() >= 16, "{what}: too short to search for");
+    let logs = logs()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let text = String::from_utf8_lossy(&logs);
+    assert!(
+        text.contains("session up"),
+        "the log capture saw the session"
+    );
+    assert!(!text.contains(secret), "{what} appears in a log line");
+}
+
+/// The first line of base64 of a PEM private key: what a leaked key would show.
+fn key_material(pem: &str) -> String {
+    pem.lines()
+        .find(|l| !l.starts_with("-----") && l.len() >= 16)
+        .expect("a PEM body")
+        .to_owned()
+}
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()> {
@@ -171,6 +229,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
 -> anyhow::Result<()> {
     // The management cluster is also the "workload" cluster of the agents here: each agent
     // keeps its identity in its own namespace.
+    logs();
     let mgmt_cluster = Cluster::start(ClusterOptions::named("session-join")).await?;
     let mgmt = mgmt_cluster.client().await?;
     let (hub, _reports) = hub(&mgmt, Duration::from_secs(3600)).await?;
@@ -326,6 +385,23 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         .await
         .map_err(anyhow::Error::msg)?;
 
+    // No token, no key, at any level.
+    for (what, t) in [
+        ("the auto-accept token", &auto),
+        ("the by-hand token", &by_hand),
+        ("the one-use token", &once),
+    ] {
+        assert_never_logged(what, t);
+        assert_never_logged(what, &t[7..]);
+    }
+    assert_never_logged("an agent key", &key_material(&identity.key_pem));
+    assert_never_logged("an agent key", &key_material(&hand.key_pem));
+    let ca_secret = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
+        .get("flotilla-hub-ca")
+        .await?;
+    let ca_key = String::from_utf8(ca_secret.data.expect("data")["tls.key"].0.clone())?;
+    assert_never_logged("the hub CA key", &key_material(&ca_key));
+
     hub.stop().await;
     Ok(())
 }
@@ -333,6 +409,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
 #[tokio::test]
 async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_status_comes_back_and_another_cluster_can_neither_receive_nor_report_it()
 -> anyhow::Result<()> {
+    logs();
     let mut clusters = Cluster::start_many("session-e2e", 2).await?;
     let work_cluster = clusters.pop().expect("two clusters");
     let mgmt_cluster = clusters.pop().expect("two clusters");
@@ -401,6 +478,8 @@ metadata:
 spec:
   interval: 1h
   timeout: 30s
+  values:
+    marker: flotilla-marker-7f3a91c2
 chart:
   path: ok
 ";
@@ -408,6 +487,7 @@ chart:
     let file = plan_file::parse(std::path::Path::new("plan.yaml"), text, &charts_dir)?;
     charts.insert(file.plan.chart.digest.clone(), file.chart);
     let key = file.plan.object.key();
+    assert_eq!(file.plan.values["marker"], MARKER);
     link.send(Command::Upsert(Box::new(file.plan.clone())))?;
 
     // Its status comes back, from edge.
@@ -506,6 +586,13 @@ chart:
         started.elapsed()
     );
     assert!(links.link(&TargetId::Cluster(edge_id.clone())).is_none());
+
+    // Neither the values nor the token nor the keys are in any log line.
+    assert_never_logged("a plan value", MARKER);
+    assert_never_logged("the token", &auto);
+    assert_never_logged("the token's secret", &auto[7..]);
+    assert_never_logged("edge's key", &key_material(&edge.key_pem));
+    assert_never_logged("other's key", &key_material(&other.key_pem));
 
     stop.cancel();
     let _ = session.await;
