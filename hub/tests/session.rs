@@ -225,7 +225,7 @@ async fn raw_session(
 }
 
 #[tokio::test]
-async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong_expired_used_up_tokens_foreign_certificates_and_a_wrong_ca_pin()
+async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong_expired_used_up_tokens_foreign_certificates_a_wrong_ca_pin_and_a_deleted_clusters_certificate()
 -> anyhow::Result<()> {
     // The management cluster is also the "workload" cluster of the agents here: each agent
     // keeps its identity in its own namespace.
@@ -381,9 +381,29 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     let result = raw_session(&identity, &foreign.pem, &key.serialize_pem()).await;
     assert!(result.is_err(), "a foreign certificate opened a session");
     // The same hub, with the cluster's own certificate, opens one (the control).
-    raw_session(&identity, &identity.cert_pem, &identity.key_pem)
+    let (_tx, mut inbound) = raw_session(&identity, &identity.cert_pem, &identity.key_pem)
         .await
         .map_err(anyhow::Error::msg)?;
+
+    // Deleting the ManagedCluster ends its session at once and refuses its certificate.
+    clusters.delete("auto", &Default::default()).await?;
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match inbound.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return "closed".to_owned(),
+                Err(s) => return s.message().to_owned(),
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the session outlived its ManagedCluster by 5 s"))?;
+    assert!(started.elapsed() < Duration::from_secs(5), "{ended}");
+    let refusal = raw_session(&identity, &identity.cert_pem, &identity.key_pem)
+        .await
+        .expect_err("a deleted cluster's certificate is refused");
+    assert!(refusal.contains("PermissionDenied"), "{refusal}");
 
     // No token, no key, at any level.
     for (what, t) in [
@@ -407,7 +427,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
 }
 
 #[tokio::test]
-async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_status_comes_back_and_another_cluster_can_neither_receive_nor_report_it()
+async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_status_comes_back_also_after_a_hub_restart_and_another_cluster_can_neither_receive_nor_report_it()
 -> anyhow::Result<()> {
     logs();
     let mut clusters = Cluster::start_many("session-e2e", 2).await?;
@@ -566,6 +586,50 @@ chart:
         Ok(stored.cert_pem.filter(|c| *c != first_cert).map(|_| ()))
     })
     .await?;
+
+    // The hub goes away and comes back on the same address (the same CA, from its
+    // Secret): the agent reconnects by itself with its renewed certificate. The plan sent
+    // again through the new hub's link is a no-op for the agent (no new Helm revision), and
+    // its latest status comes back.
+    let history_before = status.status.history.iter().map(|s| s.version).max();
+    let port = hub.local_addr().port();
+    hub.stop().await;
+    let (tx, mut reports) = mpsc::unbounded_channel();
+    let listener = wait::until("the hub's port to be free again", TIMEOUT, || async {
+        Ok(tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .ok())
+    })
+    .await?;
+    let hub =
+        SessionHub::start(mgmt.clone(), config(Duration::from_secs(24)), listener, tx).await?;
+    let links = hub.links();
+    let link = wait::until("the edge agent to reconnect", TIMEOUT, || async {
+        Ok(links
+            .link(&TargetId::Cluster(edge_id.clone()))
+            .filter(|l| l.connected()))
+    })
+    .await?;
+    link.send(Command::Upsert(Box::new(file.plan.clone())))?;
+    let again = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let Some(r) = reports.recv().await else {
+                anyhow::bail!("the report sink closed");
+            };
+            if let Report::Status(s) = r.report
+                && s.object.key() == key
+            {
+                return Ok(*s);
+            }
+        }
+    })
+    .await??;
+    assert_eq!(again.plan_revision, status.plan_revision);
+    assert_eq!(
+        again.status.history.iter().map(|s| s.version).max(),
+        history_before,
+        "no new Helm revision"
+    );
 
     // Un-accepting edge ends its session within seconds.
     mcs.patch(

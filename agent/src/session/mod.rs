@@ -583,6 +583,36 @@ impl Session {
             })
     }
 
+    /// Sends the latest status of `key` again; when this agent has reported none since it
+    /// started, asks the runtime for a reconcile, which reports.
+    async fn resend_status(
+        &self,
+        key: ObjectKey,
+        tx: &mpsc::Sender<v1::AgentMessage>,
+    ) -> Result<(), SessionError> {
+        let status = self
+            .latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        match status {
+            Some(s) => {
+                let message = report_message(Report::Status(Box::new(s)), &now_timestamp());
+                tx.send(message).await.map_err(|_| SessionError::Protocol {
+                    message: "the outgoing stream closed".into(),
+                })
+            }
+            // Not reported since this agent started: a reconcile reports it.
+            None => self
+                .agent
+                .send(Command::Reconcile(key))
+                .map_err(|_| SessionError::Protocol {
+                    message: "the agent runtime has stopped".into(),
+                }),
+        }
+    }
+
     async fn handle(
         &mut self,
         kind: hub_message::Kind,
@@ -599,7 +629,16 @@ impl Session {
                 let revision = wire.revision;
                 match ReleasePlan::try_from(wire) {
                     Ok(plan) => {
-                        tracing::debug!(object = %plan.object.key(), revision, "plan received");
+                        let key = plan.object.key();
+                        tracing::debug!(object = %key, revision, "plan received");
+                        // A plan the runtime already holds at this revision is a no-op for
+                        // it (no report): a hub that lost track (restarted) still needs the
+                        // status, so it is sent again.
+                        let already_held = self
+                            .agent
+                            .held()
+                            .iter()
+                            .any(|h| h.object == key && h.revision == plan.revision);
                         self.agent
                             .send(Command::Upsert(Box::new(plan)))
                             .map_err(|_| stopped())?;
@@ -608,6 +647,9 @@ impl Session {
                             agent_message::Kind::Ack(v1::PlanAck { object, revision }),
                         )
                         .await?;
+                        if already_held {
+                            self.resend_status(key, tx).await?;
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(field = %e.field, revision, "refused a plan");
@@ -668,26 +710,7 @@ impl Session {
                     let Ok(key) = object_key("resyncComplete.statusWanted", Some(o)) else {
                         continue;
                     };
-                    let status = self
-                        .latest
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .get(&key)
-                        .cloned();
-                    match status {
-                        Some(s) => {
-                            let message =
-                                report_message(Report::Status(Box::new(s)), &now_timestamp());
-                            tx.send(message).await.map_err(|_| SessionError::Protocol {
-                                message: "the outgoing stream closed".into(),
-                            })?;
-                        }
-                        // Not reported since this agent started: a reconcile reports it.
-                        None => self
-                            .agent
-                            .send(Command::Reconcile(key))
-                            .map_err(|_| stopped())?,
-                    }
+                    self.resend_status(key, tx).await?;
                 }
                 tracing::debug!(cluster = %self.identity.cluster, "resync complete");
             }

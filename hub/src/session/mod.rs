@@ -99,6 +99,7 @@ pub struct SessionHub {
     ca: Arc<HubCa>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
+    stopping: tokio::sync::watch::Sender<bool>,
     server: JoinHandle<()>,
     watch: JoinHandle<()>,
 }
@@ -120,7 +121,9 @@ impl SessionHub {
         let registry = Arc::new(Registry::new(links.clone()));
         let watch = tokio::spawn(registry.clone().run(client.clone()));
         let addr = listener.local_addr().map_err(StartError::Listener)?;
+        let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let service = server::HubService {
+            stopping: stopping_rx,
             client,
             config: Arc::new(config),
             ca: ca.clone(),
@@ -159,6 +162,7 @@ impl SessionHub {
             ca,
             addr,
             stop: Some(stop),
+            stopping,
             server,
             watch,
         })
@@ -187,6 +191,7 @@ impl SessionHub {
 
     /// Stops serving (sessions end) and watching.
     pub async fn stop(mut self) {
+        self.stopping.send_replace(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -198,6 +203,7 @@ impl SessionHub {
 
 impl Drop for SessionHub {
     fn drop(&mut self) {
+        self.stopping.send_replace(true);
         self.watch.abort();
         self.server.abort();
     }

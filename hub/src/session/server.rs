@@ -58,6 +58,8 @@ pub struct HubService {
     pub(crate) registry: Arc<Registry>,
     pub(crate) links: Arc<RemoteLinks>,
     pub(crate) sessions: Arc<AtomicU64>,
+    /// Turns true when the hub stops: every session ends.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -337,6 +339,7 @@ impl Session {
             return self.finish(&api).await;
         }
         let mut admission = self.service.registry.subscribe();
+        let mut stopping = self.service.stopping.clone();
         let mut ping = tokio::time::interval(config.heartbeat_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut status_tick = tokio::time::interval(config.status_interval);
@@ -401,6 +404,10 @@ impl Session {
                         plans_held: i64::try_from(self.mailbox.held_count()).ok(),
                         ..StatusUpdate::default()
                     }).await;
+                }
+                () = async { let _ = stopping.wait_for(|s| *s).await; } => {
+                    self.end(Status::unavailable("the hub is stopping")).await;
+                    break;
                 }
                 changed = admission.changed() => {
                     if changed.is_err() {
