@@ -288,13 +288,8 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         !join.is_finished(),
         "the agent must wait while the cluster is not accepted"
     );
-    clusters
-        .patch(
-            "hand",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"accepted": true}})),
-        )
-        .await?;
+    // What `flotilla cluster accept hand` does.
+    flotilla_hub::session::registry::set_accepted(mgmt.clone(), "hand", true).await?;
     let hand = tokio::time::timeout(TIMEOUT, join).await???;
     assert_eq!(hand.cluster, "hand");
 

@@ -20,6 +20,22 @@ use tokio::sync::watch;
 use super::mailbox::RemoteLinks;
 use super::pki::ClusterIdentity;
 
+/// Sets `spec.accepted` of ManagedCluster `name` (`flotilla cluster accept NAME`, or
+/// `false` to stop delivery and end its session).
+pub async fn set_accepted(
+    client: kube::Client,
+    name: &str,
+    accepted: bool,
+) -> Result<ManagedCluster, kube::Error> {
+    Api::<ManagedCluster>::all(client)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"accepted": accepted}})),
+        )
+        .await
+}
+
 /// What the hub knows of one ManagedCluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRecord {

@@ -229,6 +229,20 @@ fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
+/// The agent's join command for a token, as `flotilla token create` prints it (the one
+/// place a token is shown: to the administrator, never in a log).
+pub fn join_command(
+    hub_url: &str,
+    token: &BootstrapToken,
+    ca_pin: &str,
+    cluster_name: &str,
+) -> String {
+    format!(
+        "flotilla-agent join --hub {hub_url} --token {} --ca-hash {ca_pin} --cluster-name {cluster_name}",
+        token.expose()
+    )
+}
+
 /// Creates a token Secret in `namespace`; returns the token (to be shown once).
 pub async fn create(
     client: kube::Client,
@@ -437,6 +451,16 @@ mod tests {
         let debug = format!("{t:?}");
         assert!(debug.contains("abcdef"));
         assert!(!debug.contains("0123456789abcdef"));
+    }
+
+    #[test]
+    fn the_join_command_names_the_hub_the_token_the_pin_and_the_cluster() {
+        let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        assert_eq!(
+            join_command("https://hub.example:8443", &t, "sha256:00ff", "edge-1"),
+            "flotilla-agent join --hub https://hub.example:8443 --token abcdef.0123456789abcdef \
+             --ca-hash sha256:00ff --cluster-name edge-1"
+        );
     }
 
     #[test]
