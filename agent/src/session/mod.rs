@@ -736,3 +736,62 @@ impl Session {
 pub fn wire_ref(key: &ObjectKey) -> v1::ObjectRef {
     key_ref(key)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(8));
+        let waits: Vec<Duration> = (0..8).map(|_| b.next_wait()).collect();
+        for (i, w) in waits.iter().enumerate() {
+            let ceiling = Duration::from_secs(1 << i.min(3));
+            assert!(*w >= ceiling / 2 && *w <= ceiling, "{i}: {w:?}");
+        }
+        b.reset();
+        assert!(b.next_wait() <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_debug_forms_of_join_options_and_identities_hide_the_token_and_key() {
+        let options = JoinOptions {
+            hub: HubAddress::parse("https://hub.example").unwrap(),
+            token: "abcdef.0123456789abcdef".into(),
+            ca_pin: CaPin::parse(&format!("sha256:{}", "0".repeat(64))).unwrap(),
+            cluster_name: "edge".into(),
+            namespace: "flotilla-system".into(),
+            poll_interval: Duration::from_secs(5),
+        };
+        assert!(!format!("{options:?}").contains("0123456789abcdef"));
+        let identity = Identity {
+            hub: options.hub.clone(),
+            cluster: "edge".into(),
+            ca_pem: String::new(),
+            cert_pem: String::new(),
+            key_pem: "-----BEGIN PRIVATE KEY-----\nSECRETKEYMATERIAL\n".into(),
+        };
+        assert!(!format!("{identity:?}").contains("SECRETKEYMATERIAL"));
+    }
+
+    #[test]
+    fn a_certificate_is_renewed_two_thirds_into_its_lifetime() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.not_before = rcgen::date_time_ymd(2030, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 4);
+        let cert = params.self_signed(&key).unwrap();
+        let identity = Identity {
+            hub: HubAddress::parse("https://hub.example").unwrap(),
+            cluster: "edge".into(),
+            ca_pem: String::new(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        };
+        let (from, _) = identity.validity().unwrap();
+        assert_eq!(
+            identity.renew_at().unwrap().duration_since(from).unwrap(),
+            Duration::from_secs(2 * 24 * 3600)
+        );
+    }
+}

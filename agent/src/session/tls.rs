@@ -302,3 +302,46 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hub_url_must_be_https_and_defaults_to_port_443() {
+        assert_eq!(
+            HubAddress::parse("https://hub.example").unwrap(),
+            HubAddress {
+                host: "hub.example".into(),
+                port: 443
+            }
+        );
+        let v6 = HubAddress::parse("https://[::1]:8443").unwrap();
+        assert_eq!(v6.host, "::1");
+        assert_eq!(v6.url(), "https://[::1]:8443");
+        assert!(HubAddress::parse("http://hub.example").is_err());
+        assert!(HubAddress::parse("hub.example:443").is_err());
+    }
+
+    #[test]
+    fn a_ca_pin_is_sha256_and_64_hex_digits_and_matches_the_certificates_public_key() {
+        assert!(CaPin::parse("sha256:abc").is_err());
+        assert!(CaPin::parse(&format!("md5:{}", "0".repeat(64))).is_err());
+        let upper = format!("sha256:{}", "AB".repeat(32));
+        assert_eq!(
+            CaPin::parse(&upper).unwrap().as_str(),
+            format!("sha256:{}", "ab".repeat(32))
+        );
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let pin = CaPin::of_certificate(cert.der()).unwrap();
+        let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
+        let digest = ring::digest::digest(&ring::digest::SHA256, &spki);
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(pin.as_str(), format!("sha256:{hex}"));
+        assert_eq!(CaPin::parse(pin.as_str()).unwrap(), pin);
+    }
+}
