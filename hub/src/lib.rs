@@ -14,6 +14,9 @@
 //!   `chart.spec.version` constraint picks, as Flux's source-controller picks it; then the
 //!   archive's URL and digest.
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
+//! - [`session`]: the agents' gRPC server (bootstrap tokens, the hub CA, mutual TLS,
+//!   ManagedCluster admission, resync) and [`session::RemoteLinks`], the
+//!   [`link::Links`] of `TargetId::Cluster` targets.
 
 pub mod link;
 pub mod session;
