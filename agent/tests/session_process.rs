@@ -1,6 +1,7 @@
 //! The `flotilla-agent` binary joined to a hub, as an operator runs it, on real local
 //! clusters: `flotilla-agent join` registers with a bootstrap token and the CA pin, runs the
-//! plan the hub sends through its link and reports back; killed with SIGKILL and started
+//! plan the hub sends through its link (fetching its chart with `GetChart`) and reports
+//! back; killed with SIGKILL and started
 //! again with `flotilla-agent run` (no token), it reconnects with the identity kept in its
 //! cluster and still holds the plan; SIGTERM exits 0. Its debug logs hold no token, key or
 //! plan value.
@@ -15,10 +16,10 @@ use std::time::Duration;
 
 use flotilla_api::ManagedCluster;
 use flotilla_core::agent::{Command as AgentCommand, Report};
-use flotilla_core::ids::ClusterId;
+use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{AgentLink, Links as _, TargetId};
-use flotilla_hub::session::{SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{ChartArchives, SessionConfig, SessionHub, tokens};
 use flotilla_tests::{Cluster, wait};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -28,6 +29,19 @@ use common::Hr;
 
 const MARKER: &str = "flotilla-process-marker-51d0";
 const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The hub's chart archives, by digest.
+#[derive(Debug)]
+struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
+
+impl ChartArchives for Archives {
+    fn archive<'a>(
+        &'a self,
+        digest: &'a ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        Box::pin(async move { self.0.get(digest).cloned() })
+    }
+}
 
 async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()> {
     let crd = flotilla_api::crd::all()
@@ -124,6 +138,20 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     Api::<Namespace>::all(mgmt.clone())
         .create(&PostParams::default(), &ns)
         .await?;
+    // The chart is on the hub only: the agent fetches it with GetChart.
+    let dir = tempfile::tempdir()?;
+    let cache = dir.path().join("charts");
+    let file = Hr::new("demo", "ok")
+        .interval("1h")
+        .spec(&format!("  values:\n    marker: {MARKER}\n"))
+        .plan();
+    let archives = Arc::new(Archives(
+        [(
+            file.plan.chart.digest.clone(),
+            Arc::new(file.archive.clone()),
+        )]
+        .into(),
+    ));
     let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
     let hub = SessionHub::start(
         mgmt.clone(),
@@ -135,6 +163,7 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await?,
         reports_tx,
+        archives,
     )
     .await?;
     let token = tokens::create(
@@ -148,23 +177,6 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     )
     .await?
     .expose();
-
-    // The chart is in the agent's cache (GetChart is not served yet).
-    let dir = tempfile::tempdir()?;
-    let cache = dir.path().join("charts");
-    std::fs::create_dir_all(&cache)?;
-    let file = Hr::new("demo", "ok")
-        .interval("1h")
-        .spec(&format!("  values:\n    marker: {MARKER}\n"))
-        .plan();
-    let hex = file
-        .plan
-        .chart
-        .digest
-        .as_str()
-        .trim_start_matches("sha256:")
-        .to_owned();
-    std::fs::write(cache.join(format!("{hex}.tgz")), &file.archive)?;
 
     let hub_url = format!("https://127.0.0.1:{}", hub.local_addr().port());
     let pin = hub.ca().pin().to_string();
@@ -207,6 +219,17 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         }
     })
     .await??;
+
+    let hex = file
+        .plan
+        .chart
+        .digest
+        .as_str()
+        .trim_start_matches("sha256:");
+    assert!(
+        cache.join(format!("{hex}.tgz")).exists(),
+        "the chart fetched from the hub is in the agent's cache"
+    );
 
     // SIGKILL, then `run` with no token: the identity is in the cluster.
     child.kill()?;

@@ -19,7 +19,7 @@ use flotilla_core::agent::{Command, Report};
 use flotilla_core::ids::ClusterId;
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{Links as _, TargetId, TargetReport};
-use flotilla_hub::session::{SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{NoArchives, SessionConfig, SessionHub, tokens};
 use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -155,7 +155,14 @@ async fn hub(
     namespace(mgmt, HUB_NAMESPACE).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let hub = SessionHub::start(mgmt.clone(), config(lifetime), listener, tx).await?;
+    let hub = SessionHub::start(
+        mgmt.clone(),
+        config(lifetime),
+        listener,
+        tx,
+        Arc::new(NoArchives),
+    )
+    .await?;
     Ok((hub, rx))
 }
 
@@ -467,6 +474,7 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
             heartbeat_timeout: Duration::from_secs(4),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(2),
+            charts: None,
         },
         stop.clone(),
     ));
@@ -559,6 +567,28 @@ chart:
         }
     }
 
+    // ...nor fetch its chart.
+    let other_channel = agent_session::tls::channel(
+        &other.hub,
+        agent_session::tls::session_config(&other.ca_pem, &other.cert_pem, &other.key_pem)?,
+    )
+    .await?;
+    let refused_chart = HubClient::new(other_channel)
+        .get_chart(v1::GetChartRequest {
+            digest: file.plan.chart.digest.to_string(),
+            offset: 0,
+        })
+        .await
+        .expect_err("another cluster's chart is not served");
+    assert_eq!(refused_chart.code(), tonic::Code::NotFound);
+    assert!(
+        refused_chart
+            .message()
+            .contains("not in a plan of cluster other"),
+        "{}",
+        refused_chart.message()
+    );
+
     // The ManagedCluster shows the session.
     let mcs: Api<ManagedCluster> = Api::all(mgmt.clone());
     wait::until(
@@ -596,8 +626,14 @@ chart:
             .ok())
     })
     .await?;
-    let hub =
-        SessionHub::start(mgmt.clone(), config(Duration::from_secs(24)), listener, tx).await?;
+    let hub = SessionHub::start(
+        mgmt.clone(),
+        config(Duration::from_secs(24)),
+        listener,
+        tx,
+        Arc::new(NoArchives),
+    )
+    .await?;
     let links = hub.links();
     let link = wait::until("the edge agent to reconnect", TIMEOUT, || async {
         Ok(links

@@ -18,6 +18,7 @@
 //! Secrets: the token, the key and plan values are never logged; [`Identity`] and
 //! [`JoinOptions`] redact them in Debug output.
 
+pub mod charts;
 pub mod identity;
 pub mod tls;
 
@@ -359,6 +360,8 @@ pub struct SessionOptions {
     pub backoff_min: Duration,
     /// The longest reconnect wait.
     pub backoff_max: Duration,
+    /// The chart cache's fetcher, given the session's connection for `GetChart`.
+    pub charts: Option<charts::HubCharts>,
 }
 
 impl Default for SessionOptions {
@@ -369,6 +372,7 @@ impl Default for SessionOptions {
             heartbeat_timeout: Duration::from_secs(35),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            charts: None,
         }
     }
 }
@@ -386,6 +390,9 @@ pub async fn run(
     options: SessionOptions,
     stop: CancellationToken,
 ) {
+    if let Some(charts) = &options.charts {
+        charts.enable();
+    }
     let latest: Latest = Arc::new(Mutex::new(BTreeMap::new()));
     let (live_tx, mut live_rx) = mpsc::unbounded_channel();
     let reports_done = CancellationToken::new();
@@ -408,7 +415,12 @@ pub async fn run(
         while live_rx.try_recv().is_ok() {}
         let started = tokio::time::Instant::now();
         let outcome = tokio::select! {
-            outcome = session.connect_once(&mut live_rx) => outcome,
+            outcome = session.connect_once(&mut live_rx) => {
+                if let Some(charts) = &session.options.charts {
+                    charts.disconnect();
+                }
+                outcome
+            }
             () = stop.cancelled() => break,
             () = reports_done.cancelled() => break,
         };
@@ -509,6 +521,9 @@ impl Session {
             &self.identity.key_pem,
         )?;
         let channel = tls::channel(&self.identity.hub, config).await?;
+        if let Some(charts) = &self.options.charts {
+            charts.connect(channel.clone());
+        }
         let (tx, rx) = mpsc::channel::<v1::AgentMessage>(64);
         let hello = self.hello().await;
         tx.send(v1::AgentMessage {

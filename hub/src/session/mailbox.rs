@@ -254,6 +254,14 @@ impl Mailbox {
         });
     }
 
+    /// Whether a plan of this cluster needs the chart `digest`.
+    pub fn needs_chart(&self, digest: &flotilla_core::ids::ChartDigest) -> bool {
+        self.lock()
+            .desired
+            .values()
+            .any(|d| matches!(d, Desired::Plan(p) if p.chart.digest == *digest))
+    }
+
     /// How many plans the agent holds, as the hub last heard.
     pub fn held_count(&self) -> usize {
         self.lock().held.len()

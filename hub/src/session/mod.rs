@@ -44,6 +44,28 @@ pub use registry::Registry;
 
 use crate::link::ReportSink;
 
+/// Where `GetChart` finds chart archives by digest (the hub's artifact store).
+pub trait ChartArchives: Send + Sync + std::fmt::Debug {
+    /// The archive whose sha256 is `digest`, if the hub has it.
+    fn archive<'a>(
+        &'a self,
+        digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>>;
+}
+
+/// No archives: `GetChart` answers `NOT_FOUND`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoArchives;
+
+impl ChartArchives for NoArchives {
+    fn archive<'a>(
+        &'a self,
+        _digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        Box::pin(async { None })
+    }
+}
+
 /// How the session server runs.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -106,12 +128,13 @@ pub struct SessionHub {
 
 impl SessionHub {
     /// Loads or creates the CA, starts watching ManagedClusters and serves on `listener`.
-    /// Reports of every cluster go into `reports`.
+    /// Reports of every cluster go into `reports`; `GetChart` serves from `charts`.
     pub async fn start(
         client: kube::Client,
         config: SessionConfig,
         listener: TcpListener,
         reports: ReportSink,
+        charts: Arc<dyn ChartArchives>,
     ) -> Result<Self, StartError> {
         let ca = Arc::new(
             HubCa::load_or_create(client.clone(), &config.namespace, &config.ca_secret).await?,
@@ -124,6 +147,7 @@ impl SessionHub {
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let service = server::HubService {
             stopping: stopping_rx,
+            charts,
             client,
             config: Arc::new(config),
             ca: ca.clone(),

@@ -1,6 +1,5 @@
-//! The gRPC service agents dial: `Register` and `Session` (`GetChart` answers
-//! `UNIMPLEMENTED` for now), behind TLS with optional client certificates and the
-//! [`IdentityLayer`].
+//! The gRPC service agents dial: `Register`, `Session` and `GetChart`, behind TLS with
+//! optional client certificates and the [`IdentityLayer`].
 //!
 //! - **TLS**: the server certificate is issued by the hub CA; a client certificate, when
 //!   presented, must chain to the hub CA or the handshake fails. `Register` needs none.
@@ -16,6 +15,8 @@
 //!   reports forwarded through the mailbox. It ends when the agent goes away or is silent
 //!   past the heartbeat timeout, when another session of the cluster replaces it, and within
 //!   moments of its ManagedCluster being un-accepted or deleted.
+//! - **GetChart**: an archive by digest, in 256 KiB chunks from a given offset (an
+//!   interrupted transfer resumes where it stopped); only charts of the cluster's own plans.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ use super::tokens::{self, TokenError};
 /// Capacity of a session's outgoing queue (messages built, not yet written).
 const OUTGOING_CAPACITY: usize = 16;
 
+/// Size of a `GetChart` chunk.
+const CHART_CHUNK: usize = 256 << 10;
+
 /// The `Hub` service.
 #[derive(Clone)]
 pub struct HubService {
@@ -60,6 +64,7 @@ pub struct HubService {
     pub(crate) sessions: Arc<AtomicU64>,
     /// Turns true when the hub stops: every session ends.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+    pub(crate) charts: Arc<dyn super::ChartArchives>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -556,11 +561,61 @@ impl Hub for HubService {
 
     async fn get_chart(
         &self,
-        _request: Request<v1::GetChartRequest>,
+        request: Request<v1::GetChartRequest>,
     ) -> Result<Response<Self::GetChartStream>, Status> {
-        Err(Status::unimplemented(
-            "GetChart is not served by this hub yet",
-        ))
+        let identity = request
+            .extensions()
+            .get::<ClusterIdentity>()
+            .cloned()
+            .ok_or_else(|| {
+                Status::unauthenticated("GetChart needs the client certificate the hub issued")
+            })?;
+        let request = request.into_inner();
+        let digest = flotilla_core::ids::ChartDigest::new(request.digest)
+            .map_err(|e| Status::invalid_argument(format!("digest: {e}")))?;
+        // A cluster gets the charts of its own plans only.
+        let given = self
+            .links
+            .mailbox(&identity.cluster)
+            .is_some_and(|m| m.needs_chart(&digest));
+        if !given {
+            return Err(Status::not_found(format!(
+                "chart {digest}: not in a plan of cluster {}",
+                identity.cluster
+            )));
+        }
+        let archive = self.charts.archive(&digest).await.ok_or_else(|| {
+            Status::not_found(format!("chart {digest}: the hub does not hold it"))
+        })?;
+        let offset = usize::try_from(request.offset).unwrap_or(usize::MAX);
+        if offset > archive.len() {
+            return Err(Status::out_of_range(format!(
+                "offset {offset} is past the end of chart {digest} ({} bytes)",
+                archive.len()
+            )));
+        }
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let total_size = archive.len() as u64;
+            let mut first = true;
+            let mut at = offset;
+            loop {
+                let end = (at + CHART_CHUNK).min(archive.len());
+                let chunk = v1::ChartChunk {
+                    data: archive[at..end].to_vec(),
+                    total_size: if first { total_size } else { 0 },
+                };
+                first = false;
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+                at = end;
+                if at >= archive.len() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 

@@ -321,12 +321,15 @@ pub struct RequestTokens {
 pub struct GetChartRequest {
     #[prost(string, tag = "1")]
     pub digest: ::prost::alloc::string::String,
+    /// Where to start: the bytes already received of an interrupted transfer.
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ChartChunk {
     #[prost(bytes = "vec", tag = "1")]
     pub data: ::prost::alloc::vec::Vec<u8>,
-    /// Set on the first chunk.
+    /// The archive's whole size, set on the first chunk of every response.
     #[prost(uint64, tag = "2")]
     pub total_size: u64,
 }
