@@ -11,7 +11,9 @@
 //!   plans held (revisions and status digests), applies what the hub sends (plans become
 //!   [`Command::Upsert`], deletions [`Command::Delete`]; each acknowledged, or rejected with
 //!   the field at fault), forwards the runtime's reports, answers and sends pings, and
-//!   renews its certificate over the session two thirds into its lifetime. With the hub
+//!   renews its certificate over the session two thirds into its lifetime; the chart
+//!   cache fetches missing archives over the same connection ([`charts::HubCharts`],
+//!   `GetChart`). With the hub
 //!   away the runtime goes on reconciling on its own; after reconnecting, the statuses the
 //!   hub lacks (by digest) are sent again.
 //!
@@ -28,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use flotilla_core::agent::{Command, DeleteRequest, ObjectKey, Report, StatusReport};
 use flotilla_core::plan::ReleasePlan;
-use flotilla_proto::session::{key_ref, object_key, report_message};
+use flotilla_proto::session::{object_key, report_message};
 use flotilla_proto::v1::hub_client::HubClient;
 use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
 use k8s_openapi::api::core::v1::Namespace;
@@ -745,11 +747,6 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// The key of a report's HelmRelease on the wire (for tests and tools).
-pub fn wire_ref(key: &ObjectKey) -> v1::ObjectRef {
-    key_ref(key)
 }
 
 #[cfg(test)]

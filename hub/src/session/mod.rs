@@ -8,6 +8,7 @@
 //! agent: Session (mTLS)            -> server::IdentityLayer (certificate -> ClusterIdentity, admission)
 //!                                  -> Hello -> Mailbox::resync -> upserts/deletes -> ResyncComplete
 //!                                  -> plans down, acks/reports up, pings both ways
+//! agent: GetChart(digest, offset)  -> ChartArchives (charts of the cluster's own plans only)
 //! controller: Links::link(Cluster) -> mailbox::RemoteLinks -> Mailbox (AgentLink)
 //! ```
 //!
