@@ -387,6 +387,29 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         .await
         .map_err(anyhow::Error::msg)?;
 
+    // An agent that stops answering is dropped after the heartbeat timeout (4 s here).
+    let (_silent_tx, mut silent) = raw_session(&hand, &hand.cert_pem, &hand.key_pem)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match silent.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return tonic::Code::Ok,
+                Err(s) => return s.code(),
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("a silent agent's session was not ended"))?;
+    assert_eq!(ended, tonic::Code::DeadlineExceeded);
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
     // Deleting the ManagedCluster ends its session at once and refuses its certificate.
     clusters.delete("auto", &Default::default()).await?;
     let started = Instant::now();
