@@ -197,6 +197,7 @@ async fn raw_session(
     identity: &Identity,
     cert_pem: &str,
     key_pem: &str,
+    cluster_uid: &str,
 ) -> Result<
     (
         mpsc::Sender<v1::AgentMessage>,
@@ -211,7 +212,10 @@ async fn raw_session(
         .map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(16);
     tx.send(v1::AgentMessage {
-        kind: Some(agent_message::Kind::Hello(v1::Hello::default())),
+        kind: Some(agent_message::Kind::Hello(v1::Hello {
+            cluster_uid: cluster_uid.to_owned(),
+            ..v1::Hello::default()
+        })),
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -367,6 +371,20 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(clusters.get_opt("pinned").await?.is_none());
 
+    let mgmt_uid = agent_session::cluster_uid(&mgmt).await?;
+
+    // The cluster's own certificate, presented from another cluster (another kube-system
+    // UID), is refused.
+    let elsewhere = raw_session(
+        &identity,
+        &identity.cert_pem,
+        &identity.key_pem,
+        "00000000-0000-0000-0000-000000000000",
+    )
+    .await
+    .expect_err("a certificate used from another cluster is refused");
+    assert!(elsewhere.contains("another cluster"), "{elsewhere}");
+
     // A client certificate not signed by the hub CA, naming an accepted cluster.
     let foreign_ca = flotilla_hub::session::HubCa::generate("foreign")?;
     let key = rcgen::KeyPair::generate()?;
@@ -380,15 +398,16 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         &uid,
         Duration::from_secs(3600),
     )?;
-    let result = raw_session(&identity, &foreign.pem, &key.serialize_pem()).await;
+    let result = raw_session(&identity, &foreign.pem, &key.serialize_pem(), &mgmt_uid).await;
     assert!(result.is_err(), "a foreign certificate opened a session");
     // The same hub, with the cluster's own certificate, opens one (the control).
-    let (_tx, mut inbound) = raw_session(&identity, &identity.cert_pem, &identity.key_pem)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let (_tx, mut inbound) =
+        raw_session(&identity, &identity.cert_pem, &identity.key_pem, &mgmt_uid)
+            .await
+            .map_err(anyhow::Error::msg)?;
 
     // An agent that stops answering is dropped after the heartbeat timeout (4 s here).
-    let (_silent_tx, mut silent) = raw_session(&hand, &hand.cert_pem, &hand.key_pem)
+    let (_silent_tx, mut silent) = raw_session(&hand, &hand.cert_pem, &hand.key_pem, &mgmt_uid)
         .await
         .map_err(anyhow::Error::msg)?;
     let started = Instant::now();
@@ -425,7 +444,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     .await
     .map_err(|_| anyhow::anyhow!("the session outlived its ManagedCluster by 5 s"))?;
     assert!(started.elapsed() < Duration::from_secs(5), "{ended}");
-    let refusal = raw_session(&identity, &identity.cert_pem, &identity.key_pem)
+    let refusal = raw_session(&identity, &identity.cert_pem, &identity.key_pem, &mgmt_uid)
         .await
         .expect_err("a deleted cluster's certificate is refused");
     assert!(refusal.contains("PermissionDenied"), "{refusal}");
@@ -478,6 +497,7 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
     let other =
         agent_session::join(&work, &join_options(&hub, &auto, &pin, "other", "other")).await?;
     let edge_id = ClusterId::new("edge")?;
+    let work_uid = agent_session::cluster_uid(&work).await?;
     let other_id = ClusterId::new("other")?;
 
     // The agent runtime on the workload cluster, with its session.
@@ -510,9 +530,10 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
     .await?;
 
     // Cluster "other" holds a session of its own.
-    let (other_tx, mut other_inbound) = raw_session(&other, &other.cert_pem, &other.key_pem)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let (other_tx, mut other_inbound) =
+        raw_session(&other, &other.cert_pem, &other.key_pem, &work_uid)
+            .await
+            .map_err(anyhow::Error::msg)?;
 
     // A plan for edge, through the link.
     let text = "apiVersion: helm.toolkit.fluxcd.io/v2

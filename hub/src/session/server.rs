@@ -298,6 +298,37 @@ impl Session {
                     .await;
             }
         };
+        // The certificate is used from the cluster it was issued to (an identity Secret
+        // restored into another cluster is refused, not mistaken for the original).
+        match api.get_opt(cluster.as_str()).await {
+            Ok(Some(mc)) => {
+                let known = mc.status.and_then(|s| s.cluster_uid);
+                if let Some(uid) = known
+                    && uid != hello.cluster_uid
+                {
+                    tracing::info!(cluster = %cluster, "refused a session from another cluster");
+                    return self
+                        .end(Status::permission_denied(format!(
+                            "the certificate of cluster {cluster} is used from another cluster (its kube-system namespace UID differs)"
+                        )))
+                        .await;
+                }
+            }
+            Ok(None) => {
+                return self
+                    .end(Status::permission_denied(format!(
+                        "ManagedCluster {cluster} does not exist"
+                    )))
+                    .await;
+            }
+            Err(e) => {
+                return self
+                    .end(Status::unavailable(format!(
+                        "reading ManagedCluster {cluster}: {e}"
+                    )))
+                    .await;
+            }
+        }
         let mut held = Vec::with_capacity(hello.held_plans.len());
         for h in hello.held_plans {
             match HeldPlan::try_from(h) {
