@@ -163,16 +163,16 @@ impl SessionHub {
             ))
             .client_ca_root(Certificate::from_pem(ca.cert_pem()))
             .client_auth_optional(true);
-        let router = Server::builder()
+        // One service, no router: the Hub service answers unknown paths itself.
+        let server = Server::builder()
             .tls_config(tls)
             .map_err(StartError::Tls)?
-            .layer(server::IdentityLayer::new(registry.clone()))
-            .add_service(HubServer::new(service));
+            .layer(server::IdentityLayer::new(registry.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let incoming = TcpListenerStream::new(listener);
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, async {
+            if let Err(e) = server
+                .serve_with_incoming_shutdown(HubServer::new(service), incoming, async {
                     let _ = stopped.await;
                 })
                 .await
