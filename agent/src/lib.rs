@@ -25,5 +25,6 @@ pub mod kube;
 pub mod memory;
 pub mod reconcile;
 pub mod runtime;
+pub mod session;
 pub mod storage;
 pub mod telemetry;

@@ -3,7 +3,10 @@
 //! - `flotilla-agent apply [--kubeconfig K] PLAN... [--watch]`: plan-file mode
 //!   (`flotilla_agent::cmd::apply`).
 //! - `flotilla-agent run [--kubeconfig K] [--namespace NS]`: the long-lived agent
-//!   (`flotilla_agent::cmd::run`).
+//!   (`flotilla_agent::cmd::run`), with its hub session when it has joined one.
+//! - `flotilla-agent join --hub URL --token T --ca-hash H --cluster-name N`: joins a hub
+//!   (`flotilla_agent::session::join`), then runs as `run` does; an agent that has already
+//!   joined that hub skips registering.
 //!
 //! Logs go to stderr: `RUST_LOG` filters them (default: `info` for Flotilla, `warn` for the
 //! rest), `--log-format json` writes one JSON object per line. Colours only on a terminal.
@@ -16,6 +19,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use flotilla_agent::cmd;
 use flotilla_agent::runtime::AgentOptions;
+use flotilla_agent::session::{self, SessionOptions};
 use flotilla_agent::telemetry::{self, Health, LogFormat, Metrics};
 use flotilla_core::duration::GoDuration;
 
@@ -87,6 +91,32 @@ enum Command {
         #[arg(long, env = "POD_NAMESPACE", default_value = "flotilla-system")]
         namespace: String,
     },
+    /// Join a hub with a bootstrap token, then run with the hub session.
+    Join {
+        #[command(flatten)]
+        common: Common,
+        /// The agent's namespace (its plan store and identity Secret).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "flotilla-system")]
+        namespace: String,
+        /// The hub's URL: https://host:port.
+        #[arg(long)]
+        hub: String,
+        /// The bootstrap token printed by `flotilla token create` (or $FLOTILLA_TOKEN).
+        #[arg(long, env = "FLOTILLA_TOKEN", hide_env_values = true)]
+        token: String,
+        /// The hub's CA pin, sha256:<hex> (as kubeadm's --discovery-token-ca-cert-hash).
+        #[arg(long)]
+        ca_hash: String,
+        /// The ManagedCluster name to register as.
+        #[arg(long)]
+        cluster_name: String,
+        /// How often to ask again while the cluster waits for acceptance.
+        #[arg(long, default_value = "5s")]
+        poll_interval: GoDuration,
+        /// How often the agent pings the hub.
+        #[arg(long, default_value = "10s")]
+        heartbeat_interval: GoDuration,
+    },
 }
 
 fn main() -> ExitCode {
@@ -154,7 +184,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
             }
             Some(loaded)
         }
-        Command::Run { .. } => None,
+        Command::Run { .. } | Command::Join { .. } => None,
     };
     let (common, namespace) = match &command {
         Command::Apply {
@@ -162,7 +192,10 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
             state_namespace,
             ..
         } => (common, state_namespace.clone()),
-        Command::Run { common, namespace } => (common, namespace.clone()),
+        Command::Run { common, namespace }
+        | Command::Join {
+            common, namespace, ..
+        } => (common, namespace.clone()),
     };
     let config = cmd::kube_config(common.kubeconfig.as_deref()).await?;
     let ctx = cmd::context(config, &namespace, common.capabilities_ttl.get())?;
@@ -193,9 +226,58 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
             };
             cmd::apply::apply(ctx, charts, apply).await
         }
-        Command::Run { .. } => cmd::run::run(ctx, charts, options, health)
-            .await
-            .map(|()| Vec::new()),
+        Command::Run { .. } => {
+            let client = ctx.cluster.client().clone();
+            let stored = session::identity::load(&client, &namespace).await?;
+            let with = match session::Identity::from_stored(&stored) {
+                Some(identity) => Some(cmd::run::WithSession {
+                    identity: identity?,
+                    options: SessionOptions {
+                        namespace: namespace.clone(),
+                        ..SessionOptions::default()
+                    },
+                }),
+                None => {
+                    tracing::info!("not joined to a hub: running on the plans held");
+                    None
+                }
+            };
+            cmd::run::run(ctx, charts, options, health, with)
+                .await
+                .map(|()| Vec::new())
+        }
+        Command::Join {
+            hub,
+            token,
+            ca_hash,
+            cluster_name,
+            poll_interval,
+            heartbeat_interval,
+            ..
+        } => {
+            let client = ctx.cluster.client().clone();
+            let join = session::JoinOptions {
+                hub: session::HubAddress::parse(&hub)?,
+                token,
+                ca_pin: session::CaPin::parse(&ca_hash)?,
+                cluster_name,
+                namespace: namespace.clone(),
+                poll_interval: poll_interval.get(),
+            };
+            let identity = session::join(&client, &join).await?;
+            let with = cmd::run::WithSession {
+                identity,
+                options: SessionOptions {
+                    namespace: namespace.clone(),
+                    heartbeat_interval: heartbeat_interval.get(),
+                    heartbeat_timeout: heartbeat_interval.get() * 7 / 2,
+                    ..SessionOptions::default()
+                },
+            };
+            cmd::run::run(ctx, charts, options, health, Some(with))
+                .await
+                .map(|()| Vec::new())
+        }
     };
     stop_server.cancel();
     if let Some(server) = server {

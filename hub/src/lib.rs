@@ -23,7 +23,11 @@
 //!   ([`run`](sources::oci_repository::run)) and
 //!   [`fetch_helm_repository_chart`](sources::oci_repository::fetch_helm_repository_chart)
 //!   for a HelmChart of an OCI HelmRepository.
+//! - [`session`]: the agents' gRPC server (bootstrap tokens, the hub CA, mutual TLS,
+//!   ManagedCluster admission, resync) and [`session::RemoteLinks`], the
+//!   [`link::Links`] of `TargetId::Cluster` targets.
 
 pub mod link;
+pub mod session;
 pub mod sources;
 pub mod values;

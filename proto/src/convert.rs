@@ -41,14 +41,14 @@ pub struct InvalidMessage {
 }
 
 impl InvalidMessage {
-    fn new(field: impl Into<String>, message: impl ToString) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl ToString) -> Self {
         Self {
             field: field.into(),
             message: message.to_string(),
         }
     }
 
-    fn missing(field: impl Into<String>) -> Self {
+    pub(crate) fn missing(field: impl Into<String>) -> Self {
         Self::new(field, "required")
     }
 }
@@ -83,7 +83,10 @@ impl From<plan::ObjectRef> for v1::ObjectRef {
     }
 }
 
-fn object_ref(field: &str, o: Option<v1::ObjectRef>) -> Result<plan::ObjectRef, InvalidMessage> {
+pub(crate) fn object_ref(
+    field: &str,
+    o: Option<v1::ObjectRef>,
+) -> Result<plan::ObjectRef, InvalidMessage> {
     let o = o.ok_or_else(|| InvalidMessage::missing(field))?;
     Ok(plan::ObjectRef {
         namespace: Namespace::new(o.namespace)
@@ -557,6 +560,7 @@ impl From<ObjectEvent> for v1::Event {
             message: e.event.message,
             time: e.time.into(),
             annotations: e.event.annotations.into_iter().collect(),
+            plan_revision: 0,
         }
     }
 }

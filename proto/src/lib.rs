@@ -9,6 +9,7 @@
 //! [`convert::InvalidMessage`] naming the field) and back, and no prost type travels further.
 
 pub mod convert;
+pub mod session;
 
 /// Messages and the `Hub` service of `flotilla.agent.v1`.
 #[allow(

@@ -13,14 +13,16 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::charts::{CachedCharts, NoFetcher};
+use crate::charts::CachedCharts;
 use crate::reconcile::Context;
 use crate::reconcile::render::ChartRenderer;
+use crate::session::charts::HubCharts;
 use crate::telemetry::{Health, Metrics};
 
-/// The agent's chart cache: archives by sha256 on disk, nothing behind it yet (plan-file
-/// mode fills it; the hub session will fetch into it).
-pub type ChartCache = CachedCharts<NoFetcher>;
+/// The agent's chart cache: archives by sha256 on disk, fetched from the hub when the agent
+/// runs with one (plan-file mode fills it itself; without a hub a missing chart is not
+/// found).
+pub type ChartCache = CachedCharts<HubCharts>;
 
 /// How many bytes of chart archives the cache keeps.
 pub const CHART_CACHE_BYTES: u64 = 512 << 20;
@@ -36,7 +38,7 @@ pub fn chart_cache(dir: Option<&Path>) -> anyhow::Result<Arc<ChartCache>> {
             .unwrap_or_else(std::env::temp_dir)
             .join("flotilla-agent/charts"),
     };
-    let cache = CachedCharts::new(dir.clone(), CHART_CACHE_BYTES, NoFetcher)
+    let cache = CachedCharts::new(dir.clone(), CHART_CACHE_BYTES, HubCharts::new())
         .with_context(|| format!("opening the chart cache {}", dir.display()))?;
     Ok(Arc::new(cache))
 }

@@ -11,6 +11,9 @@ pub struct RegisterRequest {
     pub cluster_uid: ::prost::alloc::string::String,
     #[prost(string, tag = "4")]
     pub agent_version: ::prost::alloc::string::String,
+    /// The ManagedCluster name the agent asks for (a token may allow only one).
+    #[prost(string, tag = "5")]
+    pub cluster_name: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct RegisterResponse {
@@ -65,7 +68,7 @@ pub mod register_response {
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentMessage {
-    #[prost(oneof = "agent_message::Kind", tags = "1, 2, 3, 4")]
+    #[prost(oneof = "agent_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: ::core::option::Option<agent_message::Kind>,
 }
 /// Nested message and enum types in `AgentMessage`.
@@ -80,16 +83,26 @@ pub mod agent_message {
         Event(super::Event),
         #[prost(message, tag = "4")]
         Pong(super::Pong),
+        #[prost(message, tag = "5")]
+        Ack(super::PlanAck),
+        #[prost(message, tag = "6")]
+        Rejected(super::PlanRejected),
+        #[prost(message, tag = "7")]
+        Deleted(super::ReleaseDeleted),
+        #[prost(message, tag = "8")]
+        Ping(super::Ping),
+        #[prost(message, tag = "9")]
+        Renew(super::RenewCertificate),
     }
 }
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HubMessage {
-    #[prost(oneof = "hub_message::Kind", tags = "1, 2, 3")]
+    #[prost(oneof = "hub_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub kind: ::core::option::Option<hub_message::Kind>,
 }
 /// Nested message and enum types in `HubMessage`.
 pub mod hub_message {
-    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Kind {
         #[prost(message, tag = "1")]
         PlanUpsert(super::PlanUpsert),
@@ -97,7 +110,21 @@ pub mod hub_message {
         PlanDelete(super::PlanDelete),
         #[prost(message, tag = "3")]
         Ping(super::Ping),
+        #[prost(message, tag = "4")]
+        ResyncComplete(super::ResyncComplete),
+        #[prost(message, tag = "5")]
+        Pong(super::Pong),
+        #[prost(message, tag = "6")]
+        Certificate(super::CertificateRenewed),
+        #[prost(message, tag = "7")]
+        Reconcile(super::ReconcileRequest),
     }
+}
+/// Reconcile a held plan now, without a new revision.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReconcileRequest {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<ObjectRef>,
 }
 /// First message of every session: what the agent is and what it holds, so the hub sends only
 /// what changed.
@@ -123,6 +150,62 @@ pub struct HeldPlan {
     pub object: ::core::option::Option<ObjectRef>,
     #[prost(uint64, tag = "2")]
     pub revision: u64,
+    /// `sha256:<hex>` of the chart archive the plan needs.
+    #[prost(string, tag = "3")]
+    pub chart_digest: ::prost::alloc::string::String,
+    /// `sha256:<hex>` of the last status the agent reported for the plan; empty before the
+    /// first. The hub asks again for the statuses whose digest differs from what it holds.
+    #[prost(string, tag = "4")]
+    pub status_digest: ::prost::alloc::string::String,
+}
+/// The agent holds a plan (acknowledges a PlanUpsert, or a PlanDelete it started).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PlanAck {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<ObjectRef>,
+    #[prost(uint64, tag = "2")]
+    pub revision: u64,
+}
+/// The agent refuses a plan; `error` names the field.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PlanRejected {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<ObjectRef>,
+    #[prost(uint64, tag = "2")]
+    pub revision: u64,
+    #[prost(string, tag = "3")]
+    pub error: ::prost::alloc::string::String,
+}
+/// A release is uninstalled (or there was nothing to uninstall) and its plan forgotten.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReleaseDeleted {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<ObjectRef>,
+    #[prost(uint64, tag = "2")]
+    pub revision: u64,
+    #[prost(bool, tag = "3")]
+    pub uninstalled: bool,
+}
+/// The hub has sent every difference the agent's Hello showed. `status_wanted` lists the
+/// held plans whose last status the hub does not hold (digest differs or unknown): the agent
+/// sends their latest status again.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ResyncComplete {
+    #[prost(message, repeated, tag = "1")]
+    pub status_wanted: ::prost::alloc::vec::Vec<ObjectRef>,
+}
+/// A new certificate signing request for the agent's key, sent over the session before two
+/// thirds of the certificate's lifetime have passed.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RenewCertificate {
+    #[prost(bytes = "vec", tag = "1")]
+    pub csr_pem: ::prost::alloc::vec::Vec<u8>,
+}
+/// The renewed client certificate (PEM).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CertificateRenewed {
+    #[prost(bytes = "vec", tag = "1")]
+    pub certificate_pem: ::prost::alloc::vec::Vec<u8>,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Ping {
@@ -161,6 +244,9 @@ pub struct PlanDelete {
     /// JSON of the Flux v2 `spec.uninstall` options to use.
     #[prost(bytes = "vec", tag = "3")]
     pub uninstall_options_json: ::prost::alloc::vec::Vec<u8>,
+    /// The revision of the deletion; older than the held plan's, it is ignored.
+    #[prost(uint64, tag = "4")]
+    pub revision: u64,
 }
 /// The resolved desired state of one release on one cluster.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -235,12 +321,15 @@ pub struct RequestTokens {
 pub struct GetChartRequest {
     #[prost(string, tag = "1")]
     pub digest: ::prost::alloc::string::String,
+    /// Where to start: the bytes already received of an interrupted transfer.
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ChartChunk {
     #[prost(bytes = "vec", tag = "1")]
     pub data: ::prost::alloc::vec::Vec<u8>,
-    /// Set on the first chunk.
+    /// The archive's whole size, set on the first chunk of every response.
     #[prost(uint64, tag = "2")]
     pub total_size: u64,
 }
@@ -253,6 +342,21 @@ pub struct StatusReport {
     pub plan_revision: u64,
     #[prost(message, optional, tag = "3")]
     pub status: ::core::option::Option<ReleaseStatus>,
+    /// Grows by one per report of a HelmRelease; the hub keeps the highest
+    /// (plan_revision, seq).
+    #[prost(uint64, tag = "4")]
+    pub seq: u64,
+    /// How the reconcile ended: "done", "requeue", "retryAfter", "stalled", "failed" or "run".
+    #[prost(string, tag = "5")]
+    pub step: ::prost::alloc::string::String,
+    /// For "retryAfter" the Go duration; for "failed" the error message.
+    #[prost(string, tag = "6")]
+    pub step_detail: ::prost::alloc::string::String,
+    /// For "failed": the error kind ("state" or the action's name) and whether it is transient.
+    #[prost(string, tag = "7")]
+    pub step_error_kind: ::prost::alloc::string::String,
+    #[prost(bool, tag = "8")]
+    pub step_transient: bool,
 }
 /// The HelmRelease status as the agent computed it (Flux v2 status, field for field).
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -394,6 +498,9 @@ pub struct Event {
     #[prost(map = "string, string", tag = "6")]
     pub annotations:
         ::std::collections::HashMap<::prost::alloc::string::String, ::prost::alloc::string::String>,
+    /// The plan revision it happened under.
+    #[prost(uint64, tag = "7")]
+    pub plan_revision: u64,
 }
 /// Generated client implementations.
 pub mod hub_client {

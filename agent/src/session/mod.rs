@@ -1,0 +1,809 @@
+//! The agent's end of the hub–agent session.
+//!
+//! - [`join`]: `flotilla-agent join --hub URL --token T --ca-hash H`. Generates the agent's
+//!   key (kept in the identity Secret of its own namespace, [`identity`]; it never leaves
+//!   the cluster), verifies the hub against the CA pin before sending anything
+//!   ([`tls::pinned_config`]), sends the bootstrap token with a CSR and the cluster's
+//!   identity (the `kube-system` namespace UID), and polls while the ManagedCluster waits
+//!   for acceptance. The certificate and the hub's CA go into the identity Secret.
+//! - [`run`]: the session, one client of the agent runtime. Connects with mutual TLS,
+//!   reconnects with capped exponential backoff and full jitter, sends a Hello with the
+//!   plans held (revisions and status digests), applies what the hub sends (plans become
+//!   [`Command::Upsert`], deletions [`Command::Delete`]; each acknowledged, or rejected with
+//!   the field at fault), forwards the runtime's reports, answers and sends pings, and
+//!   renews its certificate over the session two thirds into its lifetime; the chart
+//!   cache fetches missing archives over the same connection ([`charts::HubCharts`],
+//!   `GetChart`). With the hub
+//!   away the runtime goes on reconciling on its own; after reconnecting, the statuses the
+//!   hub lacks (by digest) are sent again.
+//!
+//! Secrets: the token, the key and plan values are never logged; [`Identity`] and
+//! [`JoinOptions`] redact them in Debug output.
+
+pub mod charts;
+pub mod identity;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use flotilla_core::agent::{Command, DeleteRequest, ObjectKey, Report, StatusReport};
+use flotilla_core::plan::ReleasePlan;
+use flotilla_proto::session::{object_key, report_message};
+use flotilla_proto::v1::hub_client::HubClient;
+use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use identity::Identity;
+pub use tls::{CaPin, HubAddress};
+
+use crate::runtime::{AgentHandle, Reports};
+
+/// Why joining or a session failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A command-line setting is wrong.
+    #[error("{field}: {message}")]
+    Config {
+        /// The flag.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A TLS configuration could not be built.
+    #[error("TLS: {message}")]
+    Tls {
+        /// What failed.
+        message: String,
+    },
+    /// The hub could not be reached, or its certificate was refused (wrong CA pin).
+    #[error("connecting to the hub {hub}: {message}")]
+    Connect {
+        /// The hub's URL.
+        hub: String,
+        /// What failed.
+        message: String,
+    },
+    /// The hub refused the registration (token wrong, expired, used up; cluster taken).
+    #[error("the hub refused the registration: {message}")]
+    Refused {
+        /// The hub's reason.
+        message: String,
+    },
+    /// The hub answered something that breaks the protocol.
+    #[error("the hub broke the protocol: {message}")]
+    Protocol {
+        /// What was wrong.
+        message: String,
+    },
+    /// A gRPC call failed (transient: retried).
+    #[error("{what}: {status}")]
+    Rpc {
+        /// Which call.
+        what: &'static str,
+        /// gRPC code and message.
+        status: String,
+    },
+    /// The client certificate or key is unusable.
+    #[error("{message}")]
+    Certificate {
+        /// What is wrong.
+        message: String,
+    },
+    /// The workload cluster's API failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being done.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl SessionError {
+    /// A bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Config { .. } => "config",
+            Self::Tls { .. } => "tls",
+            Self::Connect { .. } => "connect",
+            Self::Refused { .. } => "refused",
+            Self::Protocol { .. } => "protocol",
+            Self::Rpc { .. } => "rpc",
+            Self::Certificate { .. } => "certificate",
+            Self::Kube { .. } => "kube",
+        }
+    }
+
+    /// Whether retrying may help without a change of configuration.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Connect { .. } | Self::Rpc { .. } | Self::Kube { .. } | Self::Protocol { .. }
+        )
+    }
+}
+
+/// The cluster's identity: the UID of its `kube-system` namespace.
+pub async fn cluster_uid(client: &kube::Client) -> Result<String, SessionError> {
+    let ns = Api::<Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .map_err(|source| SessionError::Kube {
+            what: "reading the kube-system namespace",
+            source,
+        })?;
+    ns.metadata.uid.ok_or_else(|| SessionError::Protocol {
+        message: "the kube-system namespace has no uid".into(),
+    })
+}
+
+/// What `join` needs.
+#[derive(Clone)]
+pub struct JoinOptions {
+    /// The hub.
+    pub hub: HubAddress,
+    /// The bootstrap token: secret.
+    pub token: String,
+    /// The CA pin.
+    pub ca_pin: CaPin,
+    /// The ManagedCluster name to ask for.
+    pub cluster_name: String,
+    /// The agent's namespace (its identity Secret).
+    pub namespace: String,
+    /// How often to ask again while the ManagedCluster waits for acceptance.
+    pub poll_interval: Duration,
+}
+
+impl std::fmt::Debug for JoinOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinOptions")
+            .field("hub", &self.hub)
+            .field("token", &"<redacted>")
+            .field("ca_pin", &self.ca_pin)
+            .field("cluster_name", &self.cluster_name)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+fn csr_pem(key_pem: &str, cluster: &str) -> Result<String, SessionError> {
+    let key = rcgen::KeyPair::from_pem(key_pem).map_err(|_| SessionError::Certificate {
+        message: "the stored agent key is not usable".into(),
+    })?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cluster);
+    params
+        .serialize_request(&key)
+        .and_then(|csr| csr.pem())
+        .map_err(|e| SessionError::Certificate {
+            message: format!("making a certificate signing request: {e}"),
+        })
+}
+
+fn rpc(what: &'static str, s: &tonic::Status) -> SessionError {
+    SessionError::Rpc {
+        what,
+        status: format!("{:?}: {}", s.code(), s.message()),
+    }
+}
+
+/// Joins the hub (or returns the stored identity when this cluster already joined it).
+pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identity, SessionError> {
+    let mut stored = identity::load(client, &options.namespace).await?;
+    if let Some(identity) = Identity::from_stored(&stored) {
+        let identity = identity?;
+        if identity.hub == options.hub
+            && identity.cluster == options.cluster_name
+            && CaPin::of_certificate(
+                &x509_parser::pem::parse_x509_pem(identity.ca_pem.as_bytes())
+                    .map(|(_, b)| b.contents)
+                    .unwrap_or_default(),
+            )
+            .as_ref()
+                == Some(&options.ca_pin)
+        {
+            tracing::info!(cluster = %identity.cluster, "already joined");
+            return Ok(identity);
+        }
+    }
+    let uid = cluster_uid(client).await?;
+    if stored.key_pem.is_none() {
+        let key = rcgen::KeyPair::generate().map_err(|e| SessionError::Certificate {
+            message: format!("generating the agent key: {e}"),
+        })?;
+        stored.key_pem = Some(key.serialize_pem());
+    }
+    stored.hub = Some(options.hub.url());
+    stored.cluster = Some(options.cluster_name.clone());
+    stored.cert_pem = None;
+    stored.ca_pem = None;
+    identity::store(client, &options.namespace, &stored).await?;
+    let key_pem = stored.key_pem.clone().unwrap_or_default();
+    let csr = csr_pem(&key_pem, &options.cluster_name)?;
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        let attempt = async {
+            let channel = tls::channel(&options.hub, tls::pinned_config(&options.ca_pin)?).await?;
+            HubClient::new(channel)
+                .register(v1::RegisterRequest {
+                    bootstrap_token: options.token.clone(),
+                    csr_pem: csr.clone().into_bytes(),
+                    cluster_uid: uid.clone(),
+                    agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    cluster_name: options.cluster_name.clone(),
+                })
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|s| match s.code() {
+                    tonic::Code::Unavailable
+                    | tonic::Code::Internal
+                    | tonic::Code::Unknown
+                    | tonic::Code::DeadlineExceeded => rpc("Register", &s),
+                    _ => SessionError::Refused {
+                        message: s.message().to_owned(),
+                    },
+                })
+        };
+        let response = match attempt.await {
+            Ok(r) => r,
+            Err(e)
+                if e.is_transient()
+                    && !matches!(e, SessionError::Connect { ref message, .. } if message.contains("CA pin")) =>
+            {
+                let wait = backoff.next_wait();
+                tracing::warn!(error = %e, retry_in = ?wait, "registering with the hub");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match register_response::State::try_from(response.state) {
+            Ok(register_response::State::Accepted) => {
+                let ca_pem =
+                    String::from_utf8(response.ca_pem).map_err(|_| SessionError::Protocol {
+                        message: "the hub's CA is not PEM text".into(),
+                    })?;
+                let ca_der = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes())
+                    .map(|(_, b)| b.contents)
+                    .map_err(|_| SessionError::Protocol {
+                        message: "the hub's CA is not PEM".into(),
+                    })?;
+                if CaPin::of_certificate(&ca_der).as_ref() != Some(&options.ca_pin) {
+                    return Err(SessionError::Protocol {
+                        message: "the CA the hub returned does not match the CA pin".into(),
+                    });
+                }
+                let cert_pem = String::from_utf8(response.certificate_pem).map_err(|_| {
+                    SessionError::Protocol {
+                        message: "the certificate is not PEM text".into(),
+                    }
+                })?;
+                stored.ca_pem = Some(ca_pem);
+                stored.cert_pem = Some(cert_pem);
+                identity::store(client, &options.namespace, &stored).await?;
+                tracing::info!(cluster = %options.cluster_name, "joined the hub");
+                return Identity::from_stored(&stored).unwrap_or_else(|| {
+                    Err(SessionError::Protocol {
+                        message: "the identity is incomplete".into(),
+                    })
+                });
+            }
+            Ok(register_response::State::Pending) => {
+                tracing::info!(cluster = %options.cluster_name, message = %response.message, "waiting for the hub to accept the cluster");
+                tokio::time::sleep(options.poll_interval).await;
+            }
+            Ok(register_response::State::Rejected) => {
+                return Err(SessionError::Refused {
+                    message: response.message,
+                });
+            }
+            Ok(register_response::State::Unspecified) | Err(_) => {
+                return Err(SessionError::Protocol {
+                    message: format!("unknown registration state {}", response.state),
+                });
+            }
+        }
+    }
+}
+
+/// Capped exponential backoff with full jitter.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// Starts at `min`, doubles to at most `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max,
+            attempt: 0,
+        }
+    }
+
+    /// The next wait: a random duration in `[ceiling/2, ceiling]`, where the ceiling
+    /// doubles each time up to the cap.
+    pub fn next_wait(&mut self) -> Duration {
+        let ceiling = self
+            .min
+            .saturating_mul(1u32 << self.attempt.min(16))
+            .min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0)
+    }
+
+    /// Back to the first wait.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// How a session behaves.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The agent's namespace (its identity Secret).
+    pub namespace: String,
+    /// How often the agent pings the hub.
+    pub heartbeat_interval: Duration,
+    /// Silence after which the agent drops the session and reconnects.
+    pub heartbeat_timeout: Duration,
+    /// The first reconnect wait.
+    pub backoff_min: Duration,
+    /// The longest reconnect wait.
+    pub backoff_max: Duration,
+    /// The chart cache's fetcher, given the session's connection for `GetChart`.
+    pub charts: Option<charts::HubCharts>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            namespace: "flotilla-system".into(),
+            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(35),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            charts: None,
+        }
+    }
+}
+
+type Latest = Arc<Mutex<BTreeMap<ObjectKey, StatusReport>>>;
+
+/// Runs the session until `stop` is cancelled or the runtime's reports end (after a
+/// [`Command::Shutdown`]). Never gives up on the hub: every failure is logged and retried
+/// with backoff.
+pub async fn run(
+    client: kube::Client,
+    identity: Identity,
+    agent: AgentHandle,
+    reports: Reports,
+    options: SessionOptions,
+    stop: CancellationToken,
+) {
+    if let Some(charts) = &options.charts {
+        charts.enable();
+    }
+    let latest: Latest = Arc::new(Mutex::new(BTreeMap::new()));
+    let (live_tx, mut live_rx) = mpsc::unbounded_channel();
+    let reports_done = CancellationToken::new();
+    let forwarder = tokio::spawn(forward_reports(
+        reports,
+        latest.clone(),
+        live_tx,
+        reports_done.clone(),
+    ));
+    let mut session = Session {
+        client,
+        identity,
+        agent,
+        options,
+        latest,
+    };
+    let mut backoff = Backoff::new(session.options.backoff_min, session.options.backoff_max);
+    loop {
+        // What happened while away is covered by the Hello's digests.
+        while live_rx.try_recv().is_ok() {}
+        let started = tokio::time::Instant::now();
+        let outcome = tokio::select! {
+            outcome = session.connect_once(&mut live_rx) => {
+                if let Some(charts) = &session.options.charts {
+                    charts.disconnect();
+                }
+                outcome
+            }
+            () = stop.cancelled() => break,
+            () = reports_done.cancelled() => break,
+        };
+        match outcome {
+            Ok(Ended::ReportsEnded) => break,
+            Ok(Ended::Closed(reason)) => {
+                tracing::info!(%reason, "the session ended");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "session with the hub");
+            }
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            backoff.reset();
+        }
+        let wait = backoff.next_wait();
+        tracing::info!(retry_in = ?wait, "reconnecting to the hub");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = stop.cancelled() => break,
+            () = reports_done.cancelled() => break,
+        }
+    }
+    forwarder.abort();
+}
+
+async fn forward_reports(
+    mut reports: Reports,
+    latest: Latest,
+    live: mpsc::UnboundedSender<Report>,
+    done: CancellationToken,
+) {
+    let _done = done.drop_guard();
+    while let Some(report) = reports.recv().await {
+        match &report {
+            Report::Status(s) => {
+                latest
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(s.object.key(), (**s).clone());
+            }
+            Report::Deleted { object, .. } => {
+                latest
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(object);
+            }
+            Report::Event { .. } | Report::Rejected { .. } => {}
+        }
+        if live.send(report).is_err() {
+            break;
+        }
+    }
+}
+
+enum Ended {
+    ReportsEnded,
+    Closed(String),
+}
+
+struct Session {
+    client: kube::Client,
+    identity: Identity,
+    agent: AgentHandle,
+    options: SessionOptions,
+    latest: Latest,
+}
+
+fn now_timestamp() -> flotilla_core::meta::Timestamp {
+    crate::reconcile::now()
+}
+
+impl Session {
+    async fn hello(&self) -> v1::Hello {
+        let kubernetes_version = self
+            .client
+            .apiserver_version()
+            .await
+            .map(|v| v.git_version)
+            .unwrap_or_default();
+        v1::Hello {
+            cluster_uid: cluster_uid(&self.client).await.unwrap_or_default(),
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            kubernetes_version,
+            api_versions: Vec::new(),
+            held_plans: self.agent.held().into_iter().map(Into::into).collect(),
+            cached_chart_digests: Vec::new(),
+        }
+    }
+
+    async fn connect_once(
+        &mut self,
+        live: &mut mpsc::UnboundedReceiver<Report>,
+    ) -> Result<Ended, SessionError> {
+        let config = tls::session_config(
+            &self.identity.ca_pem,
+            &self.identity.cert_pem,
+            &self.identity.key_pem,
+        )?;
+        let channel = tls::channel(&self.identity.hub, config).await?;
+        if let Some(charts) = &self.options.charts {
+            charts.connect(channel.clone());
+        }
+        let (tx, rx) = mpsc::channel::<v1::AgentMessage>(64);
+        let hello = self.hello().await;
+        tx.send(v1::AgentMessage {
+            kind: Some(agent_message::Kind::Hello(hello)),
+        })
+        .await
+        .map_err(|_| SessionError::Protocol {
+            message: "the outgoing stream closed".into(),
+        })?;
+        let mut inbound = HubClient::new(channel)
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(|s| rpc("Session", &s))?
+            .into_inner();
+        tracing::info!(cluster = %self.identity.cluster, "session up");
+        let mut ping = tokio::time::interval(self.options.heartbeat_interval);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_heard = tokio::time::Instant::now();
+        let mut nonce = 0u64;
+        let mut renewing = false;
+        loop {
+            let renew_in = self
+                .identity
+                .renew_at()?
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(m)) => {
+                        last_heard = tokio::time::Instant::now();
+                        if let Some(kind) = m.kind {
+                            self.handle(kind, &tx, &mut renewing).await?;
+                        }
+                    }
+                    Ok(None) => return Ok(Ended::Closed("the hub closed the session".into())),
+                    Err(s) => return Err(rpc("Session", &s)),
+                },
+                report = live.recv() => match report {
+                    Some(report) => {
+                        let message = report_message(report, &now_timestamp());
+                        if tx.send(message).await.is_err() {
+                            return Ok(Ended::Closed("the outgoing stream closed".into()));
+                        }
+                    }
+                    None => return Ok(Ended::ReportsEnded),
+                },
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > self.options.heartbeat_timeout {
+                        return Ok(Ended::Closed("no message from the hub within the heartbeat timeout".into()));
+                    }
+                    nonce += 1;
+                    let _ = tx.try_send(v1::AgentMessage { kind: Some(agent_message::Kind::Ping(v1::Ping { nonce })) });
+                }
+                () = tokio::time::sleep(renew_in), if !renewing => {
+                    renewing = true;
+                    tracing::info!(cluster = %self.identity.cluster, "renewing the client certificate");
+                    let csr = csr_pem(&self.identity.key_pem, &self.identity.cluster)?;
+                    let _ = tx.send(v1::AgentMessage { kind: Some(agent_message::Kind::Renew(v1::RenewCertificate { csr_pem: csr.into_bytes() })) }).await;
+                }
+            }
+        }
+    }
+
+    async fn send(
+        tx: &mpsc::Sender<v1::AgentMessage>,
+        kind: agent_message::Kind,
+    ) -> Result<(), SessionError> {
+        tx.send(v1::AgentMessage { kind: Some(kind) })
+            .await
+            .map_err(|_| SessionError::Protocol {
+                message: "the outgoing stream closed".into(),
+            })
+    }
+
+    /// Sends the latest status of `key` again; when this agent has reported none since it
+    /// started, asks the runtime for a reconcile, which reports.
+    async fn resend_status(
+        &self,
+        key: ObjectKey,
+        tx: &mpsc::Sender<v1::AgentMessage>,
+    ) -> Result<(), SessionError> {
+        let status = self
+            .latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        match status {
+            Some(s) => {
+                let message = report_message(Report::Status(Box::new(s)), &now_timestamp());
+                tx.send(message).await.map_err(|_| SessionError::Protocol {
+                    message: "the outgoing stream closed".into(),
+                })
+            }
+            // Not reported since this agent started: a reconcile reports it.
+            None => self
+                .agent
+                .send(Command::Reconcile(key))
+                .map_err(|_| SessionError::Protocol {
+                    message: "the agent runtime has stopped".into(),
+                }),
+        }
+    }
+
+    async fn handle(
+        &mut self,
+        kind: hub_message::Kind,
+        tx: &mpsc::Sender<v1::AgentMessage>,
+        renewing: &mut bool,
+    ) -> Result<(), SessionError> {
+        let stopped = || SessionError::Protocol {
+            message: "the agent runtime has stopped".into(),
+        };
+        match kind {
+            hub_message::Kind::PlanUpsert(upsert) => {
+                let wire = upsert.plan.unwrap_or_default();
+                let object = wire.object.clone();
+                let revision = wire.revision;
+                match ReleasePlan::try_from(wire) {
+                    Ok(plan) => {
+                        let key = plan.object.key();
+                        tracing::debug!(object = %key, revision, "plan received");
+                        // A plan the runtime already holds at this revision is a no-op for
+                        // it (no report): a hub that lost track (restarted) still needs the
+                        // status, so it is sent again.
+                        let already_held = self
+                            .agent
+                            .held()
+                            .iter()
+                            .any(|h| h.object == key && h.revision == plan.revision);
+                        self.agent
+                            .send(Command::Upsert(Box::new(plan)))
+                            .map_err(|_| stopped())?;
+                        Self::send(
+                            tx,
+                            agent_message::Kind::Ack(v1::PlanAck { object, revision }),
+                        )
+                        .await?;
+                        if already_held {
+                            self.resend_status(key, tx).await?;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(field = %e.field, revision, "refused a plan");
+                        Self::send(
+                            tx,
+                            agent_message::Kind::Rejected(v1::PlanRejected {
+                                object,
+                                revision,
+                                error: e.to_string(),
+                            }),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            hub_message::Kind::PlanDelete(delete) => {
+                let object = delete.object.clone();
+                let revision = delete.revision;
+                match DeleteRequest::try_from(delete) {
+                    Ok(req) => {
+                        self.agent
+                            .send(Command::Delete(req))
+                            .map_err(|_| stopped())?;
+                        Self::send(
+                            tx,
+                            agent_message::Kind::Ack(v1::PlanAck { object, revision }),
+                        )
+                        .await?;
+                    }
+                    Err(e) => {
+                        Self::send(
+                            tx,
+                            agent_message::Kind::Rejected(v1::PlanRejected {
+                                object,
+                                revision,
+                                error: e.to_string(),
+                            }),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            hub_message::Kind::Reconcile(r) => {
+                if let Ok(key) = object_key("reconcile.object", r.object) {
+                    self.agent
+                        .send(Command::Reconcile(key))
+                        .map_err(|_| stopped())?;
+                }
+            }
+            hub_message::Kind::Ping(p) => {
+                let _ = tx.try_send(v1::AgentMessage {
+                    kind: Some(agent_message::Kind::Pong(v1::Pong { nonce: p.nonce })),
+                });
+            }
+            hub_message::Kind::Pong(_) => {}
+            hub_message::Kind::ResyncComplete(complete) => {
+                for o in complete.status_wanted {
+                    let Ok(key) = object_key("resyncComplete.statusWanted", Some(o)) else {
+                        continue;
+                    };
+                    self.resend_status(key, tx).await?;
+                }
+                tracing::debug!(cluster = %self.identity.cluster, "resync complete");
+            }
+            hub_message::Kind::Certificate(c) => {
+                let pem =
+                    String::from_utf8(c.certificate_pem).map_err(|_| SessionError::Protocol {
+                        message: "the renewed certificate is not PEM text".into(),
+                    })?;
+                identity::certificate_validity(&pem)?;
+                let mut stored = identity::load(&self.client, &self.options.namespace).await?;
+                stored.cert_pem = Some(pem.clone());
+                identity::store(&self.client, &self.options.namespace, &stored).await?;
+                self.identity.cert_pem = pem;
+                *renewing = false;
+                tracing::info!(cluster = %self.identity.cluster, "renewed the client certificate");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(8));
+        let waits: Vec<Duration> = (0..8).map(|_| b.next_wait()).collect();
+        for (i, w) in waits.iter().enumerate() {
+            let ceiling = Duration::from_secs(1 << i.min(3));
+            assert!(*w >= ceiling / 2 && *w <= ceiling, "{i}: {w:?}");
+        }
+        b.reset();
+        assert!(b.next_wait() <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_debug_forms_of_join_options_and_identities_hide_the_token_and_key() {
+        let options = JoinOptions {
+            hub: HubAddress::parse("https://hub.example").unwrap(),
+            token: "abcdef.0123456789abcdef".into(),
+            ca_pin: CaPin::parse(&format!("sha256:{}", "0".repeat(64))).unwrap(),
+            cluster_name: "edge".into(),
+            namespace: "flotilla-system".into(),
+            poll_interval: Duration::from_secs(5),
+        };
+        assert!(!format!("{options:?}").contains("0123456789abcdef"));
+        let identity = Identity {
+            hub: options.hub.clone(),
+            cluster: "edge".into(),
+            ca_pem: String::new(),
+            cert_pem: String::new(),
+            key_pem: "-----BEGIN PRIVATE KEY-----\nSECRETKEYMATERIAL\n".into(),
+        };
+        assert!(!format!("{identity:?}").contains("SECRETKEYMATERIAL"));
+    }
+
+    #[test]
+    fn a_certificate_is_renewed_two_thirds_into_its_lifetime() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.not_before = rcgen::date_time_ymd(2030, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 4);
+        let cert = params.self_signed(&key).unwrap();
+        let identity = Identity {
+            hub: HubAddress::parse("https://hub.example").unwrap(),
+            cluster: "edge".into(),
+            ca_pem: String::new(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        };
+        let (from, _) = identity.validity().unwrap();
+        assert_eq!(
+            identity.renew_at().unwrap().duration_since(from).unwrap(),
+            Duration::from_secs(2 * 24 * 3600)
+        );
+    }
+}

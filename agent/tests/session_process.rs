@@ -1,0 +1,279 @@
+//! The `flotilla-agent` binary joined to a hub, as an operator runs it, on real local
+//! clusters: `flotilla-agent join` registers with a bootstrap token and the CA pin, runs the
+//! plan the hub sends through its link (fetching its chart with `GetChart`) and reports
+//! back; killed with SIGKILL and started
+//! again with `flotilla-agent run` (no token), it reconnects with the identity kept in its
+//! cluster and still holds the plan; SIGTERM exits 0. Its debug logs hold no token, key or
+//! plan value.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_api::ManagedCluster;
+use flotilla_core::agent::{Command as AgentCommand, Report};
+use flotilla_core::ids::{ChartDigest, ClusterId};
+use flotilla_core::meta::{Conditions as _, condition};
+use flotilla_hub::link::{AgentLink, Links as _, TargetId};
+use flotilla_hub::session::{ChartArchives, SessionConfig, SessionHub, tokens};
+use flotilla_tests::{Cluster, wait};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use common::Hr;
+
+const MARKER: &str = "flotilla-process-marker-51d0";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The hub's chart archives, by digest.
+#[derive(Debug)]
+struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
+
+impl ChartArchives for Archives {
+    fn archive<'a>(
+        &'a self,
+        digest: &'a ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        Box::pin(async move { self.0.get(digest).cloned() })
+    }
+}
+
+async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()> {
+    let crd = flotilla_api::crd::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "ManagedCluster")
+        .expect("the ManagedCluster CRD is generated");
+    let name = crd.metadata.name.clone().expect("generated CRDs are named");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply("flotilla-agent-tests"),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let api: Api<ManagedCluster> = Api::all(client.clone());
+    wait::until("ManagedClusters to be served", TIMEOUT, || async {
+        Ok(api.list(&Default::default()).await.ok().map(|_| ()))
+    })
+    .await
+}
+
+fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
+    let out = Arc::new(Mutex::new(String::new()));
+    let sink = out.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let mut s = sink.lock().expect("not poisoned");
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    out
+}
+
+fn agent(
+    kubeconfig: &Path,
+    cache: &Path,
+    args: &[&str],
+) -> anyhow::Result<(Child, Arc<Mutex<String>>)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla-agent"))
+        .args(args)
+        .env("RUST_LOG", "debug")
+        .env("FLOTILLA_CHART_CACHE", cache)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let logs = collect(child.stderr.take().expect("piped"));
+    Ok((child, logs))
+}
+
+async fn connected(
+    hub: &SessionHub,
+    cluster: &ClusterId,
+    child: &mut Child,
+    logs: &Arc<Mutex<String>>,
+) -> anyhow::Result<Arc<dyn AgentLink>> {
+    let links = hub.links();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let result = loop {
+        if let Some(exit) = child.try_wait()? {
+            break Err(anyhow::anyhow!("the agent exited ({exit})"));
+        }
+        if let Some(link) = links
+            .link(&TargetId::Cluster(cluster.clone()))
+            .filter(|l| l.connected())
+        {
+            break Ok(link);
+        }
+        if tokio::time::Instant::now() > deadline {
+            break Err(anyhow::anyhow!("no session within 90 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if result.is_err() {
+        eprintln!("{}", logs.lock().expect("not poisoned"));
+    }
+    result
+}
+
+#[tokio::test]
+async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkill_reconnects_with_run_and_no_token()
+-> anyhow::Result<()> {
+    let mut clusters = Cluster::start_many("agent-join", 2).await?;
+    let work_cluster = clusters.pop().expect("two clusters");
+    let mgmt_cluster = clusters.pop().expect("two clusters");
+    let mgmt = mgmt_cluster.client().await?;
+    let work = work_cluster.client().await?;
+    install_managed_cluster_crd(&mgmt).await?;
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flotilla-system"}
+    }))?;
+    Api::<Namespace>::all(mgmt.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    // The chart is on the hub only: the agent fetches it with GetChart.
+    let dir = tempfile::tempdir()?;
+    let cache = dir.path().join("charts");
+    let file = Hr::new("demo", "ok")
+        .interval("1h")
+        .spec(&format!("  values:\n    marker: {MARKER}\n"))
+        .plan();
+    let archives = Arc::new(Archives(
+        [(
+            file.plan.chart.digest.clone(),
+            Arc::new(file.archive.clone()),
+        )]
+        .into(),
+    ));
+    let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let hub = SessionHub::start(
+        mgmt.clone(),
+        SessionConfig {
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(4),
+            status_interval: Duration::from_secs(1),
+            ..SessionConfig::default()
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        reports_tx,
+        archives,
+    )
+    .await?;
+    let token = tokens::create(
+        mgmt.clone(),
+        "flotilla-system",
+        &tokens::TokenOptions {
+            uses: Some(1),
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?
+    .expose();
+
+    let hub_url = format!("https://127.0.0.1:{}", hub.local_addr().port());
+    let pin = hub.ca().pin().to_string();
+    let kubeconfig = work_cluster.kubeconfig().to_owned();
+    let (mut child, join_logs) = agent(
+        &kubeconfig,
+        &cache,
+        &[
+            "join",
+            "--namespace",
+            "default",
+            "--hub",
+            &hub_url,
+            "--token",
+            &token,
+            "--ca-hash",
+            &pin,
+            "--cluster-name",
+            "edge",
+            "--heartbeat-interval",
+            "1s",
+        ],
+    )?;
+    let edge = ClusterId::new("edge")?;
+    let link = connected(&hub, &edge, &mut child, &join_logs).await?;
+    link.send(AgentCommand::Upsert(Box::new(file.plan.clone())))?;
+    let key = file.plan.object.key();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let Some(r) = reports.recv().await else {
+                anyhow::bail!("the report sink closed");
+            };
+            assert_eq!(r.target, TargetId::Cluster(edge.clone()));
+            if let Report::Status(s) = r.report
+                && s.object.key() == key
+                && s.status.conditions.is_true(condition::READY)
+            {
+                return Ok(());
+            }
+        }
+    })
+    .await??;
+
+    let hex = file
+        .plan
+        .chart
+        .digest
+        .as_str()
+        .trim_start_matches("sha256:");
+    assert!(
+        cache.join(format!("{hex}.tgz")).exists(),
+        "the chart fetched from the hub is in the agent's cache"
+    );
+
+    // SIGKILL, then `run` with no token: the identity is in the cluster.
+    child.kill()?;
+    child.wait()?;
+    let mailbox = hub.links().mailbox(&edge).expect("edge's mailbox");
+    wait::until("the hub to see the agent gone", TIMEOUT, || async {
+        Ok((!mailbox.connected()).then_some(()))
+    })
+    .await?;
+    let (mut child, run_logs) = agent(&kubeconfig, &cache, &["run", "--namespace", "default"])?;
+    let link = connected(&hub, &edge, &mut child, &run_logs).await?;
+    assert!(
+        link.held()
+            .iter()
+            .any(|h| h.object == key && h.revision == file.plan.revision)
+    );
+
+    // SIGTERM: exits 0.
+    flotilla_tests::process::terminate(child.id());
+    let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+    assert!(status.success(), "{status}");
+
+    // Nothing secret in the agent's debug logs.
+    let identity = Api::<Secret>::namespaced(work.clone(), "default")
+        .get("flotilla-agent-identity")
+        .await?;
+    let key_pem = String::from_utf8(identity.data.expect("data")["tls.key"].0.clone())?;
+    let key_line = key_pem
+        .lines()
+        .find(|l| !l.starts_with("-----"))
+        .expect("a PEM body")
+        .to_owned();
+    for logs in [&join_logs, &run_logs] {
+        let text = logs.lock().expect("not poisoned").clone();
+        assert!(text.contains("session up"), "{text}");
+        for (what, secret) in [
+            ("the token", token.as_str()),
+            ("the token's secret", &token[7..]),
+            ("a plan value", MARKER),
+            ("the agent's key", key_line.as_str()),
+        ] {
+            assert!(!text.contains(secret), "{what} appears in the agent's logs");
+        }
+    }
+    hub.stop().await;
+    Ok(())
+}

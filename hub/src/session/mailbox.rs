@@ -1,0 +1,536 @@
+//! The hub side of [`crate::link`] for registered clusters: one [`Mailbox`] per accepted
+//! ManagedCluster, and [`RemoteLinks`], the registry of them.
+//!
+//! A mailbox holds the cluster's **desired state** (the newest plan per HelmRelease, and
+//! deletions not yet confirmed), what its agent said it **holds**, and a set of **pending**
+//! HelmReleases to send. A message is built from the desired state when it is taken off the
+//! pending set, not when the controller sends: so a newer plan replaces an unsent older one,
+//! and the queue of a session is bounded by its number of HelmReleases however fast plans
+//! change. Each session drains its own mailbox, so a slow agent holds up nobody else.
+//!
+//! With no agent connected the mailbox keeps collecting; a Hello ([`Mailbox::resync`]) marks
+//! pending exactly what differs from what the agent holds (upserts for missing or older
+//! revisions, deletions it still holds), and lists the statuses the hub wants again (held
+//! plans whose status digest differs from the last status the hub forwarded).
+//!
+//! Reports from a cluster are forwarded to the [`ReportSink`] tagged with the cluster the
+//! session's certificate names, never with anything the agent says, and only for
+//! HelmReleases this cluster was given: a cluster cannot report for another's releases.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use flotilla_core::agent::{Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report};
+use flotilla_core::digest::Digest;
+use flotilla_core::ids::ClusterId;
+use flotilla_core::plan::ReleasePlan;
+use tokio::sync::Notify;
+
+use crate::link::{AgentLink, LinkClosed, Links, ReportSink, TargetId, TargetReport};
+
+/// What the hub wants a cluster to hold for one HelmRelease.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Desired {
+    /// This plan.
+    Plan(Arc<ReleasePlan>),
+    /// Nothing: uninstall (or forget), until the agent confirms.
+    Delete(DeleteRequest),
+}
+
+/// A message for the agent, built when it is taken off the pending set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    /// Hold this plan.
+    Upsert(Arc<ReleasePlan>),
+    /// Delete a release.
+    Delete(DeleteRequest),
+    /// Reconcile a held plan now.
+    Reconcile(ObjectKey),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    desired: BTreeMap<ObjectKey, Desired>,
+    pending: BTreeSet<ObjectKey>,
+    reconcile: BTreeSet<ObjectKey>,
+    held: BTreeMap<ObjectKey, HeldPlan>,
+    status_digests: BTreeMap<ObjectKey, Digest>,
+}
+
+/// The link of one registered cluster.
+#[derive(Debug)]
+pub struct Mailbox {
+    cluster: ClusterId,
+    state: Mutex<State>,
+    notify: Notify,
+    /// The id of the attached session; 0 when none.
+    session: AtomicU64,
+    closed: AtomicBool,
+    reports: ReportSink,
+}
+
+impl Mailbox {
+    /// An empty mailbox for `cluster`, forwarding into `reports`.
+    pub fn new(cluster: ClusterId, reports: ReportSink) -> Self {
+        Self {
+            cluster,
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            session: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            reports,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &ClusterId {
+        &self.cluster
+    }
+
+    /// Attaches session `id` (non-zero), replacing any other (its writer sees
+    /// [`Mailbox::is_attached`] turn false and ends).
+    pub fn attach(&self, id: u64) {
+        self.session.store(id, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Detaches session `id` if it is still the attached one.
+    pub fn detach(&self, id: u64) {
+        let _ = self
+            .session
+            .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether session `id` is the attached one.
+    pub fn is_attached(&self, id: u64) -> bool {
+        self.session.load(Ordering::SeqCst) == id && !self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Closes the mailbox (its ManagedCluster is gone): sends fail, sessions end.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Waits until something is pending or the attachment changes.
+    pub async fn changed(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The Hello of a new session: records what the agent holds, marks pending what
+    /// differs and returns the HelmReleases whose status the hub wants again. Deletions of
+    /// releases the agent does not hold are confirmed at once (forwarded as
+    /// [`Report::Deleted`], outcome `Forgotten`).
+    pub fn resync(&self, held: Vec<HeldPlan>) -> Vec<ObjectKey> {
+        let mut confirmed = Vec::new();
+        let mut wanted = Vec::new();
+        {
+            let mut s = self.lock();
+            s.held = held.into_iter().map(|h| (h.object.clone(), h)).collect();
+            s.pending.clear();
+            let State {
+                desired,
+                pending,
+                held,
+                status_digests,
+                ..
+            } = &mut *s;
+            desired.retain(|key, d| match d {
+                Desired::Plan(plan) => {
+                    match held.get(key) {
+                        Some(h) if h.revision >= plan.revision => {
+                            if h.revision == plan.revision
+                                && h.status_digest.is_some()
+                                && h.status_digest.as_ref() != status_digests.get(key)
+                            {
+                                wanted.push(key.clone());
+                            }
+                        }
+                        _ => {
+                            pending.insert(key.clone());
+                        }
+                    }
+                    true
+                }
+                Desired::Delete(req) => {
+                    if held.contains_key(key) {
+                        pending.insert(key.clone());
+                        true
+                    } else {
+                        confirmed.push(req.clone());
+                        false
+                    }
+                }
+            });
+        }
+        for req in confirmed {
+            self.forward(Report::Deleted {
+                object: req.object,
+                revision: req.revision,
+                outcome: DeleteOutcome::Forgotten,
+            });
+        }
+        wanted
+    }
+
+    /// Takes the next message for the agent off the pending set.
+    pub fn next_outgoing(&self) -> Option<Outgoing> {
+        let mut s = self.lock();
+        if let Some(key) = s.reconcile.pop_first() {
+            return Some(Outgoing::Reconcile(key));
+        }
+        while let Some(key) = s.pending.pop_first() {
+            match s.desired.get(&key) {
+                Some(Desired::Plan(p)) => return Some(Outgoing::Upsert(p.clone())),
+                Some(Desired::Delete(d)) => return Some(Outgoing::Delete(d.clone())),
+                None => continue,
+            }
+        }
+        None
+    }
+
+    /// The agent acknowledged holding `key` at `revision`.
+    pub fn acked(&self, key: ObjectKey, revision: flotilla_core::ids::PlanRevision) {
+        let mut s = self.lock();
+        let chart = match s.desired.get(&key) {
+            Some(Desired::Plan(p)) => Some(p.chart.digest.clone()),
+            _ => s.held.get(&key).map(|h| h.chart.clone()),
+        };
+        if let Some(chart) = chart {
+            let status_digest = s.held.get(&key).and_then(|h| h.status_digest.clone());
+            s.held.insert(
+                key.clone(),
+                HeldPlan {
+                    object: key,
+                    revision,
+                    chart,
+                    status_digest,
+                },
+            );
+        }
+    }
+
+    /// Forwards a report of this cluster's agent, if it is about a HelmRelease this
+    /// cluster was given; returns whether it was forwarded.
+    pub fn report(&self, report: Report) -> bool {
+        let key = report.object();
+        {
+            let mut s = self.lock();
+            if !s.desired.contains_key(&key) {
+                return false;
+            }
+            match &report {
+                Report::Status(status) => {
+                    let digest = flotilla_core::agent::status_digest(&status.status);
+                    if let Some(h) = s.held.get_mut(&key) {
+                        h.status_digest = Some(digest.clone());
+                    }
+                    s.status_digests.insert(key.clone(), digest);
+                }
+                Report::Deleted { revision, .. } => {
+                    if matches!(s.desired.get(&key), Some(Desired::Delete(d)) if d.revision <= *revision)
+                    {
+                        s.desired.remove(&key);
+                        s.status_digests.remove(&key);
+                    }
+                    s.held.remove(&key);
+                }
+                Report::Event { .. } | Report::Rejected { .. } => {}
+            }
+        }
+        self.forward(report);
+        true
+    }
+
+    fn forward(&self, report: Report) {
+        let _ = self.reports.send(TargetReport {
+            target: TargetId::Cluster(self.cluster.clone()),
+            report,
+        });
+    }
+
+    /// Whether a plan of this cluster needs the chart `digest`.
+    pub fn needs_chart(&self, digest: &flotilla_core::ids::ChartDigest) -> bool {
+        self.lock()
+            .desired
+            .values()
+            .any(|d| matches!(d, Desired::Plan(p) if p.chart.digest == *digest))
+    }
+
+    /// How many plans the agent holds, as the hub last heard.
+    pub fn held_count(&self) -> usize {
+        self.lock().held.len()
+    }
+}
+
+impl AgentLink for Mailbox {
+    fn send(&self, command: Command) -> Result<(), LinkClosed> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(LinkClosed {
+                target: TargetId::Cluster(self.cluster.clone()),
+            });
+        }
+        {
+            let mut s = self.lock();
+            match command {
+                Command::Upsert(plan) => {
+                    let key = plan.object.key();
+                    let newer = match s.desired.get(&key) {
+                        Some(Desired::Plan(p)) => plan.revision > p.revision,
+                        Some(Desired::Delete(d)) => plan.revision > d.revision,
+                        None => true,
+                    };
+                    if newer {
+                        s.desired
+                            .insert(key.clone(), Desired::Plan(Arc::new(*plan)));
+                        s.pending.insert(key);
+                    }
+                }
+                Command::Delete(req) => {
+                    let key = req.object.clone();
+                    s.desired.insert(key.clone(), Desired::Delete(req));
+                    s.pending.insert(key);
+                }
+                Command::Reconcile(key) => {
+                    if matches!(s.desired.get(&key), Some(Desired::Plan(_))) {
+                        s.reconcile.insert(key);
+                    }
+                }
+                // A remote agent's life is its own: the session ends, the agent stays.
+                Command::Shutdown => return Ok(()),
+            }
+        }
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    fn connected(&self) -> bool {
+        self.session.load(Ordering::SeqCst) != 0 && !self.closed.load(Ordering::SeqCst)
+    }
+
+    fn held(&self) -> Vec<HeldPlan> {
+        self.lock().held.values().cloned().collect()
+    }
+}
+
+/// The links of registered clusters: [`Links`] for [`TargetId::Cluster`] (every other
+/// target is `None`: the controller routes those to its push links).
+#[derive(Debug)]
+pub struct RemoteLinks {
+    mailboxes: RwLock<HashMap<ClusterId, (Arc<Mailbox>, bool)>>,
+    reports: ReportSink,
+}
+
+impl RemoteLinks {
+    /// An empty registry whose mailboxes forward into `reports`.
+    pub fn new(reports: ReportSink) -> Self {
+        Self {
+            mailboxes: RwLock::new(HashMap::new()),
+            reports,
+        }
+    }
+
+    /// The mailbox of `cluster`, made when missing; `accepted` says whether
+    /// [`Links::link`] hands it out.
+    pub fn ensure(&self, cluster: &ClusterId, accepted: bool) -> Arc<Mailbox> {
+        let mut map = self
+            .mailboxes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = map.entry(cluster.clone()).or_insert_with(|| {
+            (
+                Arc::new(Mailbox::new(cluster.clone(), self.reports.clone())),
+                accepted,
+            )
+        });
+        entry.1 = accepted;
+        entry.0.clone()
+    }
+
+    /// The mailbox of `cluster`, accepted or not.
+    pub fn mailbox(&self, cluster: &ClusterId) -> Option<Arc<Mailbox>> {
+        self.mailboxes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(cluster)
+            .map(|(m, _)| m.clone())
+    }
+
+    /// Forgets `cluster` (its ManagedCluster was deleted): its mailbox is closed.
+    pub fn remove(&self, cluster: &ClusterId) {
+        let removed = self
+            .mailboxes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(cluster);
+        if let Some((m, _)) = removed {
+            m.close();
+        }
+    }
+}
+
+impl Links for RemoteLinks {
+    fn link(&self, target: &TargetId) -> Option<Arc<dyn AgentLink>> {
+        let TargetId::Cluster(id) = target else {
+            return None;
+        };
+        let map = self
+            .mailboxes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        match map.get(id) {
+            Some((m, true)) => Some(m.clone() as Arc<dyn AgentLink>),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_core::agent::StatusReport;
+    use flotilla_core::ids::{ChartDigest, PlanRevision};
+    use flotilla_core::plan::ChartArtifact;
+    use flotilla_core::release::Step;
+    use flotilla_core::spec::HelmRelease;
+    use flotilla_core::status::HelmReleaseStatus;
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    fn plan(name: &str, revision: u64) -> ReleasePlan {
+        let hr = HelmRelease::from_value(json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": name, "namespace": "apps", "generation": 1},
+            "spec": {"interval": "5m", "chartRef": {"kind": "OCIRepository", "name": "podinfo"}}
+        }))
+        .expect("a valid HelmRelease");
+        let chart = ChartArtifact {
+            name: "podinfo".into(),
+            version: "6.5.3".into(),
+            app_version: None,
+            digest: ChartDigest::of_bytes(b"podinfo"),
+            oci_digest: None,
+        };
+        ReleasePlan::from_helm_release(&hr, PlanRevision::new(revision), chart, json!({}))
+            .expect("a plan")
+    }
+
+    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<TargetReport>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Mailbox::new(ClusterId::new("edge").unwrap(), tx), rx)
+    }
+
+    fn held(p: &ReleasePlan, revision: u64, digest: Option<Digest>) -> HeldPlan {
+        HeldPlan {
+            object: p.object.key(),
+            revision: PlanRevision::new(revision),
+            chart: p.chart.digest.clone(),
+            status_digest: digest,
+        }
+    }
+
+    fn status(p: &ReleasePlan, seq: u64) -> Report {
+        Report::Status(Box::new(StatusReport {
+            object: p.object.clone(),
+            plan_revision: p.revision,
+            seq,
+            status: HelmReleaseStatus::default(),
+            step: Step::Done,
+        }))
+    }
+
+    #[test]
+    fn a_newer_plan_replaces_an_unsent_older_one() {
+        let (m, _rx) = mailbox();
+        m.send(Command::Upsert(Box::new(plan("a", 1)))).unwrap();
+        m.send(Command::Upsert(Box::new(plan("a", 2)))).unwrap();
+        m.send(Command::Upsert(Box::new(plan("a", 1)))).unwrap();
+        match m.next_outgoing() {
+            Some(Outgoing::Upsert(p)) => assert_eq!(p.revision, PlanRevision::new(2)),
+            other => panic!("expected revision 2, got {other:?}"),
+        }
+        assert_eq!(m.next_outgoing(), None);
+    }
+
+    #[test]
+    fn a_resync_sends_exactly_what_differs_and_asks_for_unknown_statuses() {
+        let (m, mut rx) = mailbox();
+        let (same, older, missing) = (plan("same", 3), plan("older", 5), plan("missing", 1));
+        for p in [&same, &older, &missing] {
+            m.send(Command::Upsert(Box::new(p.clone()))).unwrap();
+        }
+        let gone = DeleteRequest {
+            object: plan("gone", 1).object.key(),
+            revision: PlanRevision::new(2),
+            uninstall: None,
+        };
+        let still_held = DeleteRequest {
+            object: plan("held", 1).object.key(),
+            revision: PlanRevision::new(2),
+            uninstall: None,
+        };
+        m.send(Command::Delete(gone.clone())).unwrap();
+        m.send(Command::Delete(still_held.clone())).unwrap();
+        let digest = flotilla_core::agent::status_digest(&HelmReleaseStatus::default());
+        let wanted = m.resync(vec![
+            held(&same, 3, Some(digest)),
+            held(&older, 4, None),
+            held(&plan("held", 1), 1, None),
+        ]);
+        assert_eq!(wanted, vec![same.object.key()]);
+        let mut sent = Vec::new();
+        while let Some(o) = m.next_outgoing() {
+            sent.push(o);
+        }
+        assert_eq!(
+            sent,
+            vec![
+                Outgoing::Delete(still_held),
+                Outgoing::Upsert(Arc::new(missing)),
+                Outgoing::Upsert(Arc::new(older)),
+            ]
+        );
+        // The deletion the agent no longer holds is confirmed at once.
+        let confirmed = rx.try_recv().expect("a Deleted report");
+        assert!(
+            matches!(confirmed.report, Report::Deleted { ref object, .. } if *object == gone.object)
+        );
+    }
+
+    #[test]
+    fn reports_are_forwarded_only_for_releases_the_cluster_was_given_and_tagged_with_it() {
+        let (m, mut rx) = mailbox();
+        let given = plan("given", 1);
+        m.send(Command::Upsert(Box::new(given.clone()))).unwrap();
+        assert!(m.report(status(&given, 1)));
+        let r = rx.try_recv().unwrap();
+        assert_eq!(r.target, TargetId::Cluster(ClusterId::new("edge").unwrap()));
+        assert!(!m.report(status(&plan("foreign", 1), 1)));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn links_hand_out_a_cluster_only_while_it_is_accepted_and_never_other_targets() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let links = RemoteLinks::new(tx);
+        let id = ClusterId::new("edge").unwrap();
+        links.ensure(&id, false);
+        assert!(links.link(&TargetId::Cluster(id.clone())).is_none());
+        links.ensure(&id, true);
+        let link = links
+            .link(&TargetId::Cluster(id.clone()))
+            .expect("accepted");
+        assert!(!link.connected());
+        assert!(links.link(&TargetId::Local).is_none());
+        links.remove(&id);
+        assert!(link.send(Command::Upsert(Box::new(plan("a", 1)))).is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! The hub's end of the hub–agent session: registration with bootstrap tokens, mutual TLS,
+//! ManagedCluster admission, resync, and the [`crate::link::Links`] of registered clusters.
+//!
+//! ```text
+//! flotilla token create            -> tokens::create (Secret flotilla-token-<id>)
+//! agent: Register(token, CSR)      -> tokens::redeem -> ManagedCluster (pending | accepted)
+//!                                  -> pki::HubCa::sign_client (URI SAN spiffe://flotilla/cluster/<name>)
+//! agent: Session (mTLS)            -> server::IdentityLayer (certificate -> ClusterIdentity, admission)
+//!                                  -> Hello -> Mailbox::resync -> upserts/deletes -> ResyncComplete
+//!                                  -> plans down, acks/reports up, pings both ways
+//! agent: GetChart(digest, offset)  -> ChartArchives (charts of the cluster's own plans only)
+//! controller: Links::link(Cluster) -> mailbox::RemoteLinks -> Mailbox (AgentLink)
+//! ```
+//!
+//! [`SessionHub::start`] loads (or creates) the CA, watches ManagedClusters, and serves the
+//! `Hub` gRPC service on a listener. The HelmRelease controller uses
+//! [`SessionHub::links`] as the [`crate::link::Links`] of `TargetId::Cluster` targets and
+//! reads every cluster's reports from the [`crate::link::ReportSink`] it passed in.
+//!
+//! Secrets: tokens, keys and plan values never appear in a log line; the token and CA key
+//! types redact themselves in Debug output.
+
+pub mod cluster_status;
+pub mod mailbox;
+pub mod pki;
+pub mod registry;
+pub mod server;
+pub mod tokens;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use flotilla_proto::v1::hub_server::HubServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+pub use mailbox::{Mailbox, RemoteLinks};
+pub use pki::{CaPin, ClusterIdentity, HubCa};
+pub use registry::Registry;
+
+use crate::link::ReportSink;
+
+/// Where `GetChart` finds chart archives by digest (the hub's artifact store).
+pub trait ChartArchives: Send + Sync + std::fmt::Debug {
+    /// The archive whose sha256 is `digest`, if the hub has it.
+    fn archive<'a>(
+        &'a self,
+        digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>>;
+}
+
+/// No archives: `GetChart` answers `NOT_FOUND`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoArchives;
+
+impl ChartArchives for NoArchives {
+    fn archive<'a>(
+        &'a self,
+        _digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        Box::pin(async { None })
+    }
+}
+
+/// How the session server runs.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The hub's namespace: the CA Secret and bootstrap tokens live here.
+    pub namespace: String,
+    /// Name of the CA Secret (`kubernetes.io/tls`).
+    pub ca_secret: String,
+    /// DNS names and IP addresses of the server certificate.
+    pub server_sans: Vec<String>,
+    /// Lifetime of the client certificates issued.
+    pub client_cert_lifetime: Duration,
+    /// How often the hub pings an agent.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a session is ended (also the wait for the Hello).
+    pub heartbeat_timeout: Duration,
+    /// How often a session writes the ManagedCluster's heartbeat and plans held.
+    pub status_interval: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "flotilla-system".into(),
+            ca_secret: "flotilla-hub-ca".into(),
+            server_sans: vec!["localhost".into(), "127.0.0.1".into()],
+            client_cert_lifetime: pki::DEFAULT_CLIENT_LIFETIME,
+            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(35),
+            status_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the session server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The CA could not be loaded or made.
+    #[error("the hub CA")]
+    Pki(#[from] pki::PkiError),
+    /// The TLS configuration was refused.
+    #[error("configuring TLS")]
+    Tls(#[source] tonic::transport::Error),
+    /// The listener's address could not be read.
+    #[error("reading the listener's address")]
+    Listener(#[source] std::io::Error),
+}
+
+/// The running session server.
+#[derive(Debug)]
+pub struct SessionHub {
+    links: Arc<RemoteLinks>,
+    registry: Arc<Registry>,
+    ca: Arc<HubCa>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    stopping: tokio::sync::watch::Sender<bool>,
+    server: JoinHandle<()>,
+    watch: JoinHandle<()>,
+}
+
+impl SessionHub {
+    /// Loads or creates the CA, starts watching ManagedClusters and serves on `listener`.
+    /// Reports of every cluster go into `reports`; `GetChart` serves from `charts`.
+    pub async fn start(
+        client: kube::Client,
+        config: SessionConfig,
+        listener: TcpListener,
+        reports: ReportSink,
+        charts: Arc<dyn ChartArchives>,
+    ) -> Result<Self, StartError> {
+        let ca = Arc::new(
+            HubCa::load_or_create(client.clone(), &config.namespace, &config.ca_secret).await?,
+        );
+        let server_cert = ca.server_certificate(&config.server_sans)?;
+        let links = Arc::new(RemoteLinks::new(reports));
+        let registry = Arc::new(Registry::new(links.clone()));
+        let watch = tokio::spawn(registry.clone().run(client.clone()));
+        let addr = listener.local_addr().map_err(StartError::Listener)?;
+        let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+        let service = server::HubService {
+            stopping: stopping_rx,
+            charts,
+            client,
+            config: Arc::new(config),
+            ca: ca.clone(),
+            registry: registry.clone(),
+            links: links.clone(),
+            sessions: Arc::new(AtomicU64::new(0)),
+        };
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(
+                &server_cert.cert_pem,
+                &server_cert.key_pem,
+            ))
+            .client_ca_root(Certificate::from_pem(ca.cert_pem()))
+            .client_auth_optional(true);
+        // One service, no router: the Hub service answers unknown paths itself.
+        let server = Server::builder()
+            .tls_config(tls)
+            .map_err(StartError::Tls)?
+            .layer(server::IdentityLayer::new(registry.clone()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let incoming = TcpListenerStream::new(listener);
+            if let Err(e) = server
+                .serve_with_incoming_shutdown(HubServer::new(service), incoming, async {
+                    let _ = stopped.await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "the session server stopped");
+            }
+        });
+        tracing::info!(%addr, pin = %ca.pin(), "serving agent sessions");
+        Ok(Self {
+            links,
+            registry,
+            ca,
+            addr,
+            stop: Some(stop),
+            stopping,
+            server,
+            watch,
+        })
+    }
+
+    /// The links of registered clusters (the controller's `Links` for
+    /// `TargetId::Cluster`).
+    pub fn links(&self) -> Arc<RemoteLinks> {
+        self.links.clone()
+    }
+
+    /// The ManagedCluster registry.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// The CA.
+    pub fn ca(&self) -> Arc<HubCa> {
+        self.ca.clone()
+    }
+
+    /// The address served.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving (sessions end) and watching.
+    pub async fn stop(mut self) {
+        self.stopping.send_replace(true);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.watch.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.server).await;
+        self.server.abort();
+    }
+}
+
+impl Drop for SessionHub {
+    fn drop(&mut self) {
+        self.stopping.send_replace(true);
+        self.watch.abort();
+        self.server.abort();
+    }
+}

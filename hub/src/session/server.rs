@@ -1,0 +1,736 @@
+//! The gRPC service agents dial: `Register`, `Session` and `GetChart`, behind TLS with
+//! optional client certificates and the [`IdentityLayer`].
+//!
+//! - **TLS**: the server certificate is issued by the hub CA; a client certificate, when
+//!   presented, must chain to the hub CA or the handshake fails. `Register` needs none.
+//! - **[`IdentityLayer`]**: turns the verified peer certificate into a [`ClusterIdentity`]
+//!   once per request, puts it in the request's extensions, and refuses every RPC but
+//!   `Register` whose certificate names no cluster or a cluster the [`Registry`] does not
+//!   admit (unknown, other incarnation, deleting, not accepted).
+//! - **Register**: token → ManagedCluster (created pending, or accepted when the token
+//!   auto-accepts; an existing one must carry the same cluster UID) → client certificate
+//!   once accepted; `STATE_PENDING` until then (the agent polls).
+//! - **Session**: Hello first (within the heartbeat timeout), the resync ([`Mailbox::resync`],
+//!   then `ResyncComplete`), then plans as they come, pings every heartbeat interval, and
+//!   reports forwarded through the mailbox. It ends when the agent goes away or is silent
+//!   past the heartbeat timeout, when another session of the cluster replaces it, and within
+//!   moments of its ManagedCluster being un-accepted or deleted.
+//! - **GetChart**: an archive by digest, in 256 KiB chunks from a given offset (an
+//!   interrupted transfer resumes where it stopped); only charts of the cluster's own plans.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use flotilla_api::ManagedCluster;
+use flotilla_api::fleet::ConnectionState;
+use flotilla_core::agent::HeldPlan;
+use flotilla_core::ids::ClusterId;
+use flotilla_core::meta::ConditionStatus;
+use flotilla_proto::session::{key_ref, report_from_message};
+use flotilla_proto::v1::hub_server::Hub;
+use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
+use kube::Api;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::server::NamedService as _;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::SessionConfig;
+use super::cluster_status::{self, StatusUpdate};
+use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
+use super::pki::{ClusterIdentity, HubCa};
+use super::registry::Registry;
+use super::tokens::{self, TokenError};
+
+/// Capacity of a session's outgoing queue (messages built, not yet written).
+const OUTGOING_CAPACITY: usize = 16;
+
+/// Size of a `GetChart` chunk.
+const CHART_CHUNK: usize = 256 << 10;
+
+/// The `Hub` service.
+#[derive(Clone)]
+pub struct HubService {
+    pub(crate) client: kube::Client,
+    pub(crate) config: Arc<SessionConfig>,
+    pub(crate) ca: Arc<HubCa>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) links: Arc<RemoteLinks>,
+    pub(crate) sessions: Arc<AtomicU64>,
+    /// Turns true when the hub stops: every session ends.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+    pub(crate) charts: Arc<dyn super::ChartArchives>,
+}
+
+impl std::fmt::Debug for HubService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubService")
+            .field("config", &self.config)
+            .field("ca", &self.ca)
+            .finish_non_exhaustive()
+    }
+}
+
+fn token_status(e: TokenError) -> Status {
+    match &e {
+        TokenError::Malformed | TokenError::Invalid { .. } => {
+            Status::unauthenticated(e.to_string())
+        }
+        TokenError::Expired { .. }
+        | TokenError::UsedUp { .. }
+        | TokenError::ClusterNotAllowed { .. } => Status::permission_denied(e.to_string()),
+        TokenError::BadSecret { .. } => Status::failed_precondition(e.to_string()),
+        TokenError::Random | TokenError::Kube { .. } => Status::unavailable(e.to_string()),
+    }
+}
+
+fn kube_status(what: &str, e: kube::Error) -> Status {
+    Status::unavailable(format!("{what}: {e}"))
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl HubService {
+    fn clusters(&self) -> Api<ManagedCluster> {
+        Api::all(self.client.clone())
+    }
+
+    async fn do_register(&self, req: v1::RegisterRequest) -> Result<v1::RegisterResponse, Status> {
+        if req.cluster_name.is_empty() {
+            return Err(Status::invalid_argument("cluster_name is required"));
+        }
+        let cluster = ClusterId::new(req.cluster_name.clone())
+            .map_err(|e| Status::invalid_argument(format!("cluster_name: {e}")))?;
+        if req.cluster_uid.is_empty() {
+            return Err(Status::invalid_argument(
+                "cluster_uid (the kube-system namespace UID) is required",
+            ));
+        }
+        let grant = tokens::redeem(
+            self.client.clone(),
+            &self.config.namespace,
+            &req.bootstrap_token,
+            cluster.as_str(),
+        )
+        .await
+        .map_err(|e| {
+            tracing::info!(cluster = %cluster, reason = e.kind(), "registration refused");
+            token_status(e)
+        })?;
+        let api = self.clusters();
+        let mut mc = match api
+            .get_opt(cluster.as_str())
+            .await
+            .map_err(|e| kube_status("reading the ManagedCluster", e))?
+        {
+            Some(mc) => mc,
+            None => {
+                let mc = ManagedCluster {
+                    metadata: ObjectMeta {
+                        name: Some(cluster.to_string()),
+                        annotations: Some(
+                            [(
+                                "fleet.flotilla.dev/bootstrap-token-id".to_owned(),
+                                grant.token_id.clone(),
+                            )]
+                            .into(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: flotilla_api::ManagedClusterSpec {
+                        accepted: grant.auto_accept,
+                    },
+                    status: None,
+                };
+                match api.create(&PostParams::default(), &mc).await {
+                    Ok(mc) => {
+                        tracing::info!(cluster = %cluster, accepted = grant.auto_accept, "created a ManagedCluster");
+                        mc
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => api
+                        .get(cluster.as_str())
+                        .await
+                        .map_err(|e| kube_status("reading the ManagedCluster", e))?,
+                    Err(e) => return Err(kube_status("creating the ManagedCluster", e)),
+                }
+            }
+        };
+        let known_uid = mc.status.as_ref().and_then(|s| s.cluster_uid.clone());
+        if let Some(uid) = &known_uid
+            && *uid != req.cluster_uid
+        {
+            return Err(Status::already_exists(format!(
+                "ManagedCluster {cluster} belongs to another cluster (its kube-system namespace UID differs)"
+            )));
+        }
+        if mc.metadata.deletion_timestamp.is_some() {
+            return Err(Status::failed_precondition(format!(
+                "ManagedCluster {cluster} is being deleted"
+            )));
+        }
+        if grant.auto_accept && !mc.spec.accepted {
+            mc = api
+                .patch(
+                    cluster.as_str(),
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"accepted": true}})),
+                )
+                .await
+                .map_err(|e| kube_status("accepting the ManagedCluster", e))?;
+        }
+        self.registry.apply(&mc);
+        let mut update = StatusUpdate {
+            cluster_uid: known_uid.is_none().then(|| req.cluster_uid.clone()),
+            agent_version: (!req.agent_version.is_empty()).then(|| req.agent_version.clone()),
+            ..StatusUpdate::default()
+        };
+        if !mc.spec.accepted {
+            update.joined = Some((
+                ConditionStatus::False,
+                "Pending",
+                "registered; waiting for the cluster to be accepted".into(),
+            ));
+            cluster_status::write(&api, cluster.as_str(), update).await;
+            return Ok(v1::RegisterResponse {
+                state: register_response::State::Pending.into(),
+                ca_pem: self.ca.cert_pem().as_bytes().to_vec(),
+                cluster_id: cluster.to_string(),
+                message: format!(
+                    "ManagedCluster {cluster} waits for an administrator: flotilla cluster accept {cluster} (or set spec.accepted)"
+                ),
+                ..Default::default()
+            });
+        }
+        let uid = mc
+            .metadata
+            .uid
+            .clone()
+            .ok_or_else(|| Status::internal("the ManagedCluster has no uid"))?;
+        let csr = std::str::from_utf8(&req.csr_pem)
+            .map_err(|_| Status::invalid_argument("csr_pem is not PEM text"))?;
+        let issued = self
+            .ca
+            .sign_client(csr, &cluster, &uid, self.config.client_cert_lifetime)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        update.certificate_expiry = Some(cluster_status::at(unix_secs(issued.not_after)));
+        update.joined = Some((
+            ConditionStatus::True,
+            "CertificateIssued",
+            "the agent registered and holds a client certificate".into(),
+        ));
+        cluster_status::write(&api, cluster.as_str(), update).await;
+        tracing::info!(cluster = %cluster, "issued a client certificate");
+        Ok(v1::RegisterResponse {
+            state: register_response::State::Accepted.into(),
+            certificate_pem: issued.pem.into_bytes(),
+            ca_pem: self.ca.cert_pem().as_bytes().to_vec(),
+            cluster_id: cluster.to_string(),
+            message: String::new(),
+        })
+    }
+}
+
+fn outgoing_message(o: Outgoing) -> v1::HubMessage {
+    let kind = match o {
+        Outgoing::Upsert(plan) => hub_message::Kind::PlanUpsert(v1::PlanUpsert {
+            plan: Some((*plan).clone().into()),
+        }),
+        Outgoing::Delete(d) => hub_message::Kind::PlanDelete(d.into()),
+        Outgoing::Reconcile(key) => hub_message::Kind::Reconcile(v1::ReconcileRequest {
+            object: Some(key_ref(&key)),
+        }),
+    };
+    v1::HubMessage { kind: Some(kind) }
+}
+
+/// One session: its cluster, mailbox and channels.
+struct Session {
+    id: u64,
+    identity: ClusterIdentity,
+    mailbox: Arc<Mailbox>,
+    tx: mpsc::Sender<Result<v1::HubMessage, Status>>,
+    service: HubService,
+}
+
+impl Session {
+    async fn send(&self, kind: hub_message::Kind) -> Result<(), ()> {
+        self.tx
+            .send(Ok(v1::HubMessage { kind: Some(kind) }))
+            .await
+            .map_err(|_| ())
+    }
+
+    async fn end(&self, status: Status) {
+        let _ = self.tx.send(Err(status)).await;
+    }
+
+    async fn run(self, mut inbound: Streaming<v1::AgentMessage>) {
+        let cluster = self.identity.cluster.clone();
+        let config = self.service.config.clone();
+        let api = self.service.clusters();
+        // The Hello.
+        let hello = match tokio::time::timeout(config.heartbeat_timeout, inbound.message()).await {
+            Ok(Ok(Some(v1::AgentMessage {
+                kind: Some(agent_message::Kind::Hello(hello)),
+            }))) => hello,
+            Ok(Ok(Some(_))) => {
+                return self
+                    .end(Status::invalid_argument(
+                        "the first message of a session must be a Hello",
+                    ))
+                    .await;
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => return,
+            Err(_) => {
+                return self
+                    .end(Status::deadline_exceeded(
+                        "no Hello within the heartbeat timeout",
+                    ))
+                    .await;
+            }
+        };
+        // The certificate is used from the cluster it was issued to (an identity Secret
+        // restored into another cluster is refused, not mistaken for the original).
+        match api.get_opt(cluster.as_str()).await {
+            Ok(Some(mc)) => {
+                let known = mc.status.and_then(|s| s.cluster_uid);
+                if let Some(uid) = known
+                    && uid != hello.cluster_uid
+                {
+                    tracing::info!(cluster = %cluster, "refused a session from another cluster");
+                    return self
+                        .end(Status::permission_denied(format!(
+                            "the certificate of cluster {cluster} is used from another cluster (its kube-system namespace UID differs)"
+                        )))
+                        .await;
+                }
+            }
+            Ok(None) => {
+                return self
+                    .end(Status::permission_denied(format!(
+                        "ManagedCluster {cluster} does not exist"
+                    )))
+                    .await;
+            }
+            Err(e) => {
+                return self
+                    .end(Status::unavailable(format!(
+                        "reading ManagedCluster {cluster}: {e}"
+                    )))
+                    .await;
+            }
+        }
+        let mut held = Vec::with_capacity(hello.held_plans.len());
+        for h in hello.held_plans {
+            match HeldPlan::try_from(h) {
+                Ok(h) => held.push(h),
+                Err(e) => {
+                    return self
+                        .end(Status::invalid_argument(format!("hello: {e}")))
+                        .await;
+                }
+            }
+        }
+        self.mailbox.attach(self.id);
+        let wanted = self.mailbox.resync(held);
+        tracing::info!(cluster = %cluster, session = self.id, held = self.mailbox.held_count(), "session up");
+        cluster_status::write(
+            &api,
+            cluster.as_str(),
+            StatusUpdate {
+                agent_version: Some(hello.agent_version.clone()).filter(|v| !v.is_empty()),
+                kubernetes_version: Some(hello.kubernetes_version.clone())
+                    .filter(|v| !v.is_empty()),
+                certificate_expiry: Some(cluster_status::at(unix_secs(self.identity.not_after))),
+                plans_held: i64::try_from(self.mailbox.held_count()).ok(),
+                heartbeat: true,
+                connection: Some(ConnectionState::Connected),
+                ..StatusUpdate::default()
+            },
+        )
+        .await;
+        // The difference, then ResyncComplete.
+        while let Some(o) = self.mailbox.next_outgoing() {
+            if self
+                .send(outgoing_message(o).kind.expect("built with a kind"))
+                .await
+                .is_err()
+            {
+                return self.finish(&api).await;
+            }
+        }
+        let complete = hub_message::Kind::ResyncComplete(v1::ResyncComplete {
+            status_wanted: wanted.iter().map(key_ref).collect(),
+        });
+        if self.send(complete).await.is_err() {
+            return self.finish(&api).await;
+        }
+        let mut admission = self.service.registry.subscribe();
+        let mut stopping = self.service.stopping.clone();
+        let mut ping = tokio::time::interval(config.heartbeat_interval);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut status_tick = tokio::time::interval(config.status_interval);
+        status_tick.tick().await;
+        let mut last_heard = tokio::time::Instant::now();
+        let mut nonce = 0u64;
+        loop {
+            // Drain what is pending, as far as the queue takes it.
+            let mut full = false;
+            loop {
+                match self.tx.try_reserve() {
+                    Ok(permit) => match self.mailbox.next_outgoing() {
+                        Some(o) => permit.send(Ok(outgoing_message(o))),
+                        None => break,
+                    },
+                    Err(mpsc::error::TrySendError::Full(())) => {
+                        full = true;
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(())) => {
+                        return self.finish(&api).await;
+                    }
+                }
+            }
+            if !self.mailbox.is_attached(self.id) {
+                self.end(Status::aborted(
+                    "another session of this cluster replaced this one",
+                ))
+                .await;
+                break;
+            }
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(m)) => {
+                        last_heard = tokio::time::Instant::now();
+                        if let Err(status) = self.handle(m).await {
+                            self.end(status).await;
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => break,
+                },
+                () = self.mailbox.changed(), if !full => {}
+                // Room again in a full queue: loop to drain.
+                permit = self.tx.reserve(), if full => {
+                    if permit.is_err() {
+                        break;
+                    }
+                }
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > config.heartbeat_timeout {
+                        tracing::info!(cluster = %cluster, session = self.id, "agent silent past the heartbeat timeout");
+                        self.end(Status::deadline_exceeded("no message from the agent within the heartbeat timeout")).await;
+                        break;
+                    }
+                    nonce += 1;
+                    let _ = self.tx.try_send(Ok(v1::HubMessage { kind: Some(hub_message::Kind::Ping(v1::Ping { nonce })) }));
+                }
+                _ = status_tick.tick() => {
+                    cluster_status::write(&api, cluster.as_str(), StatusUpdate {
+                        heartbeat: true,
+                        plans_held: i64::try_from(self.mailbox.held_count()).ok(),
+                        ..StatusUpdate::default()
+                    }).await;
+                }
+                () = async { let _ = stopping.wait_for(|s| *s).await; } => {
+                    self.end(Status::unavailable("the hub is stopping")).await;
+                    break;
+                }
+                changed = admission.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    if let Err(refusal) = self.service.registry.admits(&self.identity) {
+                        tracing::info!(cluster = %cluster, session = self.id, %refusal, "ending the session");
+                        self.end(Status::permission_denied(refusal.to_string())).await;
+                        break;
+                    }
+                }
+                () = self.tx.closed() => break,
+            }
+        }
+        self.finish(&api).await;
+    }
+
+    async fn finish(&self, api: &Api<ManagedCluster>) {
+        let was_attached = self.mailbox.is_attached(self.id);
+        self.mailbox.detach(self.id);
+        tracing::info!(cluster = %self.identity.cluster, session = self.id, "session down");
+        if was_attached && self.service.registry.get(&self.identity.cluster).is_some() {
+            cluster_status::write(
+                api,
+                self.identity.cluster.as_str(),
+                StatusUpdate {
+                    connection: Some(ConnectionState::Disconnected),
+                    plans_held: i64::try_from(self.mailbox.held_count()).ok(),
+                    ..StatusUpdate::default()
+                },
+            )
+            .await;
+        }
+    }
+
+    async fn handle(&self, message: v1::AgentMessage) -> Result<(), Status> {
+        let Some(kind) = message.kind else {
+            return Ok(());
+        };
+        match kind {
+            agent_message::Kind::Hello(_) => {
+                return Err(Status::invalid_argument("a session has one Hello, first"));
+            }
+            agent_message::Kind::Ping(p) => {
+                let _ = self.tx.try_send(Ok(v1::HubMessage {
+                    kind: Some(hub_message::Kind::Pong(v1::Pong { nonce: p.nonce })),
+                }));
+            }
+            agent_message::Kind::Pong(_) => {}
+            agent_message::Kind::Ack(a) => {
+                let key = flotilla_proto::session::object_key("ack.object", a.object)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                self.mailbox
+                    .acked(key, flotilla_core::ids::PlanRevision::new(a.revision));
+            }
+            agent_message::Kind::Renew(r) => {
+                let csr = std::str::from_utf8(&r.csr_pem)
+                    .map_err(|_| Status::invalid_argument("renew.csr_pem is not PEM text"))?;
+                let issued = self
+                    .service
+                    .ca
+                    .sign_client(
+                        csr,
+                        &self.identity.cluster,
+                        &self.identity.incarnation,
+                        self.service.config.client_cert_lifetime,
+                    )
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                tracing::info!(cluster = %self.identity.cluster, "renewed the client certificate");
+                cluster_status::write(
+                    &self.service.clusters(),
+                    self.identity.cluster.as_str(),
+                    StatusUpdate {
+                        certificate_expiry: Some(cluster_status::at(unix_secs(issued.not_after))),
+                        ..StatusUpdate::default()
+                    },
+                )
+                .await;
+                self.send(hub_message::Kind::Certificate(v1::CertificateRenewed {
+                    certificate_pem: issued.pem.into_bytes(),
+                }))
+                .await
+                .map_err(|()| Status::cancelled("session closed"))?;
+            }
+            other => match report_from_message(other) {
+                Some(Ok(report)) => {
+                    let key = report.object();
+                    if !self.mailbox.report(report) {
+                        tracing::warn!(
+                            cluster = %self.identity.cluster,
+                            object = %key,
+                            "dropped a report for a HelmRelease this cluster was not given"
+                        );
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(cluster = %self.identity.cluster, error = %e, "dropped an invalid report");
+                }
+                None => {}
+            },
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Hub for HubService {
+    async fn register(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::RegisterResponse>, Status> {
+        self.do_register(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    type SessionStream = ReceiverStream<Result<v1::HubMessage, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let identity = request
+            .extensions()
+            .get::<ClusterIdentity>()
+            .cloned()
+            .ok_or_else(|| {
+                Status::unauthenticated("a session needs the client certificate the hub issued")
+            })?;
+        let mailbox = self.links.mailbox(&identity.cluster).ok_or_else(|| {
+            Status::permission_denied(format!("ManagedCluster {} is not known", identity.cluster))
+        })?;
+        let (tx, rx) = mpsc::channel(OUTGOING_CAPACITY);
+        let session = Session {
+            id: self.sessions.fetch_add(1, Ordering::SeqCst) + 1,
+            identity,
+            mailbox,
+            tx,
+            service: self.clone(),
+        };
+        tokio::spawn(session.run(request.into_inner()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type GetChartStream = ReceiverStream<Result<v1::ChartChunk, Status>>;
+
+    async fn get_chart(
+        &self,
+        request: Request<v1::GetChartRequest>,
+    ) -> Result<Response<Self::GetChartStream>, Status> {
+        let identity = request
+            .extensions()
+            .get::<ClusterIdentity>()
+            .cloned()
+            .ok_or_else(|| {
+                Status::unauthenticated("GetChart needs the client certificate the hub issued")
+            })?;
+        let request = request.into_inner();
+        let digest = flotilla_core::ids::ChartDigest::new(request.digest)
+            .map_err(|e| Status::invalid_argument(format!("digest: {e}")))?;
+        // A cluster gets the charts of its own plans only.
+        let given = self
+            .links
+            .mailbox(&identity.cluster)
+            .is_some_and(|m| m.needs_chart(&digest));
+        if !given {
+            return Err(Status::not_found(format!(
+                "chart {digest}: not in a plan of cluster {}",
+                identity.cluster
+            )));
+        }
+        let archive = self.charts.archive(&digest).await.ok_or_else(|| {
+            Status::not_found(format!("chart {digest}: the hub does not hold it"))
+        })?;
+        let offset = usize::try_from(request.offset).unwrap_or(usize::MAX);
+        if offset > archive.len() {
+            return Err(Status::out_of_range(format!(
+                "offset {offset} is past the end of chart {digest} ({} bytes)",
+                archive.len()
+            )));
+        }
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let total_size = archive.len() as u64;
+            let mut first = true;
+            let mut at = offset;
+            loop {
+                let end = (at + CHART_CHUNK).min(archive.len());
+                let chunk = v1::ChartChunk {
+                    data: archive[at..end].to_vec(),
+                    total_size: if first { total_size } else { 0 },
+                };
+                first = false;
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+                at = end;
+                if at >= archive.len() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// The tower layer turning a verified client certificate into a [`ClusterIdentity`].
+#[derive(Debug, Clone)]
+pub struct IdentityLayer {
+    registry: Arc<Registry>,
+}
+
+impl IdentityLayer {
+    /// A layer admitting by `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+}
+
+impl<S> tower::Layer<S> for IdentityLayer {
+    type Service = IdentityService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdentityService {
+            inner,
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+/// The service of [`IdentityLayer`].
+#[derive(Debug, Clone)]
+pub struct IdentityService<S> {
+    inner: S,
+    registry: Arc<Registry>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for IdentityService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let register_path = format!(
+            "/{}/Register",
+            flotilla_proto::v1::hub_server::HubServer::<HubService>::NAME
+        );
+        let is_register = req.uri().path() == register_path;
+        let cert = req
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(|i| i.peer_certs())
+            .and_then(|certs| certs.first().map(|c| c.as_ref().to_vec()));
+        if let Some(der) = cert {
+            match ClusterIdentity::from_der(&der) {
+                Ok(identity) => {
+                    if !is_register && let Err(refusal) = self.registry.admits(&identity) {
+                        tracing::info!(cluster = %identity.cluster, %refusal, "refused a client certificate");
+                        let response = Status::permission_denied(refusal.to_string()).into_http();
+                        return Box::pin(async move { Ok(response) });
+                    }
+                    req.extensions_mut().insert(identity);
+                }
+                Err(e) if !is_register => {
+                    let response = Status::unauthenticated(e.to_string()).into_http();
+                    return Box::pin(async move { Ok(response) });
+                }
+                Err(_) => {}
+            }
+        }
+        // The clone is ready only after poll_ready; swap so the ready one serves this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move { inner.call(req).await })
+    }
+}

@@ -1,0 +1,471 @@
+//! Bootstrap tokens: how an agent proves, once, that an administrator invited it.
+//!
+//! A token is `<id>.<secret>` in kubeadm's format (`[a-z0-9]{6}.[a-z0-9]{16}`). It lives in
+//! the hub's namespace as the Secret `flotilla-token-<id>` of type
+//! `bootstrap.flotilla.dev/token`, with the keys:
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `token-id`, `token-secret` | the two halves |
+//! | `expiration` | RFC 3339; absent: never expires |
+//! | `usages-remaining` | how many clusters may still join with it; absent: unlimited |
+//! | `auto-accept` | `"true"`: ManagedClusters it creates are accepted at once |
+//! | `cluster-name` | when set, the only ManagedCluster name it may register |
+//! | `registered-clusters` | comma-separated names that joined with it (a pending agent's retries do not spend a use again) |
+//!
+//! [`redeem`] checks a presented token (the secret compared in constant time) and spends one
+//! use for a new cluster, with optimistic concurrency on the Secret. Refusals say which rule
+//! failed ([`TokenError`]); neither the secret nor the token is ever put in an error, a log
+//! line or a Debug output ([`BootstrapToken`]'s Debug shows the id only).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, PostParams};
+use ring::rand::SecureRandom as _;
+use subtle::ConstantTimeEq as _;
+
+/// The Secret type of bootstrap tokens.
+pub const SECRET_TYPE: &str = "bootstrap.flotilla.dev/token";
+/// The name prefix of bootstrap token Secrets.
+pub const SECRET_PREFIX: &str = "flotilla-token-";
+
+const ID_LEN: usize = 6;
+const SECRET_LEN: usize = 16;
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// A bootstrap token (`<id>.<secret>`). Its Debug shows the id only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    id: String,
+    secret: String,
+}
+
+impl std::fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapToken")
+            .field("id", &self.id)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+fn is_token_part(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+impl BootstrapToken {
+    /// A new random token.
+    pub fn generate() -> Result<Self, TokenError> {
+        let rng = ring::rand::SystemRandom::new();
+        let pick = |n: usize| -> Result<String, TokenError> {
+            let mut out = String::with_capacity(n);
+            while out.len() < n {
+                let mut b = [0u8; 1];
+                rng.fill(&mut b).map_err(|_| TokenError::Random)?;
+                // Rejection sampling keeps the alphabet uniform (252 = 7 * 36).
+                if b[0] < 252 {
+                    out.push(char::from(ALPHABET[usize::from(b[0]) % ALPHABET.len()]));
+                }
+            }
+            Ok(out)
+        };
+        Ok(Self {
+            id: pick(ID_LEN)?,
+            secret: pick(SECRET_LEN)?,
+        })
+    }
+
+    /// Parses `<id>.<secret>`; the error never contains the input.
+    pub fn parse(s: &str) -> Result<Self, TokenError> {
+        let (id, secret) = s.split_once('.').ok_or(TokenError::Malformed)?;
+        if !is_token_part(id, ID_LEN) || !is_token_part(secret, SECRET_LEN) {
+            return Err(TokenError::Malformed);
+        }
+        Ok(Self {
+            id: id.to_owned(),
+            secret: secret.to_owned(),
+        })
+    }
+
+    /// The public half.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The whole token, `<id>.<secret>`: secret, for the agent's join command only.
+    pub fn expose(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+
+    /// The name of the token's Secret.
+    pub fn secret_name(&self) -> String {
+        format!("{SECRET_PREFIX}{}", self.id)
+    }
+}
+
+/// Why a token was refused or could not be handled. The messages go back to the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Not `[a-z0-9]{6}.[a-z0-9]{16}`.
+    #[error(
+        "the bootstrap token is malformed: expected <6 lower-case letters or digits>.<16 lower-case letters or digits>"
+    )]
+    Malformed,
+    /// No token with this id, or the secret does not match (not told apart, so a guess
+    /// learns nothing about which ids exist).
+    #[error("bootstrap token {id} is not valid: no such token, or a wrong secret")]
+    Invalid {
+        /// The token id.
+        id: String,
+    },
+    /// Past its expiration.
+    #[error("bootstrap token {id} expired at {expiration}")]
+    Expired {
+        /// The token id.
+        id: String,
+        /// When it expired.
+        expiration: String,
+    },
+    /// No uses left.
+    #[error("bootstrap token {id} is used up: every use it allowed has been spent")]
+    UsedUp {
+        /// The token id.
+        id: String,
+    },
+    /// The token is bound to another cluster name.
+    #[error("bootstrap token {id} may only register cluster {allowed:?}, not {requested:?}")]
+    ClusterNotAllowed {
+        /// The token id.
+        id: String,
+        /// The name the token allows.
+        allowed: String,
+        /// The name asked for.
+        requested: String,
+    },
+    /// The token's Secret holds something unreadable.
+    #[error("bootstrap token {id}: its Secret's {key:?} is invalid")]
+    BadSecret {
+        /// The token id.
+        id: String,
+        /// The key at fault.
+        key: &'static str,
+    },
+    /// The system random source failed.
+    #[error("the system random source failed")]
+    Random,
+    /// The Kubernetes API failed.
+    #[error("bootstrap token {id}: {source}")]
+    Kube {
+        /// The token id.
+        id: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl TokenError {
+    /// A bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::Invalid { .. } => "invalid",
+            Self::Expired { .. } => "expired",
+            Self::UsedUp { .. } => "usedUp",
+            Self::ClusterNotAllowed { .. } => "clusterNotAllowed",
+            Self::BadSecret { .. } => "badSecret",
+            Self::Random => "random",
+            Self::Kube { .. } => "kube",
+        }
+    }
+
+    /// Whether the agent should retry with the same token (the hub could not check it).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Kube { .. } | Self::Random)
+    }
+}
+
+/// What `flotilla token create` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct TokenOptions {
+    /// How long the token is valid; `None`: forever.
+    pub ttl: Option<Duration>,
+    /// How many clusters may join with it; `None`: unlimited.
+    pub uses: Option<u32>,
+    /// ManagedClusters it creates are accepted at once.
+    pub auto_accept: bool,
+    /// The only cluster name it may register.
+    pub cluster_name: Option<String>,
+}
+
+/// What a redeemed token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The token id (for the ManagedCluster's annotation and logs).
+    pub token_id: String,
+    /// Accept the ManagedCluster at once.
+    pub auto_accept: bool,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let dt = time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or(0))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    dt.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let dt = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    let secs = u64::try_from(dt.unix_timestamp()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// The agent's join command for a token, as `flotilla token create` prints it (the one
+/// place a token is shown: to the administrator, never in a log).
+pub fn join_command(
+    hub_url: &str,
+    token: &BootstrapToken,
+    ca_pin: &str,
+    cluster_name: &str,
+) -> String {
+    format!(
+        "flotilla-agent join --hub {hub_url} --token {} --ca-hash {ca_pin} --cluster-name {cluster_name}",
+        token.expose()
+    )
+}
+
+/// Creates a token Secret in `namespace`; returns the token (to be shown once).
+pub async fn create(
+    client: kube::Client,
+    namespace: &str,
+    options: &TokenOptions,
+) -> Result<BootstrapToken, TokenError> {
+    let token = BootstrapToken::generate()?;
+    let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        data.insert(k.to_owned(), ByteString(v.into_bytes()));
+    };
+    put("token-id", token.id.clone());
+    put("token-secret", token.secret.clone());
+    if let Some(ttl) = options.ttl {
+        put("expiration", rfc3339(SystemTime::now() + ttl));
+    }
+    if let Some(uses) = options.uses {
+        put("usages-remaining", uses.to_string());
+    }
+    put("auto-accept", options.auto_accept.to_string());
+    if let Some(name) = &options.cluster_name {
+        put("cluster-name", name.clone());
+    }
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(token.secret_name()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "flotilla-hub".to_owned(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.to_owned()),
+        data: Some(data),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client, namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .map_err(|source| TokenError::Kube {
+            id: token.id.clone(),
+            source,
+        })?;
+    tracing::info!(token_id = %token.id, "created a bootstrap token");
+    Ok(token)
+}
+
+fn text<'a>(
+    secret: &'a Secret,
+    id: &str,
+    key: &'static str,
+) -> Result<Option<&'a str>, TokenError> {
+    match secret.data.as_ref().and_then(|d| d.get(key)) {
+        None => Ok(None),
+        Some(b) => std::str::from_utf8(&b.0)
+            .map(Some)
+            .map_err(|_| TokenError::BadSecret {
+                id: id.to_owned(),
+                key,
+            }),
+    }
+}
+
+/// Checks `presented` for registering `cluster`, and spends a use when `cluster` has not
+/// registered with it before.
+pub async fn redeem(
+    client: kube::Client,
+    namespace: &str,
+    presented: &str,
+    cluster: &str,
+) -> Result<Grant, TokenError> {
+    let token = BootstrapToken::parse(presented)?;
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let kube_err = |source| TokenError::Kube {
+        id: token.id.clone(),
+        source,
+    };
+    let invalid = || TokenError::Invalid {
+        id: token.id.clone(),
+    };
+    for _ in 0..5 {
+        let Some(mut secret) = api.get_opt(&token.secret_name()).await.map_err(kube_err)? else {
+            return Err(invalid());
+        };
+        if secret.type_.as_deref() != Some(SECRET_TYPE) {
+            return Err(invalid());
+        }
+        let stored = text(&secret, &token.id, "token-secret")?.unwrap_or("");
+        let stored_id = text(&secret, &token.id, "token-id")?.unwrap_or("");
+        let secret_ok: bool = stored.as_bytes().ct_eq(token.secret.as_bytes()).into();
+        if !secret_ok || stored_id != token.id {
+            return Err(invalid());
+        }
+        if let Some(expiration) = text(&secret, &token.id, "expiration")? {
+            let at = parse_rfc3339(expiration).ok_or_else(|| TokenError::BadSecret {
+                id: token.id.clone(),
+                key: "expiration",
+            })?;
+            if SystemTime::now() >= at {
+                return Err(TokenError::Expired {
+                    id: token.id.clone(),
+                    expiration: expiration.to_owned(),
+                });
+            }
+        }
+        if let Some(allowed) = text(&secret, &token.id, "cluster-name")?
+            && !allowed.is_empty()
+            && allowed != cluster
+        {
+            return Err(TokenError::ClusterNotAllowed {
+                id: token.id.clone(),
+                allowed: allowed.to_owned(),
+                requested: cluster.to_owned(),
+            });
+        }
+        let grant = Grant {
+            token_id: token.id.clone(),
+            auto_accept: text(&secret, &token.id, "auto-accept")? == Some("true"),
+        };
+        let registered: Vec<String> = text(&secret, &token.id, "registered-clusters")?
+            .unwrap_or("")
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if registered.iter().any(|c| c == cluster) {
+            return Ok(grant);
+        }
+        let remaining = match text(&secret, &token.id, "usages-remaining")? {
+            None => None,
+            Some(s) => Some(s.trim().parse::<u32>().map_err(|_| TokenError::BadSecret {
+                id: token.id.clone(),
+                key: "usages-remaining",
+            })?),
+        };
+        if remaining == Some(0) {
+            return Err(TokenError::UsedUp {
+                id: token.id.clone(),
+            });
+        }
+        let data = secret.data.get_or_insert_with(BTreeMap::new);
+        if let Some(n) = remaining {
+            data.insert(
+                "usages-remaining".to_owned(),
+                ByteString((n - 1).to_string().into_bytes()),
+            );
+        }
+        let mut list = registered;
+        list.push(cluster.to_owned());
+        data.insert(
+            "registered-clusters".to_owned(),
+            ByteString(list.join(",").into_bytes()),
+        );
+        // `replace` carries the resourceVersion read: a concurrent redeem makes it 409.
+        match api
+            .replace(&token.secret_name(), &PostParams::default(), &secret)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(token_id = %token.id, cluster, "a bootstrap token was used");
+                return Ok(grant);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(kube_err(e)),
+        }
+    }
+    Err(TokenError::Kube {
+        id: token.id.clone(),
+        source: kube::Error::Service("the token Secret kept changing under concurrent use".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_token_has_kubeadms_format_and_parses_back() {
+        let t = BootstrapToken::generate().unwrap();
+        let text = t.expose();
+        assert_eq!(text.len(), 23);
+        assert_eq!(BootstrapToken::parse(&text).unwrap(), t);
+        assert_ne!(BootstrapToken::generate().unwrap(), t);
+    }
+
+    #[test]
+    fn a_malformed_token_is_refused_without_echoing_it() {
+        for bad in [
+            "abcdef",
+            "ABCDEF.0123456789abcdef",
+            "abcdef.0123456789abcde",
+            "abc.def",
+        ] {
+            let e = BootstrapToken::parse(bad).unwrap_err();
+            assert!(!e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_debug_form_of_a_token_hides_its_secret() {
+        let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        let debug = format!("{t:?}");
+        assert!(debug.contains("abcdef"));
+        assert!(!debug.contains("0123456789abcdef"));
+    }
+
+    #[test]
+    fn the_join_command_names_the_hub_the_token_the_pin_and_the_cluster() {
+        let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        assert_eq!(
+            join_command("https://hub.example:8443", &t, "sha256:00ff", "edge-1"),
+            "flotilla-agent join --hub https://hub.example:8443 --token abcdef.0123456789abcdef \
+             --ca-hash sha256:00ff --cluster-name edge-1"
+        );
+    }
+
+    #[test]
+    fn expiration_times_round_trip_through_rfc3339() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t));
+    }
+}

@@ -1,0 +1,742 @@
+//! The hub–agent session end to end on real local clusters: the hub's session server
+//! (`flotilla_hub::session`) and the agent's session client (`flotilla_agent::session`) in
+//! this process, talking over real TLS on loopback, against real API servers.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use flotilla_agent::charts::LocalCharts;
+use flotilla_agent::reconcile::Context;
+use flotilla_agent::reconcile::plan_file;
+use flotilla_agent::reconcile::render::ChartRenderer;
+use flotilla_agent::runtime::{Agent, AgentOptions};
+use flotilla_agent::session::{
+    self as agent_session, CaPin, HubAddress, Identity, JoinOptions, SessionError, SessionOptions,
+};
+use flotilla_api::ManagedCluster;
+use flotilla_api::fleet::condition as fleet_condition;
+use flotilla_core::agent::{Command, Report};
+use flotilla_core::ids::ClusterId;
+use flotilla_core::meta::{Conditions as _, condition};
+use flotilla_hub::link::{Links as _, TargetId, TargetReport};
+use flotilla_hub::session::{NoArchives, SessionConfig, SessionHub, tokens};
+use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
+use flotilla_tests::{Cluster, ClusterOptions, wait};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::mpsc;
+
+const HUB_NAMESPACE: &str = "flotilla-system";
+/// A value placed in a plan's values: it must appear in no log line.
+const MARKER: &str = "flotilla-marker-7f3a91c2";
+
+/// Every log line of this test process, at debug level for every crate (hub, agent, tonic,
+/// h2, rustls, kube), captured once for all the tests of the binary.
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("the first test installs the log capture");
+        buffer
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Fails when `secret` (named `what`) appears in the captured logs.
+fn assert_never_logged(what: &str, secret: &str) {
+    assert!(secret.len() >= 16, "{what}: too short to search for");
+    let logs = logs()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let text = String::from_utf8_lossy(&logs);
+    assert!(
+        text.contains("session up"),
+        "the log capture saw the session"
+    );
+    assert!(!text.contains(secret), "{what} appears in a log line");
+}
+
+/// The first line of base64 of a PEM private key: what a leaked key would show.
+fn key_material(pem: &str) -> String {
+    pem.lines()
+        .find(|l| !l.starts_with("-----") && l.len() >= 16)
+        .expect("a PEM body")
+        .to_owned()
+}
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()> {
+    let crd = flotilla_api::crd::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "ManagedCluster")
+        .expect("the ManagedCluster CRD is generated");
+    let name = crd.metadata.name.clone().expect("generated CRDs are named");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply("flotilla-hub-tests"),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    wait::until(&format!("{name} to be Established"), TIMEOUT, || async {
+        let crd = crds.get(&name).await?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        Ok(established.then_some(()))
+    })
+    .await?;
+    // The CRD is served a moment after it is Established.
+    let api: Api<ManagedCluster> = Api::all(client.clone());
+    wait::until("ManagedClusters to be served", TIMEOUT, || async {
+        Ok(api.list(&Default::default()).await.ok().map(|_| ()))
+    })
+    .await
+}
+
+async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+    }))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn config(lifetime: Duration) -> SessionConfig {
+    SessionConfig {
+        namespace: HUB_NAMESPACE.into(),
+        client_cert_lifetime: lifetime,
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(4),
+        status_interval: Duration::from_secs(1),
+        ..SessionConfig::default()
+    }
+}
+
+/// A hub on the management cluster `mgmt`, serving on loopback.
+async fn hub(
+    mgmt: &kube::Client,
+    lifetime: Duration,
+) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+    install_managed_cluster_crd(mgmt).await?;
+    namespace(mgmt, HUB_NAMESPACE).await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let hub = SessionHub::start(
+        mgmt.clone(),
+        config(lifetime),
+        listener,
+        tx,
+        Arc::new(NoArchives),
+    )
+    .await?;
+    Ok((hub, rx))
+}
+
+fn join_options(hub: &SessionHub, token: &str, pin: &str, cluster: &str, ns: &str) -> JoinOptions {
+    JoinOptions {
+        hub: HubAddress::parse(&format!("https://127.0.0.1:{}", hub.local_addr().port()))
+            .expect("a valid URL"),
+        token: token.to_owned(),
+        ca_pin: CaPin::parse(pin).expect("a valid pin"),
+        cluster_name: cluster.to_owned(),
+        namespace: ns.to_owned(),
+        poll_interval: Duration::from_millis(300),
+    }
+}
+
+async fn token(mgmt: &kube::Client, options: tokens::TokenOptions) -> anyhow::Result<String> {
+    Ok(tokens::create(mgmt.clone(), HUB_NAMESPACE, &options)
+        .await?
+        .expose())
+}
+
+fn refused(result: Result<Identity, SessionError>) -> String {
+    match result {
+        Err(SessionError::Refused { message }) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A session opened by hand with `identity`'s certificate: the Hello sent, the inbound
+/// stream returned.
+async fn raw_session(
+    identity: &Identity,
+    cert_pem: &str,
+    key_pem: &str,
+    cluster_uid: &str,
+) -> Result<
+    (
+        mpsc::Sender<v1::AgentMessage>,
+        tonic::Streaming<v1::HubMessage>,
+    ),
+    String,
+> {
+    let config = agent_session::tls::session_config(&identity.ca_pem, cert_pem, key_pem)
+        .map_err(|e| e.to_string())?;
+    let channel = agent_session::tls::channel(&identity.hub, config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(16);
+    tx.send(v1::AgentMessage {
+        kind: Some(agent_message::Kind::Hello(v1::Hello {
+            cluster_uid: cluster_uid.to_owned(),
+            ..v1::Hello::default()
+        })),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut inbound = HubClient::new(channel)
+        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+        .into_inner();
+    // The resync of an empty Hello: ResyncComplete first.
+    match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
+        Ok(Ok(Some(v1::HubMessage {
+            kind: Some(hub_message::Kind::ResyncComplete(_)),
+        }))) => Ok((tx, inbound)),
+        Ok(Ok(other)) => Err(format!("expected ResyncComplete, got {other:?}")),
+        Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
+        Err(_) => Err("no ResyncComplete".into()),
+    }
+}
+
+#[tokio::test]
+async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong_expired_used_up_tokens_foreign_certificates_a_wrong_ca_pin_and_a_deleted_clusters_certificate()
+-> anyhow::Result<()> {
+    // The management cluster is also the "workload" cluster of the agents here: each agent
+    // keeps its identity in its own namespace.
+    logs();
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-join")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    let (hub, _reports) = hub(&mgmt, Duration::from_secs(3600)).await?;
+    let pin = hub.ca().pin().to_string();
+    let clusters: Api<ManagedCluster> = Api::all(mgmt.clone());
+    for ns in ["auto", "hand", "used-1", "used-2", "wrong", "pinned"] {
+        namespace(&mgmt, ns).await?;
+    }
+
+    // Auto-accepted: the certificate comes back at once and names the cluster.
+    let auto = token(
+        &mgmt,
+        tokens::TokenOptions {
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let identity =
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "auto", "auto")).await?;
+    assert_eq!(identity.cluster, "auto");
+    let mc = clusters.get("auto").await?;
+    assert!(mc.spec.accepted);
+    let status = mc.status.expect("status written at registration");
+    assert!(status.cluster_uid.is_some());
+    assert!(status.certificate_expiry.is_some());
+    assert!(
+        status.conditions.is_true(fleet_condition::JOINED),
+        "{:?}",
+        status.conditions
+    );
+    // The key stayed in the cluster: the hub's side has no Secret holding it.
+    let hub_secrets = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
+        .list(&Default::default())
+        .await?;
+    for s in &hub_secrets.items {
+        for v in s.data.iter().flat_map(|d| d.values()) {
+            assert_ne!(v.0, identity.key_pem.as_bytes());
+        }
+    }
+
+    // Accepted by hand: pending until spec.accepted.
+    let by_hand = token(&mgmt, tokens::TokenOptions::default()).await?;
+    let join = tokio::spawn({
+        let options = join_options(&hub, &by_hand, &pin, "hand", "hand");
+        let client = mgmt.clone();
+        async move { agent_session::join(&client, &options).await }
+    });
+    let mc = wait::until("ManagedCluster hand to be created", TIMEOUT, || async {
+        Ok(clusters.get_opt("hand").await?)
+    })
+    .await?;
+    assert!(!mc.spec.accepted);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !join.is_finished(),
+        "the agent must wait while the cluster is not accepted"
+    );
+    // What `flotilla cluster accept hand` does.
+    flotilla_hub::session::registry::set_accepted(mgmt.clone(), "hand", true).await?;
+    let hand = tokio::time::timeout(TIMEOUT, join).await???;
+    assert_eq!(hand.cluster, "hand");
+
+    // A wrong secret, a malformed token, an expired one and a used-up one.
+    let wrong = format!("{}.0000000000000000", &by_hand[..6]);
+    let message = refused(
+        agent_session::join(&mgmt, &join_options(&hub, &wrong, &pin, "wrong", "wrong")).await,
+    );
+    assert!(message.contains("not valid"), "{message}");
+    assert!(!message.contains("0000000000000000"), "{message}");
+    let message = refused(
+        agent_session::join(
+            &mgmt,
+            &join_options(&hub, "not-a-token", &pin, "wrong", "wrong"),
+        )
+        .await,
+    );
+    assert!(message.contains("malformed"), "{message}");
+    let expiring = token(
+        &mgmt,
+        tokens::TokenOptions {
+            ttl: Some(Duration::from_secs(1)),
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let message = refused(
+        agent_session::join(
+            &mgmt,
+            &join_options(&hub, &expiring, &pin, "wrong", "wrong"),
+        )
+        .await,
+    );
+    assert!(message.contains("expired"), "{message}");
+    let once = token(
+        &mgmt,
+        tokens::TokenOptions {
+            uses: Some(1),
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-1", "used-1")).await?;
+    let message = refused(
+        agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-2", "used-2")).await,
+    );
+    assert!(message.contains("used up"), "{message}");
+    for refused_name in ["wrong", "used-2"] {
+        assert!(
+            clusters.get_opt(refused_name).await?.is_none(),
+            "{refused_name} was created"
+        );
+    }
+
+    // A wrong CA pin: the agent refuses the hub before sending anything.
+    let other_ca = flotilla_hub::session::HubCa::generate("not-the-hub")?;
+    let started = Instant::now();
+    let err = agent_session::join(
+        &mgmt,
+        &join_options(&hub, &auto, other_ca.pin().as_str(), "pinned", "pinned"),
+    )
+    .await
+    .expect_err("a wrong pin must be refused");
+    assert!(err.to_string().contains("CA pin"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(clusters.get_opt("pinned").await?.is_none());
+
+    let mgmt_uid = agent_session::cluster_uid(&mgmt).await?;
+
+    // The cluster's own certificate, presented from another cluster (another kube-system
+    // UID), is refused.
+    let elsewhere = raw_session(
+        &identity,
+        &identity.cert_pem,
+        &identity.key_pem,
+        "00000000-0000-0000-0000-000000000000",
+    )
+    .await
+    .expect_err("a certificate used from another cluster is refused");
+    assert!(elsewhere.contains("another cluster"), "{elsewhere}");
+
+    // A client certificate not signed by the hub CA, naming an accepted cluster.
+    let foreign_ca = flotilla_hub::session::HubCa::generate("foreign")?;
+    let key = rcgen::KeyPair::generate()?;
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(&key)?
+        .pem()?;
+    let uid = clusters.get("auto").await?.metadata.uid.expect("a uid");
+    let foreign = foreign_ca.sign_client(
+        &csr,
+        &ClusterId::new("auto")?,
+        &uid,
+        Duration::from_secs(3600),
+    )?;
+    let result = raw_session(&identity, &foreign.pem, &key.serialize_pem(), &mgmt_uid).await;
+    assert!(result.is_err(), "a foreign certificate opened a session");
+    // The same hub, with the cluster's own certificate, opens one (the control).
+    let (_tx, mut inbound) =
+        raw_session(&identity, &identity.cert_pem, &identity.key_pem, &mgmt_uid)
+            .await
+            .map_err(anyhow::Error::msg)?;
+
+    // An agent that stops answering is dropped after the heartbeat timeout (4 s here).
+    let (_silent_tx, mut silent) = raw_session(&hand, &hand.cert_pem, &hand.key_pem, &mgmt_uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match silent.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return tonic::Code::Ok,
+                Err(s) => return s.code(),
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("a silent agent's session was not ended"))?;
+    assert_eq!(ended, tonic::Code::DeadlineExceeded);
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Deleting the ManagedCluster ends its session at once and refuses its certificate.
+    clusters.delete("auto", &Default::default()).await?;
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match inbound.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return "closed".to_owned(),
+                Err(s) => return s.message().to_owned(),
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the session outlived its ManagedCluster by 5 s"))?;
+    assert!(started.elapsed() < Duration::from_secs(5), "{ended}");
+    let refusal = raw_session(&identity, &identity.cert_pem, &identity.key_pem, &mgmt_uid)
+        .await
+        .expect_err("a deleted cluster's certificate is refused");
+    assert!(refusal.contains("PermissionDenied"), "{refusal}");
+
+    // No token, no key, at any level.
+    for (what, t) in [
+        ("the auto-accept token", &auto),
+        ("the by-hand token", &by_hand),
+        ("the one-use token", &once),
+    ] {
+        assert_never_logged(what, t);
+        assert_never_logged(what, &t[7..]);
+    }
+    assert_never_logged("an agent key", &key_material(&identity.key_pem));
+    assert_never_logged("an agent key", &key_material(&hand.key_pem));
+    let ca_secret = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
+        .get("flotilla-hub-ca")
+        .await?;
+    let ca_key = String::from_utf8(ca_secret.data.expect("data")["tls.key"].0.clone())?;
+    assert_never_logged("the hub CA key", &key_material(&ca_key));
+
+    hub.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_status_comes_back_also_after_a_hub_restart_and_another_cluster_can_neither_receive_nor_report_it()
+-> anyhow::Result<()> {
+    logs();
+    let mut clusters = Cluster::start_many("session-e2e", 2).await?;
+    let work_cluster = clusters.pop().expect("two clusters");
+    let mgmt_cluster = clusters.pop().expect("two clusters");
+    let mgmt = mgmt_cluster.client().await?;
+    let work = work_cluster.client().await?;
+    // Short certificates: the agent renews during the test.
+    let (hub, mut reports) = hub(&mgmt, Duration::from_secs(24)).await?;
+    let pin = hub.ca().pin().to_string();
+    namespace(&work, "other").await?;
+    let auto = token(
+        &mgmt,
+        tokens::TokenOptions {
+            auto_accept: true,
+            uses: Some(2),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let edge =
+        agent_session::join(&work, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
+    let other =
+        agent_session::join(&work, &join_options(&hub, &auto, &pin, "other", "other")).await?;
+    let edge_id = ClusterId::new("edge")?;
+    let work_uid = agent_session::cluster_uid(&work).await?;
+    let other_id = ClusterId::new("other")?;
+
+    // The agent runtime on the workload cluster, with its session.
+    let charts = Arc::new(LocalCharts::new());
+    let ctx = Context::new(work.clone(), "default", Arc::new(ChartRenderer::default()));
+    let (handle, agent_reports) =
+        Agent::start(ctx, charts.clone(), AgentOptions::default()).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let session = tokio::spawn(agent_session::run(
+        work.clone(),
+        edge.clone(),
+        handle.clone(),
+        agent_reports,
+        SessionOptions {
+            namespace: "default".into(),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(4),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(2),
+            charts: None,
+        },
+        stop.clone(),
+    ));
+    let links = hub.links();
+    let link = wait::until("the edge agent to connect", TIMEOUT, || async {
+        Ok(links
+            .link(&TargetId::Cluster(edge_id.clone()))
+            .filter(|l| l.connected()))
+    })
+    .await?;
+
+    // Cluster "other" holds a session of its own.
+    let (other_tx, mut other_inbound) =
+        raw_session(&other, &other.cert_pem, &other.key_pem, &work_uid)
+            .await
+            .map_err(anyhow::Error::msg)?;
+
+    // A plan for edge, through the link.
+    let text = "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: demo
+  namespace: default
+  generation: 1
+spec:
+  interval: 1h
+  timeout: 30s
+  values:
+    marker: flotilla-marker-7f3a91c2
+chart:
+  path: ok
+";
+    let charts_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/charts");
+    let file = plan_file::parse(std::path::Path::new("plan.yaml"), text, &charts_dir)?;
+    charts.insert(file.plan.chart.digest.clone(), file.chart);
+    let key = file.plan.object.key();
+    assert_eq!(file.plan.values["marker"], MARKER);
+    link.send(Command::Upsert(Box::new(file.plan.clone())))?;
+
+    // Its status comes back, from edge.
+    let status = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let Some(r) = reports.recv().await else {
+                anyhow::bail!("the report sink closed");
+            };
+            assert_eq!(r.target, TargetId::Cluster(edge_id.clone()), "{r:?}");
+            if let Report::Status(s) = r.report
+                && s.status.conditions.is_true(condition::READY)
+            {
+                return Ok(*s);
+            }
+        }
+    })
+    .await??;
+    assert_eq!(status.object.key(), key);
+    Api::<Deployment>::namespaced(work.clone(), "default")
+        .get("demo")
+        .await?;
+    assert!(link.held().iter().any(|h| h.object == key));
+
+    // Other received nothing of edge's plan...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(m) = tokio::time::timeout_at(deadline, other_inbound.message()).await {
+        let m = m?.expect("the session stays open");
+        assert!(
+            matches!(
+                m.kind,
+                Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_))
+            ),
+            "cluster other received {m:?}"
+        );
+    }
+    // ...and cannot report for it: the hub drops the report, tagged or not.
+    let mut forged: flotilla_core::agent::StatusReport = status.clone();
+    forged.seq += 100;
+    other_tx
+        .send(flotilla_proto::session::report_message(
+            Report::Status(Box::new(forged)),
+            &flotilla_hub::session::cluster_status::now(),
+        ))
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(r) = tokio::time::timeout_at(deadline, reports.recv()).await {
+        let r = r.expect("the sink stays open");
+        assert_ne!(r.target, TargetId::Cluster(other_id.clone()), "{r:?}");
+        if let Report::Status(s) = &r.report {
+            assert!(
+                s.seq < status.seq + 100,
+                "the forged report was forwarded: {r:?}"
+            );
+        }
+    }
+
+    // ...nor fetch its chart.
+    let other_channel = agent_session::tls::channel(
+        &other.hub,
+        agent_session::tls::session_config(&other.ca_pem, &other.cert_pem, &other.key_pem)?,
+    )
+    .await?;
+    let refused_chart = HubClient::new(other_channel)
+        .get_chart(v1::GetChartRequest {
+            digest: file.plan.chart.digest.to_string(),
+            offset: 0,
+        })
+        .await
+        .expect_err("another cluster's chart is not served");
+    assert_eq!(refused_chart.code(), tonic::Code::NotFound);
+    assert!(
+        refused_chart
+            .message()
+            .contains("not in a plan of cluster other"),
+        "{}",
+        refused_chart.message()
+    );
+
+    // The ManagedCluster shows the session.
+    let mcs: Api<ManagedCluster> = Api::all(mgmt.clone());
+    wait::until(
+        "edge's status to show its session and plan",
+        TIMEOUT,
+        || async {
+            let s = mcs.get("edge").await?.status.unwrap_or_default();
+            Ok((s.conditions.is_true(fleet_condition::AVAILABLE)
+                && s.plans_held == Some(1)
+                && s.last_heartbeat_time.is_some())
+            .then_some(()))
+        },
+    )
+    .await?;
+
+    // The certificate was renewed over the session (24 s lifetime, renewed at two thirds).
+    let first_cert = edge.cert_pem.clone();
+    wait::until("the agent to renew its certificate", TIMEOUT, || async {
+        let stored = agent_session::identity::load(&work, "default").await?;
+        Ok(stored.cert_pem.filter(|c| *c != first_cert).map(|_| ()))
+    })
+    .await?;
+
+    // The hub goes away and comes back on the same address (the same CA, from its
+    // Secret): the agent reconnects by itself with its renewed certificate. The plan sent
+    // again through the new hub's link is a no-op for the agent (no new Helm revision), and
+    // its latest status comes back.
+    let history_before = status.status.history.iter().map(|s| s.version).max();
+    let port = hub.local_addr().port();
+    hub.stop().await;
+    let (tx, mut reports) = mpsc::unbounded_channel();
+    let listener = wait::until("the hub's port to be free again", TIMEOUT, || async {
+        Ok(tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .ok())
+    })
+    .await?;
+    let hub = SessionHub::start(
+        mgmt.clone(),
+        config(Duration::from_secs(24)),
+        listener,
+        tx,
+        Arc::new(NoArchives),
+    )
+    .await?;
+    let links = hub.links();
+    let link = wait::until("the edge agent to reconnect", TIMEOUT, || async {
+        Ok(links
+            .link(&TargetId::Cluster(edge_id.clone()))
+            .filter(|l| l.connected()))
+    })
+    .await?;
+    link.send(Command::Upsert(Box::new(file.plan.clone())))?;
+    let again = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let Some(r) = reports.recv().await else {
+                anyhow::bail!("the report sink closed");
+            };
+            if let Report::Status(s) = r.report
+                && s.object.key() == key
+            {
+                return Ok(*s);
+            }
+        }
+    })
+    .await??;
+    assert_eq!(again.plan_revision, status.plan_revision);
+    assert_eq!(
+        again.status.history.iter().map(|s| s.version).max(),
+        history_before,
+        "no new Helm revision"
+    );
+
+    // Un-accepting edge ends its session within seconds.
+    mcs.patch(
+        "edge",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"accepted": false}})),
+    )
+    .await?;
+    let started = Instant::now();
+    let mailbox = links.mailbox(&edge_id).expect("edge's mailbox");
+    wait::until("edge's session to end", Duration::from_secs(10), || async {
+        Ok((!flotilla_hub::link::AgentLink::connected(&*mailbox)).then_some(()))
+    })
+    .await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(links.link(&TargetId::Cluster(edge_id.clone())).is_none());
+
+    // Neither the values nor the token nor the keys are in any log line.
+    assert_never_logged("a plan value", MARKER);
+    assert_never_logged("the token", &auto);
+    assert_never_logged("the token's secret", &auto[7..]);
+    assert_never_logged("edge's key", &key_material(&edge.key_pem));
+    assert_never_logged("other's key", &key_material(&other.key_pem));
+
+    stop.cancel();
+    let _ = session.await;
+    hub.stop().await;
+    drop(work_cluster);
+    drop(mgmt_cluster);
+    Ok(())
+}
