@@ -1,6 +1,7 @@
 //! The `flotilla` command line as a library: argument types and what each subcommand does.
 //! `main.rs` parses and calls [`run`].
 
+pub mod fleet;
 pub mod memory;
 
 use std::collections::HashSet;
@@ -17,13 +18,34 @@ pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
+    /// The management cluster (fleet commands).
+    #[command(flatten)]
+    pub kube: fleet::KubeArgs,
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Render chart templates locally, exactly as `helm template` does.
-    Template(TemplateArgs),
+    Template(Box<TemplateArgs>),
+    /// List HelmReleases, sources or clusters of the hub.
+    #[command(subcommand)]
+    Get(fleet::Get),
+    /// Ask for a reconcile now (as `flux reconcile`) and wait for the result.
+    #[command(subcommand)]
+    Reconcile(fleet::ReconcileKind),
+    /// Suspend the reconciliation of an object.
+    #[command(subcommand)]
+    Suspend(fleet::ReleaseKind),
+    /// Resume a suspended object and wait for its reconciliation.
+    #[command(subcommand)]
+    Resume(fleet::ReleaseKind),
+    /// Bootstrap tokens for agents to join the hub.
+    #[command(subcommand)]
+    Token(fleet::Token),
+    /// Accept or refuse a ManagedCluster.
+    #[command(subcommand)]
+    Cluster(fleet::ClusterCmd),
 }
 
 /// `flotilla template NAME CHART [flags]` (the flags of `helm template` it supports).
@@ -167,45 +189,56 @@ pub fn run(cli: Cli) -> i32 {
 
 /// [`run`] writing to the given streams (files of `--output-dir` still go to disk).
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    match cli.command {
-        Command::Template(args) => {
-            let chart = args.chart.clone();
-            let post_renderer_file = args.post_renderer_kustomize.clone();
-            let mut opts = TemplateOptions::from(args);
-            if let Some(file) = post_renderer_file {
-                match read_post_renderers(&file) {
-                    Ok(list) => opts.post_renderers = list,
-                    Err(msg) => {
-                        let _ = writeln!(err, "Error: {msg}");
-                        return 1;
-                    }
-                }
-            }
-            let (stdout, warnings, files, error) = match template(&chart, &opts) {
-                Ok(o) => (o.stdout, o.warnings, o.files, None),
-                Err(e) => (Stdout::default(), e.warnings, e.files, Some(e.message)),
-            };
-            for w in &warnings {
-                let _ = writeln!(err, "{w}");
-            }
-            // Helm writes the files (printing `wrote PATH`) before it reports a failure
-            // that comes after them (`--show-only`).
-            let error = match write_files(&files, out) {
-                Ok(()) => error,
-                Err(write_error) => Some(write_error),
-            };
-            if let Some(msg) = error {
-                // The `wrote` lines go out before the error, as Helm prints them.
-                let _ = out.flush();
+    use fleet::FleetCommand as F;
+    let fleet_command = match cli.command {
+        Command::Template(args) => return run_template(*args, out, err),
+        Command::Get(get) => F::Get(get),
+        Command::Reconcile(fleet::ReconcileKind::HelmRelease(args)) => F::Reconcile(args),
+        Command::Suspend(fleet::ReleaseKind::HelmRelease(named)) => F::Suspend(named),
+        Command::Resume(fleet::ReleaseKind::HelmRelease(named)) => F::Resume(named),
+        Command::Token(fleet::Token::Create(args)) => F::TokenCreate(args),
+        Command::Cluster(cmd) => F::Cluster(cmd),
+    };
+    fleet::run(fleet_command, &cli.kube, out, err)
+}
+
+/// `flotilla template`.
+fn run_template(args: TemplateArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let chart = args.chart.clone();
+    let post_renderer_file = args.post_renderer_kustomize.clone();
+    let mut opts = TemplateOptions::from(args);
+    if let Some(file) = post_renderer_file {
+        match read_post_renderers(&file) {
+            Ok(list) => opts.post_renderers = list,
+            Err(msg) => {
                 let _ = writeln!(err, "Error: {msg}");
                 return 1;
             }
-            if stdout.write_to(out).and_then(|()| out.flush()).is_err() {
-                return 1;
-            }
-            0
         }
     }
+    let (stdout, warnings, files, error) = match template(&chart, &opts) {
+        Ok(o) => (o.stdout, o.warnings, o.files, None),
+        Err(e) => (Stdout::default(), e.warnings, e.files, Some(e.message)),
+    };
+    for w in &warnings {
+        let _ = writeln!(err, "{w}");
+    }
+    // Helm writes the files (printing `wrote PATH`) before it reports a failure
+    // that comes after them (`--show-only`).
+    let error = match write_files(&files, out) {
+        Ok(()) => error,
+        Err(write_error) => Some(write_error),
+    };
+    if let Some(msg) = error {
+        // The `wrote` lines go out before the error, as Helm prints them.
+        let _ = out.flush();
+        let _ = writeln!(err, "Error: {msg}");
+        return 1;
+    }
+    if stdout.write_to(out).and_then(|()| out.flush()).is_err() {
+        return 1;
+    }
+    0
 }
 
 /// `writeToFile` for each file in order: parent directories, create or append, content,

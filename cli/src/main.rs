@@ -4,11 +4,9 @@ use clap::Parser;
 
 fn main() {
     let cli = flotilla_cli::Cli::parse();
-    match cli.command {
+    if let flotilla_cli::Command::Template(_) = cli.command {
         // A short process that allocates as it goes: see `memory`.
-        flotilla_cli::Command::Template(_) => {
-            flotilla_cli::memory::prepare_heap();
-        }
+        flotilla_cli::memory::prepare_heap();
     }
     std::process::exit(flotilla_cli::run(cli));
 }
