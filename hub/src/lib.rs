@@ -17,4 +17,5 @@
 
 pub mod link;
 pub mod sources;
+pub mod util;
 pub mod values;

@@ -1,0 +1,3 @@
+//! `flotilla-hub`: the hub's controllers in one process.
+
+fn main() {}
