@@ -15,7 +15,11 @@
 //!   archive's URL and digest.
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
 
+pub mod controller;
 pub mod link;
+pub mod push;
+pub mod run;
 pub mod sources;
+pub mod status;
 pub mod util;
 pub mod values;

@@ -1,3 +1,85 @@
-//! `flotilla-hub`: the hub's controllers in one process.
+//! `flotilla-hub`: the hub's controllers in one process (see `flotilla_hub::run`).
 
-fn main() {}
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use flotilla_core::duration::GoDuration;
+use flotilla_hub::run::{Hub, HubConfig};
+
+/// The Flotilla hub: HelmRelease, HelmRepository and HelmChart controllers, with in-process
+/// agents for the targets that have none.
+#[derive(Debug, Parser)]
+#[command(name = "flotilla-hub", version)]
+struct Args {
+    /// A kubeconfig for the hub's cluster (default: in-cluster, then KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG_PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// HelmRelease reconciles at the same time.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// The interval of a HelmRepository that sets none (Go duration).
+    #[arg(long, default_value = "10m")]
+    default_interval: GoDuration,
+    /// Requeue of dependencies and sources not ready (Go duration).
+    #[arg(long, default_value = "30s")]
+    requeue_dependency: GoDuration,
+    /// Interval jitter, percent.
+    #[arg(long, default_value_t = 5)]
+    interval_jitter_percentage: u8,
+    /// Where chart archives are stored.
+    #[arg(long, default_value = "/var/lib/flotilla-hub/artifacts")]
+    artifact_dir: PathBuf,
+    /// The chart store's bound, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    artifact_max_mib: u64,
+    /// Namespace of the in-process agents' state in each target cluster.
+    #[arg(long, default_value = "flotilla-system")]
+    agent_namespace: String,
+    /// How long in-flight Helm actions may take to finish on shutdown (Go duration).
+    #[arg(long, default_value = "10m")]
+    graceful_shutdown_timeout: GoDuration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.interval_jitter_percentage < 100,
+        "--interval-jitter-percentage must be below 100"
+    );
+    let mut config = HubConfig::new(args.kubeconfig, args.artifact_dir);
+    config.concurrency = args.concurrency.max(1);
+    config.default_interval = args.default_interval.get();
+    config.requeue_dependency = args.requeue_dependency.get();
+    config.jitter = f64::from(args.interval_jitter_percentage) / 100.0;
+    config.artifact_max_bytes = args.artifact_max_mib << 20;
+    config.agent_namespace = args.agent_namespace;
+    config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
+    let mut hub = Hub::start(config).await?;
+    tokio::select! {
+        () = shutdown_signal() => tracing::info!("shutting down"),
+        () = hub.wait() => anyhow::bail!("the controllers stopped"),
+    }
+    tokio::time::timeout(
+        args.graceful_shutdown_timeout.get() + Duration::from_secs(30),
+        hub.stop(),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

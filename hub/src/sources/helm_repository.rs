@@ -130,6 +130,8 @@ pub struct RepositoryContext {
     pub limits: Limits,
     /// Interval jitter fraction.
     pub jitter: f64,
+    /// The interval of a repository that sets none.
+    pub default_interval: Duration,
 }
 
 impl std::fmt::Debug for RepositoryContext {
@@ -238,7 +240,7 @@ async fn reconcile(
         .spec
         .interval
         .map(|i| i.get())
-        .unwrap_or(DEFAULT_INTERVAL);
+        .unwrap_or(ctx.default_interval);
     let generation = repo.metadata.generation.unwrap_or_default();
     let requested_at = repo
         .annotations()
