@@ -966,6 +966,12 @@ async fn request_reconcile_of_helm_chart(ctx: &Context, hr: &HelmRelease) {
     }
 }
 
+/// A valuesFrom object read: kind and name, and its data (`None`: not found).
+type ReadObject = (
+    (ValuesReferenceKind, String),
+    Option<BTreeMap<String, Vec<u8>>>,
+);
+
 /// Reads the valuesFrom objects and composes the values.
 async fn compose_values(
     hr: &HelmRelease,
@@ -973,10 +979,7 @@ async fn compose_values(
     ctx: &Context,
 ) -> Result<Value, Result<Stop, ReconcileError>> {
     let ns = key.namespace.as_str();
-    let mut found: Vec<(
-        (ValuesReferenceKind, String),
-        Option<BTreeMap<String, Vec<u8>>>,
-    )> = Vec::new();
+    let mut found: Vec<ReadObject> = Vec::new();
     for (kind, name) in values::referenced_objects(&hr.spec.values_from) {
         let data = match kind {
             ValuesReferenceKind::ConfigMap => util::config_map_data(&ctx.client, ns, name).await,
