@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, ControllerOptions};
-use crate::link::Links;
+use crate::link::{Links, ReportSink, TargetReport};
 use crate::push::{HubLinks, PushAgents, PushOptions};
 use crate::sources::helm_chart::{self, ChartContext};
 use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
@@ -45,8 +45,11 @@ pub struct HubConfig {
     pub agent_namespace: String,
     /// The in-process agents' options.
     pub agent: AgentOptions,
-    /// The remote agents' registry (the session server), when there is one.
+    /// The remote agents' registry (the session server), when there is one. Its links
+    /// forward their agents' reports into [`HubConfig::report_sink`].
     pub remote: Option<Arc<dyn Links>>,
+    /// The channel every agent's reports go through to the status writer.
+    reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
 }
 
 impl std::fmt::Debug for HubConfig {
@@ -75,7 +78,14 @@ impl HubConfig {
             agent_namespace: "flotilla-system".into(),
             agent: AgentOptions::default(),
             remote: None,
+            reports: mpsc::unbounded_channel(),
         }
+    }
+
+    /// Where agents' reports go: a remote registry built before [`Hub::start`] takes a
+    /// clone and forwards each connected agent's reports into it, tagged with its target.
+    pub fn report_sink(&self) -> ReportSink {
+        self.reports.0.clone()
     }
 }
 
@@ -103,6 +113,7 @@ pub struct Hub {
     controllers: JoinSet<()>,
     writer: tokio::task::JoinHandle<()>,
     push: Arc<PushAgents>,
+    grace: Duration,
     /// The chart store (shared with the in-process agents).
     pub charts: Arc<CachedCharts<NoFetcher>>,
 }
@@ -129,7 +140,7 @@ impl Hub {
             )
             .map_err(StartError::Store)?,
         );
-        let (report_tx, report_rx) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = config.reports;
         let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
         let book = Arc::new(StatusBook::new(client.clone(), trigger_tx));
         let push = Arc::new(PushAgents::new(
@@ -148,6 +159,7 @@ impl Hub {
         });
         let writer = tokio::spawn(book.clone().run(report_rx));
         let stop = CancellationToken::new();
+        let grace = config.agent.shutdown_grace;
         let indexes = Arc::new(Indexes::default());
         let mut controllers = JoinSet::new();
         controllers.spawn(helm_repository::run(
@@ -192,6 +204,7 @@ impl Hub {
             controllers,
             writer,
             push,
+            grace,
             charts,
         })
     }
@@ -203,9 +216,16 @@ impl Hub {
         while self.controllers.join_next().await.is_some() {}
         self.push.shutdown();
         // The writer ends when every agent's report forwarder has ended (each holds a
-        // sender); controllers held the last other senders.
+        // sender); a remote registry may hold senders for good, so it gets the agents'
+        // grace period and a little more.
         drop(self.push);
-        let _ = self.writer.await;
+        let mut writer = self.writer;
+        if tokio::time::timeout(self.grace + Duration::from_secs(5), &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
         tracing::info!("hub stopped");
     }
 

@@ -166,22 +166,24 @@ impl StatusBook {
             .remove(key);
     }
 
-    /// Consumes the agents' reports until every sender is dropped.
+    /// Consumes the agents' reports until every sender is dropped. Reports of different
+    /// HelmReleases are handled in parallel; those of one HelmRelease take its entry's lock
+    /// in turn, and a report that loses the race to a newer one is dropped as stale.
     pub async fn run(self: Arc<Self>, mut reports: mpsc::UnboundedReceiver<TargetReport>) {
+        let mut tasks = tokio::task::JoinSet::new();
         while let Some(report) = reports.recv().await {
             let book = self.clone();
-            // Each report is handled in order for its HelmRelease (the entry lock is taken
-            // before the next report is read), in parallel with other HelmReleases.
-            let key = report.report.object();
-            let entry = book.entry(&key);
-            let guard = entry.lock_owned().await;
-            tokio::spawn(async move {
-                let mut guard = guard;
+            tasks.spawn(async move {
+                let key = report.report.object();
+                let entry = book.entry(&key);
+                let mut guard = entry.lock().await;
                 if let Err(e) = book.apply(&key, &mut guard, report).await {
                     tracing::warn!(object = %key, error = %error_chain(&e), "HelmRelease status not written");
                 }
             });
+            while tasks.try_join_next().is_some() {}
         }
+        while tasks.join_next().await.is_some() {}
     }
 
     async fn apply(

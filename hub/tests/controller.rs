@@ -3,183 +3,18 @@
 //! hub's controllers running in this process with an in-process agent on the hub's own
 //! cluster. Releases are checked with the real `helm` and `kubectl`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Duration;
 
-use flotilla_api::HelmRelease;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
 use flotilla_hub::controller::{FINALIZER, PLAN_REVISION_ANNOTATION};
-use flotilla_hub::run::{Hub, HubConfig};
-use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
-use flotilla_tests::tools::{helm_history, helm_in, kubectl_in};
-use flotilla_tests::{Cluster, ClusterOptions, wait};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, ResourceExt as _};
+use flotilla_tests::tools::{helm_history, kubectl_in};
+use flotilla_tests::wait;
+use kube::ResourceExt as _;
+use kube::api::DeleteParams;
 
-const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// The podinfo chart of the shared chart collection.
-fn podinfo_chart() -> PathBuf {
-    PathBuf::from("/work/shared/charts/podinfo/chart")
-}
-
-/// Installs the flotilla CRDs and waits until they are Established.
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let all = flotilla_api::crd::all();
-    for crd in &all {
-        let name = crd.metadata.name.clone().expect("generated CRDs are named");
-        crds.patch(
-            &name,
-            &PatchParams::apply("flotilla-hub-tests").force(),
-            &Patch::Apply(crd),
-        )
-        .await?;
-    }
-    for crd in &all {
-        let name = crd.metadata.name.clone().expect("generated CRDs are named");
-        wait::until(&format!("{name} Established"), TIMEOUT, || async {
-            let crd = crds.get(&name).await?;
-            Ok(crd
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(()))
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// A cluster with the CRDs, a repository holding podinfo as 6.5.2 (so the seed's
-/// `6.5.*` picks it), and the hub running against the cluster.
-struct Env {
-    cluster: Cluster,
-    repo: HelmRepoServer,
-    hub: Option<Hub>,
-    _artifacts: tempfile::TempDir,
-}
-
-impl Env {
-    async fn start(name: &str) -> anyhow::Result<Env> {
-        let cluster = Cluster::start(ClusterOptions::named(name)).await?;
-        install_crds(&cluster.client().await?).await?;
-        let repo = HelmRepoServer::start(RepoOptions::named(name)).await?;
-        repo.publish_version(&podinfo_chart(), "6.5.2")?;
-        let artifacts = tempfile::tempdir()?;
-        let mut config = HubConfig::new(
-            Some(cluster.kubeconfig().to_owned()),
-            artifacts.path().to_owned(),
-        );
-        config.concurrency = 2;
-        config.requeue_dependency = Duration::from_secs(2);
-        config.agent.backoff = flotilla_agent::runtime::queue::Backoff {
-            base: Duration::from_millis(500),
-            max: Duration::from_secs(5),
-            jitter: 0.1,
-        };
-        config.agent.shutdown_grace = Duration::from_secs(10);
-        let hub = Hub::start(config).await?;
-        Ok(Env {
-            cluster,
-            repo,
-            hub: Some(hub),
-            _artifacts: artifacts,
-        })
-    }
-
-    fn kubeconfig(&self) -> &Path {
-        self.cluster.kubeconfig()
-    }
-
-    fn kubectl_apply(&self, yaml: &str) -> anyhow::Result<String> {
-        kubectl_in(self.kubeconfig(), &["apply", "-f", "-"], Some(yaml))
-    }
-
-    async fn helm_releases(&self) -> anyhow::Result<Api<HelmRelease>> {
-        Ok(Api::namespaced(self.cluster.client().await?, "default"))
-    }
-
-    async fn stop(mut self) {
-        if let Some(hub) = self.hub.take() {
-            hub.stop().await;
-        }
-    }
-}
-
-/// The seed's first example (`helmrelease-v2-api.md`) with the API groups and the
-/// repository URL changed.
-fn seed_podinfo(repo_url: &str, replicas: u32) -> String {
-    format!(
-        r#"apiVersion: source.flotilla.dev/v1
-kind: HelmRepository
-metadata:
-  name: podinfo
-  namespace: default
-spec:
-  interval: 5m
-  url: {repo_url}
----
-apiVersion: helm.flotilla.dev/v1
-kind: HelmRelease
-metadata:
-  name: podinfo
-  namespace: default
-spec:
-  interval: 10m
-  timeout: 5m
-  chart:
-    spec:
-      chart: podinfo
-      version: '6.5.*'
-      sourceRef:
-        kind: HelmRepository
-        name: podinfo
-      interval: 5m
-  releaseName: podinfo
-  install:
-    remediation:
-      retries: 3
-  upgrade:
-    remediation:
-      retries: 3
-  test:
-    enable: true
-  driftDetection:
-    mode: enabled
-    ignore:
-    - paths: ["/spec/replicas"]
-      target:
-        kind: Deployment
-  values:
-    replicaCount: {replicas}
-"#
-    )
-}
-
-/// Waits until `name` is Ready=True for its current generation; the object.
-async fn ready(api: &Api<HelmRelease>, name: &str) -> anyhow::Result<HelmRelease> {
-    wait::until(&format!("HelmRelease {name} Ready"), TIMEOUT, || async {
-        let hr = api.get(name).await?;
-        let ok = hr.status.as_ref().is_some_and(|s| {
-            s.observed_generation == hr.metadata.generation.unwrap_or_default()
-                && s.conditions.is_true(condition::READY)
-        });
-        Ok(ok.then_some(hr))
-    })
-    .await
-}
-
-/// `helm list -n default -q` as a list of names.
-fn helm_list(kubeconfig: &Path) -> anyhow::Result<Vec<String>> {
-    Ok(helm_in(kubeconfig, &["list", "-n", "default", "-q"])?
-        .lines()
-        .map(str::to_owned)
-        .collect())
-}
+use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo};
 
 #[tokio::test]
 async fn the_seed_podinfo_example_becomes_ready_upgrades_on_a_values_change_and_is_uninstalled_on_deletion()
@@ -370,6 +205,132 @@ spec:
     // Fixing the key makes it Ready again.
     env.kubectl_apply(&manifest("values.yaml"))?;
     ready(&hrs, "podinfo").await?;
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_kube_config_secret_target_is_served_in_push_mode_and_a_cluster_ref_without_an_agent_says_so()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-push").await?;
+    let edge =
+        flotilla_tests::Cluster::start(flotilla_tests::ClusterOptions::named("hub-push-edge"))
+            .await?;
+    let hrs = env.helm_releases().await?;
+    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "edge-kubeconfig", "namespace": "default"},
+        "stringData": {"value": kubeconfig},
+    });
+    env.kubectl_apply(&secret.to_string())?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-edge",
+        "  releaseName: podinfo\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig",
+    ))?;
+    ready(&hrs, "podinfo-edge").await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
+    assert!(
+        helm_list(env.kubeconfig())?.is_empty(),
+        "nothing is installed in the hub's cluster"
+    );
+
+    // A registered cluster with no connected agent: a clear condition, nothing else.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-far",
+        "  clusterRef:\n    name: edge-1",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo-far", "AgentNotConnected", |c| {
+        c.status == ConditionStatus::False && c.reason == "AgentNotConnected"
+    })
+    .await?;
+    assert_eq!(c.message, "no agent connected for cluster edge-1");
+
+    // Deleting the push-mode HelmRelease uninstalls in the edge cluster.
+    hrs.delete("podinfo-edge", &DeleteParams::default()).await?;
+    wait::until("podinfo-edge to be gone", TIMEOUT, || async {
+        Ok(hrs.get_opt("podinfo-edge").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(helm_list(edge.kubeconfig())?.is_empty());
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_and_a_restarted_hub_keeps_plan_revisions()
+-> anyhow::Result<()> {
+    let mut env = Env::start("hub-order").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+
+    // b depends on a, which does not exist yet.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  dependsOn:\n  - name: a\n  values:\n    replicaCount: 1",
+    ))?;
+    let c = ready_condition(&hrs, "b", "DependencyNotReady", |c| {
+        c.reason == "DependencyNotReady"
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("unable to get 'default/a' dependency"),
+        "{}",
+        c.message
+    );
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+    env.kubectl_apply(&podinfo_release(&url, "a", ""))?;
+    ready(&hrs, "a").await?;
+    ready(&hrs, "b").await?;
+    let a_first = helm_history(env.kubeconfig(), "a", "default")?;
+    let b_first = helm_history(env.kubeconfig(), "b", "default")?;
+    assert_eq!((a_first.len(), b_first.len()), (1, 1));
+
+    // Suspended, a values change does nothing.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  suspend: true\n  dependsOn:\n  - name: a\n  values:\n    replicaCount: 2",
+    ))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(helm_history(env.kubeconfig(), "b", "default")?.len(), 1);
+
+    // A restarted hub re-sends the same plan revisions: nothing is upgraded.
+    env.restart_hub().await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let a = ready(&hrs, "a").await?;
+    assert_eq!(
+        a.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(helm_history(env.kubeconfig(), "a", "default")?.len(), 1);
+
+    // Resumed, b is upgraded with the new values under the next plan revision.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  dependsOn:\n  - name: a\n  values:\n    replicaCount: 2",
+    ))?;
+    let b = wait::until("b upgraded", TIMEOUT, || async {
+        let b = ready(&hrs, "b").await?;
+        Ok((helm_history(env.kubeconfig(), "b", "default")?.len() == 2).then_some(b))
+    })
+    .await?;
+    assert_eq!(
+        b.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("2")
+    );
 
     env.stop().await;
     Ok(())

@@ -455,8 +455,14 @@ async fn reconcile(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Re
     let interval = hr.spec.interval.get();
     match outcome {
         Ok(hub) => {
+            // Not connected yet: look again soon to clear the condition once it is.
+            let after = if hub.is_some() {
+                ctx.options.requeue_dependency
+            } else {
+                jitter(interval, ctx.options.jitter)
+            };
             ctx.book.set_hub(&hr, &key, hub, helm_chart).await?;
-            Ok(Action::requeue(jitter(interval, ctx.options.jitter)))
+            Ok(Action::requeue(after))
         }
         Err(Err(e)) => {
             if helm_chart != helm_chart_before {
