@@ -17,7 +17,7 @@ use kube::api::DeleteParams;
 use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo};
 
 #[tokio::test]
-async fn the_seed_podinfo_example_becomes_ready_upgrades_on_a_values_change_and_is_uninstalled_on_deletion()
+async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version_and_force_and_is_uninstalled_on_deletion()
 -> anyhow::Result<()> {
     let env = Env::start("hub-podinfo").await?;
     let hrs = env.helm_releases().await?;
@@ -102,6 +102,67 @@ async fn the_seed_podinfo_example_becomes_ready_upgrades_on_a_values_change_and_
         None,
     )?;
     assert_eq!(replicas.trim(), "3");
+
+    // A new chart version in the repository, fetched at once on a request token: the
+    // HelmChart takes it and the release is upgraded to it.
+    env.repo
+        .publish_version(&common::podinfo_chart(), "6.5.3")?;
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "helmrepository",
+            "podinfo",
+            "-n",
+            "default",
+            "--overwrite",
+            "reconcile.fluxcd.io/requestedAt=bump",
+        ],
+        None,
+    )?;
+    let hr = wait::until("the chart version upgrade", TIMEOUT, || async {
+        let hr = ready(&hrs, "podinfo").await?;
+        let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+        let at = hr
+            .status
+            .as_ref()
+            .map(|s| s.last_attempted_revision.clone())
+            .unwrap_or_default();
+        Ok((history.len() == 3 && at == "6.5.3").then_some(hr))
+    })
+    .await?;
+    assert_eq!(
+        hr.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("3")
+    );
+
+    // `flux reconcile hr --force`: both tokens set to the same value force an upgrade, and
+    // the status says the token was handled.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "helmrelease",
+            "podinfo",
+            "-n",
+            "default",
+            "--overwrite",
+            "reconcile.fluxcd.io/requestedAt=t1",
+            "reconcile.fluxcd.io/forceAt=t1",
+        ],
+        None,
+    )?;
+    wait::until("the forced upgrade", TIMEOUT, || async {
+        let hr = ready(&hrs, "podinfo").await?;
+        let handled = hr.status.as_ref().is_some_and(|s| {
+            s.last_handled_force_at == "t1" && s.last_handled_reconcile_at == "t1"
+        });
+        let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+        Ok((handled && history.len() == 4).then_some(()))
+    })
+    .await?;
 
     // Deletion uninstalls through the agent, then the finalizer goes and the object with it.
     hrs.delete("podinfo", &DeleteParams::default()).await?;

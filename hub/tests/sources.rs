@@ -51,17 +51,21 @@ spec:
 
 /// The artifact `(revision, digest)` of HelmChart `name` once it is Ready with `revision`.
 async fn chart_at(api: &Api<HelmChart>, name: &str, revision: &str) -> anyhow::Result<String> {
-    wait::until(&format!("HelmChart {name} at {revision}"), TIMEOUT, || async {
-        let c = api.get(name).await?;
-        let Some(status) = c.status else {
-            return Ok(None);
-        };
-        let ready = status.conditions.is_true(condition::READY);
-        Ok(status
-            .artifact
-            .filter(|a| ready && a.revision == revision)
-            .map(|a| a.digest))
-    })
+    wait::until(
+        &format!("HelmChart {name} at {revision}"),
+        TIMEOUT,
+        || async {
+            let c = api.get(name).await?;
+            let Some(status) = c.status else {
+                return Ok(None);
+            };
+            let ready = status.conditions.is_true(condition::READY);
+            Ok(status
+                .artifact
+                .filter(|a| ready && a.revision == revision)
+                .map(|a| a.digest))
+        },
+    )
     .await
 }
 
@@ -76,7 +80,11 @@ async fn one_index_fetch_per_interval_serves_every_chart_a_new_version_is_picked
     let charts: Api<HelmChart> = Api::namespaced(client, "default");
 
     env.kubectl_apply(&repository(&env.repo.url()))?;
-    for (name, version) in [("any", "*"), ("minor", "0.1.*"), ("range", ">=0.1.0 <1.0.0")] {
+    for (name, version) in [
+        ("any", "*"),
+        ("minor", "0.1.*"),
+        ("range", ">=0.1.0 <1.0.0"),
+    ] {
         env.kubectl_apply(&chart(name, version))?;
     }
     let digest = ChartDigest::of_bytes(&std::fs::read(&first)?);
@@ -126,7 +134,9 @@ async fn one_index_fetch_per_interval_serves_every_chart_a_new_version_is_picked
     .await?;
     assert_eq!(message.0, "IndexationFailed");
     assert!(
-        message.1.starts_with("failed to fetch Helm repository index")
+        message
+            .1
+            .starts_with("failed to fetch Helm repository index")
             && message.1.contains("the last index"),
         "{}",
         message.1
