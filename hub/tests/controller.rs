@@ -396,3 +396,62 @@ async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_an
     env.stop().await;
     Ok(())
 }
+
+fn values_secret(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\nstringData:\n  values.yaml: |\n    replicaCount: {replicas}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_values_secret_change_upgrades_only_the_release_using_it_and_a_release_name_change_replaces_the_release()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-watch").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    for name in ["a", "b"] {
+        env.kubectl_apply(&values_secret(&format!("values-{name}"), 1))?;
+        env.kubectl_apply(&podinfo_release(
+            &url,
+            name,
+            &format!("  valuesFrom:\n  - kind: Secret\n    name: values-{name}"),
+        ))?;
+    }
+    ready(&hrs, "a").await?;
+    ready(&hrs, "b").await?;
+
+    // The HelmReleases' interval is 10m: only the Secret watch can upgrade `a` this soon.
+    env.kubectl_apply(&values_secret("values-a", 2))?;
+    wait::until("a upgraded", TIMEOUT, || async {
+        ready(&hrs, "a").await?;
+        Ok((helm_history(env.kubeconfig(), "a", "default")?.len() == 2).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = hrs.get("b").await?;
+    assert_eq!(
+        b.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("1"),
+        "b's plan did not change"
+    );
+    assert_eq!(helm_history(env.kubeconfig(), "b", "default")?.len(), 1);
+
+    // A new release name: the old release is uninstalled and the new one installed.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  releaseName: b-renamed\n  valuesFrom:\n  - kind: Secret\n    name: values-b",
+    ))?;
+    wait::until("b renamed", TIMEOUT, || async {
+        ready(&hrs, "b").await?;
+        let mut list = helm_list(env.kubeconfig())?;
+        list.sort();
+        Ok((list == ["a", "b-renamed"]).then_some(()))
+    })
+    .await?;
+
+    env.stop().await;
+    Ok(())
+}
