@@ -68,6 +68,8 @@ struct Entry {
     uid: Option<String>,
     /// Whether `agent` was seeded (from the object or a report).
     seeded: bool,
+    /// The generation observed while suspended (Flux patches `observedGeneration` then).
+    suspended: Option<i64>,
 }
 
 /// The status writer (see the module docs).
@@ -137,11 +139,25 @@ impl StatusBook {
         let entry = self.entry(key);
         let mut e = entry.lock().await;
         seed(&mut e, hr);
-        if e.hub == hub && e.helm_chart == helm_chart && e.written.is_some() {
+        if e.hub == hub
+            && e.helm_chart == helm_chart
+            && e.suspended.is_none()
+            && e.written.is_some()
+        {
             return Ok(());
         }
         e.hub = hub;
         e.helm_chart = helm_chart;
+        e.suspended = None;
+        self.write(key, &mut e).await
+    }
+
+    /// Records that `hr` is suspended: its generation counts as observed.
+    pub async fn suspended(&self, hr: &HelmRelease, key: &ObjectKey) -> Result<(), StatusError> {
+        let entry = self.entry(key);
+        let mut e = entry.lock().await;
+        seed(&mut e, hr);
+        e.suspended = hr.metadata.generation;
         self.write(key, &mut e).await
     }
 
@@ -259,6 +275,9 @@ impl StatusBook {
     fn merged(e: &Entry) -> HelmReleaseStatus {
         let mut status = e.agent.clone();
         status.helm_chart = e.helm_chart.clone();
+        if let Some(g) = e.suspended {
+            status.observed_generation = status.observed_generation.max(g);
+        }
         if let Some(hub) = &e.hub {
             let now = util::now();
             status.conditions.set_condition(

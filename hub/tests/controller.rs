@@ -298,6 +298,25 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_and_a_cluster_ref_wi
         helm_list(env.kubeconfig())?.is_empty(),
         "nothing is installed in the hub's cluster"
     );
+    // The edge agent's Events are relayed onto the HelmRelease in the hub's cluster.
+    wait::until("the relayed InstallSucceeded Event", TIMEOUT, || async {
+        let reasons = kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.name=podinfo-edge,involvedObject.kind=HelmRelease",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ],
+            None,
+        )?;
+        Ok(reasons.contains("InstallSucceeded").then_some(()))
+    })
+    .await?;
 
     // A registered cluster with no connected agent: a clear condition, nothing else.
     env.kubectl_apply(&podinfo_release(
@@ -354,7 +373,8 @@ async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_an
     let b_first = helm_history(env.kubeconfig(), "b", "default")?;
     assert_eq!((a_first.len(), b_first.len()), (1, 1));
 
-    // Suspended, a values change does nothing.
+    // Suspended, a values change does nothing (the agent holds the plan suspended) and the
+    // generation counts as observed, as Flux has it.
     env.kubectl_apply(&podinfo_release(
         &url,
         "b",
@@ -362,6 +382,11 @@ async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_an
     ))?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(helm_history(env.kubeconfig(), "b", "default")?.len(), 1);
+    let b = hrs.get("b").await?;
+    assert_eq!(
+        b.status.as_ref().map(|s| s.observed_generation),
+        b.metadata.generation
+    );
 
     // A restarted hub re-sends the same plan revisions: nothing is upgraded.
     env.restart_hub().await?;
@@ -390,7 +415,8 @@ async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_an
         b.annotations()
             .get(PLAN_REVISION_ANNOTATION)
             .map(String::as_str),
-        Some("2")
+        Some("3"),
+        "revision 2 was the suspended plan"
     );
 
     env.stop().await;

@@ -386,7 +386,8 @@ struct Stop {
     message: String,
     stalled: bool,
     requeue: Option<Duration>,
-    warning: bool,
+    /// Post an Event: `Some(true)` a Warning, `Some(false)` a Normal one.
+    event: Option<bool>,
 }
 
 impl Stop {
@@ -396,7 +397,7 @@ impl Stop {
             message,
             stalled: false,
             requeue: None,
-            warning: false,
+            event: None,
         }
     }
 
@@ -411,7 +412,12 @@ impl Stop {
     }
 
     fn warning(mut self) -> Stop {
-        self.warning = true;
+        self.event = Some(true);
+        self
+    }
+
+    fn normal_event(mut self) -> Stop {
+        self.event = Some(false);
         self
     }
 }
@@ -441,7 +447,27 @@ async fn reconcile(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Re
         .map_err(kube_err(&key, "adding the finalizer"))?;
     }
     if hr.spec.suspend {
-        tracing::debug!(object = %key, "suspended");
+        // Flux does nothing for a suspended object; here the agent holds the plan and would
+        // go on reconciling it (interval, drift), so it is told: the plan goes out with
+        // `suspend` set when it can be built, and nothing is reported when it cannot.
+        let mut helm_chart = hr
+            .status
+            .as_ref()
+            .map(|s| s.helm_chart.clone())
+            .unwrap_or_default();
+        match plan_and_send(&hr, &key, &ctx, &mut helm_chart).await {
+            Ok(_) => {
+                tracing::debug!(object = %key, "suspended; the agent holds the plan suspended")
+            }
+            Err(Ok(stop)) => {
+                tracing::debug!(object = %key, reason = stop.reason, "suspended; plan not built")
+            }
+            Err(Err(e)) => {
+                tracing::debug!(object = %key, error = %error_chain(&e), "suspended; plan not sent")
+            }
+        }
+        // As Flux: a suspended object's generation counts as observed.
+        ctx.book.suspended(&hr, &key).await?;
         return Ok(Action::await_change());
     }
     let generation = hr.metadata.generation.unwrap_or_default();
@@ -472,8 +498,10 @@ async fn reconcile(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Re
         }
         Err(Ok(stop)) => {
             tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
-            if stop.warning {
-                ctx.book.event(&hr, true, stop.reason, &stop.message).await;
+            if let Some(warning) = stop.event {
+                ctx.book
+                    .event(&hr, warning, stop.reason, &stop.message)
+                    .await;
             }
             ctx.book
                 .set_hub(
@@ -639,7 +667,9 @@ async fn dependencies(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> Resul
             .unwrap_or_else(|| key.namespace.to_string());
         let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), &ns);
         let not_ready = |message: String| {
-            Stop::new(reason::DEPENDENCY_NOT_READY, message).requeue(ctx.options.requeue_dependency)
+            Stop::new(reason::DEPENDENCY_NOT_READY, message)
+                .requeue(ctx.options.requeue_dependency)
+                .normal_event()
         };
         let d = match api.get(&dep.name).await {
             Ok(d) => d,
