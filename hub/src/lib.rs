@@ -21,6 +21,7 @@
 //!   [`push::HubLinks`], which also asks a remote registry.
 //! - [`status`]: the one writer of HelmRelease status.
 //! - [`run`]: wiring and shutdown order.
+//! - [`leader`]: Lease-based leader election of the hub replicas.
 //!
 //! Where to start (the pure parts, table-tested without a cluster; the IO edge reads the
 //! objects and the index and hands them in):
@@ -34,6 +35,7 @@
 //! - [`sources::url`]: the index URL and chart URLs, resolved as Go's `net/url` does.
 
 pub mod controller;
+pub mod leader;
 pub mod link;
 pub mod push;
 pub mod run;

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use flotilla_core::duration::GoDuration;
-use flotilla_hub::run::{Hub, HubConfig};
+use flotilla_hub::leader::{ElectionTimings, Elector};
+use flotilla_hub::run::{Hub, HubConfig, connect};
 
 /// The Flotilla hub: HelmRelease, HelmRepository and HelmChart controllers, with in-process
 /// agents for the targets that have none.
@@ -39,6 +40,24 @@ struct Args {
     /// How long in-flight Helm actions may take to finish on shutdown (Go duration).
     #[arg(long, default_value = "10m")]
     graceful_shutdown_timeout: GoDuration,
+    /// Run only while holding the leader-election Lease (for several replicas).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "flotilla-system")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "flotilla-hub-leader-election")]
+    leader_election_id: String,
+    /// How long a Lease not renewed stays held (Go duration).
+    #[arg(long, default_value = "15s")]
+    leader_election_lease_duration: GoDuration,
+    /// How long the leader tries to renew before giving up (Go duration).
+    #[arg(long, default_value = "10s")]
+    leader_election_renew_deadline: GoDuration,
+    /// The wait between leader-election tries (Go duration).
+    #[arg(long, default_value = "2s")]
+    leader_election_retry_period: GoDuration,
 }
 
 #[tokio::main]
@@ -61,17 +80,72 @@ async fn main() -> anyhow::Result<()> {
     config.artifact_max_bytes = args.artifact_max_mib << 20;
     config.agent_namespace = args.agent_namespace;
     config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
+    let elector = if args.leader_elect {
+        let (_, client) = connect(config.kubeconfig.as_deref()).await?;
+        let host = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "flotilla-hub".into());
+        let identity = format!("{host}_{}", std::process::id());
+        let elector = Elector::new(
+            client,
+            &args.leader_election_namespace,
+            &args.leader_election_id,
+            identity,
+            ElectionTimings {
+                lease_duration: args.leader_election_lease_duration.get(),
+                renew_deadline: args.leader_election_renew_deadline.get(),
+                retry_period: args.leader_election_retry_period.get(),
+            },
+        );
+        tracing::info!(
+            identity = elector.identity(),
+            "waiting for the leader-election lease"
+        );
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = shutdown_signal() => return Ok(()),
+        }
+        Some(elector)
+    } else {
+        None
+    };
     let mut hub = Hub::start(config).await?;
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = shutdown_signal() => tracing::info!("shutting down"),
         () = hub.wait() => anyhow::bail!("the controllers stopped"),
+        () = lost => {
+            // Another replica may act now: stop at once, as controller-runtime does.
+            tracing::error!("leadership lost; exiting");
+            std::process::exit(1);
+        }
     }
-    tokio::time::timeout(
-        args.graceful_shutdown_timeout.get() + Duration::from_secs(30),
-        hub.stop(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
+    // The lease is renewed until the in-process agents have finished their actions.
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    let stopped = tokio::select! {
+        stopped = tokio::time::timeout(
+            args.graceful_shutdown_timeout.get() + Duration::from_secs(30),
+            hub.stop(),
+        ) => stopped,
+        () = lost => {
+            tracing::error!("leadership lost during shutdown; exiting");
+            std::process::exit(1);
+        }
+    };
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    stopped.map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
     Ok(())
 }
 

@@ -106,6 +106,24 @@ pub enum StartError {
     Store(#[source] ChartError),
 }
 
+/// The configuration and a client for the hub's cluster: from `kubeconfig`, else inferred
+/// (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<(kube::Config, Client), StartError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(StartError::KubeConfig)?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(StartError::KubeConfig)?
+        }
+        None => kube::Config::infer().await.map_err(StartError::Infer)?,
+    };
+    let client = Client::try_from(config.clone()).map_err(StartError::Client)?;
+    Ok((config, client))
+}
+
 /// A running hub.
 #[derive(Debug)]
 pub struct Hub {
@@ -121,16 +139,7 @@ pub struct Hub {
 impl Hub {
     /// Starts every controller on the current runtime.
     pub async fn start(config: HubConfig) -> Result<Hub, StartError> {
-        let kube_config = match &config.kubeconfig {
-            Some(path) => {
-                let kc = Kubeconfig::read_from(path).map_err(StartError::KubeConfig)?;
-                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                    .await
-                    .map_err(StartError::KubeConfig)?
-            }
-            None => kube::Config::infer().await.map_err(StartError::Infer)?,
-        };
-        let client = Client::try_from(kube_config.clone()).map_err(StartError::Client)?;
+        let (kube_config, client) = connect(config.kubeconfig.as_deref()).await?;
         // Indexing the store reads its directory: start-up only.
         let charts = Arc::new(
             CachedCharts::new(

@@ -64,3 +64,115 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
     assert!(status.success(), "flotilla-hub exited with {status}");
     Ok(())
 }
+
+/// Starts a `flotilla-hub` replica with leader election on short timings.
+fn replica(cluster: &Cluster, artifacts: &std::path::Path) -> anyhow::Result<std::process::Child> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["--artifact-dir"])
+        .arg(artifacts)
+        .args(["--concurrency", "2", "--requeue-dependency", "2s"])
+        .args(["--graceful-shutdown-timeout", "20s", "--leader-elect"])
+        .args(["--leader-election-namespace", "default"])
+        .args(["--leader-election-lease-duration", "4s"])
+        .args(["--leader-election-renew-deadline", "3s"])
+        .args(["--leader-election-retry-period", "1s"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?)
+}
+
+#[tokio::test]
+async fn of_two_replicas_one_acts_and_the_standby_takes_over_when_the_leader_is_killed()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("hub-leader")).await?;
+    install_crds(&cluster.client().await?).await?;
+    let repo = HelmRepoServer::start(RepoOptions::named("hub-leader")).await?;
+    repo.publish(&podinfo_chart())?;
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let mut replicas = vec![
+        replica(&cluster, dir_a.path())?,
+        replica(&cluster, dir_b.path())?,
+    ];
+
+    let result = async {
+        kubectl_in(
+            cluster.kubeconfig(),
+            &["apply", "-f", "-"],
+            Some(&podinfo_release(
+                &repo.url(),
+                "podinfo",
+                "  values:\n    replicaCount: 1",
+            )),
+        )?;
+        let hrs: Api<HelmRelease> = Api::namespaced(cluster.client().await?, "default");
+        ready(&hrs, "podinfo").await?;
+
+        // Kill the holder of the lease without a chance to release it.
+        let holder = kubectl_in(
+            cluster.kubeconfig(),
+            &[
+                "get",
+                "lease",
+                "flotilla-hub-leader-election",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            None,
+        )?;
+        let pid: u32 = holder
+            .rsplit_once('_')
+            .and_then(|(_, pid)| pid.trim().parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("holder identity {holder:?} ends with no pid"))?;
+        let leader = replicas
+            .iter()
+            .position(|r| r.id() == pid)
+            .ok_or_else(|| anyhow::anyhow!("the lease holder {holder} is none of the replicas"))?;
+        let mut killed = replicas.remove(leader);
+        let kill = killed.kill();
+        killed.wait()?;
+        kill?;
+
+        // The standby acts on the next change: one upgrade, no action twice.
+        let started = Instant::now();
+        kubectl_in(
+            cluster.kubeconfig(),
+            &["apply", "-f", "-"],
+            Some(&podinfo_release(
+                &repo.url(),
+                "podinfo",
+                "  values:\n    replicaCount: 2",
+            )),
+        )?;
+        common::wait_for_history(cluster.kubeconfig(), "podinfo", 2).await?;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the standby took {:?}",
+            started.elapsed()
+        );
+        ready(&hrs, "podinfo").await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let history =
+            flotilla_tests::tools::helm_history(cluster.kubeconfig(), "podinfo", "default")?;
+        assert_eq!(history.len(), 2, "{history:?}");
+        anyhow::Ok(())
+    }
+    .await;
+
+    for mut r in replicas {
+        let _ = Command::new("kill")
+            .args(["-TERM", &r.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while r.try_wait()?.is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if r.try_wait()?.is_none() {
+            r.kill()?;
+        }
+    }
+    result
+}

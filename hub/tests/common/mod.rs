@@ -239,3 +239,12 @@ pub fn helm_list(kubeconfig: &Path) -> anyhow::Result<Vec<String>> {
         .map(str::to_owned)
         .collect())
 }
+
+/// Waits until release `name` in `default` has `count` revisions, the last one deployed.
+pub async fn wait_for_history(kubeconfig: &Path, name: &str, count: usize) -> anyhow::Result<()> {
+    wait::until(&format!("{name} at revision {count}"), TIMEOUT, || async {
+        let h = flotilla_tests::tools::helm_history(kubeconfig, name, "default")?;
+        Ok((h.len() == count && h.last().is_some_and(|l| l.1 == "deployed")).then_some(()))
+    })
+    .await
+}
