@@ -183,7 +183,7 @@ async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version
 }
 
 #[tokio::test]
-async fn a_missing_values_from_key_is_a_condition_naming_the_field_and_the_deployed_release_stays()
+async fn malformed_helm_releases_get_a_condition_naming_the_field_and_the_deployed_release_stays()
 -> anyhow::Result<()> {
     let env = Env::start("hub-values").await?;
     let hrs = env.helm_releases().await?;
@@ -266,6 +266,64 @@ spec:
     // Fixing the key makes it Ready again.
     env.kubectl_apply(&manifest("values.yaml"))?;
     ready(&hrs, "podinfo").await?;
+
+    // Bad YAML in the referenced key: ValuesError naming the object and key.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "create",
+            "configmap",
+            "bad-values",
+            "-n",
+            "default",
+            "--from-literal=values.yaml=replicaCount: [1",
+        ],
+        None,
+    )?;
+    env.kubectl_apply(&manifest("values.yaml").replace(
+        "name: podinfo-values\n    valuesKey",
+        "name: bad-values\n    valuesKey",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo", "ValuesError for bad YAML", |c| {
+        c.reason == "ValuesError" && c.message.contains("bad-values")
+    })
+    .await?;
+    assert!(c.message.contains("'values.yaml'"), "{}", c.message);
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+
+    // A chart version the repository does not have: the HelmChart says so and the
+    // HelmRelease waits for its source, as Flux's do.
+    let unknown = manifest("values.yaml").replace(
+        "      chart: podinfo\n",
+        "      chart: podinfo\n      version: '9.9.9'\n",
+    );
+    env.kubectl_apply(&unknown)?;
+    let c = ready_condition(&hrs, "podinfo", "SourceNotReady", |c| {
+        c.reason == "SourceNotReady"
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("HelmChart 'default/default-podinfo' is not ready")
+            && c.message.contains("9.9.9"),
+        "{}",
+        c.message
+    );
+
+    // Both chart and chartRef: the API server refuses the object, naming the fields.
+    let both = manifest("values.yaml").replace(
+        "  valuesFrom:",
+        "  chartRef:\n    kind: OCIRepository\n    name: podinfo\n  valuesFrom:",
+    );
+    let refused = kubectl_in(env.kubeconfig(), &["apply", "-f", "-"], Some(&both))
+        .expect_err("the API server refuses chart and chartRef together");
+    assert!(format!("{refused:#}").contains("chartRef"), "{refused:#}");
+
+    // Through all of it the deployed release stayed at its first revision.
+    let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].1, "deployed");
 
     env.stop().await;
     Ok(())

@@ -302,15 +302,25 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(trigger_hash, Default::default());
     let triggered = futures::stream::unfold(trigger, |mut rx| async move {
-        rx.recv().await.map(|key| (hr_ref(&key), rx))
+        rx.recv().await.map(|key| {
+            tracing::trace!(object = %key, "reconcile requested by the status writer");
+            (hr_ref(&key), rx)
+        })
     });
     let by_ref = |kind: &'static str, ctx: Arc<Context>| {
         move |ns: Option<String>, name: String| {
-            ctx.refs
-                .users(&ref_key(kind, &ns.unwrap_or_default(), &name))
-                .iter()
-                .map(hr_ref)
-                .collect::<Vec<_>>()
+            let users = ctx
+                .refs
+                .users(&ref_key(kind, &ns.unwrap_or_default(), &name));
+            if !users.is_empty() {
+                tracing::trace!(
+                    kind,
+                    name,
+                    users = users.len(),
+                    "a referenced object changed"
+                );
+            }
+            users.iter().map(hr_ref).collect::<Vec<_>>()
         }
     };
     let oci = by_ref("OCIRepository", ctx.clone());
@@ -707,8 +717,15 @@ fn source_ready(
         .get_condition(condition::READY)
         .map(|c| c.message.clone())
         .unwrap_or_default();
+    // Flux's rule (generation observed, not stalled, an artifact), and not `Ready=False`
+    // for that generation: a HelmChart whose version no longer resolves keeps its last
+    // artifact, and the HelmRelease says why rather than staying on the old chart silently.
+    let failed = conditions
+        .get_condition(condition::READY)
+        .is_some_and(|c| c.status == flotilla_core::meta::ConditionStatus::False);
     let ready = generation.unwrap_or_default() == observed
         && !conditions.is_true(condition::STALLED)
+        && !failed
         && artifact.is_some();
     if ready { Ok(()) } else { Err(msg) }
 }
@@ -787,12 +804,17 @@ async fn source(
             suspend: false,
             verify: template.spec.verify.clone(),
         };
-        let object = serde_json::json!({
+        let mut object = serde_json::json!({
             "apiVersion": HelmChart::api_version(&()),
             "kind": HelmChart::kind(&()),
-            "metadata": {"name": name, "namespace": src_ns, "labels": labels, "annotations": annotations},
+            "metadata": {"name": name, "namespace": src_ns, "labels": labels},
             "spec": spec,
         });
+        // An empty map would make every apply a write (the server drops it when storing,
+        // so the applied object never equals the stored one), and every write a watch event.
+        if !annotations.is_empty() {
+            object["metadata"]["annotations"] = serde_json::json!(annotations);
+        }
         let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), &src_ns);
         let hc = api
             .patch(
@@ -802,6 +824,7 @@ async fn source(
             )
             .await
             .map_err(|e| Err(kube_err(key, "applying the HelmChart")(e)))?;
+        tracing::trace!(chart = %want, resource_version = ?hc.metadata.resource_version, "HelmChart applied");
         *helm_chart = want.clone();
         ctx.refs.set(
             &ObjectKey {
@@ -1374,7 +1397,7 @@ mod tests {
     }
 
     #[test]
-    fn a_source_is_ready_only_with_an_artifact_for_its_generation_and_not_stalled() {
+    fn a_source_is_ready_only_with_an_artifact_for_its_generation_not_failed_nor_stalled() {
         let artifact = Artifact {
             path: "p".into(),
             url: "u".into(),
@@ -1395,6 +1418,11 @@ mod tests {
             &now,
         );
         assert_eq!(source_ready(Some(2), 2, &[], Some(&artifact)), Ok(()));
+        assert_eq!(
+            source_ready(Some(2), 2, &conditions, Some(&artifact)),
+            Err("boom".to_owned()),
+            "Ready=False for the observed generation"
+        );
         assert_eq!(
             source_ready(Some(3), 2, &conditions, Some(&artifact)),
             Err("boom".to_owned())

@@ -246,7 +246,7 @@ async fn pull(
         .resolve(&chart.spec.chart, version)
         .map_err(|e| Failure {
             reason: INVALID_CHART_REFERENCE,
-            message: format!("invalid chart reference: {}", e.condition_message()),
+            message: e.condition_message(),
             fetch: false,
         })?;
     let expected = cv.digest();

@@ -64,6 +64,7 @@ pub struct Env {
 
 impl Env {
     pub async fn start(name: &str) -> anyhow::Result<Env> {
+        init_logging();
         let cluster = Cluster::start(ClusterOptions::named(name)).await?;
         install_crds(&cluster.client().await?).await?;
         let repo = HelmRepoServer::start(RepoOptions::named(name)).await?;
@@ -247,4 +248,17 @@ pub async fn wait_for_history(kubeconfig: &Path, name: &str, count: usize) -> an
         Ok((h.len() == count && h.last().is_some_and(|l| l.1 == "deployed")).then_some(()))
     })
     .await
+}
+
+/// Logs of the hub in the test's output, filtered by `RUST_LOG` (nothing by default).
+pub fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
 }
