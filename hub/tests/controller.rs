@@ -72,6 +72,31 @@ async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version
         None,
     )?;
 
+    // At rest, the managed HelmChart is not written again (a write loop between the
+    // controllers would show here).
+    let chart_version = || {
+        kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "helmchart",
+                "default-podinfo",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+            None,
+        )
+    };
+    let before = chart_version()?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        chart_version()?,
+        before,
+        "the HelmChart was written at rest"
+    );
+
     // A values change upgrades: helm history 2, plan revision 2.
     env.kubectl_apply(&seed_podinfo(&env.repo.url(), 3))?;
     let hr = wait::until("the upgrade", TIMEOUT, || async {
