@@ -41,5 +41,6 @@ pub mod push;
 pub mod run;
 pub mod sources;
 pub mod status;
+pub mod telemetry;
 pub mod util;
 pub mod values;

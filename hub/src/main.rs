@@ -3,10 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::Parser;
 use flotilla_core::duration::GoDuration;
 use flotilla_hub::leader::{ElectionTimings, Elector};
 use flotilla_hub::run::{Hub, HubConfig, connect};
+use flotilla_hub::telemetry::{self, HubMetrics};
+use tokio_util::sync::CancellationToken;
 
 /// The Flotilla hub: HelmRelease, HelmRepository and HelmChart controllers, with in-process
 /// agents for the targets that have none.
@@ -40,6 +45,9 @@ struct Args {
     /// How long in-flight Helm actions may take to finish on shutdown (Go duration).
     #[arg(long, default_value = "10m")]
     graceful_shutdown_timeout: GoDuration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
     /// Run only while holding the leader-election Lease (for several replicas).
     #[arg(long)]
     leader_elect: bool,
@@ -80,6 +88,16 @@ async fn main() -> anyhow::Result<()> {
     config.artifact_max_bytes = args.artifact_max_mib << 20;
     config.agent_namespace = args.agent_namespace;
     config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
+    let metrics = HubMetrics::new();
+    config.metrics = metrics.clone();
+    let ready = Arc::new(AtomicBool::new(false));
+    let probes_stop = CancellationToken::new();
+    let probes = tokio::spawn(telemetry::serve(
+        args.metrics_addr,
+        metrics,
+        ready.clone(),
+        probes_stop.clone(),
+    ));
     let elector = if args.leader_elect {
         let (_, client) = connect(config.kubeconfig.as_deref()).await?;
         let host = std::env::var("POD_NAME")
@@ -110,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let mut hub = Hub::start(config).await?;
+    ready.store(true, Ordering::SeqCst);
     let lost = async {
         match &elector {
             Some(e) => e.hold().await,
@@ -144,6 +163,10 @@ async fn main() -> anyhow::Result<()> {
     };
     if let Some(e) = &elector {
         e.release().await;
+    }
+    probes_stop.cancel();
+    if let Ok(Err(e)) = probes.await {
+        tracing::warn!(error = %e, "the probe server failed");
     }
     stopped.map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
     Ok(())

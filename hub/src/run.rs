@@ -48,6 +48,8 @@ pub struct HubConfig {
     /// The remote agents' registry (the session server), when there is one. Its links
     /// forward their agents' reports into [`HubConfig::report_sink`].
     pub remote: Option<Arc<dyn Links>>,
+    /// Where reconciles are counted (serve them with [`crate::telemetry::serve`]).
+    pub metrics: crate::telemetry::HubMetrics,
     /// The channel every agent's reports go through to the status writer.
     reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
 }
@@ -78,6 +80,7 @@ impl HubConfig {
             agent_namespace: "flotilla-system".into(),
             agent: AgentOptions::default(),
             remote: None,
+            metrics: Default::default(),
             reports: mpsc::unbounded_channel(),
         }
     }
@@ -192,18 +195,20 @@ impl Hub {
             config.concurrency,
             stop.clone().cancelled_owned(),
         ));
+        let mut ctx = controller::Context::new(
+            client,
+            links,
+            book,
+            charts.clone(),
+            ControllerOptions {
+                concurrency: config.concurrency,
+                requeue_dependency: config.requeue_dependency,
+                jitter: config.jitter,
+            },
+        );
+        ctx.metrics = config.metrics.clone();
         controllers.spawn(controller::run(
-            Arc::new(controller::Context::new(
-                client,
-                links,
-                book,
-                charts.clone(),
-                ControllerOptions {
-                    concurrency: config.concurrency,
-                    requeue_dependency: config.requeue_dependency,
-                    jitter: config.jitter,
-                },
-            )),
+            Arc::new(ctx),
             trigger_rx,
             stop.clone().cancelled_owned(),
         ));

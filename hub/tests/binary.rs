@@ -14,6 +14,24 @@ use kube::api::Api;
 
 use common::{helm_list, install_crds, podinfo_chart, podinfo_release, ready};
 
+/// A loopback address with a port free right now.
+fn free_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// The body of `GET http://addr/path` once the server answers 200.
+async fn get_ok(addr: &str, path: &str) -> anyhow::Result<String> {
+    flotilla_tests::wait::until(&format!("GET {path}"), Duration::from_secs(30), || async {
+        match reqwest::get(format!("http://{addr}{path}")).await {
+            Ok(r) if r.status().is_success() => Ok(Some(r.text().await?)),
+            Ok(r) => anyhow::bail!("status {}", r.status()),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyhow::Result<()> {
     let cluster = Cluster::start(ClusterOptions::named("hub-binary")).await?;
@@ -21,7 +39,9 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
     let repo = HelmRepoServer::start(RepoOptions::named("hub-binary")).await?;
     repo.publish(&podinfo_chart())?;
     let artifacts = tempfile::tempdir()?;
+    let probes = free_addr()?;
     let mut hub = Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--metrics-addr", &probes])
         .args(["--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args(["--artifact-dir"])
@@ -41,6 +61,19 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
         let hrs: Api<HelmRelease> = Api::namespaced(cluster.client().await?, "default");
         ready(&hrs, "podinfo").await?;
         assert_eq!(helm_list(cluster.kubeconfig())?, vec!["podinfo".to_owned()]);
+        assert_eq!(get_ok(&probes, "/healthz").await?, "ok");
+        assert_eq!(get_ok(&probes, "/readyz").await?, "ok");
+        let metrics = get_ok(&probes, "/metrics").await?;
+        let successes = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("flotilla_hub_reconciles_total{") && l.contains("result=\"success\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_default();
+        assert!(successes >= 1.0, "{metrics}");
+        assert!(metrics.contains("flotilla_hub_reconcile_duration_seconds_bucket"));
         anyhow::Ok(())
     }
     .await;
@@ -68,6 +101,7 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
 /// Starts a `flotilla-hub` replica with leader election on short timings.
 fn replica(cluster: &Cluster, artifacts: &std::path::Path) -> anyhow::Result<std::process::Child> {
     Ok(Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--metrics-addr", &free_addr()?])
         .args(["--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args(["--artifact-dir"])

@@ -177,6 +177,8 @@ pub struct Context {
     pub options: ControllerOptions,
     /// Reference index for the watches.
     pub refs: RefIndex,
+    /// Where reconciles are counted.
+    pub metrics: crate::telemetry::HubMetrics,
     /// The target each HelmRelease was last sent to.
     targets: Mutex<HashMap<ObjectKey, TargetId>>,
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
@@ -208,6 +210,7 @@ impl Context {
             charts,
             options,
             refs: RefIndex::default(),
+            metrics: Default::default(),
             targets: Mutex::new(HashMap::new()),
             revisions: Mutex::new(HashMap::new()),
         }
@@ -371,13 +374,26 @@ pub async fn run(
             kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(measured, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %error_chain(&e), "HelmRelease reconcile");
             }
         })
         .await;
+}
+
+/// [`reconcile`], timed and counted by result.
+async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = std::time::Instant::now();
+    let mut label = "success";
+    let result = reconcile(hr, ctx.clone(), &mut label).await;
+    if result.is_err() {
+        label = "error";
+    }
+    ctx.metrics
+        .observe("helmrelease", label, started.elapsed().as_secs_f64());
+    result
 }
 
 fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, _: Arc<Context>) -> Action {
@@ -432,7 +448,11 @@ impl Stop {
     }
 }
 
-async fn reconcile(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    hr: Arc<HelmRelease>,
+    ctx: Arc<Context>,
+    label: &mut &'static str,
+) -> Result<Action, ReconcileError> {
     let Some(key) = key_of(&hr) else {
         return Ok(Action::await_change());
     };
@@ -507,6 +527,7 @@ async fn reconcile(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Re
             Err(e)
         }
         Err(Ok(stop)) => {
+            *label = "not_ready";
             tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
             if let Some(warning) = stop.event {
                 ctx.book
