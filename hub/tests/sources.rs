@@ -100,6 +100,20 @@ async fn one_index_fetch_per_interval_serves_every_chart_a_new_version_is_picked
         ChartDigest::of_bytes(&index).as_str()
     );
 
+    // valuesFiles are not merged yet: refused with a condition rather than ignored.
+    env.kubectl_apply(&chart("with-values-files", "*").replace(
+        "  interval: 1m\n",
+        "  interval: 1m\n  valuesFiles:\n  - values-prod.yaml\n",
+    ))?;
+    wait::until("the valuesFiles refusal", TIMEOUT, || async {
+        let c = charts.get("with-values-files").await?;
+        Ok(c.status
+            .and_then(|s| s.conditions.get_condition(condition::READY).cloned())
+            .filter(|c| c.status == ConditionStatus::False && c.reason == "ValuesFilesNotSupported")
+            .map(|_| ()))
+    })
+    .await?;
+
     // Three charts, one repository: one fetch per interval (3s), not one per chart.
     let before = env.repo.index_fetches()?;
     tokio::time::sleep(Duration::from_secs(9)).await;

@@ -34,6 +34,8 @@ pub const CHART_PULL_SUCCEEDED: &str = "ChartPullSucceeded";
 pub const CHART_PULL_ERROR: &str = "ChartPullError";
 /// Reason of a chart or version not in the index (Flux's `InvalidChartReference`).
 pub const INVALID_CHART_REFERENCE: &str = "InvalidChartReference";
+/// Reason of a HelmChart asking for `valuesFiles`, which the hub does not merge yet.
+pub const VALUES_FILES_NOT_SUPPORTED: &str = "ValuesFilesNotSupported";
 /// Reason of a source that has no artifact to resolve from yet.
 pub const SOURCE_UNAVAILABLE: &str = "SourceUnavailable";
 
@@ -227,6 +229,16 @@ async fn pull(
                 "unsupported source kind '{:?}': only HelmRepository is served",
                 source.kind
             ),
+            fetch: false,
+        });
+    }
+    if !chart.spec.values_files.is_empty() {
+        // Not served yet: refusing is better than installing without the values asked for.
+        return Err(Failure {
+            reason: VALUES_FILES_NOT_SUPPORTED,
+            message: "spec.valuesFiles is not supported yet: remove it, or move those values to \
+                      the HelmRelease's values or valuesFrom"
+                .into(),
             fetch: false,
         });
     }
