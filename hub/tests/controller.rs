@@ -355,7 +355,7 @@ spec:
 }
 
 #[tokio::test]
-async fn a_kube_config_secret_target_is_served_in_push_mode_and_a_cluster_ref_without_an_agent_says_so()
+async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_target_changes_and_a_cluster_ref_without_an_agent_says_so()
 -> anyhow::Result<()> {
     let env = Env::start("hub-push").await?;
     let edge =
@@ -413,12 +413,27 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_and_a_cluster_ref_wi
     .await?;
     assert_eq!(c.message, "no agent connected for cluster edge-1");
 
-    // Deleting the push-mode HelmRelease uninstalls in the edge cluster.
+    // The target moves to the hub's cluster: the edge agent uninstalls, the hub's installs.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-edge",
+        "  releaseName: podinfo",
+    ))?;
+    wait::until("the release to move", TIMEOUT, || async {
+        let here = helm_list(env.kubeconfig())?;
+        let there = helm_list(edge.kubeconfig())?;
+        Ok((here == ["podinfo"] && there.is_empty()).then_some(()))
+    })
+    .await?;
+    ready(&hrs, "podinfo-edge").await?;
+
+    // Deleting it uninstalls where it now is.
     hrs.delete("podinfo-edge", &DeleteParams::default()).await?;
     wait::until("podinfo-edge to be gone", TIMEOUT, || async {
         Ok(hrs.get_opt("podinfo-edge").await?.is_none().then_some(()))
     })
     .await?;
+    assert!(helm_list(env.kubeconfig())?.is_empty());
     assert!(helm_list(edge.kubeconfig())?.is_empty());
 
     env.stop().await;

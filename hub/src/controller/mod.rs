@@ -678,14 +678,24 @@ fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
     Ok(TargetId::Local)
 }
 
+/// Stops the push agent of `target` when no HelmRelease uses it and it holds no plan (a
+/// deletion it was just sent is still a held plan: it must run before the agent stops).
 fn retire_if_unused(ctx: &Context, target: &TargetId) {
+    if matches!(target, TargetId::Cluster(_)) {
+        return;
+    }
     let used = ctx
         .targets
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .values()
         .any(|t| t == target);
-    if !used && !matches!(target, TargetId::Cluster(_)) {
+    let holds = ctx
+        .links
+        .push
+        .link(target)
+        .is_some_and(|l| !l.held().is_empty());
+    if !used && !holds {
         ctx.links.push.retire(target);
     }
 }
