@@ -8,7 +8,8 @@
 //!   `(plan revision, seq)`, are dropped; agent Events are relayed as Kubernetes Events on
 //!   the HelmRelease (except for the hub's own cluster, where the in-process agent already
 //!   posted them on the HelmRelease's namespace); `Deleted` is remembered for the
-//!   finalizer; `Rejected` becomes a `Ready=False` condition;
+//!   finalizer; `Rejected` becomes a `Ready=False`, `Stalled=True` condition (reason
+//!   `PlanRejected`) that stands until the agent reports on a newer plan;
 //! - the HelmRelease controller's hub-side outcome ([`StatusBook::set_hub`]):
 //!   `status.helmChart` and a hub condition (source not ready, values error, dependency not
 //!   ready, no agent connected), which overrides the agent's `Ready` until the controller
@@ -37,6 +38,9 @@ use tokio::sync::mpsc;
 
 use crate::link::{TargetId, TargetReport};
 use crate::util::{self, FIELD_MANAGER, error_chain};
+
+/// Reason of a plan the agent refused (the message names the field).
+pub const PLAN_REJECTED: &str = "PlanRejected";
 
 /// A hub-side outcome that overrides the agent's `Ready` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +74,9 @@ struct Entry {
     seeded: bool,
     /// The generation observed while suspended (Flux patches `observedGeneration` then).
     suspended: Option<i64>,
+    /// The last plan the agent refused, and the condition saying why; it stands until the
+    /// agent reports on a newer plan.
+    rejected: Option<(PlanRevision, HubCondition)>,
 }
 
 /// The status writer (see the module docs).
@@ -220,6 +227,12 @@ impl StatusBook {
                     self.seed_from_cluster(key, e).await;
                 }
                 e.last = Some(at);
+                if e.rejected
+                    .as_ref()
+                    .is_some_and(|(r, _)| s.plan_revision > *r)
+                {
+                    e.rejected = None;
+                }
                 e.agent = s.status;
                 e.seeded = true;
                 self.write(key, e).await
@@ -249,12 +262,15 @@ impl StatusBook {
                     self.seed_from_cluster(key, e).await;
                 }
                 let generation = e.agent.observed_generation;
-                e.hub = Some(HubCondition {
-                    reason: "PlanRejected".into(),
-                    message: error,
-                    stalled: true,
-                    generation,
-                });
+                e.rejected = Some((
+                    revision,
+                    HubCondition {
+                        reason: PLAN_REJECTED.into(),
+                        message: error,
+                        stalled: true,
+                        generation,
+                    },
+                ));
                 self.write(key, e).await
             }
         }
@@ -278,7 +294,7 @@ impl StatusBook {
         if let Some(g) = e.suspended {
             status.observed_generation = status.observed_generation.max(g);
         }
-        if let Some(hub) = &e.hub {
+        if let Some(hub) = e.hub.as_ref().or(e.rejected.as_ref().map(|(_, c)| c)) {
             let now = util::now();
             status.conditions.set_condition(
                 condition::READY,

@@ -345,6 +345,37 @@ spec:
         .expect_err("the API server refuses chart and chartRef together");
     assert!(format!("{refused:#}").contains("chartRef"), "{refused:#}");
 
+    // Values too large for the agent's state Secret: the agent refuses the plan, and the
+    // condition says so until a plan it accepts comes.
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.cluster.client().await?, "default");
+    for (name, key) in [("big-1", "a"), ("big-2", "b")] {
+        let cm: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "data": {"values.yaml": format!("{key}: {}\n", noise(900 * 1024))},
+            }))?;
+        config_maps.create(&Default::default(), &cm).await?;
+    }
+    let big = manifest("values.yaml").replace(
+        "  valuesFrom:\n",
+        "  valuesFrom:\n  - kind: ConfigMap\n    name: big-1\n  - kind: ConfigMap\n    name: big-2\n",
+    );
+    env.kubectl_apply(&big)?;
+    let c = ready_condition(&hrs, "podinfo", "PlanRejected", |c| {
+        c.reason == "PlanRejected"
+    })
+    .await?;
+    assert!(c.message.len() < 4096, "no values in the condition");
+    let stalled = hrs
+        .get("podinfo")
+        .await?
+        .status
+        .is_some_and(|s| s.conditions.is_true(condition::STALLED));
+    assert!(stalled);
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+
     // Through all of it the deployed release stayed at its first revision.
     let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
     assert_eq!(history.len(), 1, "{history:?}");
@@ -519,6 +550,12 @@ async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_an
 
     env.stop().await;
     Ok(())
+}
+
+/// `len` random letters and digits (they do not compress much).
+fn noise(len: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(7);
+    (0..len).map(|_| rng.alphanumeric()).collect()
 }
 
 fn values_secret(name: &str, replicas: u32) -> String {
