@@ -1,8 +1,27 @@
 //! The Flotilla hub: the IO shell in the management cluster.
 //!
-//! It will hold the HelmRelease, HelmRepository and ManagedCluster controllers, chart sources,
-//! values and target resolution, the gRPC server agents dial into (mutual TLS), and the status
-//! writer that turns agent reports into HelmRelease status and Events.
+//! It holds the HelmRelease, HelmRepository and HelmChart controllers, chart sources, values
+//! and target resolution, the in-process (push-mode) agents, and the status writer that turns
+//! agent reports into HelmRelease status and Events; the gRPC server agents dial into
+//! (mutual TLS) plugs in through [`link::Links`].
+//!
+//! The process ([`run::Hub::start`], the `flotilla-hub` binary):
+//!
+//! ```text
+//! HelmRepository ─► sources::helm_repository (index per interval, in memory)
+//! HelmChart      ─► sources::helm_chart (resolve, download, chart store by sha256)
+//! HelmRelease    ─► controller (dependsOn, source, values, target, plan revision)
+//!                     └─► push::HubLinks ─► AgentLink::send(Command)   (push agent | remote)
+//! agents' Reports ─► link::ReportSink ─► status::StatusBook ─► .status + Events
+//! ```
+//!
+//! - [`link`]: the seam between the controller and the agents (read it first).
+//! - [`controller`]: the HelmRelease controller, in Flux's reconcile order.
+//! - [`push`]: in-process agents for the hub's cluster and kubeconfig Secrets, and
+//!   [`push::HubLinks`], which also asks a remote registry.
+//! - [`status`]: the one writer of HelmRelease status.
+//! - [`run`]: wiring and shutdown order.
+//! - [`leader`]: Lease-based leader election of the hub replicas.
 //!
 //! Where to start (the pure parts, table-tested without a cluster; the IO edge reads the
 //! objects and the index and hands them in):
@@ -27,7 +46,14 @@
 //!   ManagedCluster admission, resync) and [`session::RemoteLinks`], the
 //!   [`link::Links`] of `TargetId::Cluster` targets.
 
+pub mod controller;
+pub mod leader;
 pub mod link;
+pub mod push;
+pub mod run;
 pub mod session;
 pub mod sources;
+pub mod status;
+pub mod telemetry;
+pub mod util;
 pub mod values;

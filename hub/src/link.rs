@@ -17,6 +17,23 @@
 //! - [`AgentLink::connected`] says whether an agent is there now, so the controller can
 //!   report `Ready=False` with "no agent connected" instead of waiting silently.
 //! - Reports arrive at least once; receivers drop stale ones by `(plan_revision, seq)`.
+//!
+//! Plugging in remote agents (the session server):
+//! - implement [`Links`]: `link(&TargetId::Cluster(id))` returns that cluster's
+//!   [`AgentLink`] once its ManagedCluster is accepted, connected or not (a `None` makes the
+//!   HelmRelease `Ready=False` "no agent connected for cluster X" and nothing is sent; a link
+//!   that is not [`connected`](AgentLink::connected) takes the plan and the condition says
+//!   the same until it connects). It may also answer `link(&TargetId::KubeConfig { .. })`
+//!   with the connected agent of the cluster that kubeconfig reaches (matched by the
+//!   `kube-system` namespace UID): `push::HubLinks` prefers a connected remote link to a
+//!   push agent for such a target;
+//! - forward each agent's reports into the [`ReportSink`] from
+//!   `run::HubConfig::report_sink`, tagged with the link's target;
+//! - put the registry in `run::HubConfig::remote` before `run::Hub::start`.
+//!
+//! The HelmRelease controller then sends `Command::Upsert` (and `Command::Delete` from the
+//! finalizer, waiting for the agent's `Report::Deleted`) through the link, and looks again
+//! every `--requeue-dependency` while the link is not connected.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,5 +1,9 @@
 //! Chart sources: where a HelmRelease's chart comes from.
 //!
+//! - [`helm_repository`]: the HelmRepository controller (HTTP repositories): one index fetch
+//!   per interval, held in memory for every HelmChart of the repository.
+//! - [`helm_chart`]: the HelmChart controller: resolves a chart from the held index and puts
+//!   the archive in the hub's chart store.
 //! - [`http`]: fetching a Helm repository's index and chart archives over HTTP(S), with the
 //!   repository's auth, TLS, timeout and size limits.
 //! - [`index`]: a Helm repository's `index.yaml` and chart version resolution (pure).
@@ -10,6 +14,8 @@
 //! - [`url`]: the index's URL and chart URLs resolved against the repository URL, as Go's
 //!   `net/url` resolves them (pure).
 
+pub mod helm_chart;
+pub mod helm_repository;
 pub mod http;
 pub mod index;
 pub mod oci;

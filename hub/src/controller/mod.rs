@@ -1,0 +1,1475 @@
+//! The HelmRelease controller: turns each HelmRelease into a release plan and hands it to
+//! the agent serving its target, in Flux's reconcile order.
+//!
+//! ```text
+//! deleted?          -> finalizer: Command::Delete through the target's link, wait for its
+//!                      Report::Deleted, delete the managed HelmChart, drop the finalizer
+//! finalizer missing -> add `finalizers.fluxcd.io`
+//! suspend           -> nothing (no requeue)
+//! dependsOn         -> each Ready with observedGeneration == generation, else
+//!                      Ready=False DependencyNotReady, requeue after --requeue-dependency
+//! source            -> spec.chart: server-side apply HelmChart `<ns>-<name>`, wait for its
+//!                      artifact; spec.chartRef: the OCIRepository's or HelmChart's artifact;
+//!                      not ready -> Ready=False SourceNotReady, requeue with jitter
+//! chart             -> from the hub's chart store by digest (ArtifactFailed when missing)
+//! values            -> valuesFrom objects read, composed (ValuesError names the field;
+//!                      nothing is sent, the deployed release stays as it is)
+//! target            -> clusterRef: the remote link ("no agent connected for cluster X"
+//!                      until one is); kubeConfig / none: a push agent
+//! plan              -> ReleasePlan with a plan revision that grows when the plan changes
+//!                      (persisted on the object, see below), Command::Upsert
+//! requeue           -> spec.interval with jitter
+//! ```
+//!
+//! **Plan revisions** are kept in two annotations on the HelmRelease,
+//! [`PLAN_REVISION_ANNOTATION`] and [`PLAN_DIGEST_ANNOTATION`] (the sha256 of the plan with
+//! its revision zeroed): a plan whose digest differs from the recorded one gets the next
+//! revision, written to the object *before* the plan is sent, so revisions stay monotonic
+//! across hub restarts and a restarted hub re-sends the same revision for an unchanged
+//! plan (a no-op for the agent). An annotation rather than a status field: the status is
+//! the status writer's (merged from agent reports with server-side apply) and the status
+//! type is shared with the agents; an annotation write does not bump the generation, needs
+//! no schema change, and does not race the status writer.
+//!
+//! The release-target change (release name, target namespace, storage namespace, chart
+//! name) is carried out by the agent (core's state machine uninstalls the old release
+//! first); a change of *cluster* is the hub's: the old target's agent is told to delete.
+//! Request tokens (`reconcile.fluxcd.io/requestedAt`, `forceAt`, `resetAt`) travel in the
+//! plan; the agent handles them and reports `lastHandled*`.
+//!
+//! **Triggers**: a generation change, a deletion or a `reconcile.fluxcd.io/*` annotation
+//! change of the HelmRelease (not its status); a change of its HelmChart (by the HelmChart's
+//! owner labels); a change of a referenced OCIRepository, ConfigMap or Secret (through an
+//! index from reference to HelmReleases, [`RefIndex`], filled by each reconcile; the
+//! ConfigMap and Secret watches carry metadata only); a `Deleted` report; and
+//! `spec.interval` with jitter.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_agent::charts::{CachedCharts, ChartError, NoFetcher};
+use flotilla_api::source::{Artifact, LocalHelmChartSourceReference};
+use flotilla_api::{HelmChart, HelmChartSpec, HelmRelease, OCIRepository};
+use flotilla_core::agent::{Command, DeleteRequest, ObjectKey};
+use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
+use flotilla_core::meta::{Condition, Conditions as _, condition, reason};
+use flotilla_core::plan::{ChartArtifact, ReleasePlan};
+use flotilla_core::spec::{
+    ChartRefKind, RECONCILE_REQUEST_ANNOTATION, ReconcileStrategy, ValuesReferenceKind,
+};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Resource as _, ResourceExt as _};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::link::{Links as _, TargetId};
+use crate::push::{HubLinks, TargetError};
+use crate::status::{HubCondition, StatusBook, key_of};
+use crate::util::{self, FIELD_MANAGER, error_chain, jitter};
+use crate::values::{self, Source};
+
+/// Flux's finalizer.
+pub const FINALIZER: &str = "finalizers.fluxcd.io";
+/// The plan revision last sent for the HelmRelease.
+pub const PLAN_REVISION_ANNOTATION: &str = "helm.flotilla.dev/plan-revision";
+/// The digest of the plan last sent (its revision zeroed).
+pub const PLAN_DIGEST_ANNOTATION: &str = "helm.flotilla.dev/plan-digest";
+/// The label naming the HelmRelease of a managed HelmChart.
+pub const OWNER_NAME_LABEL: &str = "helm.flotilla.dev/name";
+/// The label naming the HelmRelease's namespace on a managed HelmChart.
+pub const OWNER_NAMESPACE_LABEL: &str = "helm.flotilla.dev/namespace";
+/// Reason of a `clusterRef` target without a connected agent.
+pub const AGENT_NOT_CONNECTED: &str = "AgentNotConnected";
+/// Reason of a HelmRelease the hub cannot plan (an invalid spec).
+pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// How the controller behaves.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// Reconciles at the same time.
+    pub concurrency: u16,
+    /// Requeue of `dependsOn`, source-not-ready and missing artifacts (Flux's
+    /// `--requeue-dependency`).
+    pub requeue_dependency: Duration,
+    /// Interval jitter fraction (Flux's `--interval-jitter-percentage` / 100).
+    pub jitter: f64,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            concurrency: 4,
+            requeue_dependency: Duration::from_secs(30),
+            jitter: 0.05,
+        }
+    }
+}
+
+/// From referenced objects (`Kind/namespace/name`) to the HelmReleases using them.
+#[derive(Debug, Default)]
+pub struct RefIndex {
+    inner: Mutex<RefIndexInner>,
+}
+
+#[derive(Debug, Default)]
+struct RefIndexInner {
+    users: HashMap<String, HashSet<ObjectKey>>,
+    uses: HashMap<ObjectKey, Vec<String>>,
+}
+
+impl RefIndex {
+    /// Records that `user` references exactly `refs`.
+    pub fn set(&self, user: &ObjectKey, refs: Vec<String>) {
+        let mut i = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = i.uses.remove(user) {
+            for r in old {
+                if let Some(set) = i.users.get_mut(&r) {
+                    set.remove(user);
+                    if set.is_empty() {
+                        i.users.remove(&r);
+                    }
+                }
+            }
+        }
+        for r in &refs {
+            i.users.entry(r.clone()).or_default().insert(user.clone());
+        }
+        if !refs.is_empty() {
+            i.uses.insert(user.clone(), refs);
+        }
+    }
+
+    /// The HelmReleases referencing `reference`.
+    pub fn users(&self, reference: &str) -> Vec<ObjectKey> {
+        let i = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        i.users
+            .get(reference)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The reference key of an object.
+pub fn ref_key(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
+/// What a reconcile needs.
+pub struct Context {
+    /// The hub's cluster.
+    pub client: Client,
+    /// The agents.
+    pub links: Arc<HubLinks>,
+    /// The status writer.
+    pub book: Arc<StatusBook>,
+    /// The hub's chart store.
+    pub charts: Arc<CachedCharts<NoFetcher>>,
+    /// Options.
+    pub options: ControllerOptions,
+    /// Reference index for the watches.
+    pub refs: RefIndex,
+    /// Where reconciles are counted.
+    pub metrics: crate::telemetry::HubMetrics,
+    /// The target each HelmRelease was last sent to.
+    targets: Mutex<HashMap<ObjectKey, TargetId>>,
+    /// The newest plan revision and digest per HelmRelease (the annotations may lag in
+    /// the cache).
+    revisions: Mutex<HashMap<ObjectKey, (u64, String)>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context.
+    pub fn new(
+        client: Client,
+        links: Arc<HubLinks>,
+        book: Arc<StatusBook>,
+        charts: Arc<CachedCharts<NoFetcher>>,
+        options: ControllerOptions,
+    ) -> Context {
+        Context {
+            client,
+            links,
+            book,
+            charts,
+            options,
+            refs: RefIndex::default(),
+            metrics: Default::default(),
+            targets: Mutex::new(HashMap::new()),
+            revisions: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Why a reconcile failed (beyond what its conditions say).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The Kubernetes API failed.
+    #[error("HelmRelease {object}: {what}")]
+    Kube {
+        /// The HelmRelease.
+        object: String,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The status could not be written.
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
+    /// The target's link is closed.
+    #[error("HelmRelease {object}: {source}")]
+    Link {
+        /// The HelmRelease.
+        object: String,
+        /// The closed link.
+        #[source]
+        source: crate::link::LinkClosed,
+    },
+}
+
+impl ReconcileError {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReconcileError::Kube { .. } => "kube",
+            ReconcileError::Status(_) => "status",
+            ReconcileError::Link { .. } => "link_closed",
+        }
+    }
+
+    /// Whether a retry may help (always: these are API and link failures).
+    pub fn is_transient(&self) -> bool {
+        true
+    }
+}
+
+fn kube_err(object: &ObjectKey, what: &'static str) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let object = object.to_string();
+    move |source| ReconcileError::Kube {
+        object,
+        what,
+        source,
+    }
+}
+
+/// What of a HelmRelease triggers a reconcile: generation, deletion and request tokens.
+fn trigger_hash(hr: &HelmRelease) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    hr.metadata.generation.hash(&mut h);
+    hr.metadata.deletion_timestamp.is_some().hash(&mut h);
+    hr.metadata.finalizers.hash(&mut h);
+    for (k, v) in hr.annotations() {
+        if k.starts_with("reconcile.fluxcd.io/") {
+            k.hash(&mut h);
+            v.hash(&mut h);
+        }
+    }
+    Some(h.finish())
+}
+
+fn hr_ref(key: &ObjectKey) -> ObjectRef<HelmRelease> {
+    ObjectRef::new(key.name.as_str()).within(key.namespace.as_str())
+}
+
+/// Runs the HelmRelease controller until `shutdown` resolves. `trigger` takes the
+/// HelmReleases to reconcile now (the status writer sends finished deletions there).
+pub async fn run(
+    ctx: Arc<Context>,
+    trigger: mpsc::UnboundedReceiver<ObjectKey>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let api: Api<HelmRelease> = Api::all(client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(trigger_hash, Default::default());
+    let triggered = futures::stream::unfold(trigger, |mut rx| async move {
+        rx.recv().await.map(|key| {
+            tracing::trace!(object = %key, "reconcile requested by the status writer");
+            (hr_ref(&key), rx)
+        })
+    });
+    let by_ref = |kind: &'static str, ctx: Arc<Context>| {
+        move |ns: Option<String>, name: String| {
+            let users = ctx
+                .refs
+                .users(&ref_key(kind, &ns.unwrap_or_default(), &name));
+            if !users.is_empty() {
+                tracing::trace!(
+                    kind,
+                    name,
+                    users = users.len(),
+                    "a referenced object changed"
+                );
+            }
+            users.iter().map(hr_ref).collect::<Vec<_>>()
+        }
+    };
+    let oci = by_ref("OCIRepository", ctx.clone());
+    let cms = by_ref("ConfigMap", ctx.clone());
+    let secrets = by_ref("Secret", ctx.clone());
+    let hc = by_ref("HelmChart", ctx.clone());
+    Controller::for_stream(stream, reader)
+        .watches(
+            Api::<HelmChart>::all(client.clone()),
+            watcher::Config::default(),
+            move |c| {
+                let labels = c.labels();
+                let mut out = hc(c.namespace(), c.name_any());
+                if let (Some(name), Some(ns)) = (
+                    labels.get(OWNER_NAME_LABEL),
+                    labels.get(OWNER_NAMESPACE_LABEL),
+                ) {
+                    out.push(ObjectRef::new(name).within(ns));
+                }
+                out
+            },
+        )
+        .watches(
+            Api::<OCIRepository>::all(client.clone()),
+            watcher::Config::default(),
+            move |o| oci(o.namespace(), o.name_any()),
+        )
+        .watches_stream(
+            watcher(
+                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .touched_objects(),
+            move |c| cms(c.namespace(), c.name_any()),
+        )
+        .watches_stream(
+            watcher(
+                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .touched_objects(),
+            move |s| secrets(s.namespace(), s.name_any()),
+        )
+        .reconcile_on(triggered)
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(measured, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %error_chain(&e), "HelmRelease reconcile");
+            }
+        })
+        .await;
+}
+
+/// [`reconcile`], timed and counted by result.
+async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = std::time::Instant::now();
+    let mut label = "success";
+    let result = reconcile(hr, ctx.clone(), &mut label).await;
+    if result.is_err() {
+        label = "error";
+    }
+    ctx.metrics
+        .observe("helmrelease", label, started.elapsed().as_secs_f64());
+    result
+}
+
+fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, _: Arc<Context>) -> Action {
+    tracing::warn!(
+        object = %format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any()),
+        kind = e.kind(),
+        error = %error_chain(e),
+        "HelmRelease reconcile failed"
+    );
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The outcome of a step that stops the reconcile with a hub condition.
+struct Stop {
+    reason: &'static str,
+    message: String,
+    stalled: bool,
+    requeue: Option<Duration>,
+    /// Post an Event: `Some(true)` a Warning, `Some(false)` a Normal one.
+    event: Option<bool>,
+}
+
+impl Stop {
+    fn new(reason: &'static str, message: String) -> Stop {
+        Stop {
+            reason,
+            message,
+            stalled: false,
+            requeue: None,
+            event: None,
+        }
+    }
+
+    fn requeue(mut self, d: Duration) -> Stop {
+        self.requeue = Some(d);
+        self
+    }
+
+    fn stalled(mut self) -> Stop {
+        self.stalled = true;
+        self
+    }
+
+    fn warning(mut self) -> Stop {
+        self.event = Some(true);
+        self
+    }
+
+    fn normal_event(mut self) -> Stop {
+        self.event = Some(false);
+        self
+    }
+}
+
+async fn reconcile(
+    hr: Arc<HelmRelease>,
+    ctx: Arc<Context>,
+    label: &mut &'static str,
+) -> Result<Action, ReconcileError> {
+    let Some(key) = key_of(&hr) else {
+        return Ok(Action::await_change());
+    };
+    if hr.metadata.deletion_timestamp.is_some() {
+        return finalize(&hr, &key, &ctx).await;
+    }
+    if !hr.finalizers().iter().any(|f| f == FINALIZER) {
+        let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
+        let mut finalizers = hr.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        api.patch(
+            key.name.as_str(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": hr.resource_version(),
+                }
+            })),
+        )
+        .await
+        .map_err(kube_err(&key, "adding the finalizer"))?;
+    }
+    if hr.spec.suspend {
+        // Flux does nothing for a suspended object; here the agent holds the plan and would
+        // go on reconciling it (interval, drift), so it is told: the plan goes out with
+        // `suspend` set when it can be built, and nothing is reported when it cannot.
+        let mut helm_chart = hr
+            .status
+            .as_ref()
+            .map(|s| s.helm_chart.clone())
+            .unwrap_or_default();
+        match plan_and_send(&hr, &key, &ctx, &mut helm_chart).await {
+            Ok(_) => {
+                tracing::debug!(object = %key, "suspended; the agent holds the plan suspended")
+            }
+            Err(Ok(stop)) => {
+                tracing::debug!(object = %key, reason = stop.reason, "suspended; plan not built")
+            }
+            Err(Err(e)) => {
+                tracing::debug!(object = %key, error = %error_chain(&e), "suspended; plan not sent")
+            }
+        }
+        // As Flux: a suspended object's generation counts as observed.
+        ctx.book.suspended(&hr, &key).await?;
+        return Ok(Action::await_change());
+    }
+    let generation = hr.metadata.generation.unwrap_or_default();
+    let helm_chart_before = hr
+        .status
+        .as_ref()
+        .map(|s| s.helm_chart.clone())
+        .unwrap_or_default();
+    let mut helm_chart = helm_chart_before.clone();
+    let outcome = plan_and_send(&hr, &key, &ctx, &mut helm_chart).await;
+    let interval = hr.spec.interval.get();
+    match outcome {
+        Ok(hub) => {
+            // Not connected yet: look again soon to clear the condition once it is.
+            let after = if hub.is_some() {
+                ctx.options.requeue_dependency
+            } else {
+                jitter(interval, ctx.options.jitter)
+            };
+            ctx.book.set_hub(&hr, &key, hub, helm_chart).await?;
+            Ok(Action::requeue(after))
+        }
+        Err(Err(e)) => {
+            if helm_chart != helm_chart_before {
+                ctx.book.set_hub(&hr, &key, None, helm_chart).await.ok();
+            }
+            Err(e)
+        }
+        Err(Ok(stop)) => {
+            *label = "not_ready";
+            tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
+            if let Some(warning) = stop.event {
+                ctx.book
+                    .event(&hr, warning, stop.reason, &stop.message)
+                    .await;
+            }
+            ctx.book
+                .set_hub(
+                    &hr,
+                    &key,
+                    Some(HubCondition {
+                        reason: stop.reason.to_owned(),
+                        message: stop.message,
+                        stalled: stop.stalled,
+                        generation,
+                    }),
+                    helm_chart,
+                )
+                .await?;
+            Ok(match stop.requeue {
+                Some(d) => Action::requeue(d),
+                None if stop.stalled => Action::await_change(),
+                None => Action::requeue(jitter(interval, ctx.options.jitter)),
+            })
+        }
+    }
+}
+
+/// `Ok(hub condition)` once the plan is sent; `Err(Ok(stop))` for a hub-side condition,
+/// `Err(Err(e))` for a failure to retry.
+async fn plan_and_send(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+    helm_chart: &mut String,
+) -> Result<Option<HubCondition>, Result<Stop, ReconcileError>> {
+    let core = hr
+        .to_core()
+        .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
+    let ns = key.namespace.as_str();
+    let mut refs: Vec<String> = values::referenced_objects(&hr.spec.values_from)
+        .into_iter()
+        .map(|(kind, name)| ref_key(kind_name(kind), ns, name))
+        .collect();
+    if let Some(r) = &hr.spec.chart_ref {
+        let kind = match r.kind {
+            ChartRefKind::OCIRepository => "OCIRepository",
+            _ => "HelmChart",
+        };
+        refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
+    }
+    ctx.refs.set(key, refs);
+
+    dependencies(hr, key, ctx).await.map_err(Ok)?;
+
+    let artifact = source(hr, key, ctx, helm_chart).await?;
+    let chart = load_chart(&artifact, ctx, hr).await?;
+
+    let values = compose_values(hr, key, ctx).await?;
+
+    let target = target_of(hr).map_err(Ok)?;
+    let link = match ctx.links.resolve(&target).await {
+        Ok(link) => link,
+        Err(TargetError::NotConnected { cluster }) => {
+            return Err(Ok(Stop::new(
+                AGENT_NOT_CONNECTED,
+                format!("no agent connected for cluster {cluster}"),
+            )
+            .requeue(ctx.options.requeue_dependency)));
+        }
+        Err(TargetError::Push(e)) => {
+            return Err(Ok(Stop::new(reason::REST_CLIENT_ERROR, e.to_string())
+                .requeue(ctx.options.requeue_dependency)));
+        }
+    };
+
+    let mut plan = ReleasePlan::from_helm_release(&core, PlanRevision::new(0), chart, values)
+        .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
+    let revision = plan_revision(hr, key, ctx, &plan).await.map_err(Err)?;
+    plan.revision = revision;
+
+    // A change of cluster: the old target's agent uninstalls.
+    let previous = ctx
+        .targets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone(), target.clone());
+    if let Some(previous) = previous.filter(|p| *p != target)
+        && let Some(old) = ctx.links.link(&previous)
+    {
+        tracing::info!(object = %key, from = %previous, to = %target, "target changed: the old target uninstalls");
+        let _ = old.send(Command::Delete(DeleteRequest {
+            object: key.clone(),
+            revision,
+            uninstall: Some(core.spec.uninstall()),
+        }));
+        retire_if_unused(ctx, &previous);
+    }
+
+    tracing::debug!(object = %key, %revision, target = %target, "plan sent");
+    link.send(Command::Upsert(Box::new(plan)))
+        .map_err(|source| {
+            Err(ReconcileError::Link {
+                object: key.to_string(),
+                source,
+            })
+        })?;
+    if let TargetId::Cluster(id) = &target
+        && !link.connected()
+    {
+        return Ok(Some(HubCondition {
+            reason: AGENT_NOT_CONNECTED.into(),
+            message: format!("no agent connected for cluster {id}"),
+            stalled: false,
+            generation: hr.metadata.generation.unwrap_or_default(),
+        }));
+    }
+    Ok(None)
+}
+
+fn kind_name(kind: ValuesReferenceKind) -> &'static str {
+    match kind {
+        ValuesReferenceKind::ConfigMap => "ConfigMap",
+        ValuesReferenceKind::Secret => "Secret",
+    }
+}
+
+/// The target of a HelmRelease.
+fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
+    if let Some(c) = &hr.spec.cluster_ref {
+        let id = ClusterId::new(c.name.clone())
+            .map_err(|e| Stop::new(INVALID_SPEC, format!("spec.clusterRef.name: {e}")).stalled())?;
+        return Ok(TargetId::Cluster(id));
+    }
+    if let Some(kc) = &hr.spec.kube_config {
+        if let Some(s) = &kc.secret_ref {
+            return Ok(TargetId::KubeConfig {
+                namespace: hr.namespace().unwrap_or_default(),
+                name: s.name.clone(),
+            });
+        }
+        return Err(Stop::new(
+            reason::REST_CLIENT_ERROR,
+            "spec.kubeConfig.configMapRef is not supported; use spec.kubeConfig.secretRef".into(),
+        )
+        .stalled());
+    }
+    Ok(TargetId::Local)
+}
+
+/// Stops the push agent of `target` when no HelmRelease uses it and it holds no plan (a
+/// deletion it was just sent is still a held plan: it must run before the agent stops).
+fn retire_if_unused(ctx: &Context, target: &TargetId) {
+    if matches!(target, TargetId::Cluster(_)) {
+        return;
+    }
+    let used = ctx
+        .targets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .any(|t| t == target);
+    let holds = ctx
+        .links
+        .push
+        .link(target)
+        .is_some_and(|l| !l.held().is_empty());
+    if !used && !holds {
+        ctx.links.push.retire(target);
+    }
+}
+
+async fn dependencies(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> Result<(), Stop> {
+    for dep in &hr.spec.depends_on {
+        let ns = dep
+            .namespace
+            .clone()
+            .unwrap_or_else(|| key.namespace.to_string());
+        let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), &ns);
+        let not_ready = |message: String| {
+            Stop::new(reason::DEPENDENCY_NOT_READY, message)
+                .requeue(ctx.options.requeue_dependency)
+                .normal_event()
+        };
+        let d = match api.get(&dep.name).await {
+            Ok(d) => d,
+            Err(e) => {
+                return Err(not_ready(format!(
+                    "unable to get '{ns}/{}' dependency: {}",
+                    dep.name,
+                    error_chain(&e)
+                )));
+            }
+        };
+        let ready = d.status.as_ref().is_some_and(|s| {
+            d.metadata.generation == Some(s.observed_generation)
+                && s.conditions.is_true(condition::READY)
+        });
+        if !ready {
+            return Err(not_ready(format!(
+                "dependency '{ns}/{}' is not ready",
+                dep.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a source's status says it is ready; the message when not.
+fn source_ready(
+    generation: Option<i64>,
+    observed: i64,
+    conditions: &[Condition],
+    artifact: Option<&Artifact>,
+) -> Result<(), String> {
+    let conditions = conditions.to_vec();
+    let msg = conditions
+        .get_condition(condition::READY)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    // Flux's rule (generation observed, not stalled, an artifact), and not `Ready=False`
+    // for that generation: a HelmChart whose version no longer resolves keeps its last
+    // artifact, and the HelmRelease says why rather than staying on the old chart silently.
+    let failed = conditions
+        .get_condition(condition::READY)
+        .is_some_and(|c| c.status == flotilla_core::meta::ConditionStatus::False);
+    let ready = generation.unwrap_or_default() == observed
+        && !conditions.is_true(condition::STALLED)
+        && !failed
+        && artifact.is_some();
+    if ready { Ok(()) } else { Err(msg) }
+}
+
+/// The chart artifact: `(digest, version, OCI digest)`.
+struct SourceArtifact {
+    digest: ChartDigest,
+    oci_digest: Option<String>,
+    /// `HelmChart 'ns/name'` or `OCIRepository 'ns/name'`, for messages.
+    what: String,
+}
+
+async fn source(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+    helm_chart: &mut String,
+) -> Result<SourceArtifact, Result<Stop, ReconcileError>> {
+    let ns = key.namespace.as_str();
+    let not_ready = |what: String, msg: String| {
+        let message = if msg.is_empty() {
+            format!("{what} is not ready")
+        } else {
+            format!("{what} is not ready: {msg}")
+        };
+        Ok(Stop::new(reason::SOURCE_NOT_READY, message)
+            .requeue(jitter(ctx.options.requeue_dependency, ctx.options.jitter)))
+    };
+    let bad_digest = |what: &str, digest: &str| {
+        Ok(Stop::new(
+            reason::ARTIFACT_FAILED,
+            format!("{what} artifact digest '{digest}' is not a sha256 digest"),
+        ))
+    };
+    if let Some(template) = &hr.spec.chart {
+        let src_ns = template
+            .spec
+            .source_ref
+            .namespace
+            .clone()
+            .unwrap_or_else(|| ns.to_owned());
+        let name = format!("{ns}-{}", key.name);
+        let want = format!("{src_ns}/{name}");
+        if !helm_chart.is_empty() && *helm_chart != want {
+            delete_helm_chart(ctx, helm_chart).await;
+        }
+        let mut labels: BTreeMap<String, String> = template
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default();
+        labels.insert(OWNER_NAME_LABEL.into(), key.name.to_string());
+        labels.insert(OWNER_NAMESPACE_LABEL.into(), ns.to_owned());
+        let annotations = template
+            .metadata
+            .as_ref()
+            .map(|m| m.annotations.clone())
+            .unwrap_or_default();
+        let spec = HelmChartSpec {
+            chart: template.spec.chart.clone(),
+            version: Some(template.spec.version().to_owned()),
+            source_ref: LocalHelmChartSourceReference {
+                api_version: template.spec.source_ref.api_version.clone(),
+                kind: template.spec.source_ref.kind,
+                name: template.spec.source_ref.name.clone(),
+            },
+            interval: template.spec.interval.unwrap_or(hr.spec.interval),
+            reconcile_strategy: Some(
+                template
+                    .spec
+                    .reconcile_strategy
+                    .unwrap_or(ReconcileStrategy::ChartVersion),
+            ),
+            values_files: template.spec.values_files.clone(),
+            ignore_missing_values_files: template.spec.ignore_missing_values_files,
+            suspend: false,
+            verify: template.spec.verify.clone(),
+        };
+        let mut object = serde_json::json!({
+            "apiVersion": HelmChart::api_version(&()),
+            "kind": HelmChart::kind(&()),
+            "metadata": {"name": name, "namespace": src_ns, "labels": labels},
+            "spec": spec,
+        });
+        // An empty map would make every apply a write (the server drops it when storing,
+        // so the applied object never equals the stored one), and every write a watch event.
+        if !annotations.is_empty() {
+            object["metadata"]["annotations"] = serde_json::json!(annotations);
+        }
+        let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), &src_ns);
+        let hc = api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .map_err(|e| Err(kube_err(key, "applying the HelmChart")(e)))?;
+        tracing::trace!(chart = %want, resource_version = ?hc.metadata.resource_version, "HelmChart applied");
+        *helm_chart = want.clone();
+        ctx.refs.set(
+            &ObjectKey {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            },
+            {
+                let mut r: Vec<String> = values::referenced_objects(&hr.spec.values_from)
+                    .into_iter()
+                    .map(|(kind, n)| ref_key(kind_name(kind), ns, n))
+                    .collect();
+                r.push(ref_key("HelmChart", &src_ns, &name));
+                r
+            },
+        );
+        let what = format!("HelmChart '{want}'");
+        let status = hc.status.clone().unwrap_or_default();
+        source_ready(
+            hc.metadata.generation,
+            status.observed_generation,
+            &status.conditions,
+            status.artifact.as_ref(),
+        )
+        .map_err(|m| not_ready(what.clone(), m))?;
+        let artifact = status.artifact.expect("checked by source_ready");
+        let digest = ChartDigest::new(artifact.digest.clone())
+            .map_err(|_| bad_digest(&what, &artifact.digest))?;
+        return Ok(SourceArtifact {
+            digest,
+            oci_digest: None,
+            what,
+        });
+    }
+    if !helm_chart.is_empty() {
+        delete_helm_chart(ctx, helm_chart).await;
+        helm_chart.clear();
+    }
+    let Some(r) = &hr.spec.chart_ref else {
+        return Err(Ok(Stop::new(
+            INVALID_SPEC,
+            "invalid Chart reference: exactly one of spec.chart and spec.chartRef must be set"
+                .into(),
+        )
+        .stalled()));
+    };
+    let src_ns = r.namespace.clone().unwrap_or_else(|| ns.to_owned());
+    let what_get = |kind: &str, e: kube::Error| {
+        Ok(Stop::new(
+            reason::ARTIFACT_FAILED,
+            format!(
+                "could not get Source object: {kind} '{src_ns}/{}': {}",
+                r.name,
+                error_chain(&e)
+            ),
+        )
+        .requeue(ctx.options.requeue_dependency))
+    };
+    match r.kind {
+        ChartRefKind::OCIRepository => {
+            let api: Api<OCIRepository> = Api::namespaced(ctx.client.clone(), &src_ns);
+            let o = api
+                .get(&r.name)
+                .await
+                .map_err(|e| what_get("OCIRepository", e))?;
+            let what = format!("OCIRepository '{src_ns}/{}'", r.name);
+            let status = o.status.clone().unwrap_or_default();
+            source_ready(
+                o.metadata.generation,
+                status.observed_generation,
+                &status.conditions,
+                status.artifact.as_ref(),
+            )
+            .map_err(|m| not_ready(what.clone(), m))?;
+            let artifact = status.artifact.expect("checked by source_ready");
+            let digest = ChartDigest::new(artifact.digest.clone())
+                .map_err(|_| bad_digest(&what, &artifact.digest))?;
+            let oci_digest = artifact
+                .revision
+                .rsplit_once('@')
+                .map(|(_, d)| d.to_owned())
+                .or_else(|| {
+                    artifact
+                        .revision
+                        .starts_with("sha256:")
+                        .then(|| artifact.revision.clone())
+                });
+            Ok(SourceArtifact {
+                digest,
+                oci_digest,
+                what,
+            })
+        }
+        _ => {
+            let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), &src_ns);
+            let hc = api
+                .get(&r.name)
+                .await
+                .map_err(|e| what_get("HelmChart", e))?;
+            let what = format!("HelmChart '{src_ns}/{}'", r.name);
+            let status = hc.status.clone().unwrap_or_default();
+            source_ready(
+                hc.metadata.generation,
+                status.observed_generation,
+                &status.conditions,
+                status.artifact.as_ref(),
+            )
+            .map_err(|m| not_ready(what.clone(), m))?;
+            let artifact = status.artifact.expect("checked by source_ready");
+            let digest = ChartDigest::new(artifact.digest.clone())
+                .map_err(|_| bad_digest(&what, &artifact.digest))?;
+            Ok(SourceArtifact {
+                digest,
+                oci_digest: None,
+                what,
+            })
+        }
+    }
+}
+
+async fn delete_helm_chart(ctx: &Context, namespaced: &str) {
+    let Some((ns, name)) = namespaced.split_once('/') else {
+        return;
+    };
+    let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => tracing::info!(chart = namespaced, "managed HelmChart deleted"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(chart = namespaced, error = %error_chain(&e), "deleting the managed HelmChart failed")
+        }
+    }
+}
+
+/// The chart of the artifact from the store, as the plan names it.
+async fn load_chart(
+    artifact: &SourceArtifact,
+    ctx: &Context,
+    hr: &HelmRelease,
+) -> Result<ChartArtifact, Result<Stop, ReconcileError>> {
+    let chart = match ctx.charts.get(&artifact.digest).await {
+        Ok(chart) => chart,
+        Err(ChartError::NotFound { .. }) => {
+            // The store lost it (a new artifact directory, say): ask the source again.
+            if hr.spec.chart.is_some() {
+                request_reconcile_of_helm_chart(ctx, hr).await;
+            }
+            let after = ctx.options.requeue_dependency;
+            return Err(Ok(Stop::new(
+                reason::ARTIFACT_FAILED,
+                format!(
+                    "Source not ready: artifact not found. Retrying in {}",
+                    flotilla_core::duration::GoDuration::from(after)
+                ),
+            )
+            .requeue(after)));
+        }
+        Err(e) => {
+            return Err(Ok(Stop::new(
+                reason::ARTIFACT_FAILED,
+                format!(
+                    "Could not load chart: {} ({})",
+                    error_chain(&e),
+                    artifact.what
+                ),
+            )
+            .requeue(ctx.options.requeue_dependency)));
+        }
+    };
+    let mut version = chart.metadata.version.clone();
+    if let Some(oci) = &artifact.oci_digest {
+        let hex = oci.trim_start_matches("sha256:");
+        let base = version.split('+').next().unwrap_or_default().to_owned();
+        version = format!("{base}+{}", &hex[..hex.len().min(12)]);
+    }
+    Ok(ChartArtifact {
+        name: chart.metadata.name.clone(),
+        version,
+        app_version: Some(chart.metadata.app_version.clone()).filter(|a| !a.is_empty()),
+        digest: artifact.digest.clone(),
+        oci_digest: artifact.oci_digest.clone(),
+    })
+}
+
+async fn request_reconcile_of_helm_chart(ctx: &Context, hr: &HelmRelease) {
+    let Some(status) = &hr.status else { return };
+    let Some((ns, name)) = status.helm_chart.split_once('/') else {
+        return;
+    };
+    let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        RECONCILE_REQUEST_ANNOTATION: util::now().as_str(),
+    }}});
+    if let Err(e) = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::debug!(chart = %status.helm_chart, error = %error_chain(&e), "requesting a HelmChart reconcile failed");
+    }
+}
+
+/// A valuesFrom object read: kind and name, and its data (`None`: not found).
+type ReadObject = (
+    (ValuesReferenceKind, String),
+    Option<BTreeMap<String, Vec<u8>>>,
+);
+
+/// Reads the valuesFrom objects and composes the values.
+async fn compose_values(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+) -> Result<Value, Result<Stop, ReconcileError>> {
+    let ns = key.namespace.as_str();
+    let mut found: Vec<ReadObject> = Vec::new();
+    for (kind, name) in values::referenced_objects(&hr.spec.values_from) {
+        let data = match kind {
+            ValuesReferenceKind::ConfigMap => util::config_map_data(&ctx.client, ns, name).await,
+            ValuesReferenceKind::Secret => util::secret_data(&ctx.client, ns, name).await,
+        }
+        .map_err(|e| {
+            Ok(Stop::new(
+                reason::VALUES_ERROR,
+                format!(
+                    "could not resolve {} chart values reference '{ns}/{name}': {}",
+                    kind_name(kind),
+                    error_chain(&e)
+                ),
+            )
+            .warning()
+            .requeue(ctx.options.requeue_dependency))
+        })?;
+        found.push(((kind, name.to_owned()), data));
+    }
+    let composed = values::compose(
+        key,
+        &hr.spec.values_from,
+        |kind, name| match found.iter().find(|((k, n), _)| *k == kind && n == name) {
+            Some((_, Some(data))) => Source::Found(data),
+            _ => Source::NotFound,
+        },
+        hr.spec.values.as_ref(),
+    )
+    .map_err(|e| {
+        tracing::warn!(object = %key, error = %e, "values not composed");
+        Ok(Stop::new(
+            reason::VALUES_ERROR,
+            format!("{}: {}", e.at(), e.condition_message()),
+        )
+        .warning()
+        .requeue(ctx.options.requeue_dependency))
+    })?;
+    for s in &composed.skipped {
+        tracing::info!(object = %key, skipped = %s, "optional values reference skipped");
+    }
+    Ok(Value::Object(composed.values))
+}
+
+/// The revision of `plan`: the recorded one when the plan is unchanged, else the next one,
+/// recorded on the object first.
+async fn plan_revision(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+    plan: &ReleasePlan,
+) -> Result<PlanRevision, ReconcileError> {
+    let digest = plan_digest(plan);
+    let annotations = hr.annotations();
+    let recorded_rev = annotations
+        .get(PLAN_REVISION_ANNOTATION)
+        .and_then(|r| r.parse::<u64>().ok())
+        .unwrap_or(0);
+    let recorded = (
+        recorded_rev,
+        annotations
+            .get(PLAN_DIGEST_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let known = ctx
+        .revisions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(key)
+        .cloned();
+    let (rev, held_digest) = match known {
+        Some(k) if k.0 >= recorded.0 => k,
+        _ => recorded,
+    };
+    if rev > 0 && held_digest == digest {
+        return Ok(PlanRevision::new(rev));
+    }
+    let next = rev + 1;
+    let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
+    api.patch(
+        key.name.as_str(),
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            PLAN_REVISION_ANNOTATION: next.to_string(),
+            PLAN_DIGEST_ANNOTATION: digest,
+        }}})),
+    )
+    .await
+    .map_err(kube_err(key, "recording the plan revision"))?;
+    ctx.revisions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone(), (next, digest));
+    Ok(PlanRevision::new(next))
+}
+
+/// sha256 of the plan's JSON with its revision zeroed.
+fn plan_digest(plan: &ReleasePlan) -> String {
+    let mut p = plan.clone();
+    p.revision = PlanRevision::new(0);
+    let json = serde_json::to_vec(&p).unwrap_or_default();
+    ChartDigest::of_bytes(&json).as_str().to_owned()
+}
+
+/// The recorded plan revision of `hr` (0 when none).
+fn recorded_revision(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> u64 {
+    let recorded = hr
+        .annotations()
+        .get(PLAN_REVISION_ANNOTATION)
+        .and_then(|r| r.parse::<u64>().ok())
+        .unwrap_or(0);
+    let known = ctx
+        .revisions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(key)
+        .map(|k| k.0)
+        .unwrap_or(0);
+    recorded.max(known)
+}
+
+/// The finalizer: uninstall through the target's agent, then let the object go.
+async fn finalize(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    if !hr.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let revision = PlanRevision::new(recorded_revision(hr, key, ctx) + 1);
+    let target = target_of(hr).ok();
+    let link = match &target {
+        Some(t) => match ctx.links.resolve(t).await {
+            Ok(link) => Some(link),
+            Err(e) => {
+                tracing::warn!(object = %key, error = %e, "no link to uninstall through");
+                None
+            }
+        },
+        None => None,
+    };
+    let held = link
+        .as_ref()
+        .is_some_and(|l| l.held().iter().any(|h| h.object == *key));
+    let installed = hr
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.storage_namespace.is_empty());
+    let wait = !hr.spec.suspend && (held || installed) && link.is_some();
+    let done = ctx.book.deleted(key).is_some_and(|r| r >= revision);
+    if wait && !done {
+        let uninstall = hr
+            .to_core()
+            .ok()
+            .map(|c| c.spec.uninstall())
+            .unwrap_or_default();
+        if let Some(link) = &link {
+            link.send(Command::Delete(DeleteRequest {
+                object: key.clone(),
+                revision,
+                uninstall: Some(uninstall),
+            }))
+            .map_err(|source| ReconcileError::Link {
+                object: key.to_string(),
+                source,
+            })?;
+        }
+        tracing::info!(object = %key, %revision, "uninstall requested; waiting for the agent");
+        return Ok(Action::requeue(Duration::from_secs(15)));
+    }
+    if !wait && let Some(link) = &link {
+        // Suspended or never installed: the agent forgets the plan, nothing is uninstalled.
+        let _ = link.send(Command::Delete(DeleteRequest {
+            object: key.clone(),
+            revision,
+            uninstall: None,
+        }));
+    }
+    if !hr.spec.suspend
+        && let Some(status) = &hr.status
+        && !status.helm_chart.is_empty()
+    {
+        delete_helm_chart(ctx, &status.helm_chart).await;
+    }
+    let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
+    let finalizers: Vec<String> = hr
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    match api
+        .patch(
+            key.name.as_str(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"finalizers": finalizers, "resourceVersion": hr.resource_version()}
+            })),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(kube_err(key, "removing the finalizer")(e)),
+    }
+    tracing::info!(object = %key, "finalizer removed");
+    ctx.book.forget(key);
+    ctx.refs.set(key, Vec::new());
+    ctx.revisions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    let old = ctx
+        .targets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    if let Some(t) = old.or(target) {
+        retire_if_unused(ctx, &t);
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            namespace: "default".parse().unwrap(),
+            name: name.parse().unwrap(),
+        }
+    }
+
+    fn hr(extra: serde_json::Value) -> HelmRelease {
+        let mut doc = serde_json::json!({
+            "apiVersion": "helm.flotilla.dev/v1",
+            "kind": "HelmRelease",
+            "metadata": {"name": "podinfo", "namespace": "default", "generation": 1},
+            "spec": {
+                "interval": "10m",
+                "chart": {"spec": {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "podinfo"}}},
+            },
+        });
+        merge(&mut doc, extra);
+        serde_json::from_value(doc).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    #[test]
+    fn the_reference_index_maps_an_object_to_exactly_the_helm_releases_using_it() {
+        let index = RefIndex::default();
+        index.set(
+            &key("a"),
+            vec![
+                ref_key("Secret", "default", "s"),
+                ref_key("ConfigMap", "default", "c"),
+            ],
+        );
+        index.set(&key("b"), vec![ref_key("Secret", "default", "s")]);
+        let mut users = index.users(&ref_key("Secret", "default", "s"));
+        users.sort();
+        assert_eq!(users, vec![key("a"), key("b")]);
+        assert_eq!(
+            index.users(&ref_key("ConfigMap", "default", "c")),
+            vec![key("a")]
+        );
+        assert!(index.users(&ref_key("Secret", "other", "s")).is_empty());
+
+        // A new set replaces the old one; an empty set forgets the user.
+        index.set(&key("a"), vec![ref_key("ConfigMap", "default", "c")]);
+        assert_eq!(
+            index.users(&ref_key("Secret", "default", "s")),
+            vec![key("b")]
+        );
+        index.set(&key("b"), Vec::new());
+        assert!(index.users(&ref_key("Secret", "default", "s")).is_empty());
+    }
+
+    #[test]
+    fn a_reconcile_is_triggered_by_generation_deletion_and_request_tokens_not_by_status_or_plan_annotations()
+     {
+        let base = trigger_hash(&hr(serde_json::json!({})));
+        let with_status = hr(serde_json::json!({"status": {"observedGeneration": 1}}));
+        assert_eq!(trigger_hash(&with_status), base);
+        let with_plan = hr(serde_json::json!({"metadata": {"annotations": {
+            PLAN_REVISION_ANNOTATION: "3", PLAN_DIGEST_ANNOTATION: "sha256:00",
+        }}}));
+        assert_eq!(trigger_hash(&with_plan), base);
+        let generation = hr(serde_json::json!({"metadata": {"generation": 2}}));
+        assert_ne!(trigger_hash(&generation), base);
+        let token = hr(serde_json::json!({"metadata": {"annotations": {
+            RECONCILE_REQUEST_ANNOTATION: "now",
+        }}}));
+        assert_ne!(trigger_hash(&token), base);
+        let deleted =
+            hr(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
+        assert_ne!(trigger_hash(&deleted), base);
+    }
+
+    #[test]
+    fn the_plan_digest_ignores_the_revision_and_sees_the_values() {
+        let core = hr(serde_json::json!({})).to_core().unwrap();
+        let chart = ChartArtifact {
+            name: "podinfo".into(),
+            version: "6.5.2".into(),
+            app_version: None,
+            digest: ChartDigest::of_bytes(b"chart"),
+            oci_digest: None,
+        };
+        let plan = |rev: u64, values: serde_json::Value| {
+            ReleasePlan::from_helm_release(&core, PlanRevision::new(rev), chart.clone(), values)
+                .unwrap()
+        };
+        let one = plan_digest(&plan(1, serde_json::json!({"a": 1})));
+        assert_eq!(one, plan_digest(&plan(7, serde_json::json!({"a": 1}))));
+        assert_ne!(one, plan_digest(&plan(1, serde_json::json!({"a": 2}))));
+        assert!(one.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn the_target_is_the_cluster_ref_else_the_kube_config_secret_else_the_hubs_cluster() {
+        assert_eq!(
+            target_of(&hr(serde_json::json!({}))).ok(),
+            Some(TargetId::Local)
+        );
+        let kc = hr(serde_json::json!({"spec": {"kubeConfig": {"secretRef": {"name": "edge"}}}}));
+        assert_eq!(
+            target_of(&kc).ok(),
+            Some(TargetId::KubeConfig {
+                namespace: "default".into(),
+                name: "edge".into()
+            })
+        );
+        let cluster = hr(serde_json::json!({"spec": {"clusterRef": {"name": "edge-1"}}}));
+        assert_eq!(
+            target_of(&cluster).ok(),
+            Some(TargetId::Cluster(
+                ClusterId::new("edge-1".to_owned()).unwrap()
+            ))
+        );
+        let cm = hr(serde_json::json!({"spec": {"kubeConfig": {"configMapRef": {"name": "wi"}}}}));
+        let stop = target_of(&cm).expect_err("a configMapRef is refused");
+        assert!(stop.stalled && stop.message.contains("configMapRef"));
+    }
+
+    #[test]
+    fn a_source_is_ready_only_with_an_artifact_for_its_generation_not_failed_nor_stalled() {
+        let artifact = Artifact {
+            path: "p".into(),
+            url: "u".into(),
+            revision: "1.0.0".into(),
+            digest: ChartDigest::of_bytes(b"x").as_str().into(),
+            last_update_time: util::now(),
+            size: None,
+            metadata: Default::default(),
+        };
+        let now = util::now();
+        let mut conditions = Vec::new();
+        conditions.set_condition(
+            condition::READY,
+            flotilla_core::meta::ConditionStatus::False,
+            "ChartPullError",
+            "boom".into(),
+            2,
+            &now,
+        );
+        assert_eq!(source_ready(Some(2), 2, &[], Some(&artifact)), Ok(()));
+        assert_eq!(
+            source_ready(Some(2), 2, &conditions, Some(&artifact)),
+            Err("boom".to_owned()),
+            "Ready=False for the observed generation"
+        );
+        assert_eq!(
+            source_ready(Some(3), 2, &conditions, Some(&artifact)),
+            Err("boom".to_owned())
+        );
+        assert_eq!(
+            source_ready(Some(2), 2, &conditions, None),
+            Err("boom".to_owned())
+        );
+        conditions.set_condition(
+            condition::STALLED,
+            flotilla_core::meta::ConditionStatus::True,
+            "x",
+            "y".into(),
+            2,
+            &now,
+        );
+        assert!(source_ready(Some(2), 2, &conditions, Some(&artifact)).is_err());
+    }
+}

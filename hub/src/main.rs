@@ -1,0 +1,182 @@
+//! `flotilla-hub`: the hub's controllers in one process (see `flotilla_hub::run`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Parser;
+use flotilla_core::duration::GoDuration;
+use flotilla_hub::leader::{ElectionTimings, Elector};
+use flotilla_hub::run::{Hub, HubConfig, connect};
+use flotilla_hub::telemetry::{self, HubMetrics};
+use tokio_util::sync::CancellationToken;
+
+/// The Flotilla hub: HelmRelease, HelmRepository and HelmChart controllers, with in-process
+/// agents for the targets that have none.
+#[derive(Debug, Parser)]
+#[command(name = "flotilla-hub", version)]
+struct Args {
+    /// A kubeconfig for the hub's cluster (default: in-cluster, then KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG_PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// HelmRelease reconciles at the same time.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// The interval of a HelmRepository that sets none (Go duration).
+    #[arg(long, default_value = "10m")]
+    default_interval: GoDuration,
+    /// Requeue of dependencies and sources not ready (Go duration).
+    #[arg(long, default_value = "30s")]
+    requeue_dependency: GoDuration,
+    /// Interval jitter, percent.
+    #[arg(long, default_value_t = 5)]
+    interval_jitter_percentage: u8,
+    /// Where chart archives are stored.
+    #[arg(long, default_value = "/var/lib/flotilla-hub/artifacts")]
+    artifact_dir: PathBuf,
+    /// The chart store's bound, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    artifact_max_mib: u64,
+    /// Namespace of the in-process agents' state in each target cluster.
+    #[arg(long, default_value = "flotilla-system")]
+    agent_namespace: String,
+    /// How long in-flight Helm actions may take to finish on shutdown (Go duration).
+    #[arg(long, default_value = "10m")]
+    graceful_shutdown_timeout: GoDuration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// Run only while holding the leader-election Lease (for several replicas).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "flotilla-system")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "flotilla-hub-leader-election")]
+    leader_election_id: String,
+    /// How long a Lease not renewed stays held (Go duration).
+    #[arg(long, default_value = "15s")]
+    leader_election_lease_duration: GoDuration,
+    /// How long the leader tries to renew before giving up (Go duration).
+    #[arg(long, default_value = "10s")]
+    leader_election_renew_deadline: GoDuration,
+    /// The wait between leader-election tries (Go duration).
+    #[arg(long, default_value = "2s")]
+    leader_election_retry_period: GoDuration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.interval_jitter_percentage < 100,
+        "--interval-jitter-percentage must be below 100"
+    );
+    let mut config = HubConfig::new(args.kubeconfig, args.artifact_dir);
+    config.concurrency = args.concurrency.max(1);
+    config.default_interval = args.default_interval.get();
+    config.requeue_dependency = args.requeue_dependency.get();
+    config.jitter = f64::from(args.interval_jitter_percentage) / 100.0;
+    config.artifact_max_bytes = args.artifact_max_mib << 20;
+    config.agent_namespace = args.agent_namespace;
+    config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
+    let metrics = HubMetrics::new();
+    config.metrics = metrics.clone();
+    let ready = Arc::new(AtomicBool::new(false));
+    let probes_stop = CancellationToken::new();
+    let probes = tokio::spawn(telemetry::serve(
+        args.metrics_addr,
+        metrics,
+        ready.clone(),
+        probes_stop.clone(),
+    ));
+    let elector = if args.leader_elect {
+        let (_, client) = connect(config.kubeconfig.as_deref()).await?;
+        let host = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "flotilla-hub".into());
+        let identity = format!("{host}_{}", std::process::id());
+        let elector = Elector::new(
+            client,
+            &args.leader_election_namespace,
+            &args.leader_election_id,
+            identity,
+            ElectionTimings {
+                lease_duration: args.leader_election_lease_duration.get(),
+                renew_deadline: args.leader_election_renew_deadline.get(),
+                retry_period: args.leader_election_retry_period.get(),
+            },
+        );
+        tracing::info!(
+            identity = elector.identity(),
+            "waiting for the leader-election lease"
+        );
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = shutdown_signal() => return Ok(()),
+        }
+        Some(elector)
+    } else {
+        None
+    };
+    let mut hub = Hub::start(config).await?;
+    ready.store(true, Ordering::SeqCst);
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = shutdown_signal() => tracing::info!("shutting down"),
+        () = hub.wait() => anyhow::bail!("the controllers stopped"),
+        () = lost => {
+            // Another replica may act now: stop at once, as controller-runtime does.
+            tracing::error!("leadership lost; exiting");
+            std::process::exit(1);
+        }
+    }
+    // The lease is renewed until the in-process agents have finished their actions.
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    let stopped = tokio::select! {
+        stopped = tokio::time::timeout(
+            args.graceful_shutdown_timeout.get() + Duration::from_secs(30),
+            hub.stop(),
+        ) => stopped,
+        () = lost => {
+            tracing::error!("leadership lost during shutdown; exiting");
+            std::process::exit(1);
+        }
+    };
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    probes_stop.cancel();
+    if let Ok(Err(e)) = probes.await {
+        tracing::warn!(error = %e, "the probe server failed");
+    }
+    stopped.map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

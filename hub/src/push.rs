@@ -1,0 +1,364 @@
+//! Push mode: in-process agents for the targets that have no agent of their own, and
+//! [`HubLinks`], the [`Links`] the HelmRelease controller uses (push agents plus an optional
+//! registry of remote agents).
+//!
+//! [`PushAgents`] runs one `flotilla_agent::runtime` [`Agent`] per target: the hub's own
+//! cluster ([`TargetId::Local`]) or a cluster reached with a kubeconfig Secret
+//! ([`TargetId::KubeConfig`], key `value`, else `value.yaml`). An agent is started when a
+//! HelmRelease first needs it ([`PushAgents::ensure`]) and shut down when no HelmRelease
+//! uses it any more ([`PushAgents::retire`]). Its reports go into the hub's [`ReportSink`]
+//! tagged with the target; its charts come from the hub's chart store (the same
+//! `Arc<dyn ChartSource>` the HelmChart controller fills); its state lives in the target
+//! cluster, in the agent namespace, as a remote agent's does, so an in-process agent
+//! restarted with the hub resumes its plans.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use flotilla_agent::charts::ChartSource;
+use flotilla_agent::reconcile::Context;
+use flotilla_agent::reconcile::render::ChartRenderer;
+use flotilla_agent::runtime::{Agent, AgentHandle, AgentOptions};
+use flotilla_core::agent::{Command, HeldPlan};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::link::{AgentLink, LinkClosed, Links, ReportSink, TargetId, TargetReport};
+use crate::util::{self, error_chain};
+
+/// Why a target's agent could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The kubeconfig Secret is missing, or has neither key.
+    #[error("kubeConfig Secret {namespace}/{name}: {reason}")]
+    KubeConfigSecret {
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The kubeconfig does not make a client.
+    #[error("kubeConfig Secret {namespace}/{name}: invalid kubeconfig: {reason}")]
+    InvalidKubeConfig {
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The agent runtime did not start (its plan store could not be listed).
+    #[error("starting the in-process agent of {target}: {reason}")]
+    Start {
+        /// The target.
+        target: TargetId,
+        /// Why.
+        reason: String,
+    },
+    /// Remote targets are not served in push mode.
+    #[error("{target} is not served in push mode")]
+    NotPush {
+        /// The target.
+        target: TargetId,
+    },
+}
+
+impl PushError {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PushError::KubeConfigSecret { .. } => "kubeconfig_secret",
+            PushError::InvalidKubeConfig { .. } => "invalid_kubeconfig",
+            PushError::Start { .. } => "agent_start",
+            PushError::NotPush { .. } => "not_push",
+        }
+    }
+
+    /// Whether a retry may help (a Secret may appear, a cluster may come back).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, PushError::NotPush { .. })
+    }
+}
+
+/// How push agents run.
+#[derive(Debug, Clone)]
+pub struct PushOptions {
+    /// Namespace of the agents' state Secrets in each target cluster (created if missing).
+    pub agent_namespace: String,
+    /// The runtime's options.
+    pub agent: AgentOptions,
+}
+
+/// The in-process agent of one target.
+pub struct PushLink {
+    target: TargetId,
+    handle: AgentHandle,
+}
+
+impl fmt::Debug for PushLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushLink")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentLink for PushLink {
+    fn send(&self, command: Command) -> Result<(), LinkClosed> {
+        self.handle.send(command).map_err(|_| LinkClosed {
+            target: self.target.clone(),
+        })
+    }
+
+    fn connected(&self) -> bool {
+        true
+    }
+
+    fn held(&self) -> Vec<HeldPlan> {
+        self.handle.held()
+    }
+}
+
+/// The in-process agents of the hub, by target.
+pub struct PushAgents {
+    hub_config: kube::Config,
+    hub_client: Client,
+    charts: Arc<dyn ChartSource>,
+    sink: ReportSink,
+    options: PushOptions,
+    agents: Mutex<HashMap<TargetId, Arc<PushLink>>>,
+    starting: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for PushAgents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushAgents")
+            .field("targets", &self.targets())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushAgents {
+    /// Push agents for the hub's cluster (`hub_config`) and the kubeconfig Secrets in it,
+    /// reading charts from `charts` and reporting into `sink`.
+    pub fn new(
+        hub_config: kube::Config,
+        hub_client: Client,
+        charts: Arc<dyn ChartSource>,
+        sink: ReportSink,
+        options: PushOptions,
+    ) -> PushAgents {
+        PushAgents {
+            hub_config,
+            hub_client,
+            charts,
+            sink,
+            options,
+            agents: Mutex::new(HashMap::new()),
+            starting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The targets with a running agent.
+    pub fn targets(&self) -> Vec<TargetId> {
+        let mut t: Vec<_> = self.lock().keys().cloned().collect();
+        t.sort();
+        t
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TargetId, Arc<PushLink>>> {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The agent of `target`, started if it is not running.
+    pub async fn ensure(&self, target: &TargetId) -> Result<Arc<dyn AgentLink>, PushError> {
+        if let Some(link) = self.lock().get(target) {
+            return Ok(link.clone());
+        }
+        let _starting = self.starting.lock().await;
+        if let Some(link) = self.lock().get(target) {
+            return Ok(link.clone());
+        }
+        let config = match target {
+            TargetId::Local => self.hub_config.clone(),
+            TargetId::KubeConfig { namespace, name } => self.kubeconfig(namespace, name).await?,
+            TargetId::Cluster(_) => {
+                return Err(PushError::NotPush {
+                    target: target.clone(),
+                });
+            }
+        };
+        let start_err = |reason: String| PushError::Start {
+            target: target.clone(),
+            reason,
+        };
+        let ctx = Context::from_config(
+            config,
+            &self.options.agent_namespace,
+            Arc::new(ChartRenderer::default()),
+        )
+        .map_err(|e| start_err(error_chain(&e)))?;
+        ensure_namespace(ctx.cluster.client(), &self.options.agent_namespace)
+            .await
+            .map_err(|e| start_err(error_chain(&e)))?;
+        let (handle, mut reports) =
+            Agent::start(ctx, self.charts.clone(), self.options.agent.clone())
+                .await
+                .map_err(|e| start_err(error_chain(&e)))?;
+        let sink = self.sink.clone();
+        let t = target.clone();
+        tokio::spawn(async move {
+            while let Some(report) = reports.recv().await {
+                if sink
+                    .send(TargetReport {
+                        target: t.clone(),
+                        report,
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            tracing::debug!(target = %t, "in-process agent's reports ended");
+        });
+        tracing::info!(target = %target, "in-process agent started");
+        let link = Arc::new(PushLink {
+            target: target.clone(),
+            handle,
+        });
+        self.lock().insert(target.clone(), link.clone());
+        Ok(link)
+    }
+
+    /// Stops the agent of `target` (in-flight actions finish first; its plans stay in its
+    /// cluster).
+    pub fn retire(&self, target: &TargetId) {
+        if let Some(link) = self.lock().remove(target) {
+            let _ = link.handle.shutdown();
+            tracing::info!(target = %target, "in-process agent retired: no HelmRelease uses it");
+        }
+    }
+
+    /// Stops every agent.
+    pub fn shutdown(&self) {
+        for (target, link) in self.lock().drain() {
+            let _ = link.handle.shutdown();
+            tracing::info!(target = %target, "in-process agent stopping");
+        }
+    }
+
+    async fn kubeconfig(&self, namespace: &str, name: &str) -> Result<kube::Config, PushError> {
+        let secret_err = |reason: String| PushError::KubeConfigSecret {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            reason,
+        };
+        let data = util::secret_data(&self.hub_client, namespace, name)
+            .await
+            .map_err(|e| secret_err(error_chain(&e)))?
+            .ok_or_else(|| secret_err("not found".into()))?;
+        let raw = data
+            .get("value")
+            .or_else(|| data.get("value.yaml"))
+            .ok_or_else(|| secret_err("has neither key 'value' nor 'value.yaml'".into()))?;
+        let invalid = |reason: String| PushError::InvalidKubeConfig {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            reason,
+        };
+        let text = std::str::from_utf8(raw).map_err(|_| invalid("not UTF-8".into()))?;
+        let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| invalid(error_chain(&e)))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| invalid(error_chain(&e)))
+    }
+}
+
+impl Links for PushAgents {
+    fn link(&self, target: &TargetId) -> Option<Arc<dyn AgentLink>> {
+        self.lock()
+            .get(target)
+            .map(|l| l.clone() as Arc<dyn AgentLink>)
+    }
+}
+
+/// Creates `name` when missing.
+async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Why a HelmRelease's target has no link.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// `spec.clusterRef` names a cluster whose agent is not connected (or not registered).
+    #[error("no agent connected for cluster {cluster}")]
+    NotConnected {
+        /// The cluster.
+        cluster: String,
+    },
+    /// The push agent could not start.
+    #[error(transparent)]
+    Push(#[from] PushError),
+}
+
+/// The links the HelmRelease controller uses: push agents for the hub's cluster and
+/// kubeconfig Secrets, and an optional registry of remote agents (the session server) for
+/// `spec.clusterRef` targets, which is also asked first for a kubeconfig target (a cluster
+/// with its own connected agent is served by it).
+#[derive(Debug)]
+pub struct HubLinks {
+    /// The in-process agents.
+    pub push: Arc<PushAgents>,
+    /// The remote agents, once the session server exists.
+    pub remote: Option<Arc<dyn Links>>,
+}
+
+impl HubLinks {
+    /// The link serving `target`: a connected remote agent if the registry has one, else
+    /// a push agent (started if needed); for a `clusterRef` target, the registry's link
+    /// (connected or not: it keeps the commands until its agent connects).
+    pub async fn resolve(&self, target: &TargetId) -> Result<Arc<dyn AgentLink>, TargetError> {
+        let remote = self.remote.as_ref().and_then(|r| r.link(target));
+        match target {
+            TargetId::Cluster(id) => remote.ok_or_else(|| TargetError::NotConnected {
+                cluster: id.to_string(),
+            }),
+            TargetId::KubeConfig { .. } | TargetId::Local => match remote {
+                Some(link) if link.connected() => Ok(link),
+                _ => Ok(self.push.ensure(target).await?),
+            },
+        }
+    }
+}
+
+impl Links for HubLinks {
+    fn link(&self, target: &TargetId) -> Option<Arc<dyn AgentLink>> {
+        let remote = self.remote.as_ref().and_then(|r| r.link(target));
+        match (target, remote) {
+            (TargetId::Cluster(_), remote) => remote,
+            (_, Some(link)) if link.connected() => Some(link),
+            _ => self.push.link(target),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The hub process: wires the chart store, the source controllers, the HelmRelease
+//! controller, the status writer and the push agents together ([`Hub::start`]), and stops
+//! them in order ([`Hub::stop`]): controllers first (no new plans), then the in-process
+//! agents (in-flight Helm actions finish and are recorded), then the status writer once the
+//! last reports are written.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_agent::charts::{CachedCharts, ChartError, ChartSource, NoFetcher};
+use flotilla_agent::runtime::AgentOptions;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::{self, ControllerOptions};
+use crate::link::{Links, ReportSink, TargetReport};
+use crate::push::{HubLinks, PushAgents, PushOptions};
+use crate::sources::helm_chart::{self, ChartContext};
+use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
+use crate::sources::http::Limits;
+use crate::status::StatusBook;
+
+/// How the hub runs.
+pub struct HubConfig {
+    /// A kubeconfig file for the hub's cluster; `None` infers (in-cluster, `KUBECONFIG`,
+    /// `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// HelmRelease reconciles at the same time (sources get the same).
+    pub concurrency: u16,
+    /// The interval of a HelmRepository that sets none.
+    pub default_interval: Duration,
+    /// Requeue of dependencies and sources not ready.
+    pub requeue_dependency: Duration,
+    /// Interval jitter fraction.
+    pub jitter: f64,
+    /// The chart store's directory.
+    pub artifact_dir: PathBuf,
+    /// The chart store's bound, in bytes.
+    pub artifact_max_bytes: u64,
+    /// Namespace of the in-process agents' state in each target cluster.
+    pub agent_namespace: String,
+    /// The in-process agents' options.
+    pub agent: AgentOptions,
+    /// The remote agents' registry (the session server), when there is one. Its links
+    /// forward their agents' reports into [`HubConfig::report_sink`].
+    pub remote: Option<Arc<dyn Links>>,
+    /// Where reconciles are counted (serve them with [`crate::telemetry::serve`]).
+    pub metrics: crate::telemetry::HubMetrics,
+    /// The channel every agent's reports go through to the status writer.
+    reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
+}
+
+impl std::fmt::Debug for HubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubConfig")
+            .field("kubeconfig", &self.kubeconfig)
+            .field("concurrency", &self.concurrency)
+            .field("artifact_dir", &self.artifact_dir)
+            .field("agent_namespace", &self.agent_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HubConfig {
+    /// Defaults for the hub's own cluster at `kubeconfig`, storing charts in
+    /// `artifact_dir`.
+    pub fn new(kubeconfig: Option<PathBuf>, artifact_dir: PathBuf) -> HubConfig {
+        HubConfig {
+            kubeconfig,
+            concurrency: 4,
+            default_interval: helm_repository::DEFAULT_INTERVAL,
+            requeue_dependency: Duration::from_secs(30),
+            jitter: 0.05,
+            artifact_dir,
+            artifact_max_bytes: 1 << 30,
+            agent_namespace: "flotilla-system".into(),
+            agent: AgentOptions::default(),
+            remote: None,
+            metrics: Default::default(),
+            reports: mpsc::unbounded_channel(),
+        }
+    }
+
+    /// Where agents' reports go: a remote registry built before [`Hub::start`] takes a
+    /// clone and forwards each connected agent's reports into it, tagged with its target.
+    pub fn report_sink(&self) -> ReportSink {
+        self.reports.0.clone()
+    }
+}
+
+/// Why the hub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig")]
+    KubeConfig(#[source] kube::config::KubeconfigError),
+    /// No configuration could be inferred.
+    #[error("inferring the cluster configuration")]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The client could not be built.
+    #[error("building the Kubernetes client")]
+    Client(#[source] kube::Error),
+    /// The chart store could not be opened.
+    #[error("opening the chart store")]
+    Store(#[source] ChartError),
+}
+
+/// The configuration and a client for the hub's cluster: from `kubeconfig`, else inferred
+/// (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<(kube::Config, Client), StartError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(StartError::KubeConfig)?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(StartError::KubeConfig)?
+        }
+        None => kube::Config::infer().await.map_err(StartError::Infer)?,
+    };
+    let client = Client::try_from(config.clone()).map_err(StartError::Client)?;
+    Ok((config, client))
+}
+
+/// A running hub.
+#[derive(Debug)]
+pub struct Hub {
+    stop: CancellationToken,
+    controllers: JoinSet<()>,
+    writer: tokio::task::JoinHandle<()>,
+    push: Arc<PushAgents>,
+    grace: Duration,
+    /// The chart store (shared with the in-process agents).
+    pub charts: Arc<CachedCharts<NoFetcher>>,
+}
+
+impl Hub {
+    /// Starts every controller on the current runtime.
+    pub async fn start(config: HubConfig) -> Result<Hub, StartError> {
+        let (kube_config, client) = connect(config.kubeconfig.as_deref()).await?;
+        // Indexing the store reads its directory: start-up only.
+        let charts = Arc::new(
+            CachedCharts::new(
+                config.artifact_dir.clone(),
+                config.artifact_max_bytes,
+                NoFetcher,
+            )
+            .map_err(StartError::Store)?,
+        );
+        let (report_tx, report_rx) = config.reports;
+        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+        let book = Arc::new(StatusBook::new(client.clone(), trigger_tx));
+        let push = Arc::new(PushAgents::new(
+            kube_config,
+            client.clone(),
+            charts.clone() as Arc<dyn ChartSource>,
+            report_tx,
+            PushOptions {
+                agent_namespace: config.agent_namespace.clone(),
+                agent: config.agent.clone(),
+            },
+        ));
+        let links = Arc::new(HubLinks {
+            push: push.clone(),
+            remote: config.remote.clone(),
+        });
+        let writer = tokio::spawn(book.clone().run(report_rx));
+        let stop = CancellationToken::new();
+        let grace = config.agent.shutdown_grace;
+        let indexes = Arc::new(Indexes::default());
+        let mut controllers = JoinSet::new();
+        controllers.spawn(helm_repository::run(
+            Arc::new(RepositoryContext {
+                client: client.clone(),
+                indexes: indexes.clone(),
+                limits: Limits::default(),
+                jitter: config.jitter,
+                default_interval: config.default_interval,
+            }),
+            config.concurrency,
+            stop.clone().cancelled_owned(),
+        ));
+        controllers.spawn(helm_chart::run(
+            Arc::new(ChartContext {
+                client: client.clone(),
+                indexes,
+                charts: charts.clone(),
+                jitter: config.jitter,
+            }),
+            config.concurrency,
+            stop.clone().cancelled_owned(),
+        ));
+        let mut ctx = controller::Context::new(
+            client,
+            links,
+            book,
+            charts.clone(),
+            ControllerOptions {
+                concurrency: config.concurrency,
+                requeue_dependency: config.requeue_dependency,
+                jitter: config.jitter,
+            },
+        );
+        ctx.metrics = config.metrics.clone();
+        controllers.spawn(controller::run(
+            Arc::new(ctx),
+            trigger_rx,
+            stop.clone().cancelled_owned(),
+        ));
+        tracing::info!(concurrency = config.concurrency, "hub started");
+        Ok(Hub {
+            stop,
+            controllers,
+            writer,
+            push,
+            grace,
+            charts,
+        })
+    }
+
+    /// Stops the hub: controllers finish their reconciles, the in-process agents their
+    /// Helm actions, and the status writer the last reports.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        while self.controllers.join_next().await.is_some() {}
+        self.push.shutdown();
+        // The writer ends when every agent's report forwarder has ended (each holds a
+        // sender); a remote registry may hold senders for good, so it gets the agents'
+        // grace period and a little more.
+        drop(self.push);
+        let mut writer = self.writer;
+        if tokio::time::timeout(self.grace + Duration::from_secs(5), &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+        tracing::info!("hub stopped");
+    }
+
+    /// Waits until the controllers end (they end on [`Hub::stop`] or when their watches
+    /// give up).
+    pub async fn wait(&mut self) {
+        while self.controllers.join_next().await.is_some() {}
+    }
+
+    /// A handle that stops the hub's controllers when cancelled.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}

@@ -1,0 +1,420 @@
+//! The status writer: the one place that writes HelmRelease `.status`.
+//!
+//! Two things feed it:
+//! - the agents' [`TargetReport`]s ([`StatusBook::run`]): a status report replaces the
+//!   agent-owned part of the status (conditions, history, failure counters,
+//!   `lastAttempted*`, `lastHandled*`, `observedGeneration`, `storageNamespace`,
+//!   inventory), unless it is stale: reports older than the newest seen, by
+//!   `(plan revision, seq)`, are dropped; agent Events are relayed as Kubernetes Events on
+//!   the HelmRelease (except for the hub's own cluster, where the in-process agent already
+//!   posted them on the HelmRelease's namespace); `Deleted` is remembered for the
+//!   finalizer; `Rejected` becomes a `Ready=False`, `Stalled=True` condition (reason
+//!   `PlanRejected`) that stands until the agent reports on a newer plan;
+//! - the HelmRelease controller's hub-side outcome ([`StatusBook::set_hub`]):
+//!   `status.helmChart` and a hub condition (source not ready, values error, dependency not
+//!   ready, no agent connected), which overrides the agent's `Ready` until the controller
+//!   clears it by sending a plan.
+//!
+//! The whole status is written with server-side apply under the hub's field manager, so
+//! what an agent cleared (history on uninstall, say) is cleared on the object too. Writes of
+//! one HelmRelease are serialized; different HelmReleases write in parallel. Nothing from
+//! values reaches a status, an Event or a log line here: the agent's messages never carry
+//! values, and hub conditions name objects and keys, not data.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use flotilla_api::HelmRelease;
+use flotilla_core::agent::{ObjectKey, Report};
+use flotilla_core::ids::PlanRevision;
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_core::release::EventType;
+use flotilla_core::status::HelmReleaseStatus;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::{Client, Resource as _, ResourceExt as _};
+use tokio::sync::mpsc;
+
+use crate::link::{TargetId, TargetReport};
+use crate::util::{self, FIELD_MANAGER, error_chain};
+
+/// Reason of a plan the agent refused (the message names the field).
+pub const PLAN_REJECTED: &str = "PlanRejected";
+
+/// A hub-side outcome that overrides the agent's `Ready` condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubCondition {
+    /// Flux's reason (`SourceNotReady`, `ValuesError`, ...).
+    pub reason: String,
+    /// The message (names objects and fields, never values).
+    pub message: String,
+    /// Also `Stalled=True` (a configuration error no retry fixes).
+    pub stalled: bool,
+    /// The generation the outcome is for.
+    pub generation: i64,
+}
+
+/// What the writer knows of one HelmRelease.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The agent-owned status: the last report's, or the object's when the hub started.
+    agent: HelmReleaseStatus,
+    /// The newest report's `(plan revision, seq)`.
+    last: Option<(PlanRevision, u64)>,
+    /// The hub-side override.
+    hub: Option<HubCondition>,
+    /// `status.helmChart`.
+    helm_chart: String,
+    /// The last status written.
+    written: Option<HelmReleaseStatus>,
+    /// The uid of the object (to name it in Events).
+    uid: Option<String>,
+    /// Whether `agent` was seeded (from the object or a report).
+    seeded: bool,
+    /// The generation observed while suspended (Flux patches `observedGeneration` then).
+    suspended: Option<i64>,
+    /// The last plan the agent refused, and the condition saying why; it stands until the
+    /// agent reports on a newer plan.
+    rejected: Option<(PlanRevision, HubCondition)>,
+}
+
+/// The status writer (see the module docs).
+pub struct StatusBook {
+    client: Client,
+    recorder: Recorder,
+    entries: Mutex<HashMap<ObjectKey, Arc<tokio::sync::Mutex<Entry>>>>,
+    deleted: Mutex<HashMap<ObjectKey, PlanRevision>>,
+    trigger: mpsc::UnboundedSender<ObjectKey>,
+}
+
+impl fmt::Debug for StatusBook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StatusBook").finish_non_exhaustive()
+    }
+}
+
+/// Why a status write failed.
+#[derive(Debug, thiserror::Error)]
+#[error("HelmRelease {object}: writing the status")]
+pub struct StatusError {
+    /// The HelmRelease.
+    pub object: ObjectKey,
+    /// The API error.
+    #[source]
+    pub source: kube::Error,
+}
+
+impl StatusBook {
+    /// A writer on the hub's cluster; `trigger` receives the HelmReleases the controller
+    /// should reconcile again (a deletion finished, a plan was rejected).
+    pub fn new(client: Client, trigger: mpsc::UnboundedSender<ObjectKey>) -> StatusBook {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "flotilla-hub".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        StatusBook {
+            client,
+            recorder,
+            entries: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
+            trigger,
+        }
+    }
+
+    fn entry(&self, key: &ObjectKey) -> Arc<tokio::sync::Mutex<Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Records the controller's outcome for `hr` and writes the status: `hub` overrides
+    /// `Ready` (`None` clears the override), `helm_chart` is `status.helmChart`.
+    pub async fn set_hub(
+        &self,
+        hr: &HelmRelease,
+        key: &ObjectKey,
+        hub: Option<HubCondition>,
+        helm_chart: String,
+    ) -> Result<(), StatusError> {
+        let entry = self.entry(key);
+        let mut e = entry.lock().await;
+        seed(&mut e, hr);
+        if e.hub == hub
+            && e.helm_chart == helm_chart
+            && e.suspended.is_none()
+            && e.written.is_some()
+        {
+            return Ok(());
+        }
+        e.hub = hub;
+        e.helm_chart = helm_chart;
+        e.suspended = None;
+        self.write(key, &mut e).await
+    }
+
+    /// Records that `hr` is suspended: its generation counts as observed.
+    pub async fn suspended(&self, hr: &HelmRelease, key: &ObjectKey) -> Result<(), StatusError> {
+        let entry = self.entry(key);
+        let mut e = entry.lock().await;
+        seed(&mut e, hr);
+        e.suspended = hr.metadata.generation;
+        self.write(key, &mut e).await
+    }
+
+    /// The revision of the last `Deleted` report of `key`.
+    pub fn deleted(&self, key: &ObjectKey) -> Option<PlanRevision> {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    /// Forgets a HelmRelease that is gone.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// Consumes the agents' reports until every sender is dropped. Reports of different
+    /// HelmReleases are handled in parallel; those of one HelmRelease take its entry's lock
+    /// in turn, and a report that loses the race to a newer one is dropped as stale.
+    pub async fn run(self: Arc<Self>, mut reports: mpsc::UnboundedReceiver<TargetReport>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        while let Some(report) = reports.recv().await {
+            let book = self.clone();
+            tasks.spawn(async move {
+                let key = report.report.object();
+                let entry = book.entry(&key);
+                let mut guard = entry.lock().await;
+                if let Err(e) = book.apply(&key, &mut guard, report).await {
+                    tracing::warn!(object = %key, error = %error_chain(&e), "HelmRelease status not written");
+                }
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn apply(
+        &self,
+        key: &ObjectKey,
+        e: &mut Entry,
+        report: TargetReport,
+    ) -> Result<(), StatusError> {
+        let TargetReport { target, report } = report;
+        match report {
+            Report::Status(s) => {
+                let at = (s.plan_revision, s.seq);
+                if e.last.is_some_and(|last| at <= last) {
+                    tracing::debug!(object = %key, revision = %s.plan_revision, seq = s.seq, "stale status report dropped");
+                    return Ok(());
+                }
+                if !e.seeded {
+                    self.seed_from_cluster(key, e).await;
+                }
+                e.last = Some(at);
+                if e.rejected
+                    .as_ref()
+                    .is_some_and(|(r, _)| s.plan_revision > *r)
+                {
+                    e.rejected = None;
+                }
+                e.agent = s.status;
+                e.seeded = true;
+                self.write(key, e).await
+            }
+            Report::Event { event, .. } => {
+                if target != TargetId::Local {
+                    self.relay(key, e, &event).await;
+                }
+                Ok(())
+            }
+            Report::Deleted {
+                revision, outcome, ..
+            } => {
+                tracing::info!(object = %key, %revision, ?outcome, "release deleted by its agent");
+                self.deleted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone(), revision);
+                let _ = self.trigger.send(key.clone());
+                Ok(())
+            }
+            Report::Rejected {
+                revision, error, ..
+            } => {
+                tracing::warn!(object = %key, %revision, "plan rejected by its agent");
+                if !e.seeded {
+                    self.seed_from_cluster(key, e).await;
+                }
+                let generation = e.agent.observed_generation;
+                e.rejected = Some((
+                    revision,
+                    HubCondition {
+                        reason: PLAN_REJECTED.into(),
+                        message: error,
+                        stalled: true,
+                        generation,
+                    },
+                ));
+                self.write(key, e).await
+            }
+        }
+    }
+
+    async fn seed_from_cluster(&self, key: &ObjectKey, e: &mut Entry) {
+        let api: Api<HelmRelease> = Api::namespaced(self.client.clone(), key.namespace.as_str());
+        match api.get_opt(key.name.as_str()).await {
+            Ok(Some(hr)) => seed(e, &hr),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(object = %key, error = %error_chain(&err), "reading the HelmRelease failed")
+            }
+        }
+    }
+
+    /// The status to write: the agent's, with the hub's fields and override.
+    fn merged(e: &Entry) -> HelmReleaseStatus {
+        let mut status = e.agent.clone();
+        status.helm_chart = e.helm_chart.clone();
+        if let Some(g) = e.suspended {
+            status.observed_generation = status.observed_generation.max(g);
+        }
+        if let Some(hub) = e.hub.as_ref().or(e.rejected.as_ref().map(|(_, c)| c)) {
+            let now = util::now();
+            status.conditions.set_condition(
+                condition::READY,
+                ConditionStatus::False,
+                &hub.reason,
+                hub.message.clone(),
+                hub.generation,
+                &now,
+            );
+            if hub.stalled {
+                status.conditions.set_condition(
+                    condition::STALLED,
+                    ConditionStatus::True,
+                    &hub.reason,
+                    hub.message.clone(),
+                    hub.generation,
+                    &now,
+                );
+            }
+            status.conditions.delete_condition(condition::RECONCILING);
+        }
+        status
+    }
+
+    async fn write(&self, key: &ObjectKey, e: &mut Entry) -> Result<(), StatusError> {
+        let status = Self::merged(e);
+        if e.written.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let api: Api<HelmRelease> = Api::namespaced(self.client.clone(), key.namespace.as_str());
+        let patch = serde_json::json!({
+            "apiVersion": HelmRelease::api_version(&()),
+            "kind": HelmRelease::kind(&()),
+            "status": status,
+        });
+        match api
+            .patch_status(
+                key.name.as_str(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                e.written = Some(status);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(source) => Err(StatusError {
+                object: key.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Posts a hub-side Event on `hr` (Flux's reasons: `ValuesError`, ...).
+    pub async fn event(&self, hr: &HelmRelease, warning: bool, reason: &str, message: &str) {
+        let Some(key) = key_of(hr) else { return };
+        let e = Entry {
+            uid: hr.uid(),
+            ..Default::default()
+        };
+        let event = flotilla_core::release::Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            annotations: Default::default(),
+        };
+        self.relay(&key, &e, &event).await;
+    }
+
+    async fn relay(&self, key: &ObjectKey, e: &Entry, event: &flotilla_core::release::Event) {
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(HelmRelease::api_version(&()).into_owned()),
+            kind: Some(HelmRelease::kind(&()).into_owned()),
+            namespace: Some(key.namespace.to_string()),
+            name: Some(key.name.to_string()),
+            uid: e.uid.clone(),
+            ..Default::default()
+        };
+        let ev = KubeEvent {
+            type_: match event.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: event.reason.clone(),
+            note: Some(event.message.chars().take(1024).collect()),
+            action: event.reason.clone(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(object = %key, reason = %event.reason, error = %error_chain(&err), "relaying an agent Event failed");
+        }
+    }
+}
+
+/// Seeds an entry from the object, once.
+fn seed(e: &mut Entry, hr: &HelmRelease) {
+    if e.uid.is_none() {
+        e.uid = hr.uid();
+    }
+    if e.seeded {
+        return;
+    }
+    let mut status = hr.status.clone().unwrap_or_default();
+    e.helm_chart = std::mem::take(&mut status.helm_chart);
+    // A hub condition written before a restart is the controller's to set again.
+    e.agent = status;
+    e.seeded = true;
+}
+
+/// `namespace/name` of a HelmRelease as an [`ObjectKey`], `None` when the object is not
+/// named properly.
+pub fn key_of(hr: &HelmRelease) -> Option<ObjectKey> {
+    Some(ObjectKey {
+        namespace: hr.namespace()?.parse().ok()?,
+        name: hr.name_any().parse().ok()?,
+    })
+}

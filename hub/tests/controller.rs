@@ -1,0 +1,618 @@
+//! The hub end to end on a real local cluster: the CRDs installed, a real Helm repository
+//! (nginx, charts packaged and indexed by the real helm) holding the podinfo chart, and the
+//! hub's controllers running in this process with an in-process agent on the hub's own
+//! cluster. Releases are checked with the real `helm` and `kubectl`.
+
+mod common;
+
+use std::time::Duration;
+
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_hub::controller::{FINALIZER, PLAN_REVISION_ANNOTATION};
+use flotilla_tests::tools::{helm_history, kubectl_in};
+use flotilla_tests::wait;
+use kube::ResourceExt as _;
+use kube::api::DeleteParams;
+
+use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo};
+
+#[tokio::test]
+async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version_and_force_and_is_uninstalled_on_deletion()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-podinfo").await?;
+    let hrs = env.helm_releases().await?;
+
+    env.kubectl_apply(&seed_podinfo(&env.repo.url(), 2))?;
+    let hr = ready(&hrs, "podinfo").await?;
+    let status = hr.status.clone().unwrap_or_default();
+    assert_eq!(status.helm_chart, "default/default-podinfo");
+    assert_eq!(status.storage_namespace, "default");
+    assert_eq!(status.last_attempted_revision, "6.5.2");
+    assert!(hr.finalizers().iter().any(|f| f == FINALIZER));
+    assert_eq!(
+        hr.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PLAN_REVISION_ANNOTATION))
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(helm_list(env.kubeconfig())?, vec!["podinfo".to_owned()]);
+    let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].1, "deployed");
+
+    // The HelmChart the hub made, with its artifact in the chart store.
+    let chart = kubectl_in(
+        env.kubeconfig(),
+        &[
+            "get",
+            "helmchart",
+            "default-podinfo",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.status.artifact.revision} {.metadata.labels.helm\\.flotilla\\.dev/name}",
+        ],
+        None,
+    )?;
+    assert_eq!(chart.trim(), "6.5.2 podinfo");
+
+    // `kubectl wait` reads the condition as kstatus does.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "wait",
+            "--for=condition=ready",
+            "helmrelease/podinfo",
+            "-n",
+            "default",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+
+    // At rest, the managed HelmChart is not written again (a write loop between the
+    // controllers would show here).
+    let chart_version = || {
+        kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "helmchart",
+                "default-podinfo",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+            None,
+        )
+    };
+    let before = chart_version()?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        chart_version()?,
+        before,
+        "the HelmChart was written at rest"
+    );
+
+    // A values change upgrades: helm history 2, plan revision 2.
+    env.kubectl_apply(&seed_podinfo(&env.repo.url(), 3))?;
+    let hr = wait::until("the upgrade", TIMEOUT, || async {
+        let hr = ready(&hrs, "podinfo").await?;
+        let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+        Ok((history.len() == 2 && history[1].1 == "deployed").then_some(hr))
+    })
+    .await?;
+    assert_eq!(
+        hr.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PLAN_REVISION_ANNOTATION))
+            .map(String::as_str),
+        Some("2")
+    );
+    let replicas = kubectl_in(
+        env.kubeconfig(),
+        &[
+            "get",
+            "deployment",
+            "podinfo",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )?;
+    assert_eq!(replicas.trim(), "3");
+
+    // A new chart version in the repository, fetched at once on a request token: the
+    // HelmChart takes it and the release is upgraded to it.
+    env.repo
+        .publish_version(&common::podinfo_chart(), "6.5.3")?;
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "helmrepository",
+            "podinfo",
+            "-n",
+            "default",
+            "--overwrite",
+            "reconcile.fluxcd.io/requestedAt=bump",
+        ],
+        None,
+    )?;
+    let hr = wait::until("the chart version upgrade", TIMEOUT, || async {
+        let hr = ready(&hrs, "podinfo").await?;
+        let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+        let at = hr
+            .status
+            .as_ref()
+            .map(|s| s.last_attempted_revision.clone())
+            .unwrap_or_default();
+        Ok((history.len() == 3 && at == "6.5.3").then_some(hr))
+    })
+    .await?;
+    assert_eq!(
+        hr.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("3")
+    );
+
+    // `flux reconcile hr --force`: both tokens set to the same value force an upgrade, and
+    // the status says the token was handled.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "helmrelease",
+            "podinfo",
+            "-n",
+            "default",
+            "--overwrite",
+            "reconcile.fluxcd.io/requestedAt=t1",
+            "reconcile.fluxcd.io/forceAt=t1",
+        ],
+        None,
+    )?;
+    wait::until("the forced upgrade", TIMEOUT, || async {
+        let hr = ready(&hrs, "podinfo").await?;
+        let handled = hr.status.as_ref().is_some_and(|s| {
+            s.last_handled_force_at == "t1" && s.last_handled_reconcile_at == "t1"
+        });
+        let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+        Ok((handled && history.len() == 4).then_some(()))
+    })
+    .await?;
+
+    // Deletion uninstalls through the agent, then the finalizer goes and the object with it.
+    hrs.delete("podinfo", &DeleteParams::default()).await?;
+    wait::until("the HelmRelease to be gone", TIMEOUT, || async {
+        Ok(hrs.get_opt("podinfo").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+    let charts = kubectl_in(
+        env.kubeconfig(),
+        &["get", "helmcharts", "-n", "default", "-o", "name"],
+        None,
+    )?;
+    assert_eq!(charts.trim(), "", "the managed HelmChart is deleted");
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn malformed_helm_releases_get_a_condition_naming_the_field_and_the_deployed_release_stays()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-values").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let manifest = |key: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: podinfo-values
+  namespace: default
+data:
+  values.yaml: |
+    replicaCount: 1
+---
+apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 10m
+  chart:
+    spec:
+      chart: podinfo
+      sourceRef:
+        kind: HelmRepository
+        name: podinfo
+  valuesFrom:
+  - kind: ConfigMap
+    name: podinfo-values
+    valuesKey: {key}
+"#
+        )
+    };
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+    assert_eq!(
+        helm_history(env.kubeconfig(), "podinfo", "default")?.len(),
+        1
+    );
+
+    // A key the ConfigMap does not have: Ready=False with reason ValuesError, naming the
+    // entry and the key; nothing is sent, so the release stays at revision 1.
+    env.kubectl_apply(&manifest("missing.yaml"))?;
+    let hr = wait::until("the ValuesError condition", TIMEOUT, || async {
+        let hr = hrs.get("podinfo").await?;
+        let c = hr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.get_condition(condition::READY).cloned());
+        Ok(
+            c.filter(|c| c.status == ConditionStatus::False && c.reason == "ValuesError")
+                .map(|c| (hr, c)),
+        )
+    })
+    .await?;
+    let (_, c) = hr;
+    assert!(
+        c.message.contains("valuesFrom[0]")
+            && c.message.contains("podinfo-values")
+            && c.message.contains("'missing.yaml'"),
+        "{}",
+        c.message
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].1, "deployed");
+
+    // Fixing the key makes it Ready again.
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+
+    // Bad YAML in the referenced key: ValuesError naming the object and key.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "create",
+            "configmap",
+            "bad-values",
+            "-n",
+            "default",
+            "--from-literal=values.yaml=replicaCount: [1",
+        ],
+        None,
+    )?;
+    env.kubectl_apply(&manifest("values.yaml").replace(
+        "name: podinfo-values\n    valuesKey",
+        "name: bad-values\n    valuesKey",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo", "ValuesError for bad YAML", |c| {
+        c.reason == "ValuesError" && c.message.contains("bad-values")
+    })
+    .await?;
+    assert!(c.message.contains("'values.yaml'"), "{}", c.message);
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+
+    // A chart version the repository does not have: the HelmChart says so and the
+    // HelmRelease waits for its source, as Flux's do.
+    let unknown = manifest("values.yaml").replace(
+        "      chart: podinfo\n",
+        "      chart: podinfo\n      version: '9.9.9'\n",
+    );
+    env.kubectl_apply(&unknown)?;
+    let c = ready_condition(&hrs, "podinfo", "SourceNotReady", |c| {
+        c.reason == "SourceNotReady"
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("HelmChart 'default/default-podinfo' is not ready")
+            && c.message.contains("9.9.9"),
+        "{}",
+        c.message
+    );
+
+    // Both chart and chartRef: the API server refuses the object, naming the fields.
+    let both = manifest("values.yaml").replace(
+        "  valuesFrom:",
+        "  chartRef:\n    kind: OCIRepository\n    name: podinfo\n  valuesFrom:",
+    );
+    let refused = kubectl_in(env.kubeconfig(), &["apply", "-f", "-"], Some(&both))
+        .expect_err("the API server refuses chart and chartRef together");
+    assert!(format!("{refused:#}").contains("chartRef"), "{refused:#}");
+
+    // Values too large for the agent's state Secret: the agent refuses the plan, and the
+    // condition says so until a plan it accepts comes.
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.cluster.client().await?, "default");
+    for (name, key) in [("big-1", "a"), ("big-2", "b")] {
+        let cm: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "data": {"values.yaml": format!("{key}: {}\n", noise(900 * 1024))},
+            }))?;
+        config_maps.create(&Default::default(), &cm).await?;
+    }
+    let big = manifest("values.yaml").replace(
+        "  valuesFrom:\n",
+        "  valuesFrom:\n  - kind: ConfigMap\n    name: big-1\n  - kind: ConfigMap\n    name: big-2\n",
+    );
+    env.kubectl_apply(&big)?;
+    let c = ready_condition(&hrs, "podinfo", "PlanRejected", |c| {
+        c.reason == "PlanRejected"
+    })
+    .await?;
+    assert!(c.message.len() < 4096, "no values in the condition");
+    let stalled = hrs
+        .get("podinfo")
+        .await?
+        .status
+        .is_some_and(|s| s.conditions.is_true(condition::STALLED));
+    assert!(stalled);
+    env.kubectl_apply(&manifest("values.yaml"))?;
+    ready(&hrs, "podinfo").await?;
+
+    // Through all of it the deployed release stayed at its first revision.
+    let history = helm_history(env.kubeconfig(), "podinfo", "default")?;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].1, "deployed");
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_target_changes_and_a_cluster_ref_without_an_agent_says_so()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-push").await?;
+    let edge =
+        flotilla_tests::Cluster::start(flotilla_tests::ClusterOptions::named("hub-push-edge"))
+            .await?;
+    let hrs = env.helm_releases().await?;
+    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "edge-kubeconfig", "namespace": "default"},
+        "stringData": {"value": kubeconfig},
+    });
+    env.kubectl_apply(&secret.to_string())?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-edge",
+        "  releaseName: podinfo\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig",
+    ))?;
+    ready(&hrs, "podinfo-edge").await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
+    assert!(
+        helm_list(env.kubeconfig())?.is_empty(),
+        "nothing is installed in the hub's cluster"
+    );
+    // The edge agent's Events are relayed onto the HelmRelease in the hub's cluster.
+    wait::until("the relayed InstallSucceeded Event", TIMEOUT, || async {
+        let reasons = kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.name=podinfo-edge,involvedObject.kind=HelmRelease",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ],
+            None,
+        )?;
+        Ok(reasons.contains("InstallSucceeded").then_some(()))
+    })
+    .await?;
+
+    // A registered cluster with no connected agent: a clear condition, nothing else.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-far",
+        "  clusterRef:\n    name: edge-1",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo-far", "AgentNotConnected", |c| {
+        c.status == ConditionStatus::False && c.reason == "AgentNotConnected"
+    })
+    .await?;
+    assert_eq!(c.message, "no agent connected for cluster edge-1");
+
+    // The target moves to the hub's cluster: the edge agent uninstalls, the hub's installs.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-edge",
+        "  releaseName: podinfo",
+    ))?;
+    wait::until("the release to move", TIMEOUT, || async {
+        let here = helm_list(env.kubeconfig())?;
+        let there = helm_list(edge.kubeconfig())?;
+        Ok((here == ["podinfo"] && there.is_empty()).then_some(()))
+    })
+    .await?;
+    ready(&hrs, "podinfo-edge").await?;
+
+    // Deleting it uninstalls where it now is.
+    hrs.delete("podinfo-edge", &DeleteParams::default()).await?;
+    wait::until("podinfo-edge to be gone", TIMEOUT, || async {
+        Ok(hrs.get_opt("podinfo-edge").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+    assert!(helm_list(edge.kubeconfig())?.is_empty());
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn depends_on_waits_for_its_dependency_suspend_leaves_the_release_alone_and_a_restarted_hub_keeps_plan_revisions()
+-> anyhow::Result<()> {
+    let mut env = Env::start("hub-order").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+
+    // b depends on a, which does not exist yet.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  dependsOn:\n  - name: a\n  values:\n    replicaCount: 1",
+    ))?;
+    let c = ready_condition(&hrs, "b", "DependencyNotReady", |c| {
+        c.reason == "DependencyNotReady"
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("unable to get 'default/a' dependency"),
+        "{}",
+        c.message
+    );
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+    env.kubectl_apply(&podinfo_release(&url, "a", ""))?;
+    ready(&hrs, "a").await?;
+    ready(&hrs, "b").await?;
+    let a_first = helm_history(env.kubeconfig(), "a", "default")?;
+    let b_first = helm_history(env.kubeconfig(), "b", "default")?;
+    assert_eq!((a_first.len(), b_first.len()), (1, 1));
+
+    // Suspended, a values change does nothing (the agent holds the plan suspended) and the
+    // generation counts as observed, as Flux has it.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  suspend: true\n  dependsOn:\n  - name: a\n  values:\n    replicaCount: 2",
+    ))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(helm_history(env.kubeconfig(), "b", "default")?.len(), 1);
+    let b = hrs.get("b").await?;
+    assert_eq!(
+        b.status.as_ref().map(|s| s.observed_generation),
+        b.metadata.generation
+    );
+
+    // A restarted hub re-sends the same plan revisions: nothing is upgraded.
+    env.restart_hub().await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let a = ready(&hrs, "a").await?;
+    assert_eq!(
+        a.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(helm_history(env.kubeconfig(), "a", "default")?.len(), 1);
+
+    // Resumed, b is upgraded with the new values under the next plan revision.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  dependsOn:\n  - name: a\n  values:\n    replicaCount: 2",
+    ))?;
+    let b = wait::until("b upgraded", TIMEOUT, || async {
+        let b = ready(&hrs, "b").await?;
+        Ok((helm_history(env.kubeconfig(), "b", "default")?.len() == 2).then_some(b))
+    })
+    .await?;
+    assert_eq!(
+        b.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("3"),
+        "revision 2 was the suspended plan"
+    );
+
+    env.stop().await;
+    Ok(())
+}
+
+/// `len` random letters and digits (they do not compress much).
+fn noise(len: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(7);
+    (0..len).map(|_| rng.alphanumeric()).collect()
+}
+
+fn values_secret(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\nstringData:\n  values.yaml: |\n    replicaCount: {replicas}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_values_secret_change_upgrades_only_the_release_using_it_and_a_release_name_change_replaces_the_release()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-watch").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    for name in ["a", "b"] {
+        env.kubectl_apply(&values_secret(&format!("values-{name}"), 1))?;
+        env.kubectl_apply(&podinfo_release(
+            &url,
+            name,
+            &format!("  valuesFrom:\n  - kind: Secret\n    name: values-{name}"),
+        ))?;
+    }
+    ready(&hrs, "a").await?;
+    ready(&hrs, "b").await?;
+
+    // The HelmReleases' interval is 10m: only the Secret watch can upgrade `a` this soon.
+    env.kubectl_apply(&values_secret("values-a", 2))?;
+    wait::until("a upgraded", TIMEOUT, || async {
+        ready(&hrs, "a").await?;
+        Ok((helm_history(env.kubeconfig(), "a", "default")?.len() == 2).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = hrs.get("b").await?;
+    assert_eq!(
+        b.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("1"),
+        "b's plan did not change"
+    );
+    assert_eq!(helm_history(env.kubeconfig(), "b", "default")?.len(), 1);
+
+    // A new release name: the old release is uninstalled and the new one installed.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "b",
+        "  releaseName: b-renamed\n  valuesFrom:\n  - kind: Secret\n    name: values-b",
+    ))?;
+    wait::until("b renamed", TIMEOUT, || async {
+        ready(&hrs, "b").await?;
+        let mut list = helm_list(env.kubeconfig())?;
+        list.sort();
+        Ok((list == ["a", "b-renamed"]).then_some(()))
+    })
+    .await?;
+
+    env.stop().await;
+    Ok(())
+}
