@@ -18,9 +18,10 @@ use kube::api::{Api, Patch, PatchParams};
 
 pub const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The podinfo chart of the shared chart collection.
+/// The podinfo chart of the shared chart collection (`../shared/charts` beside the
+/// repository).
 pub fn podinfo_chart() -> PathBuf {
-    PathBuf::from("/work/shared/charts/podinfo/chart")
+    flotilla_tests::cluster::workspace_root().join("../shared/charts/podinfo/chart")
 }
 
 /// Installs the flotilla CRDs and waits until they are Established.

@@ -1,0 +1,302 @@
+//! The `flotilla` fleet commands as a user runs them: the real binary against a local
+//! cluster with the CRDs, a real Helm repository (nginx) and the hub running in this
+//! process.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use flotilla_api::HelmRelease;
+use flotilla_api::fleet::ManagedCluster;
+use flotilla_hub::run::{Hub, HubConfig};
+use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
+use flotilla_tests::tools::kubectl_in;
+use flotilla_tests::{Cluster, ClusterOptions, wait};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Runs the `flotilla` binary; its exit code, stdout and stderr.
+fn flotilla(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("the flotilla binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in flotilla_api::crd::all() {
+        let name = crd.metadata.name.clone().expect("generated CRDs are named");
+        crds.patch(
+            &name,
+            &PatchParams::apply("flotilla-cli-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        wait::until(&format!("{name} Established"), TIMEOUT, || async {
+            let crd = crds.get(&name).await?;
+            Ok(crd
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(()))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+fn podinfo(url: &str) -> String {
+    format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 10m
+  chart:
+    spec:
+      chart: podinfo
+      version: '6.5.*'
+      sourceRef:
+        kind: HelmRepository
+        name: podinfo
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_the_flux_cli_does()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("cli-fleet")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    install_crds(&client).await?;
+    let repo = HelmRepoServer::start(RepoOptions::named("cli-fleet")).await?;
+    repo.publish_version(
+        &flotilla_tests::cluster::workspace_root().join("../shared/charts/podinfo/chart"),
+        "6.5.2",
+    )?;
+    let artifacts = tempfile::tempdir()?;
+    let mut config = HubConfig::new(Some(kubeconfig.clone()), artifacts.path().to_owned());
+    config.concurrency = 2;
+    let hub = Hub::start(config).await?;
+
+    // Nothing yet: said in words, exit 0.
+    let (code, out, _) = flotilla(&kubeconfig, &["get", "hr", "-n", "default"]);
+    assert_eq!(code, 0);
+    assert_eq!(out, "no HelmRelease objects found in default namespace\n");
+
+    kubectl_in(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&podinfo(&repo.url())),
+    )?;
+    let hrs: Api<HelmRelease> = Api::namespaced(client.clone(), "default");
+    wait::until("podinfo listed Ready", TIMEOUT, || async {
+        let (code, out, _) = flotilla(&kubeconfig, &["get", "hr"]);
+        Ok((code == 0 && out.lines().nth(1).is_some_and(|l| l.contains("\tTrue "))).then_some(()))
+    })
+    .await?;
+    let (_, out, _) = flotilla(&kubeconfig, &["get", "helmreleases", "-A"]);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split('\t')
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAMESPACE",
+            "NAME",
+            "REVISION",
+            "SUSPENDED",
+            "READY",
+            "CLUSTER",
+            "MESSAGE"
+        ]
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split('\t')
+        .map(str::trim)
+        .collect();
+    assert_eq!(row[..5], ["default", "podinfo", "6.5.2", "false", "True"]);
+    assert!(row[6].starts_with("Helm install succeeded"), "{row:?}");
+
+    let (code, out, _) = flotilla(&kubeconfig, &["get", "sources", "helm"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.starts_with("podinfo")),
+        "{out}"
+    );
+
+    // reconcile --force: annotated, waited for, an upgrade ran.
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &[
+            "reconcile",
+            "hr",
+            "podinfo",
+            "--force",
+            "--with-source",
+            "--timeout",
+            "2m",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("► annotating HelmRepository podinfo in default namespace"),
+        "{out}"
+    );
+    assert!(
+        out.contains("► annotating HelmRelease podinfo in default namespace"),
+        "{out}"
+    );
+    assert!(out.ends_with("✔ applied revision 6.5.2\n"), "{out}");
+    let history = flotilla_tests::tools::helm_history(&kubeconfig, "podinfo", "default")?;
+    assert_eq!(history.len(), 2, "--force ran an upgrade: {history:?}");
+    let hr = hrs.get("podinfo").await?;
+    let annotations = hr.metadata.annotations.unwrap_or_default();
+    let token = &annotations["reconcile.fluxcd.io/requestedAt"];
+    assert_eq!(&annotations["reconcile.fluxcd.io/forceAt"], token);
+
+    // suspend: the spec says so, reconcile refuses, resume waits for a reconcile.
+    let (code, out, _) = flotilla(&kubeconfig, &["suspend", "hr", "podinfo"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "► suspending HelmRelease podinfo in default namespace\n✔ HelmRelease suspended\n"
+    );
+    let (_, out, _) = flotilla(&kubeconfig, &["get", "hr"]);
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.contains("\ttrue ")),
+        "{out}"
+    );
+    let (code, _, err) = flotilla(&kubeconfig, &["reconcile", "hr", "podinfo"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "✗ HelmRelease podinfo in namespace default is suspended: resume it first\n"
+    );
+    let (code, out, err) = flotilla(&kubeconfig, &["resume", "hr", "podinfo", "--timeout", "2m"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("✔ applied revision 6.5.2\n"), "{out}");
+
+    // A missing object: named, exit 1.
+    let (code, _, err) = flotilla(&kubeconfig, &["reconcile", "hr", "nope", "-n", "apps"]);
+    assert_eq!(code, 1);
+    assert_eq!(err, "✗ HelmRelease nope not found in namespace apps\n");
+
+    // token create prints the join command with the CA's pin; the token is stored.
+    // The hub's namespace (its in-process agent may have made it already).
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt("flotilla-system").await?.is_none() {
+        let namespace = serde_json::json!({"metadata": {"name": "flotilla-system"}});
+        match namespaces
+            .create(&PostParams::default(), &serde_json::from_value(namespace)?)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let ca = flotilla_hub::session::pki::HubCa::load_or_create(
+        client.clone(),
+        "flotilla-system",
+        "flotilla-hub-ca",
+    )
+    .await?;
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &[
+            "token",
+            "create",
+            "--hub-url",
+            "https://hub.example:9443",
+            "--cluster-name",
+            "edge-1",
+            "--auto-accept",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let prefix = "flotilla-agent join --hub https://hub.example:9443 --token ";
+    assert!(out.starts_with(prefix), "{out}");
+    assert!(
+        out.ends_with(&format!(" --ca-hash {} --cluster-name edge-1\n", ca.pin())),
+        "{out}"
+    );
+    let token = out[prefix.len()..].split(' ').next().unwrap_or_default();
+    let id = token.split('.').next().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "flotilla-system");
+    assert!(
+        secrets
+            .get_opt(&format!("flotilla-token-{id}"))
+            .await?
+            .is_some()
+    );
+
+    // cluster accept sets the hub's side of the opt-in; get clusters shows it.
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "fleet.flotilla.dev/v1",
+                "kind": "ManagedCluster",
+                "metadata": {"name": "edge-2"},
+                "spec": {"accepted": false}
+            }))?,
+        )
+        .await?;
+    let (code, out, _) = flotilla(&kubeconfig, &["cluster", "accept", "edge-2"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "✔ ManagedCluster edge-2 accepted\n")
+    );
+    assert!(clusters.get("edge-2").await?.spec.accepted);
+    let (_, out, _) = flotilla(&kubeconfig, &["get", "clusters"]);
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split('\t')
+        .map(str::trim)
+        .collect();
+    assert_eq!(row[..2], ["edge-2", "true"], "{out}");
+    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "accept", "edge-9"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "✗ ManagedCluster edge-9 not found\n")
+    );
+    assert_eq!(clusters.list(&ListParams::default()).await?.items.len(), 1);
+
+    hub.stop().await;
+    Ok(())
+}
