@@ -270,7 +270,9 @@ impl TemplateSet {
     }
 
     /// Executes the template `name` with `data` as dot and `$` (Go's `ExecuteTemplate`).
-    /// A [`Value::Nil`] data is Go's nil: dot has no value.
+    /// A [`Value::Nil`] data is Go's nil: dot has no value. The output as text: bytes that
+    /// are not UTF-8 (printed Go strings holding binary data) become U+FFFD;
+    /// [`TemplateSet::execute_bytes`] keeps them.
     pub fn execute(
         &self,
         name: &str,
@@ -278,6 +280,19 @@ impl TemplateSet {
         funcs: &FuncMap,
         opts: &ExecOptions,
     ) -> Result<String, Error> {
+        self.execute_bytes(name, data, funcs, opts)
+            .map(crate::exec::output_text)
+    }
+
+    /// [`TemplateSet::execute`] with the output as Go writes it: bytes, valid UTF-8 unless
+    /// the template printed a Go string that is not.
+    pub fn execute_bytes(
+        &self,
+        name: &str,
+        data: &Value,
+        funcs: &FuncMap,
+        opts: &ExecOptions,
+    ) -> Result<Vec<u8>, Error> {
         let Some(tmpl) = self.get(name) else {
             return Err(Error::Exec(format!(
                 "template: no template {} associated with template {}",

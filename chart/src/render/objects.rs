@@ -463,7 +463,8 @@ impl Object for FilesObject {
     fn call_method(&self, name: &str, args: &[Value]) -> Result<Value, FuncError> {
         let arg = args.first().and_then(Value::as_str).unwrap_or_default();
         match name {
-            "Get" => Ok(Value::string(crate::utf8_lossy(&self.get_bytes(arg)))),
+            // `string(bytes)`: a binary file keeps its bytes.
+            "Get" => Ok(Value::go_string(self.get_bytes(arg))),
             "GetBytes" => Ok(Value::Bytes(self.get_bytes(arg))),
             "Glob" => {
                 let g = Glob::compile(arg).unwrap_or_else(Glob::match_all);
@@ -475,6 +476,7 @@ impl Object for FilesObject {
                     .collect();
                 Ok(Value::Object(Arc::new(FilesObject { entries })))
             }
+            // Through encoding/json, as Helm's `toYAML`: invalid UTF-8 becomes U+FFFD.
             "AsConfig" => Ok(Value::string(
                 self.by_basename(|v| crate::utf8_lossy(v).into_owned()),
             )),
@@ -487,15 +489,15 @@ impl Object for FilesObject {
                 let items = match self.entries.get(arg) {
                     None => Vec::new(),
                     Some(data) => {
-                        let text = crate::utf8_lossy(data);
-                        let Some(text) = text.strip_suffix('\n').or(if text.is_empty() {
+                        let data: &[u8] = data;
+                        let Some(text) = data.strip_suffix(b"\n").or(if data.is_empty() {
                             None
                         } else {
-                            Some(&text)
+                            Some(data)
                         }) else {
                             return Err(FuncError::new("runtime error: index out of range [-1]"));
                         };
-                        text.split('\n').map(Value::string).collect()
+                        text.split(|&b| b == b'\n').map(Value::go_string).collect()
                     }
                 };
                 Ok(Value::List(List::typed(

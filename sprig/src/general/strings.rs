@@ -2,15 +2,23 @@
 //! `nospace`, `swapcase`, `untitle`, random strings) and xstrings (case conversions,
 //! `shuffle`).
 
-use flotilla_gotmpl::gofmt::{quote, sprint_value};
+use flotilla_gotmpl::gofmt::{quote, quote_bytes, sprint_value};
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Map, MapType, Signature, Value};
 
 use super::{
     MAX_BUILD, add, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper, strslice,
-    strval, to_lower, to_upper, xstrings,
+    strval, strval_go, to_lower, to_upper, xstrings,
 };
 
 use ArgType::{Any, Int, String as Str};
+
+/// Appends `%v` of `v`: a Go string's bytes as they are, anything else as printed.
+fn push_printed(out: &mut Vec<u8>, v: &Value) {
+    match v.as_go_bytes() {
+        Some(b) => out.extend_from_slice(b),
+        None => out.extend_from_slice(sprint_value(v).as_bytes()),
+    }
+}
 
 pub(crate) fn register(map: &mut FuncMap) {
     let s1 = || Signature::fixed([Str]);
@@ -126,21 +134,36 @@ pub(crate) fn register(map: &mut FuncMap) {
         let parts: Vec<String> = a
             .iter()
             .filter(|v| !v.is_nil())
-            .map(|v| quote(&strval(v)))
+            .map(|v| match strval_go(v) {
+                // `%q` escapes each byte of an invalid sequence as `\xNN`.
+                Value::RawString(b) => quote_bytes(&b),
+                other => quote(other.as_str().unwrap_or_default()),
+            })
             .collect();
         Ok(Value::from(parts.join(" ")))
     });
+    // `squote` and `cat` print with `%v`, which keeps a Go string's bytes.
     add(map, "squote", Signature::variadic([], Any), |a| {
-        let parts: Vec<String> = a
-            .iter()
-            .filter(|v| !v.is_nil())
-            .map(|v| format!("'{}'", sprint_value(v)))
-            .collect();
-        Ok(Value::from(parts.join(" ")))
+        let mut out = Vec::new();
+        for v in a.iter().filter(|v| !v.is_nil()) {
+            if !out.is_empty() {
+                out.push(b' ');
+            }
+            out.push(b'\'');
+            push_printed(&mut out, v);
+            out.push(b'\'');
+        }
+        Ok(Value::go_string_owned(out))
     });
     add(map, "cat", Signature::variadic([], Any), |a| {
-        let parts: Vec<String> = a.iter().filter(|v| !v.is_nil()).map(sprint_value).collect();
-        Ok(Value::from(parts.join(" ")))
+        let mut out = Vec::new();
+        for (i, v) in a.iter().filter(|v| !v.is_nil()).enumerate() {
+            if i > 0 {
+                out.push(b' ');
+            }
+            push_printed(&mut out, v);
+        }
+        Ok(Value::go_string_owned(out))
     });
     add(map, "indent", Signature::fixed([Int, Str]), |a| {
         indent(arg_int(a, 0), arg_str(a, 1), false).map(Value::from)
@@ -168,7 +191,7 @@ pub(crate) fn register(map: &mut FuncMap) {
         }))
     });
     add(map, "toString", Signature::fixed([Any]), |a| {
-        Ok(Value::from(strval(&a[0])))
+        Ok(strval_go(&a[0]))
     });
     add(map, "toStrings", Signature::fixed([Any]), |a| {
         Ok(super::string_list(strslice(&a[0])))
