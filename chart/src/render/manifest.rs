@@ -590,6 +590,46 @@ pub fn kind_cmp(a: &str, b: &str, order: &[&str]) -> std::cmp::Ordering {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_yaml_reader_reports_the_first_problem_as_go_yaml_does() {
+        let cases: [(&[u8], Option<&str>); 9] = [
+            (b"a: b\n", None),
+            ("a: \u{e9}\u{fffd}\u{1F600}\n".as_bytes(), None),
+            (b"a: \xff", Some("invalid leading UTF-8 octet")),
+            (b"a: \x80", Some("invalid leading UTF-8 octet")),
+            (b"a: \xc3", Some("incomplete UTF-8 octet sequence")),
+            (b"a: \xc3x", Some("invalid trailing UTF-8 octet")),
+            (b"a: \xc0\x80", Some("invalid length of a UTF-8 sequence")),
+            (b"a: \xed\xa0\x80", Some("invalid Unicode character")),
+            // In input order: the control character comes before the bad byte.
+            (b"\x1f\x8b", Some("control characters are not allowed")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(yaml_reader_problem(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_file_that_is_not_utf8_fails_where_helm_reads_it() {
+        let raw = b"a: 1\n---\nkind: ConfigMap\ndata: \xff\n".to_vec();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let not_utf8 = BTreeMap::from([("c/templates/b.yaml".to_string(), raw)]);
+        let mut files = BTreeMap::from([
+            ("c/templates/a.yaml".to_string(), "kind: A\n".to_string()),
+            ("c/templates/b.yaml".to_string(), text),
+        ]);
+        let err = check_not_utf8(&files, &not_utf8).expect_err("fails");
+        assert_eq!(
+            err.to_string(),
+            "YAML parse error on c/templates/b.yaml: error converting YAML to JSON: yaml: \
+             invalid leading UTF-8 octet"
+        );
+        // A file before it that helm cannot read either is reported by the sort instead.
+        files.insert("c/templates/a.yaml".to_string(), "a: [".to_string());
+        assert!(check_not_utf8(&files, &not_utf8).is_ok());
+        assert!(sort_manifests(&files, INSTALL_ORDER).is_err());
+    }
+
     /// The hand-written separator search against Helm's pattern (compiled here with the
     /// `regex` crate, leftmost-first as Go's) on texts made of the pieces that matter.
     #[test]

@@ -578,4 +578,37 @@ mod tests {
         let v = f.call_method("AsConfig", &[]).expect("config");
         assert_eq!(v.as_str(), Some("a.txt: |-\n  one\n  two"));
     }
+
+    #[test]
+    fn binary_files_keep_their_bytes_except_where_helm_goes_through_json() {
+        let data: &[u8] = b"ab\xff\n\xc3cd\n";
+        let f = FilesObject::new(&[crate::File {
+            name: "files/x.bin".into(),
+            data: data.into(),
+            mod_time: None,
+        }]);
+        let arg = [Value::string("files/x.bin")];
+        let get = f.call_method("Get", &arg).expect("get");
+        assert!(matches!(get, Value::RawString(_)));
+        assert_eq!(get.as_go_bytes(), Some(data));
+        let bytes = f.call_method("GetBytes", &arg).expect("bytes");
+        assert!(matches!(&bytes, Value::Bytes(b) if **b == *data));
+        let lines = f.call_method("Lines", &arg).expect("lines");
+        let lines: Vec<&[u8]> = lines
+            .as_list()
+            .expect("list")
+            .items()
+            .iter()
+            .map(|l| l.as_go_bytes().expect("string"))
+            .collect();
+        assert_eq!(lines, [&b"ab\xff"[..], b"\xc3cd"]);
+        // `toYAML` marshals through encoding/json: U+FFFD.
+        let config = f.call_method("AsConfig", &[]).expect("config");
+        assert_eq!(
+            config.as_str(),
+            Some("x.bin: |\n  ab\u{fffd}\n  \u{fffd}cd")
+        );
+        let secrets = f.call_method("AsSecrets", &[]).expect("secrets");
+        assert_eq!(secrets.as_str(), Some("x.bin: YWL/CsNjZAo="));
+    }
 }

@@ -6,8 +6,8 @@ use flotilla_gotmpl::gofmt::{quote, quote_bytes, sprint_value};
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Map, MapType, Signature, Value};
 
 use super::{
-    MAX_BUILD, add, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper, strslice,
-    strval, strval_go, to_lower, to_upper, xstrings,
+    MAX_BUILD, add, arg_bytes, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper,
+    strslice, strval, strval_go, to_lower, to_upper, xstrings,
 };
 
 use ArgType::{Any, Int, String as Str};
@@ -165,12 +165,18 @@ pub(crate) fn register(map: &mut FuncMap) {
         }
         Ok(Value::go_string_owned(out))
     });
-    add(map, "indent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1), false).map(Value::from)
-    });
-    add(map, "nindent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1), true).map(Value::from)
-    });
+    add(
+        map,
+        "indent",
+        Signature::fixed([Int, ArgType::GoString]),
+        |a| indent(arg_int(a, 0), arg_bytes(a, 1), false).map(Value::go_string_owned),
+    );
+    add(
+        map,
+        "nindent",
+        Signature::fixed([Int, ArgType::GoString]),
+        |a| indent(arg_int(a, 0), arg_bytes(a, 1), true).map(Value::go_string_owned),
+    );
     add(map, "replace", Signature::fixed([Str, Str, Str]), |a| {
         let (src, old, new) = (arg_str(a, 2), arg_str(a, 0), arg_str(a, 1));
         let count = if old.is_empty() {
@@ -282,11 +288,12 @@ pub(crate) fn go_replace(s: &str, old: &str, new: &str) -> String {
 
 /// `indent` (and, with `newline_first`, `nindent`): `pad + strings.Replace(s, "\n", "\n" +
 /// pad, -1)` with `pad` n spaces, built in one pass into a string of the final size.
-fn indent(n: i64, s: &str, newline_first: bool) -> Result<String, FuncError> {
+/// `indent`/`nindent` on a Go string's bytes (binary file contents stay as they are).
+fn indent(n: i64, s: &[u8], newline_first: bool) -> Result<Vec<u8>, FuncError> {
     if n < 0 {
         return Err(FuncError::new("strings: negative Repeat count"));
     }
-    let lines = s.bytes().filter(|&b| b == b'\n').count() + 1;
+    let lines = s.iter().filter(|&&b| b == b'\n').count() + 1;
     if (n as u128) * lines as u128 + s.len() as u128 > MAX_BUILD as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
@@ -300,16 +307,16 @@ fn indent(n: i64, s: &str, newline_first: bool) -> Result<String, FuncError> {
             &long_pad
         }
     };
-    let mut out = String::with_capacity(usize::from(newline_first) + s.len() + n * lines);
+    let mut out = Vec::with_capacity(usize::from(newline_first) + s.len() + n * lines);
     if newline_first {
-        out.push('\n');
+        out.push(b'\n');
     }
-    for (i, line) in s.split('\n').enumerate() {
+    for (i, line) in s.split(|&b| b == b'\n').enumerate() {
         if i > 0 {
-            out.push('\n');
+            out.push(b'\n');
         }
-        out.push_str(pad);
-        out.push_str(line);
+        out.extend_from_slice(pad.as_bytes());
+        out.extend_from_slice(line);
     }
     Ok(out)
 }
