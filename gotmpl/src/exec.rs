@@ -147,7 +147,7 @@ pub(crate) struct Shared<'f> {
     /// otherwise allocate one).
     argv_pool: Vec<Vec<Ev>>,
     /// Emptied output buffers of [`CallCtx::execute_template_value`], reused likewise.
-    out_pool: Vec<Vec<u8>>,
+    out_pool: Vec<String>,
 }
 
 impl<'f> Shared<'f> {
@@ -240,7 +240,7 @@ impl<'f> CallCtx<'_, 'f> {
         data: Value,
     ) -> Result<String, Error> {
         let (tmpl, dot) = invocation(set, name, data)?;
-        run_template(self.shared, set, tmpl, dot).map(output_text)
+        run_template(self.shared, set, tmpl, dot).map(Output::into_text)
     }
 
     /// [`CallCtx::execute_template`] with the output as a Go string: rendered into a buffer
@@ -255,12 +255,14 @@ impl<'f> CallCtx<'_, 'f> {
             .shared
             .out_pool
             .pop()
-            .unwrap_or_else(|| Vec::with_capacity(FIRST_CAPACITY));
-        let mut out = run_template_into(self.shared, set, tmpl, dot, buf)?;
-        let value = Value::go_string(&out);
-        if out.capacity() <= KEEP_CAPACITY {
-            out.clear();
-            self.shared.out_pool.push(out);
+            .unwrap_or_else(|| String::with_capacity(FIRST_CAPACITY));
+        let out = run_template_into(self.shared, set, tmpl, dot, Output::Text(buf))?;
+        let value = out.to_value();
+        if let Output::Text(mut text) = out
+            && text.capacity() <= KEEP_CAPACITY
+        {
+            text.clear();
+            self.shared.out_pool.push(text);
         }
         Ok(value)
     }
@@ -291,12 +293,65 @@ fn invocation<'s>(
 /// one allocation of this size instead of doubling up to it from eight.
 const FIRST_CAPACITY: usize = 256;
 
-/// Executor output as text: UTF-8 (nearly always: no copy), else each invalid sequence
-/// replaced by U+FFFD.
-pub(crate) fn output_text(out: Vec<u8>) -> String {
-    match String::from_utf8(out) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+/// What a template wrote. Text until it prints a Go string that is not UTF-8
+/// ([`Value::RawString`]): bytes from then on. Text, nearly always, is never validated
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Valid UTF-8.
+    Text(String),
+    /// Bytes that are not valid UTF-8.
+    Bytes(Vec<u8>),
+}
+
+impl Output {
+    pub(crate) fn push_str(&mut self, s: &str) {
+        match self {
+            Output::Text(t) => t.push_str(s),
+            Output::Bytes(b) => b.extend_from_slice(s.as_bytes()),
+        }
+    }
+
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
+        if let Output::Text(t) = self {
+            *self = Output::Bytes(std::mem::take(t).into_bytes());
+        }
+        if let Output::Bytes(b) = self {
+            b.extend_from_slice(bytes);
+        }
+    }
+
+    /// The output as text: each invalid UTF-8 sequence a U+FFFD.
+    pub fn into_text(self) -> String {
+        match self {
+            Output::Text(t) => t,
+            Output::Bytes(b) => match String::from_utf8(b) {
+                Ok(t) => t,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            },
+        }
+    }
+
+    /// The output's bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Output::Text(t) => t.into_bytes(),
+            Output::Bytes(b) => b,
+        }
+    }
+
+    /// The output as a Go string.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Output::Text(t) => Value::string(t),
+            Output::Bytes(b) => Value::go_string(b),
+        }
+    }
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Output::Text(String::new())
     }
 }
 
@@ -306,8 +361,14 @@ pub(crate) fn run_template(
     set: &TemplateSet,
     tmpl: &Template,
     dot: Ev,
-) -> Result<Vec<u8>, Error> {
-    run_template_into(shared, set, tmpl, dot, Vec::with_capacity(FIRST_CAPACITY))
+) -> Result<Output, Error> {
+    run_template_into(
+        shared,
+        set,
+        tmpl,
+        dot,
+        Output::Text(String::with_capacity(FIRST_CAPACITY)),
+    )
 }
 
 /// Runs one template invocation, appending to `out` (nested `{{template}}` calls write into
@@ -317,8 +378,8 @@ fn run_template_into(
     set: &TemplateSet,
     tmpl: &Template,
     dot: Ev,
-    out: Vec<u8>,
-) -> Result<Vec<u8>, Error> {
+    out: Output,
+) -> Result<Output, Error> {
     let mut frame = Frame {
         shared,
         set,
@@ -349,7 +410,7 @@ struct Frame<'t, 's, 'f> {
     dollar: Ev,
     /// The variables declared so far, innermost last.
     vars: Vec<(&'t str, Ev)>,
-    out: Vec<u8>,
+    out: Output,
 }
 
 type R<T> = Result<T, Error>;
@@ -552,18 +613,26 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn write(&mut self, s: &str) -> R<()> {
-        self.write_bytes(s.as_bytes())
+        self.count_output(s.len())?;
+        self.out.push_str(s);
+        Ok(())
     }
 
+    /// Writes the bytes of a Go string that is not UTF-8.
     fn write_bytes(&mut self, s: &[u8]) -> R<()> {
-        self.shared.out_bytes = self.shared.out_bytes.saturating_add(s.len());
+        self.count_output(s.len())?;
+        self.out.push_bytes(s);
+        Ok(())
+    }
+
+    fn count_output(&mut self, n: usize) -> R<()> {
+        self.shared.out_bytes = self.shared.out_bytes.saturating_add(n);
         if self.shared.out_bytes > self.shared.opts.max_output_bytes {
             return self.errorf(format!(
                 "output exceeds the limit of {} bytes",
                 self.shared.opts.max_output_bytes
             ));
         }
-        self.out.extend_from_slice(s);
         Ok(())
     }
 

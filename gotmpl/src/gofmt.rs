@@ -451,23 +451,28 @@ struct Printer {
     f: Flags,
 }
 
-/// The bytes a [`Printer`] writes: text, and the bytes of Go strings that are not UTF-8.
-#[derive(Default)]
-struct Buf(Vec<u8>);
+/// What a [`Printer`] writes: text, until it prints a Go string that is not UTF-8 (then
+/// bytes; text is never validated again).
+struct Buf(crate::exec::Output);
+
+impl Default for Buf {
+    fn default() -> Self {
+        Buf(crate::exec::Output::Text(String::new()))
+    }
+}
 
 impl Buf {
     fn push(&mut self, c: char) {
         let mut utf8 = [0u8; 4];
-        self.0
-            .extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+        self.push_str(c.encode_utf8(&mut utf8));
     }
 
     fn push_str(&mut self, s: &str) {
-        self.0.extend_from_slice(s.as_bytes());
+        self.0.push_str(s);
     }
 
     fn push_bytes(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
+        self.0.push_bytes(b);
     }
 
     fn extend<C: std::borrow::Borrow<char>>(&mut self, chars: impl IntoIterator<Item = C>) {
@@ -479,15 +484,12 @@ impl Buf {
     /// The output as text (invalid UTF-8, only ever from a [`Value::RawString`], becomes
     /// U+FFFD).
     fn into_string(self) -> String {
-        match String::from_utf8(self.0) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        }
+        self.0.into_text()
     }
 
     /// The output as a Go string, its bytes kept.
     fn into_value(self) -> Value {
-        Value::go_string_owned(self.0)
+        self.0.to_value()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ast::{Ast, Span};
-use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
+use crate::exec::{BUILTIN_NAMES, Ev, Output, Shared, run_template};
 use crate::names::NameMap;
 use crate::parse::{ParsedTree, Scratch};
 use crate::signature::FuncMap;
@@ -280,8 +280,8 @@ impl TemplateSet {
         funcs: &FuncMap,
         opts: &ExecOptions,
     ) -> Result<String, Error> {
-        self.execute_bytes(name, data, funcs, opts)
-            .map(crate::exec::output_text)
+        self.execute_output(name, data, funcs, opts)
+            .map(Output::into_text)
     }
 
     /// [`TemplateSet::execute`] with the output as Go writes it: bytes, valid UTF-8 unless
@@ -293,6 +293,19 @@ impl TemplateSet {
         funcs: &FuncMap,
         opts: &ExecOptions,
     ) -> Result<Vec<u8>, Error> {
+        self.execute_output(name, data, funcs, opts)
+            .map(Output::into_bytes)
+    }
+
+    /// [`TemplateSet::execute`] with the output as text when it is UTF-8 (not validated
+    /// again), as bytes otherwise.
+    pub fn execute_output(
+        &self,
+        name: &str,
+        data: &Value,
+        funcs: &FuncMap,
+        opts: &ExecOptions,
+    ) -> Result<Output, Error> {
         let Some(tmpl) = self.get(name) else {
             return Err(Error::Exec(format!(
                 "template: no template {} associated with template {}",

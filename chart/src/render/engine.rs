@@ -356,7 +356,7 @@ impl Run<'_, '_> {
     fn execute(&self, t: &Renderable<'_>, scope: &Map) -> Result<String, RenderError> {
         let out = self
             .set
-            .execute_bytes(
+            .execute_output(
                 &t.path,
                 &Value::Map(scope.with_type(MapType::Named(Arc::from(VALUES_TYPE)))),
                 self.funcs,
@@ -368,10 +368,10 @@ impl Run<'_, '_> {
                 }
                 flotilla_gotmpl::Error::Parse(msg) => RenderError(msg),
             })?;
-        let out = match String::from_utf8(out) {
-            Ok(text) => text,
-            Err(e) => {
-                let raw = strip_no_value_bytes(e.as_bytes());
+        let out = match out {
+            flotilla_gotmpl::Output::Text(text) => text,
+            flotilla_gotmpl::Output::Bytes(bytes) => {
+                let raw = strip_no_value_bytes(&bytes);
                 let text = String::from_utf8_lossy(&raw).into_owned();
                 self.not_utf8
                     .lock()
