@@ -1384,8 +1384,8 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             )),
             Ev::Val(v) | Ev::Iface(v) => {
                 if at.accepts(&v) {
-                    if *at == ArgType::String
-                        && let Value::RawString(b) = &v
+                    if let Value::RawString(b) = &v
+                        && *at == ArgType::String
                     {
                         // A function reading text: the bytes as text, each invalid
                         // sequence a U+FFFD.

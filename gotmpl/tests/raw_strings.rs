@@ -9,7 +9,7 @@ const LATIN: &[u8] = b"ab\xff\xfe cd\xc3";
 fn data() -> Value {
     let m = flotilla_gotmpl::Map::new();
     m.insert("raw", Value::go_string(LATIN));
-    m.insert("same", Value::go_string(LATIN.to_vec()));
+    m.insert("same", Value::go_string_owned(LATIN.to_vec()));
     m.insert("other", Value::go_string(b"ab\xff"));
     m.insert("text", Value::string("ab"));
     Value::Map(m)
@@ -65,7 +65,7 @@ fn go_string_keeps_utf8_on_the_fast_path_and_bytes_otherwise() {
     );
     assert_eq!(raw.type_name(), "string");
     assert!(raw.is_true());
-    assert!(raw.deep_equal(&Value::go_string(LATIN.to_vec())));
+    assert!(raw.deep_equal(&Value::go_string_owned(LATIN.to_vec())));
     assert!(!raw.deep_equal(&Value::go_string(b"ab\xff")));
 }
 

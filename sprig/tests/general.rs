@@ -404,7 +404,7 @@ fn string_conversions_and_quoting_keep_or_escape_the_bytes_as_go_does() {
     );
     // encoding/json writes each invalid byte as \ufffd.
     assert_eq!(
-        raw_ok("{{ mustToJson (list .raw) }}"),
+        raw_ok("{{ toRawJson (list .raw) }}"),
         r#"["ab\ufffd\ufffd cd\ufffd"]"#
     );
     assert_eq!(

@@ -6,8 +6,8 @@ use flotilla_gotmpl::gofmt::{quote, quote_bytes, sprint_value};
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Map, MapType, Signature, Value};
 
 use super::{
-    MAX_BUILD, add, arg_bytes, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper,
-    strslice, strval, strval_go, to_lower, to_upper, xstrings,
+    MAX_BUILD, add, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper, strslice,
+    strval, strval_go, to_lower, to_upper, xstrings,
 };
 
 use ArgType::{Any, Int, String as Str};
@@ -169,13 +169,13 @@ pub(crate) fn register(map: &mut FuncMap) {
         map,
         "indent",
         Signature::fixed([Int, ArgType::GoString]),
-        |a| indent(arg_int(a, 0), arg_bytes(a, 1), false).map(Value::go_string_owned),
+        |a| indent_value(arg_int(a, 0), &a[1], false),
     );
     add(
         map,
         "nindent",
         Signature::fixed([Int, ArgType::GoString]),
-        |a| indent(arg_int(a, 0), arg_bytes(a, 1), true).map(Value::go_string_owned),
+        |a| indent_value(arg_int(a, 0), &a[1], true),
     );
     add(map, "replace", Signature::fixed([Str, Str, Str]), |a| {
         let (src, old, new) = (arg_str(a, 2), arg_str(a, 0), arg_str(a, 1));
@@ -288,8 +288,49 @@ pub(crate) fn go_replace(s: &str, old: &str, new: &str) -> String {
 
 /// `indent` (and, with `newline_first`, `nindent`): `pad + strings.Replace(s, "\n", "\n" +
 /// pad, -1)` with `pad` n spaces, built in one pass into a string of the final size.
-/// `indent`/`nindent` on a Go string's bytes (binary file contents stay as they are).
-fn indent(n: i64, s: &[u8], newline_first: bool) -> Result<Vec<u8>, FuncError> {
+/// `indent`/`nindent` of a Go string: text is indented as text (not validated again); a
+/// string that is not UTF-8 keeps its bytes.
+fn indent_value(n: i64, s: &Value, newline_first: bool) -> Result<Value, FuncError> {
+    match s {
+        Value::RawString(b) => {
+            let (pad, lines) = indent_pad(n, b)?;
+            let mut out =
+                Vec::with_capacity(usize::from(newline_first) + b.len() + pad.len() * lines);
+            if newline_first {
+                out.push(b'\n');
+            }
+            for (i, line) in b.split(|&c| c == b'\n').enumerate() {
+                if i > 0 {
+                    out.push(b'\n');
+                }
+                out.extend_from_slice(pad.as_bytes());
+                out.extend_from_slice(line);
+            }
+            Ok(Value::go_string_owned(out))
+        }
+        _ => {
+            let text = s.as_str().unwrap_or_default();
+            let (pad, lines) = indent_pad(n, text.as_bytes())?;
+            let mut out =
+                String::with_capacity(usize::from(newline_first) + text.len() + pad.len() * lines);
+            if newline_first {
+                out.push('\n');
+            }
+            for (i, line) in text.split('\n').enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&pad);
+                out.push_str(line);
+            }
+            Ok(Value::from(out))
+        }
+    }
+}
+
+/// The padding `indent` puts before each line of `s` and the number of lines, after Go's
+/// `strings.Repeat` checks.
+fn indent_pad(n: i64, s: &[u8]) -> Result<(std::borrow::Cow<'static, str>, usize), FuncError> {
     if n < 0 {
         return Err(FuncError::new("strings: negative Repeat count"));
     }
@@ -299,26 +340,11 @@ fn indent(n: i64, s: &[u8], newline_first: bool) -> Result<Vec<u8>, FuncError> {
     }
     const SPACES: &str = "                                                                ";
     let n = n as usize;
-    let long_pad;
     let pad = match SPACES.get(..n) {
-        Some(p) => p,
-        None => {
-            long_pad = " ".repeat(n);
-            &long_pad
-        }
+        Some(p) => std::borrow::Cow::Borrowed(p),
+        None => std::borrow::Cow::Owned(" ".repeat(n)),
     };
-    let mut out = Vec::with_capacity(usize::from(newline_first) + s.len() + n * lines);
-    if newline_first {
-        out.push(b'\n');
-    }
-    for (i, line) in s.split(|&b| b == b'\n').enumerate() {
-        if i > 0 {
-            out.push(b'\n');
-        }
-        out.extend_from_slice(pad.as_bytes());
-        out.extend_from_slice(line);
-    }
-    Ok(out)
+    Ok((pad, lines))
 }
 
 /// Go's `s[start:end]` slicing panics, as `substr` meets them.
