@@ -463,8 +463,13 @@ impl Default for Buf {
 
 impl Buf {
     fn push(&mut self, c: char) {
-        let mut utf8 = [0u8; 4];
-        self.push_str(c.encode_utf8(&mut utf8));
+        match &mut self.0 {
+            crate::exec::Output::Text(t) => t.push(c),
+            crate::exec::Output::Bytes(b) => {
+                let mut utf8 = [0u8; 4];
+                b.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+            }
+        }
     }
 
     fn push_str(&mut self, s: &str) {
@@ -476,8 +481,13 @@ impl Buf {
     }
 
     fn extend<C: std::borrow::Borrow<char>>(&mut self, chars: impl IntoIterator<Item = C>) {
-        for c in chars {
-            self.push(*c.borrow());
+        match &mut self.0 {
+            crate::exec::Output::Text(t) => t.extend(chars.into_iter().map(|c| *c.borrow())),
+            crate::exec::Output::Bytes(_) => {
+                for c in chars {
+                    self.push(*c.borrow());
+                }
+            }
         }
     }
 
