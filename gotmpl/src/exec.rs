@@ -224,6 +224,8 @@ impl<'f> CallCtx<'_, 'f> {
 
     /// Executes the named template of the current set with `data` as dot and `$`
     /// (Go's `ExecuteTemplate`), sharing this execution's depth and output limits.
+    /// The output is text: bytes that are not UTF-8 (printed Go strings holding binary data)
+    /// become U+FFFD; [`CallCtx::execute_template_value`] keeps them.
     pub fn execute_template(&mut self, name: &str, data: Value) -> Result<String, Error> {
         let set = self.set;
         self.execute_template_in(set, name, data)
@@ -238,7 +240,7 @@ impl<'f> CallCtx<'_, 'f> {
         data: Value,
     ) -> Result<String, Error> {
         let (tmpl, dot) = invocation(set, name, data)?;
-        run_template(self.shared, set, tmpl, dot)
+        run_template(self.shared, set, tmpl, dot).map(Output::into_text)
     }
 
     /// [`CallCtx::execute_template`] with the output as a Go string: rendered into a buffer
@@ -254,11 +256,13 @@ impl<'f> CallCtx<'_, 'f> {
             .out_pool
             .pop()
             .unwrap_or_else(|| String::with_capacity(FIRST_CAPACITY));
-        let mut out = run_template_into(self.shared, set, tmpl, dot, buf)?;
-        let value = Value::string(&out);
-        if out.capacity() <= KEEP_CAPACITY {
-            out.clear();
-            self.shared.out_pool.push(out);
+        let out = run_template_into(self.shared, set, tmpl, dot, Output::Text(buf))?;
+        let value = out.to_value();
+        if let Output::Text(mut text) = out
+            && text.capacity() <= KEEP_CAPACITY
+        {
+            text.clear();
+            self.shared.out_pool.push(text);
         }
         Ok(value)
     }
@@ -289,19 +293,81 @@ fn invocation<'s>(
 /// one allocation of this size instead of doubling up to it from eight.
 const FIRST_CAPACITY: usize = 256;
 
-/// Runs one template invocation to a string.
+/// What a template wrote. Text until it prints a Go string that is not UTF-8
+/// ([`Value::RawString`]): bytes from then on. Text, nearly always, is never validated
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Valid UTF-8.
+    Text(String),
+    /// Bytes that are not valid UTF-8.
+    Bytes(Vec<u8>),
+}
+
+impl Output {
+    pub(crate) fn push_str(&mut self, s: &str) {
+        match self {
+            Output::Text(t) => t.push_str(s),
+            Output::Bytes(b) => b.extend_from_slice(s.as_bytes()),
+        }
+    }
+
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
+        if let Output::Text(t) = self {
+            *self = Output::Bytes(std::mem::take(t).into_bytes());
+        }
+        if let Output::Bytes(b) = self {
+            b.extend_from_slice(bytes);
+        }
+    }
+
+    /// The output as text: each invalid UTF-8 sequence a U+FFFD.
+    pub fn into_text(self) -> String {
+        match self {
+            Output::Text(t) => t,
+            Output::Bytes(b) => match String::from_utf8(b) {
+                Ok(t) => t,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            },
+        }
+    }
+
+    /// The output's bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Output::Text(t) => t.into_bytes(),
+            Output::Bytes(b) => b,
+        }
+    }
+
+    /// The output as a Go string.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Output::Text(t) => Value::string(t),
+            Output::Bytes(b) => Value::go_string(b),
+        }
+    }
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Output::Text(String::new())
+    }
+}
+
+/// Runs one template invocation to bytes (Go strings may hold any).
 pub(crate) fn run_template(
     shared: &mut Shared<'_>,
     set: &TemplateSet,
     tmpl: &Template,
     dot: Ev,
-) -> Result<String, Error> {
+) -> Result<Output, Error> {
     run_template_into(
         shared,
         set,
         tmpl,
         dot,
-        String::with_capacity(FIRST_CAPACITY),
+        Output::Text(String::with_capacity(FIRST_CAPACITY)),
     )
 }
 
@@ -312,8 +378,8 @@ fn run_template_into(
     set: &TemplateSet,
     tmpl: &Template,
     dot: Ev,
-    out: String,
-) -> Result<String, Error> {
+    out: Output,
+) -> Result<Output, Error> {
     let mut frame = Frame {
         shared,
         set,
@@ -344,7 +410,7 @@ struct Frame<'t, 's, 'f> {
     dollar: Ev,
     /// The variables declared so far, innermost last.
     vars: Vec<(&'t str, Ev)>,
-    out: String,
+    out: Output,
 }
 
 type R<T> = Result<T, Error>;
@@ -547,14 +613,26 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
     }
 
     fn write(&mut self, s: &str) -> R<()> {
-        self.shared.out_bytes = self.shared.out_bytes.saturating_add(s.len());
+        self.count_output(s.len())?;
+        self.out.push_str(s);
+        Ok(())
+    }
+
+    /// Writes the bytes of a Go string that is not UTF-8.
+    fn write_bytes(&mut self, s: &[u8]) -> R<()> {
+        self.count_output(s.len())?;
+        self.out.push_bytes(s);
+        Ok(())
+    }
+
+    fn count_output(&mut self, n: usize) -> R<()> {
+        self.shared.out_bytes = self.shared.out_bytes.saturating_add(n);
         if self.shared.out_bytes > self.shared.opts.max_output_bytes {
             return self.errorf(format!(
                 "output exceeds the limit of {} bytes",
                 self.shared.opts.max_output_bytes
             ));
         }
-        self.out.push_str(s);
         Ok(())
     }
 
@@ -621,6 +699,9 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
                         Ev::Invalid => self.write("<no value>")?,
                         Ev::Val(Value::String(s)) | Ev::Iface(Value::String(s)) => {
                             self.write(&s)?
+                        }
+                        Ev::Val(Value::RawString(b)) | Ev::Iface(Value::RawString(b)) => {
+                            self.write_bytes(&b)?
                         }
                         other => {
                             let s = gofmt::sprint_value(&other.into_value());
@@ -1303,6 +1384,13 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             )),
             Ev::Val(v) | Ev::Iface(v) => {
                 if at.accepts(&v) {
+                    if let Value::RawString(b) = &v
+                        && *at == ArgType::String
+                    {
+                        // A function reading text: the bytes as text, each invalid
+                        // sequence a U+FFFD.
+                        return Ok(Ev::Val(Value::string(String::from_utf8_lossy(b))));
+                    }
                     Ok(Ev::Val(v))
                 } else {
                     self.errorf(format!(
@@ -1389,10 +1477,12 @@ impl<'t, 'f> Frame<'t, '_, 'f> {
             (ArgType::Uint32, ..) => {
                 self.errorf(format!("expected unsigned integer; found {shown}"))
             }
-            (ArgType::String, Arg::String { lit, .. }, _) => {
+            (ArgType::String | ArgType::GoString, Arg::String { lit, .. }, _) => {
                 Ok(Ev::Val(Value::String(ast.string_value(*lit))))
             }
-            (ArgType::String, ..) => self.errorf(format!("expected string; found {shown}")),
+            (ArgType::String | ArgType::GoString, ..) => {
+                self.errorf(format!("expected string; found {shown}"))
+            }
             _ => self.errorf(format!(
                 "can't handle {shown} for arg of type {}",
                 at.go_name()
@@ -1455,24 +1545,18 @@ fn call_builtin(b: Builtin, argv: &mut Vec<Ev>, callee: &str) -> Result<Ev, Stri
             slice(item, it.collect())
         }
         // The arguments are handed over on the stack when few (see `with_values`).
-        Builtin::Print => Ok(Ev::Val(Value::string(with_values(
-            None,
-            argv,
-            gofmt::sprint,
-        )))),
+        Builtin::Print => Ok(Ev::Val(with_values(None, argv, gofmt::sprint_go))),
         Builtin::Println => Ok(Ev::Val(Value::string(with_values(
             None,
             argv,
             gofmt::sprintln,
         )))),
-        Builtin::Printf => Ok(Ev::Val(Value::string(with_values(
-            None,
-            argv,
-            |vals| match vals.split_first() {
-                Some((format, rest)) => gofmt::sprintf(format.as_str().unwrap_or(""), rest),
-                None => gofmt::sprintf("", &[]),
-            },
-        )))),
+        Builtin::Printf => Ok(Ev::Val(with_values(None, argv, |vals| {
+            match vals.split_first() {
+                Some((format, rest)) => gofmt::sprintf_go(format.as_str().unwrap_or(""), rest),
+                None => gofmt::sprintf_go("", &[]),
+            }
+        }))),
         Builtin::Html => Ok(Ev::Val(Value::string(html_escape(&eval_args(argv))))),
         Builtin::Js => Ok(Ev::Val(Value::string(js_escape(&eval_args(argv))))),
         Builtin::Urlquery => Ok(Ev::Val(Value::string(query_escape(&eval_args(argv))))),
@@ -1531,7 +1615,7 @@ fn length(item: Ev) -> Result<Ev, String> {
         Ev::Iface(Value::Nil) | Ev::Val(Value::Nil) => return Err("len of nil pointer".to_string()),
         Ev::Val(v) | Ev::Iface(v) => match &v {
             Value::String(s) => s.len(),
-            Value::Bytes(b) => b.len(),
+            Value::Bytes(b) | Value::RawString(b) => b.len(),
             Value::List(l) => l.len(),
             Value::Map(m) => m.len(),
             Value::Object(o) => match (o.map_entries(), o.list_items()) {
@@ -1588,9 +1672,10 @@ fn index(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
                     None => return Err("reflect: slice index out of range".to_string()),
                 }
             }
-            Value::String(s) => {
+            Value::String(_) | Value::RawString(_) => {
+                let s = v.as_go_bytes().unwrap_or_default();
                 let x = index_arg(&idx, s.len())?;
-                match s.as_bytes().get(x) {
+                match s.get(x) {
                     Some(e) => Ev::Val(Value::Uint8(*e)),
                     None => return Err("reflect: string index out of range".to_string()),
                 }
@@ -1644,11 +1729,11 @@ fn slice(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
         return Err(format!("too many slice indexes: {}", indexes.len()));
     }
     let len = match &v {
-        Value::String(s) => {
+        Value::String(_) | Value::RawString(_) => {
             if indexes.len() == 3 {
                 return Err("cannot 3-index slice a string".to_string());
             }
-            s.len()
+            v.as_go_bytes().map_or(0, <[u8]>::len)
         }
         Value::List(l) => l.len(),
         Value::Bytes(b) => b.len(),
@@ -1667,10 +1752,9 @@ fn slice(item: Ev, indexes: Vec<Ev>) -> Result<Ev, String> {
     Ok(Ev::Val(match &v {
         Value::String(s) => match s.get(idx[0]..idx[1]) {
             Some(sub) => Value::string(sub),
-            None => Value::String(Arc::from(
-                String::from_utf8_lossy(&s.as_bytes()[idx[0]..idx[1]]).as_ref(),
-            )),
+            None => Value::go_string(&s.as_bytes()[idx[0]..idx[1]]),
         },
+        Value::RawString(b) => Value::go_string(&b[idx[0]..idx[1]]),
         Value::List(l) => Value::List(crate::value::List::typed(
             l.items()[idx[0]..idx[1]].to_vec(),
             l.elem(),
@@ -1696,7 +1780,7 @@ fn basic_kind(v: Option<&Value>) -> BasicKind {
         Some(Value::Int(_) | Value::Int64(_)) => BasicKind::Int,
         Some(Value::Uint64(_) | Value::Uint8(_)) => BasicKind::Uint,
         Some(Value::Float(_)) => BasicKind::Float,
-        Some(Value::String(_)) => BasicKind::String,
+        Some(Value::String(_) | Value::RawString(_)) => BasicKind::String,
         _ => BasicKind::Invalid,
     }
 }
@@ -1758,6 +1842,8 @@ fn eq(a: &Ev, rest: &[Ev]) -> Result<bool, String> {
                 (Some(Value::Bool(x)), Some(Value::Bool(y))) => x == y,
                 (Some(Value::Float(x)), Some(Value::Float(y))) => x == y,
                 (Some(Value::String(x)), Some(Value::String(y))) => x == y,
+                (Some(x @ Value::RawString(_)), Some(y))
+                | (Some(y), Some(x @ Value::RawString(_))) => x.as_go_bytes() == y.as_go_bytes(),
                 (
                     Some(x @ (Value::Uint64(_) | Value::Uint8(_))),
                     Some(y @ (Value::Uint64(_) | Value::Uint8(_))),
@@ -1827,6 +1913,9 @@ fn lt(a: &Ev, b: &Ev) -> Result<bool, String> {
     Ok(match (a1, a2) {
         (Some(Value::Float(x)), Some(Value::Float(y))) => x < y,
         (Some(Value::String(x)), Some(Value::String(y))) => x < y,
+        (Some(x @ (Value::String(_) | Value::RawString(_))), Some(y)) => {
+            x.as_go_bytes() < y.as_go_bytes()
+        }
         (
             Some(x @ (Value::Uint64(_) | Value::Uint8(_))),
             Some(y @ (Value::Uint64(_) | Value::Uint8(_))),

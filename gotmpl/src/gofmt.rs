@@ -300,7 +300,7 @@ pub fn is_print(c: char) -> bool {
 pub fn sprint_verb(v: &Value, verb: char) -> String {
     let mut p = Printer::default();
     p.print_value(v, verb, 0);
-    p.buf
+    p.buf.into_string()
 }
 
 /// `strconv.FormatFloat(f, 'x', prec, 64)`: hexadecimal mantissa and binary exponent
@@ -387,16 +387,25 @@ pub fn format_float_hex(f: f64, prec: Option<usize>, upper: bool) -> String {
 pub fn sprint_value(v: &Value) -> String {
     let mut p = Printer::default();
     p.print_value(v, 'v', 0);
-    p.buf
+    p.buf.into_string()
 }
 
 /// `fmt.Sprint(args...)`: operands are separated by a space when neither side is a string.
 pub fn sprint(args: &[Value]) -> String {
+    sprint_buf(args).into_string()
+}
+
+/// [`sprint`] as a Go string: the bytes of strings that are not UTF-8 are kept.
+pub fn sprint_go(args: &[Value]) -> Value {
+    sprint_buf(args).into_value()
+}
+
+fn sprint_buf(args: &[Value]) -> Buf {
     // One buffer for every operand (each is printed with fresh, default flags).
     let mut p = Printer::default();
     let mut prev_string = false;
     for (i, a) in args.iter().enumerate() {
-        let is_string = matches!(a, Value::String(_));
+        let is_string = matches!(a, Value::String(_) | Value::RawString(_));
         if i > 0 && !is_string && !prev_string {
             p.buf.push(' ');
         }
@@ -438,8 +447,77 @@ struct Flags {
 /// Go's `pp`/`fmt` pair: flags plus an output buffer.
 #[derive(Default)]
 struct Printer {
-    buf: String,
+    buf: Buf,
     f: Flags,
+}
+
+/// What a [`Printer`] writes: text, until it prints a Go string that is not UTF-8 (then
+/// bytes; text is never validated again).
+struct Buf(crate::exec::Output);
+
+impl Default for Buf {
+    fn default() -> Self {
+        Buf(crate::exec::Output::Text(String::new()))
+    }
+}
+
+impl Buf {
+    fn push(&mut self, c: char) {
+        match &mut self.0 {
+            crate::exec::Output::Text(t) => t.push(c),
+            crate::exec::Output::Bytes(b) => {
+                let mut utf8 = [0u8; 4];
+                b.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+            }
+        }
+    }
+
+    fn push_str(&mut self, s: &str) {
+        self.0.push_str(s);
+    }
+
+    fn push_bytes(&mut self, b: &[u8]) {
+        self.0.push_bytes(b);
+    }
+
+    fn extend<C: std::borrow::Borrow<char>>(&mut self, chars: impl IntoIterator<Item = C>) {
+        match &mut self.0 {
+            crate::exec::Output::Text(t) => t.extend(chars.into_iter().map(|c| *c.borrow())),
+            crate::exec::Output::Bytes(_) => {
+                for c in chars {
+                    self.push(*c.borrow());
+                }
+            }
+        }
+    }
+
+    /// The output as text (invalid UTF-8, only ever from a [`Value::RawString`], becomes
+    /// U+FFFD).
+    fn into_string(self) -> String {
+        self.0.into_text()
+    }
+
+    /// The output as a Go string, its bytes kept.
+    fn into_value(self) -> Value {
+        self.0.to_value()
+    }
+}
+
+/// `utf8.RuneCount`: each byte of an invalid sequence counts as one rune.
+fn go_rune_count(mut b: &[u8]) -> usize {
+    let mut n = 0;
+    loop {
+        match std::str::from_utf8(b) {
+            Ok(s) => return n + s.chars().count(),
+            Err(e) => {
+                let (good, bad) = b.split_at(e.valid_up_to());
+                n += std::str::from_utf8(good).map_or(0, |s| s.chars().count());
+                let skip = e.error_len().unwrap_or(bad.len());
+                n += skip;
+                b = &bad[skip..];
+            }
+        }
+    }
 }
 
 const LDIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -471,6 +549,24 @@ impl Printer {
         } else {
             self.write_padding(w - n);
             self.buf.push_str(s);
+        }
+    }
+
+    /// [`Printer::pad`] of a Go string that is not UTF-8.
+    fn pad_bytes(&mut self, b: &[u8]) {
+        let n = match self.f.width {
+            None => 0,
+            Some(_) => go_rune_count(b),
+        };
+        let w = self.f.width.unwrap_or(0);
+        if w <= n {
+            self.buf.push_bytes(b);
+        } else if self.f.minus {
+            self.buf.push_bytes(b);
+            self.write_padding(w - n);
+        } else {
+            self.write_padding(w - n);
+            self.buf.push_bytes(b);
         }
     }
 
@@ -846,6 +942,17 @@ impl Printer {
                 'q' => self.fmt_q(s),
                 _ => self.bad_verb(verb, v),
             },
+            Value::RawString(b) => match verb {
+                'v' if self.f.sharp_v => self.pad(&quote_bytes(b)),
+                'v' | 's' if self.f.prec.is_none() => self.pad_bytes(b),
+                'v' | 's' => self.fmt_s(&String::from_utf8_lossy(b)),
+                'x' | 'X' => self.fmt_sbx(b, verb == 'X'),
+                'q' if self.f.prec.is_none() && !self.f.plus && !self.f.sharp => {
+                    self.pad(&quote_bytes(b))
+                }
+                'q' => self.fmt_q(&String::from_utf8_lossy(b)),
+                _ => self.bad_verb(verb, v),
+            },
             Value::Bytes(b) => match verb {
                 's' => {
                     let s = String::from_utf8_lossy(b).into_owned();
@@ -975,6 +1082,7 @@ fn go_syntax(v: &Value, depth: usize) -> String {
         Value::Uint8(u) => format!("0x{u:x}"),
         Value::Float(f) => format_float(*f, 'g', None),
         Value::String(s) => quote(s),
+        Value::RawString(b) => quote_bytes(b),
         Value::Bytes(b) => {
             let items: Vec<String> = b.iter().map(|x| format!("0x{x:x}")).collect();
             format!("[]byte{{{}}}", items.join(", "))
@@ -1002,6 +1110,16 @@ fn go_syntax(v: &Value, depth: usize) -> String {
 
 /// `fmt.Sprintf(format, args...)`.
 pub fn sprintf(format: &str, args: &[Value]) -> String {
+    sprintf_buf(format, args).into_string()
+}
+
+/// [`sprintf`] as a Go string: the bytes of strings that are not UTF-8 are kept
+/// (`printf "%s" (.Files.Get "x.gz")`).
+pub fn sprintf_go(format: &str, args: &[Value]) -> Value {
+    sprintf_buf(format, args).into_value()
+}
+
+fn sprintf_buf(format: &str, args: &[Value]) -> Buf {
     let mut p = Printer::default();
     let bytes = format.as_bytes();
     let mut i = 0;

@@ -94,7 +94,7 @@ pub mod signature;
 mod template;
 pub mod value;
 
-pub use exec::{CallCtx, html_escape, js_escape, query_escape};
+pub use exec::{CallCtx, Output, html_escape, js_escape, query_escape};
 pub use parse::{MAX_PARSE_DEPTH, PARSE_STACK_BUDGET};
 pub use signature::{ArgType, FuncError, FuncMap, Function, Signature};
 pub use template::{

@@ -19,8 +19,12 @@ use crate::value::{ElemType, MapType, Value};
 pub enum ArgType {
     /// `interface {}`: anything, nil included.
     Any,
-    /// `string`
+    /// `string`, for a function that reads text: a [`Value::RawString`] argument reaches it
+    /// as a [`Value::String`] with each invalid UTF-8 sequence replaced by U+FFFD.
     String,
+    /// `string`, for a function that handles bytes (`b64enc`, `sha256sum`): it receives a
+    /// [`Value::String`] or a [`Value::RawString`] (see [`Value::as_go_bytes`]).
+    GoString,
     /// `bool`
     Bool,
     /// `int`
@@ -54,7 +58,7 @@ impl ArgType {
     pub fn go_name(&self) -> &'static str {
         match self {
             ArgType::Any => "interface {}",
-            ArgType::String => "string",
+            ArgType::String | ArgType::GoString => "string",
             ArgType::Bool => "bool",
             ArgType::Int => "int",
             ArgType::Int64 => "int64",
@@ -84,7 +88,9 @@ impl ArgType {
     pub fn accepts(&self, v: &Value) -> bool {
         match self {
             ArgType::Any => true,
-            ArgType::String => matches!(v, Value::String(_)),
+            ArgType::String | ArgType::GoString => {
+                matches!(v, Value::String(_) | Value::RawString(_))
+            }
             ArgType::Bool => matches!(v, Value::Bool(_)),
             ArgType::Int => matches!(v, Value::Int(_)),
             ArgType::Int64 => matches!(v, Value::Int64(_)),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ast::{Ast, Span};
-use crate::exec::{BUILTIN_NAMES, Ev, Shared, run_template};
+use crate::exec::{BUILTIN_NAMES, Ev, Output, Shared, run_template};
 use crate::names::NameMap;
 use crate::parse::{ParsedTree, Scratch};
 use crate::signature::FuncMap;
@@ -270,7 +270,9 @@ impl TemplateSet {
     }
 
     /// Executes the template `name` with `data` as dot and `$` (Go's `ExecuteTemplate`).
-    /// A [`Value::Nil`] data is Go's nil: dot has no value.
+    /// A [`Value::Nil`] data is Go's nil: dot has no value. The output as text: bytes that
+    /// are not UTF-8 (printed Go strings holding binary data) become U+FFFD;
+    /// [`TemplateSet::execute_bytes`] keeps them.
     pub fn execute(
         &self,
         name: &str,
@@ -278,6 +280,32 @@ impl TemplateSet {
         funcs: &FuncMap,
         opts: &ExecOptions,
     ) -> Result<String, Error> {
+        self.execute_output(name, data, funcs, opts)
+            .map(Output::into_text)
+    }
+
+    /// [`TemplateSet::execute`] with the output as Go writes it: bytes, valid UTF-8 unless
+    /// the template printed a Go string that is not.
+    pub fn execute_bytes(
+        &self,
+        name: &str,
+        data: &Value,
+        funcs: &FuncMap,
+        opts: &ExecOptions,
+    ) -> Result<Vec<u8>, Error> {
+        self.execute_output(name, data, funcs, opts)
+            .map(Output::into_bytes)
+    }
+
+    /// [`TemplateSet::execute`] with the output as text when it is UTF-8 (not validated
+    /// again), as bytes otherwise.
+    pub fn execute_output(
+        &self,
+        name: &str,
+        data: &Value,
+        funcs: &FuncMap,
+        opts: &ExecOptions,
+    ) -> Result<Output, Error> {
         let Some(tmpl) = self.get(name) else {
             return Err(Error::Exec(format!(
                 "template: no template {} associated with template {}",

@@ -42,8 +42,16 @@ pub enum Value {
     Uint8(u8),
     /// Go `float64`: every number decoded from YAML or JSON.
     Float(f64),
-    /// Go `string`.
+    /// Go `string` holding valid UTF-8: nearly every string, and the only form functions
+    /// that read text see.
     String(Arc<str>),
+    /// Go `string` holding bytes that are not valid UTF-8 (a binary file read with
+    /// `.Files.Get`, `b64dec` of binary data). Never holds valid UTF-8: build Go strings
+    /// from bytes with [`Value::go_string`], which picks [`Value::String`] then. The
+    /// functions on the path of binary data (`b64enc`, `sha256sum`, `len`, `eq`, `printf`
+    /// …) carry the bytes; a function that reads text sees them with invalid sequences
+    /// replaced by U+FFFD.
+    RawString(Arc<[u8]>),
     /// Go `[]byte` (`.Files.GetBytes`); prints as `[104 105]` with `%v`.
     Bytes(Arc<[u8]>),
     /// A Go slice.
@@ -241,7 +249,8 @@ fn same_entries(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> boo
                     (Value::Uint8(x), Value::Uint8(y)) => x == y,
                     (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
                     (Value::String(x), Value::String(y)) => x == y,
-                    (Value::Bytes(x), Value::Bytes(y)) => x == y,
+                    (Value::Bytes(x), Value::Bytes(y))
+                    | (Value::RawString(x), Value::RawString(y)) => x == y,
                     (Value::List(x), Value::List(y)) => x.elem() == y.elem() && x.ptr_eq(y),
                     (Value::Map(x), Value::Map(y)) => x.map_type() == y.map_type() && x.ptr_eq(y),
                     (Value::Object(x), Value::Object(y)) => Arc::ptr_eq(x, y),
@@ -666,10 +675,48 @@ impl Value {
         matches!(self, Value::Nil)
     }
 
-    /// The string if this is a Go string.
+    /// A Go string made of these bytes: [`Value::String`] when they are valid UTF-8 (the
+    /// fast path), else [`Value::RawString`].
+    pub fn go_string(bytes: impl AsRef<[u8]>) -> Value {
+        let bytes = bytes.as_ref();
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Value::String(Arc::from(s)),
+            Err(_) => Value::RawString(Arc::from(bytes)),
+        }
+    }
+
+    /// [`Value::go_string`] taking ownership of the buffer (no copy of valid UTF-8 beyond
+    /// the one into the shared allocation).
+    pub fn go_string_owned(bytes: Vec<u8>) -> Value {
+        match String::from_utf8(bytes) {
+            Ok(s) => Value::String(Arc::from(s)),
+            Err(e) => Value::RawString(Arc::from(e.into_bytes())),
+        }
+    }
+
+    /// The string if this is a Go string holding valid UTF-8.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The bytes of a Go string, valid UTF-8 or not.
+    pub fn as_go_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::String(s) => Some(s.as_bytes()),
+            Value::RawString(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The text of a Go string, invalid UTF-8 sequences replaced by U+FFFD (what a function
+    /// that reads text sees).
+    pub fn as_lossy_str(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match self {
+            Value::String(s) => Some(std::borrow::Cow::Borrowed(s)),
+            Value::RawString(b) => Some(String::from_utf8_lossy(b)),
             _ => None,
         }
     }
@@ -701,7 +748,7 @@ impl Value {
             Value::Uint64(_) => "uint64".to_string(),
             Value::Uint8(_) => "uint8".to_string(),
             Value::Float(_) => "float64".to_string(),
-            Value::String(_) => "string".to_string(),
+            Value::String(_) | Value::RawString(_) => "string".to_string(),
             Value::Bytes(_) => "[]uint8".to_string(),
             Value::List(l) => format!("[]{}", l.elem.go_name()),
             Value::Map(m) => match &m.ty {
@@ -723,7 +770,7 @@ impl Value {
             Value::Uint64(_) => GoKind::Uint64,
             Value::Uint8(_) => GoKind::Uint8,
             Value::Float(_) => GoKind::Float64,
-            Value::String(_) => GoKind::String,
+            Value::String(_) | Value::RawString(_) => GoKind::String,
             Value::Bytes(_) | Value::List(_) => GoKind::Slice,
             Value::Map(_) => GoKind::Map,
             Value::Object(o) => o.kind(),
@@ -741,7 +788,7 @@ impl Value {
             Value::Uint8(u) => *u != 0,
             Value::Float(f) => *f != 0.0,
             Value::String(s) => !s.is_empty(),
-            Value::Bytes(b) => !b.is_empty(),
+            Value::Bytes(b) | Value::RawString(b) => !b.is_empty(),
             Value::List(l) => !l.is_empty(),
             Value::Map(m) => !m.is_empty(),
             Value::Object(o) => match (o.map_entries(), o.list_items()) {
@@ -772,7 +819,9 @@ impl Value {
             (Value::Uint8(a), Value::Uint8(b)) => a == b,
             (Value::Float(a), Value::Float(b)) => a == b,
             (Value::String(a), Value::String(b)) => a == b,
-            (Value::Bytes(a), Value::Bytes(b)) => a == b,
+            (Value::Bytes(a), Value::Bytes(b)) | (Value::RawString(a), Value::RawString(b)) => {
+                a == b
+            }
             (Value::List(a), Value::List(b)) => {
                 a.elem() == b.elem()
                     && (a.ptr_eq(b)
@@ -844,6 +893,10 @@ impl Value {
                 .map(serde_json::Value::Number)
                 .ok_or(ValueError::NonFinite(*f))?,
             Value::String(s) => serde_json::Value::String(s.to_string()),
+            // encoding/json writes each invalid byte as U+FFFD.
+            Value::RawString(b) => {
+                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
+            }
             Value::Bytes(b) => {
                 serde_json::Value::Array(b.iter().map(|x| serde_json::Value::from(*x)).collect())
             }

@@ -343,3 +343,75 @@ fn no_function_panics_on_any_arguments() {
     }
     assert!(rendered > texts.len() / 10, "{rendered} of {}", texts.len());
 }
+
+/// `ab`, two bytes that cannot start a UTF-8 sequence, ` cd`, and a truncated sequence.
+const LATIN: &[u8] = b"ab\xff\xfe cd\xc3";
+
+/// Renders with `.raw` a Go string holding [`LATIN`] and `.bytes` the same as a `[]byte`;
+/// the output as bytes.
+fn render_raw(text: &str) -> Vec<u8> {
+    let funcs = flotilla_sprig::funcs();
+    let m = flotilla_gotmpl::Map::new();
+    m.insert("raw", Value::go_string(LATIN));
+    m.insert("bytes", Value::Bytes(std::sync::Arc::from(LATIN)));
+    let mut set = TemplateSet::new("gotpl");
+    set.parse("t", text, &funcs).expect("parses");
+    set.execute_bytes("t", &Value::Map(m), &funcs, &ExecOptions::helm())
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn raw_ok(text: &str) -> String {
+    String::from_utf8(render_raw(text)).unwrap_or_else(|e| panic!("{text}: not UTF-8: {e}"))
+}
+
+#[test]
+fn encodings_and_hashes_use_the_bytes_of_strings_that_are_not_utf8() {
+    assert_eq!(raw_ok("{{ b64enc .raw }}"), "YWL//iBjZMM=");
+    assert_eq!(raw_ok("{{ b32enc .raw }}"), "MFRP77RAMNSMG===");
+    assert_eq!(render_raw("{{ b64enc .raw | b64dec }}"), LATIN);
+    assert_eq!(render_raw("{{ b32enc .raw | b32dec }}"), LATIN);
+    assert_eq!(raw_ok("{{ eq (b64enc .raw | b64dec) .raw }}"), "true");
+    assert_eq!(
+        raw_ok("{{ sha1sum .raw }}"),
+        "9593d4cd4563f79221feecd5bc817cb819d66c8e"
+    );
+    assert_eq!(
+        raw_ok("{{ sha256sum .raw }}"),
+        "1784cbb960592316f52e1f8d8aaa9ccf0895aa3ae6bd464b290171a2817af342"
+    );
+    assert_eq!(
+        raw_ok("{{ sha512sum .raw }}"),
+        "988a742fd655c49e966bfac524f6fc138859eef0f418365ade979be51ad3a3bfffd73a6d6fd434e368130729ac82fd99543363163e7f1904b45fcdd4747f0a6c"
+    );
+    assert_eq!(raw_ok("{{ adler32sum .raw }}"), "333579371");
+}
+
+#[test]
+fn string_conversions_and_quoting_keep_or_escape_the_bytes_as_go_does() {
+    assert_eq!(render_raw("{{ toString .raw }}"), LATIN);
+    assert_eq!(render_raw("{{ toString .bytes }}"), LATIN);
+    assert_eq!(raw_ok("{{ toString .bytes | b64enc }}"), "YWL//iBjZMM=");
+    // `%q`: each byte of an invalid sequence as `\xNN`.
+    assert_eq!(raw_ok("{{ quote .raw }}"), r#""ab\xff\xfe cd\xc3""#);
+    assert_eq!(raw_ok("{{ quote .bytes }}"), r#""ab\xff\xfe cd\xc3""#);
+    assert_eq!(
+        render_raw("{{ squote .raw }}"),
+        [b"'", LATIN, b"'"].concat()
+    );
+    assert_eq!(
+        render_raw("{{ cat .raw 1 .raw }}"),
+        [LATIN, b" 1 ", LATIN].concat()
+    );
+    // encoding/json writes each invalid byte as \ufffd.
+    assert_eq!(
+        raw_ok("{{ toRawJson (list .raw) }}"),
+        r#"["ab\ufffd\ufffd cd\ufffd"]"#
+    );
+    assert_eq!(
+        raw_ok("{{ typeOf .raw }} {{ kindOf .raw }} {{ empty .raw }}"),
+        "string string false"
+    );
+    assert_eq!(render_raw("{{ default \"x\" .raw }}"), LATIN);
+    // A function that reads text sees U+FFFD.
+    assert_eq!(raw_ok("{{ upper .raw }}"), "AB\u{fffd}\u{fffd} CD\u{fffd}");
+}

@@ -48,6 +48,33 @@ impl Formatter for GoFormatter {
         writer.write_all(&fragment.as_bytes()[start..])
     }
 
+    /// A byte string (`serialize_bytes`) is a Go `string` that may not be UTF-8: written as
+    /// a JSON string, each byte of an invalid sequence as `\ufffd` (as `encoding/json`).
+    fn write_byte_array<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: &[u8],
+    ) -> io::Result<()> {
+        writer.write_all(b"\"")?;
+        let mut rest = value;
+        while !rest.is_empty() {
+            let (valid, skip) = match std::str::from_utf8(rest) {
+                Ok(s) => (s, 0),
+                Err(e) => {
+                    let (good, bad) = rest.split_at(e.valid_up_to());
+                    let skip = e.error_len().unwrap_or(bad.len());
+                    (std::str::from_utf8(good).unwrap_or_default(), skip)
+                }
+            };
+            self.write_go_text(writer, valid)?;
+            for _ in 0..skip {
+                writer.write_all(b"\\ufffd")?;
+            }
+            rest = &rest[valid.len() + skip..];
+        }
+        writer.write_all(b"\"")
+    }
+
     fn write_char_escape<W: ?Sized + io::Write>(
         &mut self,
         writer: &mut W,
@@ -65,6 +92,34 @@ impl Formatter for GoFormatter {
             CharEscape::AsciiControl(b) => format!("\\u{b:04x}"),
         };
         writer.write_all(s.as_bytes())
+    }
+}
+
+impl GoFormatter {
+    /// The inside of a JSON string holding `text`, escaped as `encoding/json` escapes it.
+    fn write_go_text<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        text: &str,
+    ) -> io::Result<()> {
+        let mut start = 0;
+        for (i, b) in text.bytes().enumerate() {
+            let esc = match b {
+                b'"' => CharEscape::Quote,
+                b'\\' => CharEscape::ReverseSolidus,
+                b'\x08' => CharEscape::Backspace,
+                b'\x0c' => CharEscape::FormFeed,
+                b'\n' => CharEscape::LineFeed,
+                b'\r' => CharEscape::CarriageReturn,
+                b'\t' => CharEscape::Tab,
+                0..0x20 => CharEscape::AsciiControl(b),
+                _ => continue,
+            };
+            self.write_string_fragment(writer, &text[start..i])?;
+            self.write_char_escape(writer, esc)?;
+            start = i + 1;
+        }
+        self.write_string_fragment(writer, &text[start..])
     }
 }
 

@@ -144,6 +144,8 @@ fn to_yaml_at(v: &Value, path: Path, depth: usize) -> Result<flotilla_yaml::Valu
         }
         Value::Float(f) => Y::Float(*f),
         Value::String(s) => Y::String(s.to_string()),
+        // encoding/json (the path Helm's `toYaml` takes) writes U+FFFD for invalid UTF-8.
+        Value::RawString(b) => Y::String(String::from_utf8_lossy(b).into_owned()),
         Value::Bytes(b) => match path {
             Path::ThroughJson => Y::String(base64::engine::general_purpose::STANDARD.encode(b)),
             Path::Direct => Y::Seq(b.iter().map(|x| Y::Int(i64::from(*x))).collect()),
@@ -199,6 +201,9 @@ impl serde::Serialize for GoJson<'_> {
             Value::Uint8(u) => s.serialize_u8(*u),
             Value::Float(f) => s.serialize_f64(*f),
             Value::String(x) => s.serialize_str(x),
+            // Written by `GoFormatter::write_byte_array`: a JSON string, each byte of an
+            // invalid UTF-8 sequence `\ufffd`, as encoding/json writes it.
+            Value::RawString(b) => s.serialize_bytes(b),
             Value::Bytes(b) => {
                 s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b))
             }

@@ -264,6 +264,7 @@ impl Engine {
             funcs: &funcs,
             opts: &opts,
             templates: &templates,
+            not_utf8: std::sync::Mutex::default(),
         };
         let parallel = match two_threads {
             true => run.on_two_threads(&jobs, &charts),
@@ -278,6 +279,16 @@ impl Engine {
                 run.one_after_another(&jobs)?
             }
         };
+        let not_utf8 = std::mem::take(
+            &mut *run
+                .not_utf8
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if !not_utf8.is_empty() {
+            super::manifest::check_not_utf8(&rendered, &not_utf8)
+                .map_err(|e| RenderError(e.to_string()))?;
+        }
         if LEAVE_TO_EXIT.load(std::sync::atomic::Ordering::Relaxed) {
             std::mem::forget((set, templates, charts, funcs, shared, root_values));
         }
@@ -327,6 +338,9 @@ struct Run<'a, 'c> {
     funcs: &'a flotilla_gotmpl::FuncMap,
     opts: &'a ExecOptions,
     templates: &'a [Renderable<'c>],
+    /// The outputs that are not UTF-8 (a template printed a Go string holding binary
+    /// data), by path, `<no value>` removed; the rendered text holds them with U+FFFD.
+    not_utf8: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 /// `{"Name": path, "BasePath": base}`, the value of `.Template`.
@@ -342,7 +356,7 @@ impl Run<'_, '_> {
     fn execute(&self, t: &Renderable<'_>, scope: &Map) -> Result<String, RenderError> {
         let out = self
             .set
-            .execute(
+            .execute_output(
                 &t.path,
                 &Value::Map(scope.with_type(MapType::Named(Arc::from(VALUES_TYPE)))),
                 self.funcs,
@@ -354,6 +368,18 @@ impl Run<'_, '_> {
                 }
                 flotilla_gotmpl::Error::Parse(msg) => RenderError(msg),
             })?;
+        let out = match out {
+            flotilla_gotmpl::Output::Text(text) => text,
+            flotilla_gotmpl::Output::Bytes(bytes) => {
+                let raw = strip_no_value_bytes(&bytes);
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                self.not_utf8
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(t.path.clone(), raw);
+                text
+            }
+        };
         // The output grew by doubling: give the unused half back now, as every
         // rendered file is kept until the documents are split out of it.
         let mut out = strip_no_value(out);
@@ -554,6 +580,21 @@ enum Entry {
 const PARSE_THREADS: usize = 1;
 
 /// `strings.ReplaceAll(out, "<no value>", "")`, without copying text that has none.
+/// [`strip_no_value`] of an output that is not UTF-8.
+fn strip_no_value_bytes(out: &[u8]) -> Vec<u8> {
+    const NO_VALUE: &[u8] = b"<no value>";
+    let mut result = Vec::with_capacity(out.len());
+    let mut kept = 0;
+    for at in memchr::memmem::find_iter(out, NO_VALUE) {
+        if at >= kept {
+            result.extend_from_slice(&out[kept..at]);
+            kept = at + NO_VALUE.len();
+        }
+    }
+    result.extend_from_slice(&out[kept..]);
+    result
+}
+
 fn strip_no_value(out: String) -> String {
     const NO_VALUE: &str = "<no value>";
     let mut kept = 0;

@@ -110,7 +110,12 @@ fn is_go_space(b: u8) -> bool {
 /// A search resumes where the previous match ended, so a `---` whose newline that match
 /// consumed is not a separator.
 fn separators(text: &str) -> Vec<std::ops::Range<usize>> {
-    let b = text.as_bytes();
+    separators_in(text.as_bytes())
+}
+
+/// [`separators`] of bytes (the pattern is ASCII: the same matches whether or not the text
+/// is UTF-8).
+fn separators_in(b: &[u8]) -> Vec<std::ops::Range<usize>> {
     let ws_after = |mut i: usize| {
         while b.get(i).is_some_and(|&c| is_go_space(c)) {
             i += 1;
@@ -340,6 +345,118 @@ pub(crate) fn slog_value(s: &str) -> String {
     }
 }
 
+/// The documents of a rendered file that is not UTF-8, as [`split_manifest_slices`] cuts
+/// them.
+fn split_manifest_bytes(big_file: &[u8]) -> Vec<&[u8]> {
+    let trimmed = big_file.trim_ascii();
+    let mut pieces = Vec::new();
+    let mut last = 0;
+    for m in separators_in(trimmed) {
+        pieces.push(&trimmed[last..m.start]);
+        last = m.end;
+    }
+    pieces.push(&trimmed[last..]);
+    pieces
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::trim_ascii)
+        .collect()
+}
+
+/// The error go-yaml's reader (`yaml_parser_update_buffer`) stops with on this input, if
+/// any: malformed UTF-8, or a character YAML does not allow. It reads one character after
+/// the other, so the first problem in the input is the one reported.
+pub fn yaml_reader_problem(input: &[u8]) -> Option<&'static str> {
+    let mut i = 0;
+    while i < input.len() {
+        let lead = input[i];
+        let width = match lead {
+            _ if lead & 0x80 == 0 => 1,
+            _ if lead & 0xE0 == 0xC0 => 2,
+            _ if lead & 0xF0 == 0xE0 => 3,
+            _ if lead & 0xF8 == 0xF0 => 4,
+            _ => return Some("invalid leading UTF-8 octet"),
+        };
+        if i + width > input.len() {
+            return Some("incomplete UTF-8 octet sequence");
+        }
+        let mut value = u32::from(match width {
+            1 => lead & 0x7F,
+            2 => lead & 0x1F,
+            3 => lead & 0x0F,
+            _ => lead & 0x07,
+        });
+        for &trailing in &input[i + 1..i + width] {
+            if trailing & 0xC0 != 0x80 {
+                return Some("invalid trailing UTF-8 octet");
+            }
+            value = (value << 6) | u32::from(trailing & 0x3F);
+        }
+        let shortest = match width {
+            1 => true,
+            2 => value >= 0x80,
+            3 => value >= 0x800,
+            _ => value >= 0x10000,
+        };
+        if !shortest {
+            return Some("invalid length of a UTF-8 sequence");
+        }
+        if (0xD800..=0xDFFF).contains(&value) || value > 0x10_FFFF {
+            return Some("invalid Unicode character");
+        }
+        let allowed = matches!(value, 0x09 | 0x0A | 0x0D | 0x20..=0x7E | 0x85 | 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10_FFFF);
+        if !allowed {
+            return Some("control characters are not allowed");
+        }
+        i += width;
+    }
+    None
+}
+
+/// Helm fails on a rendered manifest that is not UTF-8 when it reads the document's head
+/// ([`sort_manifests`]), which here sees the text with U+FFFD instead. `not_utf8` holds the
+/// bytes of those files: the error Helm reports, if one of their documents is the first
+/// that cannot be read, in [`sort_manifests`]' order (files by path, partials and
+/// `NOTES.txt` skipped). A document before it that [`parse_head`] rejects is left for
+/// [`sort_manifests`] to report.
+pub fn check_not_utf8(
+    files: &BTreeMap<String, String>,
+    not_utf8: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), SortError> {
+    let Some(last) = not_utf8.keys().next_back() else {
+        return Ok(());
+    };
+    for (path, content) in files.range::<String, _>(..=last.clone()) {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        if base.starts_with('_') || base.ends_with("NOTES.txt") || content.trim().is_empty() {
+            continue;
+        }
+        let Some(raw) = not_utf8.get(path) else {
+            if split_manifest_slices(content)
+                .iter()
+                .any(|doc| parse_head(doc).is_err())
+            {
+                return Ok(());
+            }
+            continue;
+        };
+        for doc in split_manifest_bytes(raw) {
+            let problem = match std::str::from_utf8(doc) {
+                Ok(text) => match parse_head(text) {
+                    Ok(_) => continue,
+                    Err(_) => return Ok(()),
+                },
+                Err(_) => yaml_reader_problem(doc).unwrap_or("invalid leading UTF-8 octet"),
+            };
+            return Err(SortError {
+                path: path.clone(),
+                message: format!("error converting YAML to JSON: yaml: {problem}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// `SortManifests(files, InstallOrder)`: files in path order, partials and blank files
 /// skipped, each split into documents; documents with a `helm.sh/hook` annotation become
 /// hooks (documents naming an unknown hook event are dropped), the rest manifests.
@@ -472,6 +589,46 @@ pub fn kind_cmp(a: &str, b: &str, order: &[&str]) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_yaml_reader_reports_the_first_problem_as_go_yaml_does() {
+        let cases: [(&[u8], Option<&str>); 9] = [
+            (b"a: b\n", None),
+            ("a: \u{e9}\u{fffd}\u{1F600}\n".as_bytes(), None),
+            (b"a: \xff", Some("invalid leading UTF-8 octet")),
+            (b"a: \x80", Some("invalid leading UTF-8 octet")),
+            (b"a: \xc3", Some("incomplete UTF-8 octet sequence")),
+            (b"a: \xc3x", Some("invalid trailing UTF-8 octet")),
+            (b"a: \xc0\x80", Some("invalid length of a UTF-8 sequence")),
+            (b"a: \xed\xa0\x80", Some("invalid Unicode character")),
+            // In input order: the control character comes before the bad byte.
+            (b"\x1f\x8b", Some("control characters are not allowed")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(yaml_reader_problem(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_file_that_is_not_utf8_fails_where_helm_reads_it() {
+        let raw = b"a: 1\n---\nkind: ConfigMap\ndata: \xff\n".to_vec();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let not_utf8 = BTreeMap::from([("c/templates/b.yaml".to_string(), raw)]);
+        let mut files = BTreeMap::from([
+            ("c/templates/a.yaml".to_string(), "kind: A\n".to_string()),
+            ("c/templates/b.yaml".to_string(), text),
+        ]);
+        let err = check_not_utf8(&files, &not_utf8).expect_err("fails");
+        assert_eq!(
+            err.to_string(),
+            "YAML parse error on c/templates/b.yaml: error converting YAML to JSON: yaml: \
+             invalid leading UTF-8 octet"
+        );
+        // A file before it that helm cannot read either is reported by the sort instead.
+        files.insert("c/templates/a.yaml".to_string(), "a: [".to_string());
+        assert!(check_not_utf8(&files, &not_utf8).is_ok());
+        assert!(sort_manifests(&files, INSTALL_ORDER).is_err());
+    }
 
     /// The hand-written separator search against Helm's pattern (compiled here with the
     /// `regex` crate, leftmost-first as Go's) on texts made of the pieces that matter.

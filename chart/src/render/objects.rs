@@ -463,7 +463,8 @@ impl Object for FilesObject {
     fn call_method(&self, name: &str, args: &[Value]) -> Result<Value, FuncError> {
         let arg = args.first().and_then(Value::as_str).unwrap_or_default();
         match name {
-            "Get" => Ok(Value::string(crate::utf8_lossy(&self.get_bytes(arg)))),
+            // `string(bytes)`: a binary file keeps its bytes.
+            "Get" => Ok(Value::go_string(self.get_bytes(arg))),
             "GetBytes" => Ok(Value::Bytes(self.get_bytes(arg))),
             "Glob" => {
                 let g = Glob::compile(arg).unwrap_or_else(Glob::match_all);
@@ -475,6 +476,7 @@ impl Object for FilesObject {
                     .collect();
                 Ok(Value::Object(Arc::new(FilesObject { entries })))
             }
+            // Through encoding/json, as Helm's `toYAML`: invalid UTF-8 becomes U+FFFD.
             "AsConfig" => Ok(Value::string(
                 self.by_basename(|v| crate::utf8_lossy(v).into_owned()),
             )),
@@ -487,15 +489,15 @@ impl Object for FilesObject {
                 let items = match self.entries.get(arg) {
                     None => Vec::new(),
                     Some(data) => {
-                        let text = crate::utf8_lossy(data);
-                        let Some(text) = text.strip_suffix('\n').or(if text.is_empty() {
+                        let data: &[u8] = data;
+                        let Some(text) = data.strip_suffix(b"\n").or(if data.is_empty() {
                             None
                         } else {
-                            Some(&text)
+                            Some(data)
                         }) else {
                             return Err(FuncError::new("runtime error: index out of range [-1]"));
                         };
-                        text.split('\n').map(Value::string).collect()
+                        text.split(|&b| b == b'\n').map(Value::go_string).collect()
                     }
                 };
                 Ok(Value::List(List::typed(
@@ -575,5 +577,38 @@ mod tests {
         }]);
         let v = f.call_method("AsConfig", &[]).expect("config");
         assert_eq!(v.as_str(), Some("a.txt: |-\n  one\n  two"));
+    }
+
+    #[test]
+    fn binary_files_keep_their_bytes_except_where_helm_goes_through_json() {
+        let data: &[u8] = b"ab\xff\n\xc3cd\n";
+        let f = FilesObject::new(&[crate::File {
+            name: "files/x.bin".into(),
+            data: data.into(),
+            mod_time: None,
+        }]);
+        let arg = [Value::string("files/x.bin")];
+        let get = f.call_method("Get", &arg).expect("get");
+        assert!(matches!(get, Value::RawString(_)));
+        assert_eq!(get.as_go_bytes(), Some(data));
+        let bytes = f.call_method("GetBytes", &arg).expect("bytes");
+        assert!(matches!(&bytes, Value::Bytes(b) if **b == *data));
+        let lines = f.call_method("Lines", &arg).expect("lines");
+        let lines: Vec<&[u8]> = lines
+            .as_list()
+            .expect("list")
+            .items()
+            .iter()
+            .map(|l| l.as_go_bytes().expect("string"))
+            .collect();
+        assert_eq!(lines, [&b"ab\xff"[..], b"\xc3cd"]);
+        // `toYAML` marshals through encoding/json: U+FFFD.
+        let config = f.call_method("AsConfig", &[]).expect("config");
+        assert_eq!(
+            config.as_str(),
+            Some("x.bin: |\n  ab\u{fffd}\n  \u{fffd}cd")
+        );
+        let secrets = f.call_method("AsSecrets", &[]).expect("secrets");
+        assert_eq!(secrets.as_str(), Some("x.bin: YWL/CsNjZAo="));
     }
 }

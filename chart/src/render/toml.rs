@@ -144,7 +144,7 @@ fn element(v: &Value) -> Result<String, String> {
             }
         }
         Value::String(s) => quote(s),
-        Value::Bytes(b) => quote(&String::from_utf8_lossy(b)),
+        Value::Bytes(b) | Value::RawString(b) => quote(&String::from_utf8_lossy(b)),
         Value::List(l) => {
             let items = l
                 .items()

@@ -230,9 +230,10 @@ fn int(v: &Value) -> i64 {
     }
 }
 
+/// A hash of a Go string's bytes (UTF-8 or not: `.Files.Get "x.gz" | sha256sum`).
 fn hash_fn(f: fn(&[u8]) -> String) -> Function {
-    Function::new(Signature::fixed([ArgType::String]), move |a| {
-        Ok(Value::string(f(s(&a[0]).as_bytes())))
+    Function::new(Signature::fixed([ArgType::GoString]), move |a| {
+        Ok(Value::string(f(a[0].as_go_bytes().unwrap_or_default())))
     })
 }
 

@@ -25,9 +25,15 @@ pub(crate) fn arg_int(args: &[Value], i: usize) -> i64 {
     }
 }
 
-/// A Go string built from bytes that may not be valid UTF-8.
+/// A Go string built from bytes that may not be valid UTF-8 (kept as they are).
 pub(crate) fn bytes_value(b: &[u8]) -> Value {
-    Value::string(String::from_utf8_lossy(b))
+    Value::go_string(b)
+}
+
+/// The bytes of argument `i`, a Go string (an [`ArgType::GoString`](flotilla_gotmpl::ArgType)
+/// parameter).
+pub(crate) fn arg_bytes(args: &[Value], i: usize) -> &[u8] {
+    args.get(i).and_then(Value::as_go_bytes).unwrap_or_default()
 }
 
 /// A `[]string`.
@@ -38,10 +44,21 @@ pub(crate) fn string_list(items: Vec<String>) -> Value {
     ))
 }
 
+/// Sprig's `strval` as a Go string: strings (UTF-8 or not) and `[]byte` keep their bytes;
+/// else [`strval`].
+pub(crate) fn strval_go(v: &Value) -> Value {
+    match v {
+        Value::String(_) | Value::RawString(_) => v.clone(),
+        Value::Bytes(b) => Value::go_string(b),
+        other => Value::from(strval(other)),
+    }
+}
+
 /// Sprig's `strval`: strings as-is, `[]byte` as text, Stringers by `String()`, else `%v`.
 pub(crate) fn strval(v: &Value) -> String {
     match v {
         Value::String(s) => s.to_string(),
+        Value::RawString(b) => String::from_utf8_lossy(b).into_owned(),
         Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
         Value::Object(o) => o.display(),
         other => sprint_value(other),
@@ -91,7 +108,7 @@ pub(crate) fn is_empty(v: &Value) -> bool {
         Value::Uint8(u) => *u == 0,
         Value::Float(f) => *f == 0.0,
         Value::String(s) => s.is_empty(),
-        Value::Bytes(b) => b.is_empty(),
+        Value::Bytes(b) | Value::RawString(b) => b.is_empty(),
         Value::List(l) => l.is_empty(),
         Value::Map(m) => m.is_empty(),
         Value::Object(o) => match o.kind() {

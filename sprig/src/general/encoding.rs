@@ -4,27 +4,28 @@
 
 use flotilla_gotmpl::{ArgType, FuncMap, Signature, Value};
 
-use super::{add, arg_str, bytes_value};
+use super::{add, arg_bytes, bytes_value};
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const B32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 pub(crate) fn register(map: &mut FuncMap) {
-    let sig = || Signature::fixed([ArgType::String]);
+    // Go strings in and out: binary data (`.Files.Get "x.gz" | b64enc`) keeps its bytes.
+    let sig = || Signature::fixed([ArgType::GoString]);
     add(map, "b64enc", sig(), |a| {
-        Ok(Value::from(b64_encode(arg_str(a, 0).as_bytes())))
+        Ok(Value::from(b64_encode(arg_bytes(a, 0))))
     });
     add(map, "b64dec", sig(), |a| {
-        Ok(match b64_decode(arg_str(a, 0).as_bytes()) {
+        Ok(match b64_decode(arg_bytes(a, 0)) {
             Ok(b) => bytes_value(&b),
             Err(at) => Value::from(format!("illegal base64 data at input byte {at}")),
         })
     });
     add(map, "b32enc", sig(), |a| {
-        Ok(Value::from(b32_encode(arg_str(a, 0).as_bytes())))
+        Ok(Value::from(b32_encode(arg_bytes(a, 0))))
     });
     add(map, "b32dec", sig(), |a| {
-        Ok(match b32_decode(arg_str(a, 0).as_bytes()) {
+        Ok(match b32_decode(arg_bytes(a, 0)) {
             Ok(b) => bytes_value(&b),
             Err(at) => Value::from(format!("illegal base32 data at input byte {at}")),
         })

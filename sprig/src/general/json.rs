@@ -64,6 +64,7 @@ fn encode(
         Value::Uint8(u) => out.push_str(&u.to_string()),
         Value::Float(f) => out.push_str(&json_float(*f)?),
         Value::String(s) => quote(s.as_bytes(), out, html),
+        Value::RawString(b) => quote(b, out, html),
         Value::Bytes(b) => {
             out.push('"');
             out.push_str(&super::encoding::b64_encode(b));
@@ -148,7 +149,27 @@ fn json_float(f: f64) -> Result<String, String> {
 /// `encodeState.string`.
 fn quote(s: &[u8], out: &mut String, html: bool) {
     out.push('"');
-    let text = String::from_utf8_lossy(s);
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (text, skip) = match std::str::from_utf8(rest) {
+            Ok(text) => (text, 0),
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                let skip = e.error_len().unwrap_or(bad.len());
+                (std::str::from_utf8(good).unwrap_or_default(), skip)
+            }
+        };
+        quote_text(text, out, html);
+        // encoding/json: each byte of an invalid UTF-8 sequence is `\ufffd`.
+        for _ in 0..skip {
+            out.push_str("\\ufffd");
+        }
+        rest = &rest[text.len() + skip..];
+    }
+    out.push('"');
+}
+
+fn quote_text(text: &str, out: &mut String, html: bool) {
     for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -164,7 +185,6 @@ fn quote(s: &[u8], out: &mut String, html: bool) {
             c => out.push(c),
         }
     }
-    out.push('"');
 }
 
 /// Registers `mustFromJson` (`json.Unmarshal` into `interface{}`; Helm's own `fromJson`

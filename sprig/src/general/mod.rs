@@ -6,8 +6,12 @@
 //! Choices where Go is not deterministic or not representable:
 //! * `keys` and `values` iterate Go maps in random order; here each map contributes its keys
 //!   (or values) in sorted key order.
-//! * Go strings may hold invalid UTF-8 (`substr`/`trunc` in the middle of a rune, `b64dec` of
-//!   binary data); [`Value::String`] cannot, so such bytes become U+FFFD.
+//! * Go strings may hold invalid UTF-8 (binary chart files, `b64dec` of binary data): such a
+//!   string is a [`Value::RawString`]. The functions on the path of binary data keep its
+//!   bytes (`b64enc`/`b64dec`, `b32enc`/`b32dec`, the hashes, `toString`, `quote`, `squote`,
+//!   `cat`, `indent`/`nindent`, JSON encoding with `\ufffd` as Go writes it); the others
+//!   read text and see each invalid sequence as U+FFFD (so do `substr`/`trunc` cutting a
+//!   rune).
 //! * `chunk` returns a `[]interface {}` of lists (Go: `[][]interface {}`, which only `typeOf`
 //!   can tell apart).
 //! * Where Go would allocate without bound (`repeat`, `indent`, `replace`, random strings:

@@ -2,15 +2,23 @@
 //! `nospace`, `swapcase`, `untitle`, random strings) and xstrings (case conversions,
 //! `shuffle`).
 
-use flotilla_gotmpl::gofmt::{quote, sprint_value};
+use flotilla_gotmpl::gofmt::{quote, quote_bytes, sprint_value};
 use flotilla_gotmpl::{ArgType, FuncError, FuncMap, Map, MapType, Signature, Value};
 
 use super::{
     MAX_BUILD, add, arg_int, arg_str, bytes_value, is_go_space, is_lower, is_upper, strslice,
-    strval, to_lower, to_upper, xstrings,
+    strval, strval_go, to_lower, to_upper, xstrings,
 };
 
 use ArgType::{Any, Int, String as Str};
+
+/// Appends `%v` of `v`: a Go string's bytes as they are, anything else as printed.
+fn push_printed(out: &mut Vec<u8>, v: &Value) {
+    match v.as_go_bytes() {
+        Some(b) => out.extend_from_slice(b),
+        None => out.extend_from_slice(sprint_value(v).as_bytes()),
+    }
+}
 
 pub(crate) fn register(map: &mut FuncMap) {
     let s1 = || Signature::fixed([Str]);
@@ -126,28 +134,49 @@ pub(crate) fn register(map: &mut FuncMap) {
         let parts: Vec<String> = a
             .iter()
             .filter(|v| !v.is_nil())
-            .map(|v| quote(&strval(v)))
+            .map(|v| match strval_go(v) {
+                // `%q` escapes each byte of an invalid sequence as `\xNN`.
+                Value::RawString(b) => quote_bytes(&b),
+                other => quote(other.as_str().unwrap_or_default()),
+            })
             .collect();
         Ok(Value::from(parts.join(" ")))
     });
+    // `squote` and `cat` print with `%v`, which keeps a Go string's bytes.
     add(map, "squote", Signature::variadic([], Any), |a| {
-        let parts: Vec<String> = a
-            .iter()
-            .filter(|v| !v.is_nil())
-            .map(|v| format!("'{}'", sprint_value(v)))
-            .collect();
-        Ok(Value::from(parts.join(" ")))
+        let mut out = Vec::new();
+        for v in a.iter().filter(|v| !v.is_nil()) {
+            if !out.is_empty() {
+                out.push(b' ');
+            }
+            out.push(b'\'');
+            push_printed(&mut out, v);
+            out.push(b'\'');
+        }
+        Ok(Value::go_string_owned(out))
     });
     add(map, "cat", Signature::variadic([], Any), |a| {
-        let parts: Vec<String> = a.iter().filter(|v| !v.is_nil()).map(sprint_value).collect();
-        Ok(Value::from(parts.join(" ")))
+        let mut out = Vec::new();
+        for (i, v) in a.iter().filter(|v| !v.is_nil()).enumerate() {
+            if i > 0 {
+                out.push(b' ');
+            }
+            push_printed(&mut out, v);
+        }
+        Ok(Value::go_string_owned(out))
     });
-    add(map, "indent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1), false).map(Value::from)
-    });
-    add(map, "nindent", Signature::fixed([Int, Str]), |a| {
-        indent(arg_int(a, 0), arg_str(a, 1), true).map(Value::from)
-    });
+    add(
+        map,
+        "indent",
+        Signature::fixed([Int, ArgType::GoString]),
+        |a| indent_value(arg_int(a, 0), &a[1], false),
+    );
+    add(
+        map,
+        "nindent",
+        Signature::fixed([Int, ArgType::GoString]),
+        |a| indent_value(arg_int(a, 0), &a[1], true),
+    );
     add(map, "replace", Signature::fixed([Str, Str, Str]), |a| {
         let (src, old, new) = (arg_str(a, 2), arg_str(a, 0), arg_str(a, 1));
         let count = if old.is_empty() {
@@ -168,7 +197,7 @@ pub(crate) fn register(map: &mut FuncMap) {
         }))
     });
     add(map, "toString", Signature::fixed([Any]), |a| {
-        Ok(Value::from(strval(&a[0])))
+        Ok(strval_go(&a[0]))
     });
     add(map, "toStrings", Signature::fixed([Any]), |a| {
         Ok(super::string_list(strslice(&a[0])))
@@ -259,36 +288,63 @@ pub(crate) fn go_replace(s: &str, old: &str, new: &str) -> String {
 
 /// `indent` (and, with `newline_first`, `nindent`): `pad + strings.Replace(s, "\n", "\n" +
 /// pad, -1)` with `pad` n spaces, built in one pass into a string of the final size.
-fn indent(n: i64, s: &str, newline_first: bool) -> Result<String, FuncError> {
+/// `indent`/`nindent` of a Go string: text is indented as text (not validated again); a
+/// string that is not UTF-8 keeps its bytes.
+fn indent_value(n: i64, s: &Value, newline_first: bool) -> Result<Value, FuncError> {
+    match s {
+        Value::RawString(b) => {
+            let (pad, lines) = indent_pad(n, b)?;
+            let mut out =
+                Vec::with_capacity(usize::from(newline_first) + b.len() + pad.len() * lines);
+            if newline_first {
+                out.push(b'\n');
+            }
+            for (i, line) in b.split(|&c| c == b'\n').enumerate() {
+                if i > 0 {
+                    out.push(b'\n');
+                }
+                out.extend_from_slice(pad.as_bytes());
+                out.extend_from_slice(line);
+            }
+            Ok(Value::go_string_owned(out))
+        }
+        _ => {
+            let text = s.as_str().unwrap_or_default();
+            let (pad, lines) = indent_pad(n, text.as_bytes())?;
+            let mut out =
+                String::with_capacity(usize::from(newline_first) + text.len() + pad.len() * lines);
+            if newline_first {
+                out.push('\n');
+            }
+            for (i, line) in text.split('\n').enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&pad);
+                out.push_str(line);
+            }
+            Ok(Value::from(out))
+        }
+    }
+}
+
+/// The padding `indent` puts before each line of `s` and the number of lines, after Go's
+/// `strings.Repeat` checks.
+fn indent_pad(n: i64, s: &[u8]) -> Result<(std::borrow::Cow<'static, str>, usize), FuncError> {
     if n < 0 {
         return Err(FuncError::new("strings: negative Repeat count"));
     }
-    let lines = s.bytes().filter(|&b| b == b'\n').count() + 1;
+    let lines = s.iter().filter(|&&b| b == b'\n').count() + 1;
     if (n as u128) * lines as u128 + s.len() as u128 > MAX_BUILD as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
     const SPACES: &str = "                                                                ";
     let n = n as usize;
-    let long_pad;
     let pad = match SPACES.get(..n) {
-        Some(p) => p,
-        None => {
-            long_pad = " ".repeat(n);
-            &long_pad
-        }
+        Some(p) => std::borrow::Cow::Borrowed(p),
+        None => std::borrow::Cow::Owned(" ".repeat(n)),
     };
-    let mut out = String::with_capacity(usize::from(newline_first) + s.len() + n * lines);
-    if newline_first {
-        out.push('\n');
-    }
-    for (i, line) in s.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(pad);
-        out.push_str(line);
-    }
-    Ok(out)
+    Ok((pad, lines))
 }
 
 /// Go's `s[start:end]` slicing panics, as `substr` meets them.

@@ -1,0 +1,3 @@
+{{- define "binary.blob" -}}
+{{ .Files.Get "files/crds.yaml.bz2" }}
+{{- end -}}
