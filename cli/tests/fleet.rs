@@ -13,8 +13,7 @@ use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
 use flotilla_tests::tools::kubectl_in;
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -31,31 +30,6 @@ fn flotilla(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in flotilla_api::crd::all() {
-        let name = crd.metadata.name.clone().expect("generated CRDs are named");
-        crds.patch(
-            &name,
-            &PatchParams::apply("flotilla-cli-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        wait::until(&format!("{name} Established"), TIMEOUT, || async {
-            let crd = crds.get(&name).await?;
-            Ok(crd
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(()))
-        })
-        .await?;
-    }
-    Ok(())
 }
 
 fn podinfo(url: &str) -> String {
@@ -93,7 +67,7 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
     let cluster = Cluster::start(ClusterOptions::named("cli-fleet")).await?;
     let kubeconfig = cluster.kubeconfig().to_owned();
     let client = cluster.client().await?;
-    install_crds(&client).await?;
+    flotilla_tests::crds::install(&client, "flotilla-cli-tests", &flotilla_api::crd::all()).await?;
     let repo = HelmRepoServer::start(RepoOptions::named("cli-fleet")).await?;
     repo.publish_version(
         &flotilla_tests::cluster::workspace_root().join("../shared/charts/podinfo/chart"),

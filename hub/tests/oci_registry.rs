@@ -523,29 +523,7 @@ async fn a_bearer_challenge_is_answered_with_a_token_from_its_realm() -> anyhow:
 
 /// Applies a CRD and waits until it is Established.
 async fn install_crd(client: &kube::Client, crd: CustomResourceDefinition) -> anyhow::Result<()> {
-    let name = crd.metadata.name.clone().expect("a named CRD");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        &name,
-        &PatchParams::apply("flotilla-hub-tests"),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    wait::until(
-        &format!("the CRD {name} to be Established"),
-        Duration::from_secs(60),
-        || async {
-            let crd = crds.get(&name).await?;
-            Ok(crd
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(()))
-        },
-    )
-    .await
+    flotilla_tests::crds::install(client, "flotilla-hub-tests", &[crd]).await
 }
 
 #[tokio::test]

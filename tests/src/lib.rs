@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod conformance;
+pub mod crds;
 pub mod pki;
 pub mod process;
 pub mod servers;

@@ -332,25 +332,48 @@ impl RepositoryClient {
     }
 
     fn classify(&self, url: &str, error: reqwest::Error) -> FetchError {
-        let error = error.without_url();
         let url = url.to_owned();
-        if error.is_timeout() {
-            return FetchError::Timeout {
+        match TransportFailure::of(error) {
+            TransportFailure::Timeout => FetchError::Timeout {
                 url,
                 timeout: self.timeout,
-            };
+            },
+            TransportFailure::Tls(reason) => FetchError::Tls { url, reason },
+            TransportFailure::Connect(reason) => FetchError::Connect { url, reason },
+            TransportFailure::Transfer(reason) => FetchError::Transfer { url, reason },
+        }
+    }
+}
+
+/// How a request failed below HTTP, for the HTTP repository and the OCI clients alike. The
+/// checks go in this order: a timeout is one even when a layer below reports it otherwise,
+/// and a TLS failure is named before the connect error that carries it.
+pub(crate) enum TransportFailure {
+    /// The request did not complete in time.
+    Timeout,
+    /// rustls's reason.
+    Tls(String),
+    /// The connection could not be made (the cause chain).
+    Connect(String),
+    /// The request or the body failed otherwise (the cause chain).
+    Transfer(String),
+}
+
+impl TransportFailure {
+    /// Classifies a reqwest error (its URL, which may hold credentials, is dropped).
+    pub(crate) fn of(error: reqwest::Error) -> TransportFailure {
+        let error = error.without_url();
+        if error.is_timeout() {
+            return TransportFailure::Timeout;
         }
         if let Some(tls) = find_tls_error(&error) {
-            return FetchError::Tls {
-                url,
-                reason: tls.to_string(),
-            };
+            return TransportFailure::Tls(tls.to_string());
         }
         let reason = error_chain(&error);
         if error.is_connect() {
-            FetchError::Connect { url, reason }
+            TransportFailure::Connect(reason)
         } else {
-            FetchError::Transfer { url, reason }
+            TransportFailure::Transfer(reason)
         }
     }
 }

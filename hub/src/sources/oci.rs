@@ -1266,25 +1266,15 @@ impl OciClient {
     }
 
     fn classify(&self, url: &str, error: reqwest::Error) -> OciError {
-        let error = error.without_url();
         let url = url.to_owned();
-        if error.is_timeout() {
-            return OciError::Timeout {
+        match http::TransportFailure::of(error) {
+            http::TransportFailure::Timeout => OciError::Timeout {
                 url,
                 timeout: self.inner.timeout,
-            };
-        }
-        if let Some(tls) = http::find_tls_error(&error) {
-            return OciError::Tls {
-                url,
-                reason: tls.to_string(),
-            };
-        }
-        let reason = http::error_chain(&error);
-        if error.is_connect() {
-            OciError::Connect { url, reason }
-        } else {
-            OciError::Transfer { url, reason }
+            },
+            http::TransportFailure::Tls(reason) => OciError::Tls { url, reason },
+            http::TransportFailure::Connect(reason) => OciError::Connect { url, reason },
+            http::TransportFailure::Transfer(reason) => OciError::Transfer { url, reason },
         }
     }
 }

@@ -12,9 +12,8 @@ use flotilla_hub::run::{Hub, HubConfig};
 use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
 use flotilla_tests::tools::{helm_in, kubectl_in};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 pub const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -26,32 +25,7 @@ pub fn podinfo_chart() -> PathBuf {
 
 /// Installs the flotilla CRDs and waits until they are Established.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let all = flotilla_api::crd::all();
-    for crd in &all {
-        let name = crd.metadata.name.clone().expect("generated CRDs are named");
-        crds.patch(
-            &name,
-            &PatchParams::apply("flotilla-hub-tests").force(),
-            &Patch::Apply(crd),
-        )
-        .await?;
-    }
-    for crd in &all {
-        let name = crd.metadata.name.clone().expect("generated CRDs are named");
-        wait::until(&format!("{name} Established"), TIMEOUT, || async {
-            let crd = crds.get(&name).await?;
-            Ok(crd
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(()))
-        })
-        .await?;
-    }
-    Ok(())
+    flotilla_tests::crds::install(client, "flotilla-hub-tests", &flotilla_api::crd::all()).await
 }
 
 /// A cluster with the CRDs, a repository holding podinfo as 6.5.2 (so the seed's
