@@ -170,8 +170,39 @@ async fn of_two_replicas_one_acts_and_the_standby_takes_over_when_the_leader_is_
         killed.wait()?;
         kill?;
 
+        // The standby holds the lease within 15 s of the kill (the bound; the lease
+        // lasts 4 s), measured on the lease itself: the upgrade that follows runs at the
+        // speed of the machine's other work and is not part of the hand-over.
+        let killed_at = Instant::now();
+        let standby = replicas
+            .first()
+            .map(|r| format!("_{}", r.id()))
+            .ok_or_else(|| anyhow::anyhow!("no standby replica left"))?;
+        flotilla_tests::wait::until(
+            "the standby to hold the lease",
+            Duration::from_secs(60),
+            || async {
+                let holder = kubectl_in(
+                    cluster.kubeconfig(),
+                    &[
+                        "get",
+                        "lease",
+                        "flotilla-hub-leader-election",
+                        "-n",
+                        "default",
+                        "-o",
+                        "jsonpath={.spec.holderIdentity}",
+                    ],
+                    None,
+                )?;
+                Ok(holder.trim().ends_with(&standby).then_some(()))
+            },
+        )
+        .await?;
+        let took = killed_at.elapsed();
+        assert!(took < Duration::from_secs(15), "the standby took {took:?}");
+
         // The standby acts on the next change: one upgrade, no action twice.
-        let started = Instant::now();
         kubectl_in(
             cluster.kubeconfig(),
             &["apply", "-f", "-"],
@@ -182,11 +213,6 @@ async fn of_two_replicas_one_acts_and_the_standby_takes_over_when_the_leader_is_
             )),
         )?;
         common::wait_for_history(cluster.kubeconfig(), "podinfo", 2).await?;
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the standby took {:?}",
-            started.elapsed()
-        );
         ready(&hrs, "podinfo").await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let history =
