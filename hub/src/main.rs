@@ -10,6 +10,7 @@ use clap::Parser;
 use flotilla_core::duration::GoDuration;
 use flotilla_hub::leader::{ElectionTimings, Elector};
 use flotilla_hub::run::{Hub, HubConfig, connect};
+use flotilla_hub::session::{SessionConfig, SessionHub, StoredArchives};
 use flotilla_hub::telemetry::{self, HubMetrics};
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +67,17 @@ struct Args {
     /// The wait between leader-election tries (Go duration).
     #[arg(long, default_value = "2s")]
     leader_election_retry_period: GoDuration,
+    /// Serve the agents' session (gRPC, mutual TLS) on this address; no session server
+    /// when unset (push-mode targets only).
+    #[arg(long)]
+    grpc_addr: Option<std::net::SocketAddr>,
+    /// DNS names and IP addresses agents use to reach the session server (its
+    /// certificate's SANs); repeatable.
+    #[arg(long = "grpc-san")]
+    grpc_sans: Vec<String>,
+    /// The namespace of the hub's CA Secret and bootstrap tokens.
+    #[arg(long, default_value = "flotilla-system")]
+    hub_namespace: String,
 }
 
 #[tokio::main]
@@ -80,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
         args.interval_jitter_percentage < 100,
         "--interval-jitter-percentage must be below 100"
     );
-    let mut config = HubConfig::new(args.kubeconfig, args.artifact_dir);
+    let mut config = HubConfig::new(args.kubeconfig.clone(), args.artifact_dir.clone());
     config.concurrency = args.concurrency.max(1);
     config.default_interval = args.default_interval.get();
     config.requeue_dependency = args.requeue_dependency.get();
@@ -127,6 +139,33 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    // The session server runs on the active replica only: agents' reports go to the hub
+    // that acts on them.
+    let sessions = match args.grpc_addr {
+        Some(addr) => {
+            let (_, client) = connect(config.kubeconfig.as_deref()).await?;
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let mut session_config = SessionConfig {
+                namespace: args.hub_namespace.clone(),
+                ..SessionConfig::default()
+            };
+            if !args.grpc_sans.is_empty() {
+                session_config.server_sans = args.grpc_sans.clone();
+            }
+            let sessions = SessionHub::start(
+                client,
+                session_config,
+                listener,
+                config.report_sink(),
+                Arc::new(StoredArchives::new(&args.artifact_dir)),
+            )
+            .await?;
+            tracing::info!(address = %addr, "serving agent sessions");
+            config.remote = Some(sessions.links());
+            Some(sessions)
+        }
+        None => None,
+    };
     let mut hub = Hub::start(config).await?;
     ready.store(true, Ordering::SeqCst);
     let lost = async {
@@ -161,6 +200,9 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    if let Some(sessions) = sessions {
+        sessions.stop().await;
+    }
     if let Some(e) = &elector {
         e.release().await;
     }

@@ -40,8 +40,16 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
     repo.publish(&podinfo_chart())?;
     let artifacts = tempfile::tempdir()?;
     let probes = free_addr()?;
+    // The session server keeps the hub's CA in its namespace (made by the deployment).
+    kubectl_in(
+        cluster.kubeconfig(),
+        &["create", "namespace", "flotilla-system"],
+        None,
+    )?;
+    let grpc = free_addr()?;
     let mut hub = Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
         .args(["--metrics-addr", &probes])
+        .args(["--grpc-addr", &grpc, "--grpc-san", "127.0.0.1"])
         .args(["--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args(["--artifact-dir"])
@@ -74,6 +82,12 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
             .unwrap_or_default();
         assert!(successes >= 1.0, "{metrics}");
         assert!(metrics.contains("flotilla_hub_reconcile_duration_seconds_bucket"));
+        // The agents' session server: the hub CA made on first start, the port listening.
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(cluster.client().await?, "flotilla-system");
+        let ca = secrets.get("flotilla-hub-ca").await?;
+        assert!(ca.data.is_some_and(|d| d.contains_key("tls.crt")));
+        tokio::net::TcpStream::connect(&grpc).await?;
         anyhow::Ok(())
     }
     .await;

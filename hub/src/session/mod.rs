@@ -67,6 +67,31 @@ impl ChartArchives for NoArchives {
     }
 }
 
+/// The archives of the hub's chart store (`<dir>/<hex digest>.tgz`, as
+/// `flotilla_agent::charts::CachedCharts` keeps them): what `GetChart` serves in the hub
+/// binary. The agent checks the digest of what it receives.
+#[derive(Debug, Clone)]
+pub struct StoredArchives {
+    dir: std::path::PathBuf,
+}
+
+impl StoredArchives {
+    /// The archives of the store in `dir`.
+    pub fn new(dir: impl Into<std::path::PathBuf>) -> Self {
+        StoredArchives { dir: dir.into() }
+    }
+}
+
+impl ChartArchives for StoredArchives {
+    fn archive<'a>(
+        &'a self,
+        digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        let path = self.dir.join(format!("{}.tgz", digest.hex()));
+        Box::pin(async move { tokio::fs::read(path).await.ok().map(Arc::new) })
+    }
+}
+
 /// How the session server runs.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
