@@ -22,6 +22,7 @@ use crate::push::{HubLinks, PushAgents, PushOptions};
 use crate::sources::helm_chart::{self, ChartContext};
 use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
 use crate::sources::http::Limits;
+use crate::sources::oci_repository;
 use crate::status::StatusBook;
 
 /// How the hub runs.
@@ -195,6 +196,19 @@ impl Hub {
             config.concurrency,
             stop.clone().cancelled_owned(),
         ));
+        // The OCIRepository reconciler ends only when aborted: it stops with the others.
+        let oci = oci_repository::run(
+            client.clone(),
+            charts.clone(),
+            oci_repository::Options::default(),
+        );
+        let oci_stop = stop.clone();
+        controllers.spawn(async move {
+            tokio::select! {
+                () = oci => {}
+                () = oci_stop.cancelled() => {}
+            }
+        });
         let mut ctx = controller::Context::new(
             client,
             links,

@@ -468,6 +468,11 @@ impl Cluster {
     /// Leaves the processes running and the directory in place; writes `pids` into the
     /// directory so [`stop_detached`] can stop them later. Returns the directory.
     pub fn detach(mut self) -> anyhow::Result<PathBuf> {
+        self.detach_in_place()
+    }
+
+    /// [`Cluster::detach`] of a cluster held in a larger value (a fleet).
+    pub fn detach_in_place(&mut self) -> anyhow::Result<PathBuf> {
         let mut pids = String::new();
         for process in std::mem::take(&mut self.processes) {
             let name = process.name().to_owned();

@@ -6,9 +6,11 @@
 //! the hub fetches from are real servers too ([`servers`]): Helm repositories served by nginx
 //! and the CNCF distribution registry for OCI.
 
+pub mod bins;
 pub mod cluster;
 pub mod conformance;
 pub mod crds;
+pub mod fleet;
 pub mod pki;
 pub mod process;
 pub mod servers;

@@ -97,7 +97,12 @@ impl Supervised {
         log: &Path,
         detached: bool,
     ) -> anyhow::Result<Supervised> {
-        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        // Appended to: a process started again keeps what it wrote before.
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let err = out.try_clone()?;
         let mut command = Command::new(program);
         command
@@ -153,6 +158,11 @@ impl Supervised {
 
     /// Lets the process run on after this value is dropped (detached clusters).
     pub fn release(mut self) -> Option<u32> {
+        self.disown()
+    }
+
+    /// [`Supervised::release`] in place: the process runs on, this value no longer stops it.
+    pub fn disown(&mut self) -> Option<u32> {
         self.child.take().map(|c| c.id())
     }
 

@@ -55,6 +55,10 @@ pub struct RepoOptions {
     pub basic_auth: Option<Credentials>,
     /// Serve HTTPS with a certificate of a fresh CA ([`HelmRepoServer::ca_file`]).
     pub tls: bool,
+    /// Keep nginx running after this program exits ([`HelmRepoServer::detach`]).
+    pub detached: bool,
+    /// Where the server's directory goes (default: the temp dir).
+    pub parent_dir: Option<PathBuf>,
 }
 
 impl RepoOptions {
@@ -64,6 +68,8 @@ impl RepoOptions {
             name: name.to_owned(),
             basic_auth: None,
             tls: false,
+            detached: false,
+            parent_dir: None,
         }
     }
 
@@ -104,9 +110,13 @@ impl HelmRepoServer {
     /// Starts nginx serving an empty repository and waits until it accepts connections.
     pub async fn start(options: RepoOptions) -> anyhow::Result<HelmRepoServer> {
         let nginx = nginx_binary()?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("flotilla-repo-{}-", options.name))
-            .tempdir()?;
+        let prefix = format!("flotilla-repo-{}-", options.name);
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix);
+        let dir = match &options.parent_dir {
+            Some(parent) => builder.tempdir_in(parent)?,
+            None => builder.tempdir()?,
+        };
         let root = dir.path();
         for sub in ["charts", "logs", "tmp", "helm"] {
             std::fs::create_dir_all(root.join(sub))?;
@@ -133,7 +143,7 @@ impl HelmRepoServer {
             path_string(&root.join("logs/error.log"))?,
         ];
         let log = root.join("logs/nginx.log");
-        let process = Supervised::start("nginx", &nginx, &args, &log, false)?;
+        let process = Supervised::start("nginx", &nginx, &args, &log, options.detached)?;
         let mut server = HelmRepoServer {
             name: options.name.clone(),
             port,
@@ -254,6 +264,14 @@ impl HelmRepoServer {
     pub fn stop(&mut self) {
         self.process.stop(Duration::from_secs(3));
     }
+
+    /// Leaves nginx running and its directory in place (`cargo xtask up`); returns the
+    /// directory and nginx's pid. Start it with [`RepoOptions::detached`] so it outlives
+    /// this program.
+    pub fn detach(&mut self) -> (PathBuf, Option<u32>) {
+        self.dir.disable_cleanup(true);
+        (self.dir.path().to_owned(), self.process.disown())
+    }
 }
 
 /// How to run an [`OciRegistry`].
@@ -267,6 +285,10 @@ pub struct RegistryOptions {
     /// accept any `Authorization` header (distribution's `silly` access controller): tests
     /// the registry token flow with any static file server as the realm.
     pub token_realm: Option<String>,
+    /// Keep the registry running after this program exits ([`OciRegistry::detach`]).
+    pub detached: bool,
+    /// Where the registry's directory goes (default: the temp dir).
+    pub parent_dir: Option<PathBuf>,
 }
 
 impl RegistryOptions {
@@ -312,9 +334,12 @@ impl OciRegistry {
     /// `helm registry login` succeeds.
     pub async fn start(options: RegistryOptions) -> anyhow::Result<OciRegistry> {
         let bin = registry_binary()?;
-        let dir = tempfile::Builder::new()
-            .prefix("flotilla-registry-")
-            .tempdir()?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("flotilla-registry-");
+        let dir = match &options.parent_dir {
+            Some(parent) => builder.tempdir_in(parent)?,
+            None => builder.tempdir()?,
+        };
         let root = dir.path();
         for sub in ["storage", "logs", "helm", "packages"] {
             std::fs::create_dir_all(root.join(sub))?;
@@ -348,7 +373,7 @@ impl OciRegistry {
             // No OpenTelemetry exporter: there is no collector to send spans to.
             &[("OTEL_TRACES_EXPORTER", "none")],
             &log,
-            false,
+            options.detached,
         )?;
         let mut registry = OciRegistry {
             dir,
@@ -480,6 +505,13 @@ impl OciRegistry {
     /// Stops the registry now (it is also stopped when dropped).
     pub fn stop(&mut self) {
         self.process.stop(Duration::from_secs(3));
+    }
+
+    /// Leaves the registry running and its directory in place (`cargo xtask up`); returns
+    /// the directory and the registry's pid. Start it with [`RegistryOptions::detached`].
+    pub fn detach(&mut self) -> (PathBuf, Option<u32>) {
+        self.dir.disable_cleanup(true);
+        (self.dir.path().to_owned(), self.process.disown())
     }
 }
 

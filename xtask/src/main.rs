@@ -3,7 +3,8 @@
 //! - `cargo xtask test`: everything CI checks: installs what the tests need, then format,
 //!   generated code, the dependency-direction guard, lints, the whole test suite and the
 //!   rendering conformance run over `../shared/charts`.
-//! - `cargo xtask up [--count N]`: the local environment (N clusters, kept running).
+//! - `cargo xtask up [--clusters N]`: the local fleet (hub and workload clusters, the hub, the
+//!   agents, the example releases), kept running; `--clusters N`: N bare clusters.
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools,
 //!   the test servers of chart sources: the OCI registry and nginx).
@@ -26,7 +27,10 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+use flotilla_tests::bins;
 use flotilla_tests::cluster::{self, Cluster, ClusterOptions};
+use flotilla_tests::fleet::{self, Fleet, FleetOptions};
+use std::time::Duration;
 
 mod patch_schema;
 
@@ -57,11 +61,9 @@ enum Task {
     Clippy,
     /// Check that the pure crates do not depend on IO crates (tokio, tonic, hyper, kube client).
     CheckDeps,
-    /// Bring up the local environment: N clusters that keep running until `down`.
-    Up {
-        #[arg(long, default_value_t = 1)]
-        count: usize,
-    },
+    /// Bring up the local fleet (a hub cluster, two workload clusters, the hub, two agents,
+    /// the example releases) and keep it running until `down`.
+    Up(UpArgs),
     /// Stop everything `up` started.
     Down,
     /// Measure cluster start time and memory: one cluster alone, then N side by side.
@@ -75,6 +77,14 @@ enum Task {
     BenchAgent(bench_agent::BenchAgent),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
+}
+
+/// `cargo xtask up`.
+#[derive(Debug, clap::Args)]
+struct UpArgs {
+    /// Start N bare clusters instead (no hub, no agents).
+    #[arg(long, value_name = "N")]
+    clusters: Option<usize>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -91,7 +101,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fmt => fmt(),
         Task::Clippy => clippy(),
         Task::CheckDeps => check_deps(),
-        Task::Up { count } => up(&root, count),
+        Task::Up(args) => up(&root, &args),
         Task::Down => down(&root),
         Task::MeasureClusters { count } => measure_clusters(count),
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
@@ -119,8 +129,16 @@ fn test(root: &Path) -> anyhow::Result<()> {
     step("gen-check", || gen_check_all(root))?;
     step("check-deps", check_deps)?;
     step("clippy", clippy)?;
+    // The end-to-end suite runs the hub, agent and CLI binaries this same `cargo test` builds
+    // (every one of the three packages has integration tests): no second build with other
+    // features (see flotilla_tests::bins).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
     step("cargo test", || {
-        run(Command::new("cargo").args(["test", "--workspace", "--locked"]))
+        run(Command::new("cargo")
+            .args(["test", "--workspace", "--locked"])
+            .env("FLOTILLA_BIN_DIR", target.join("debug")))
     })?;
     step(
         "conformance (../shared/charts against helm v4.1.4 goldens)",
@@ -280,10 +298,151 @@ fn env_dir(root: &Path) -> PathBuf {
     root.join(".flotilla/env")
 }
 
-fn up(root: &Path, count: usize) -> anyhow::Result<()> {
+fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     down(root)?;
     let dir = env_dir(root);
     std::fs::create_dir_all(&dir)?;
+    let started = Instant::now();
+    eprintln!("xtask up: installing what the fleet runs on (built once, then cached)");
+    deps(root)?;
+    if let Some(count) = args.clusters {
+        return up_clusters(root, &dir, count);
+    }
+    eprintln!("xtask up: building flotilla-hub, flotilla-agent and flotilla (cargo build)");
+    let binaries = bins::build(bins::Progress::Show)?;
+    let tools = flotilla_tests::tools::reference_tools_dir()?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let fleet_started = Instant::now();
+    let mut options = FleetOptions::named("flotilla");
+    options.parent_dir = Some(dir.clone());
+    options.detached = true;
+    options.verbose = true;
+    let fleet = runtime.block_on(Fleet::start(binaries, options))?;
+    let say = |what: &str| eprintln!("[{:>5.1}s] {what}", fleet_started.elapsed().as_secs_f64());
+    say(&format!(
+        "applying {} (one HelmRelease per workload cluster)",
+        fleet::EXAMPLE_RELEASES
+    ));
+    let applied = fleet.example_releases().and_then(|m| fleet.apply(&m));
+    let ready = applied.and_then(|()| {
+        runtime.block_on(fleet.wait_ready(
+            &[("fleet-demo", "hello-a"), ("fleet-demo", "hello-b")],
+            Duration::from_secs(300),
+            |waiting| say(&format!("waiting for {}", waiting.join("; "))),
+        ))
+    });
+    if let Err(e) = ready {
+        let hub_kubeconfig = fleet.kubeconfig().to_owned();
+        let dir = fleet.detach()?;
+        let kubectl = tools.join("kubectl");
+        let sources = Command::new(&kubectl)
+            .args([
+                "get",
+                "helmrepositories,ocirepositories,helmcharts,helmreleases",
+                "-A",
+            ])
+            .env("KUBECONFIG", &hub_kubeconfig)
+            .output()?;
+        eprintln!("{}", String::from_utf8_lossy(&sources.stdout));
+        eprintln!(
+            "xtask up: the example releases did not become Ready; the fleet is left running to look at (logs in {}; KUBECONFIG={} for the hub's cluster); `cargo xtask down` stops it",
+            dir.display(),
+            hub_kubeconfig.display()
+        );
+        return Err(e);
+    }
+    let hub_kubeconfig = fleet.kubeconfig().to_owned();
+    let cli = fleet.binaries().cli.clone();
+    let workloads: Vec<(String, PathBuf)> = fleet
+        .workloads
+        .iter()
+        .map(|w| (w.name.clone(), w.cluster.kubeconfig().to_owned()))
+        .collect();
+    let (hub_log, fleet_dir) = (fleet.hub_log().to_owned(), fleet.dir().to_owned());
+    let repo_url = fleet.repo.url();
+    fleet.detach()?;
+    eprintln!(
+        "xtask up: the fleet is up in {:.0?}: a hub cluster, {} workload clusters, Ready releases\n",
+        started.elapsed(),
+        workloads.len()
+    );
+    let kubectl = tools.join("kubectl");
+    let helm = tools.join("helm");
+    let show = |title: &str, command: &mut Command| -> anyhow::Result<()> {
+        println!("$ {title}");
+        let out = command.output()?;
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        println!();
+        Ok(())
+    };
+    show(
+        "flotilla get clusters",
+        Command::new(&cli)
+            .args(["get", "clusters"])
+            .env("KUBECONFIG", &hub_kubeconfig),
+    )?;
+    show(
+        "kubectl get helmreleases -A",
+        Command::new(&kubectl)
+            .args(["get", "helmreleases", "-A"])
+            .env("KUBECONFIG", &hub_kubeconfig),
+    )?;
+    for (name, kubeconfig) in &workloads {
+        show(
+            &format!("helm list -A   # on {name}"),
+            Command::new(&helm)
+                .args(["list", "-A"])
+                .env("KUBECONFIG", kubeconfig),
+        )?;
+    }
+    let (a_name, a_kubeconfig) = &workloads[0];
+    println!("What to try next (the tools are in {}):", tools.display());
+    println!(
+        "  export PATH={}:{}:$PATH",
+        tools.display(),
+        cli.parent().unwrap_or(Path::new(".")).display()
+    );
+    println!(
+        "  export KUBECONFIG={}   # the hub's cluster",
+        hub_kubeconfig.display()
+    );
+    println!(
+        "  # change a value: the agent on {a_name} upgrades the release (helm history shows revision 2)"
+    );
+    println!(
+        "  kubectl -n fleet-demo patch helmrelease hello-a --type merge -p '{{\"spec\":{{\"values\":{{\"message\":\"changed\"}}}}}}'"
+    );
+    println!("  flotilla get hr -A");
+    println!(
+        "  helm --kubeconfig {} history hello -n hello",
+        a_kubeconfig.display()
+    );
+    println!("  # delete a Deployment on {a_name}: drift detection puts it back");
+    println!(
+        "  kubectl --kubeconfig {} -n hello delete deployment hello",
+        a_kubeconfig.display()
+    );
+    println!("  flotilla reconcile hr hello-a -n fleet-demo    # or wait for the interval");
+    println!(
+        "  kubectl --kubeconfig {} -n hello get deployment hello",
+        a_kubeconfig.display()
+    );
+    println!("  # publish a new chart version to {repo_url}, suspend/resume, the fleet CLI:");
+    println!(
+        "  flotilla suspend hr hello-a -n fleet-demo; flotilla resume hr hello-a -n fleet-demo"
+    );
+    println!(
+        "Logs: {} (hub), {}/agent-*.log (agents)",
+        hub_log.display(),
+        fleet_dir.display()
+    );
+    println!("Stop everything with: cargo xtask down");
+    Ok(())
+}
+
+/// `cargo xtask up --clusters N`: bare clusters, no Flotilla.
+fn up_clusters(root: &Path, dir: &Path, count: usize) -> anyhow::Result<()> {
     let tools = capture(&mut Command::new(
         root.join("tools/install-reference-tools"),
     ))?;
@@ -292,7 +451,7 @@ fn up(root: &Path, count: usize) -> anyhow::Result<()> {
     let clusters = runtime.block_on(async {
         let starts = (0..count).map(|i| {
             let mut options = ClusterOptions::named(&format!("flotilla-{i}"));
-            options.parent_dir = Some(dir.clone());
+            options.parent_dir = Some(dir.to_owned());
             options.detached = true;
             Cluster::start(options)
         });
@@ -332,13 +491,50 @@ fn down(root: &Path) -> anyhow::Result<()> {
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(());
     };
-    for entry in entries {
-        let path = entry?.path();
-        if path.join("pids").exists() {
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("pids").exists())
+        .collect();
+    // The fleet's processes (agents, hub, servers) before the clusters they talk to.
+    dirs.sort_by_key(|p| !p.join("server-dirs").exists());
+    for path in dirs {
+        if path.join("server-dirs").exists() {
+            fleet::stop_detached(&path)?;
+        } else {
             cluster::stop_detached(&path)?;
-            println!("stopped {}", path.display());
+        }
+        println!("stopped {}", path.display());
+    }
+    // What an interrupted `up` started before it could write the pids down: every process
+    // whose command line names a path under the environment's directory.
+    let marker = dir.to_string_lossy().into_owned();
+    let strays: Vec<u32> = std::fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != std::process::id())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+        })
+        .collect();
+    for pid in &strays {
+        flotilla_tests::process::terminate(*pid);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while strays.iter().any(|p| flotilla_tests::process::alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for pid in &strays {
+        if flotilla_tests::process::alive(*pid) {
+            flotilla_tests::process::kill(*pid);
         }
     }
+    if !strays.is_empty() {
+        println!(
+            "stopped {} stray process(es) of an interrupted `up`",
+            strays.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

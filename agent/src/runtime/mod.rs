@@ -59,6 +59,7 @@ use crate::charts::{ChartError, ChartSource};
 use crate::reconcile::state::{PersistedState, StateError};
 use crate::reconcile::{self, Context, ReconcileError, ReconcileReport};
 use crate::telemetry::Metrics;
+use flotilla_chart::Chart;
 use queue::{Backoff, WorkQueue, with_jitter};
 
 /// How the runtime behaves.
@@ -949,9 +950,23 @@ async fn run_reconcile(
     stop: &StopFlag,
 ) -> Result<ReconcileReport, RunError> {
     let chart = charts.chart(&plan.chart).await.map_err(RunError::Chart)?;
+    let chart = at_plan_version(chart, &plan.chart.version);
     reconcile::reconcile_until(ctx, plan, &chart, stop)
         .await
         .map_err(RunError::Reconcile)
+}
+
+/// The chart as the plan names it: an OCI-sourced chart's version carries the artifact
+/// digest as build metadata (`6.5.2+0cc9a8446c95`, Flux's `mutateChartWithSourceRevision`),
+/// which the release records and `.Chart.Version` renders. Without it the stored release
+/// would never match the plan and every reconcile would upgrade again.
+fn at_plan_version(chart: Arc<Chart>, version: &str) -> Arc<Chart> {
+    if version.is_empty() || chart.metadata.version == version {
+        return chart;
+    }
+    let mut chart = Arc::unwrap_or_clone(chart);
+    chart.metadata.version = version.to_owned();
+    Arc::new(chart)
 }
 
 async fn run_delete(
@@ -972,7 +987,7 @@ async fn run_delete(
         None => plan.options.suspend = true,
     }
     let chart = match charts.chart(&plan.chart).await {
-        Ok(chart) => Some(chart),
+        Ok(chart) => Some(at_plan_version(chart, &plan.chart.version)),
         Err(e) => {
             tracing::debug!(error = %crate::kube::error_chain(&e), "uninstalling without the chart");
             None

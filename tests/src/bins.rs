@@ -1,0 +1,142 @@
+//! The workspace's own programs as processes: `flotilla-hub`, `flotilla-agent` and the
+//! `flotilla` CLI, built by cargo on demand.
+//!
+//! A cross-crate suite cannot name another package's binary (`CARGO_BIN_EXE_*` only exists
+//! in the package that defines it), so [`build`] runs `cargo build` for the three packages and
+//! takes the executables' paths from cargo's JSON messages. Cargo holds its build lock only
+//! while it compiles, so this works from inside `cargo test` too; when nothing changed it is a
+//! fingerprint check of a second or two. `FLOTILLA_BIN_DIR` points at a directory that holds
+//! the three already (an installed release, or a `--release` build for the benchmarks), and
+//! skips cargo.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use anyhow::{Context as _, bail};
+
+use crate::cluster::workspace_root;
+
+/// The packages of the fleet's programs, and their binaries.
+const PROGRAMS: &[(&str, &str)] = &[
+    ("flotilla-hub", "flotilla-hub"),
+    ("flotilla-agent", "flotilla-agent"),
+    ("flotilla-cli", "flotilla"),
+];
+
+/// Paths of the fleet's programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binaries {
+    /// `flotilla-hub`.
+    pub hub: PathBuf,
+    /// `flotilla-agent`.
+    pub agent: PathBuf,
+    /// `flotilla`, the CLI.
+    pub cli: PathBuf,
+}
+
+/// How cargo's output is shown while it builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Cargo's own progress lines on this process's stderr (`cargo xtask up`).
+    Show,
+    /// Kept, and shown only if the build fails (tests).
+    OnFailure,
+}
+
+/// The programs of `$FLOTILLA_BIN_DIR`, or built by cargo (dev profile), once per process.
+pub fn build(progress: Progress) -> anyhow::Result<Binaries> {
+    static BUILT: OnceLock<Result<Binaries, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(dir) = std::env::var_os("FLOTILLA_BIN_DIR") {
+                return in_dir(Path::new(&dir)).map_err(|e| format!("{e:#}"));
+            }
+            build_with_cargo(&[], progress).map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// The programs built with cargo's extra `args` (for example `["--release"]`).
+pub fn build_with_cargo(args: &[&str], progress: Progress) -> anyhow::Result<Binaries> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--locked",
+            "--bins",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(args);
+    for (package, _) in PROGRAMS {
+        command.args(["-p", package]);
+    }
+    command.stdout(Stdio::piped()).stderr(match progress {
+        Progress::Show => Stdio::inherit(),
+        Progress::OnFailure => Stdio::piped(),
+    });
+    let mut child = command.spawn().context("running cargo build")?;
+    let stderr = child.stderr.take().map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+            text
+        })
+    });
+    let mut executables = Vec::new();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo's messages")?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let (Some(name), Some(path)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
+            executables.push((name.to_owned(), PathBuf::from(path)));
+        }
+    }
+    let status = child.wait()?;
+    let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+    if !status.success() {
+        bail!("cargo build of the hub, the agent and the CLI failed ({status})\n{errors}");
+    }
+    let find = |binary: &str| {
+        executables
+            .iter()
+            .find(|(name, _)| name == binary)
+            .map(|(_, path)| path.clone())
+            .with_context(|| format!("cargo built no executable {binary:?}"))
+    };
+    Ok(Binaries {
+        hub: find("flotilla-hub")?,
+        agent: find("flotilla-agent")?,
+        cli: find("flotilla")?,
+    })
+}
+
+/// The programs in `dir`, which must all be there.
+pub fn in_dir(dir: &Path) -> anyhow::Result<Binaries> {
+    let path = |binary: &str| {
+        let path = dir.join(binary);
+        anyhow::ensure!(
+            path.is_file(),
+            "{} does not exist (FLOTILLA_BIN_DIR must hold flotilla-hub, flotilla-agent and flotilla)",
+            path.display()
+        );
+        Ok(path)
+    };
+    Ok(Binaries {
+        hub: path("flotilla-hub")?,
+        agent: path("flotilla-agent")?,
+        cli: path("flotilla")?,
+    })
+}

@@ -1,0 +1,500 @@
+//! The whole system end to end, the way `cargo xtask up` runs it: a hub cluster, two workload
+//! clusters, the `flotilla-hub` process serving sessions, two `flotilla-agent` processes
+//! joined with a bootstrap token, a Helm repository (nginx) and an OCI registry
+//! (distribution) holding this repository's example chart (`examples/charts/hello`).
+//!
+//! Each flow of the seeds is driven on the hub (HelmReleases, the `flotilla` CLI) and checked
+//! on both sides: the HelmRelease's status on the hub, and the workload cluster's real objects
+//! and Helm storage, read by the real `kubectl` and `helm`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use flotilla_api::HelmRelease;
+use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_tests::bins::{self, Progress};
+use flotilla_tests::fleet::{Fleet, FleetOptions};
+use flotilla_tests::tools::{helm_history, helm_in, kubectl_in};
+use flotilla_tests::wait;
+use kube::api::Api;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const NS: &str = "fleet-demo";
+
+async fn fleet(name: &str) -> anyhow::Result<Fleet> {
+    Fleet::start(bins::build(Progress::OnFailure)?, FleetOptions::named(name)).await
+}
+
+async fn releases(fleet: &Fleet) -> anyhow::Result<Api<HelmRelease>> {
+    Ok(Api::namespaced(fleet.mgmt.client().await?, NS))
+}
+
+/// Waits until `name` is Ready=True for its current generation and has handled `since`
+/// (the HelmRelease's `lastHandled...` is not needed: the generation tells).
+async fn ready(fleet: &Fleet, name: &str) -> anyhow::Result<HelmRelease> {
+    let mut ready = fleet.wait_ready(&[(NS, name)], TIMEOUT, |_| {}).await?;
+    Ok(ready.remove(0))
+}
+
+/// Waits until `check` holds for the HelmRelease `name`.
+async fn until_release(
+    fleet: &Fleet,
+    name: &str,
+    what: &str,
+    check: impl Fn(&HelmRelease) -> bool,
+) -> anyhow::Result<HelmRelease> {
+    let api = releases(fleet).await?;
+    let check = &check;
+    wait::until(&format!("HelmRelease {name}: {what}"), TIMEOUT, || {
+        let api = api.clone();
+        async move {
+            let hr = api.get(name).await?;
+            Ok(check(&hr).then_some(hr))
+        }
+    })
+    .await
+}
+
+fn condition_of<'a>(hr: &'a HelmRelease, ty: &str) -> Option<&'a flotilla_core::meta::Condition> {
+    hr.status.as_ref()?.conditions.get_condition(ty)
+}
+
+fn history(kubeconfig: &Path) -> anyhow::Result<Vec<(i64, String, String)>> {
+    helm_history(kubeconfig, "hello", "hello")
+}
+
+fn statuses(history: &[(i64, String, String)]) -> Vec<&str> {
+    history.iter().map(|(_, s, _)| s.as_str()).collect()
+}
+
+fn config_message(kubeconfig: &Path) -> anyhow::Result<String> {
+    kubectl_in(
+        kubeconfig,
+        &[
+            "get",
+            "configmap",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
+        None,
+    )
+}
+
+async fn until_history_len(
+    kubeconfig: &Path,
+    len: usize,
+) -> anyhow::Result<Vec<(i64, String, String)>> {
+    wait::until(&format!("{len} Helm revisions"), TIMEOUT, || async {
+        let h = history(kubeconfig)?;
+        Ok((h.len() >= len).then_some(h))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_chart_changes_corrects_drift_suspends_and_uninstalls()
+-> anyhow::Result<()> {
+    let mut fleet = fleet("e2e-flows").await?;
+    let a = fleet
+        .workload("workload-a")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
+    let b = fleet
+        .workload("workload-b")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
+
+    // Install: one release per workload cluster, from the Helm repository (with tests) and
+    // from the OCI registry (values from a ConfigMap on the hub).
+    fleet.apply(&fleet.example_releases()?)?;
+    let hr_a = ready(&fleet, "hello-a").await?;
+    let hr_b = ready(&fleet, "hello-b").await?;
+    for hr in [&hr_a, &hr_b] {
+        let status = hr.status.clone().unwrap_or_default();
+        assert!(
+            status.last_attempted_revision.starts_with("0.1.0"),
+            "{status:?}"
+        );
+        assert_eq!(status.storage_namespace, "hello");
+        assert_eq!(status.history.len(), 1, "{:?}", status.history);
+    }
+    // An OCI-sourced chart's version carries the artifact digest, as Flux records it, and
+    // the release is not upgraded again and again for it.
+    let version_b = hr_b.status.clone().unwrap_or_default().history[0]
+        .chart_version
+        .clone();
+    assert!(
+        version_b.starts_with("0.1.0+") && version_b.len() == "0.1.0+".len() + 12,
+        "{version_b}"
+    );
+    let tested = condition_of(&hr_a, condition::TEST_SUCCESS).expect("hello-a runs its tests");
+    assert_eq!(tested.status, ConditionStatus::True, "{tested:?}");
+    assert!(condition_of(&hr_b, condition::TEST_SUCCESS).is_none());
+    assert_eq!(statuses(&history(&a)?), ["deployed"]);
+    assert_eq!(statuses(&history(&b)?), ["deployed"]);
+    assert_eq!(config_message(&a)?, "Hello from workload-a");
+    assert_eq!(config_message(&b)?, "Hello from workload-b");
+    let replicas = kubectl_in(
+        &b,
+        &[
+            "get",
+            "deployment",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )?;
+    assert_eq!(
+        replicas, "2",
+        "hello-b's replicaCount comes from its ConfigMap"
+    );
+    // Each cluster holds only its own release.
+    assert_eq!(helm_in(&a, &["list", "-A", "-q"])?.trim(), "hello");
+    assert_eq!(helm_in(&b, &["list", "-A", "-q"])?.trim(), "hello");
+    let clusters = fleet.flotilla(&["get", "clusters"])?;
+    assert!(
+        clusters.contains("workload-a") && clusters.contains("workload-b"),
+        "{clusters}"
+    );
+
+    // A values change upgrades hello-a only.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "hello-a",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"values":{"message":"changed on the hub"}}}"#,
+        ],
+        None,
+    )?;
+    ready(&fleet, "hello-a").await?;
+    assert_eq!(statuses(&history(&a)?), ["superseded", "deployed"]);
+    assert_eq!(config_message(&a)?, "changed on the hub");
+    assert_eq!(history(&b)?.len(), 1);
+
+    // A valuesFrom ConfigMap change upgrades hello-b.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "configmap",
+            "hello-b-values",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"values.yaml":"message: from the ConfigMap\nreplicaCount: 2\n"}}"#,
+        ],
+        None,
+    )?;
+    until_history_len(&b, 2).await?;
+    ready(&fleet, "hello-b").await?;
+    assert_eq!(config_message(&b)?, "from the ConfigMap");
+
+    // A new chart version in both sources: hello-a (0.1.x) and hello-b (>=0.1.0) upgrade.
+    let chart = flotilla_tests::cluster::workspace_root().join("examples/charts/hello");
+    fleet.repo.publish_version(&chart, "0.1.1")?;
+    fleet.registry.push_version(&chart, "charts", "0.1.1")?;
+    fleet.flotilla(&["reconcile", "hr", "hello-a", "-n", NS, "--with-source"])?;
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "annotate",
+            "--overwrite",
+            "ocirepository",
+            "hello",
+            "-n",
+            NS,
+            &format!("reconcile.fluxcd.io/requestedAt={}", now_token()),
+        ],
+        None,
+    )?;
+    for (name, kubeconfig) in [("hello-a", &a), ("hello-b", &b)] {
+        let hr = until_release(&fleet, name, "at chart 0.1.1", |hr| {
+            hr.status.as_ref().is_some_and(|s| {
+                s.last_attempted_revision == "0.1.1" && s.conditions.is_true(condition::READY)
+            })
+        })
+        .await?;
+        assert_eq!(
+            hr.status.unwrap_or_default().history[0].chart_version,
+            "0.1.1"
+        );
+        let h = history(kubeconfig)?;
+        assert_eq!(
+            h.last().map(|(_, s, _)| s.as_str()),
+            Some("deployed"),
+            "{h:?}"
+        );
+    }
+    let revisions_a = history(&a)?.len();
+
+    // Drift (mode enabled on hello-a): a Deployment deleted by hand is put back at the next
+    // reconcile, without a new Helm revision.
+    kubectl_in(
+        &a,
+        &[
+            "delete",
+            "deployment",
+            "hello",
+            "-n",
+            "hello",
+            "--wait=false",
+        ],
+        None,
+    )?;
+    fleet.flotilla(&["reconcile", "hr", "hello-a", "-n", NS])?;
+    wait::until("the Deployment back on workload-a", TIMEOUT, || async {
+        Ok(kubectl_in(
+            &a,
+            &["get", "deployment", "hello", "-n", "hello", "-o", "name"],
+            None,
+        )
+        .ok())
+    })
+    .await?;
+    assert_eq!(
+        history(&a)?.len(),
+        revisions_a,
+        "drift correction makes no Helm revision"
+    );
+
+    // Suspend: a values change is not acted on until resumed.
+    fleet.flotilla(&["suspend", "hr", "hello-a", "-n", NS])?;
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "hello-a",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"values":{"message":"while suspended"}}}"#,
+        ],
+        None,
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        history(&a)?.len(),
+        revisions_a,
+        "a suspended release is left alone"
+    );
+    assert_ne!(config_message(&a)?, "while suspended");
+    fleet.flotilla(&["resume", "hr", "hello-a", "-n", NS])?;
+    until_history_len(&a, revisions_a + 1).await?;
+    ready(&fleet, "hello-a").await?;
+    assert_eq!(config_message(&a)?, "while suspended");
+
+    // The agent killed with SIGKILL and started again (`run`, no token): it resumes from its
+    // cluster, and a change made meanwhile on the hub reaches it once, with one revision.
+    fleet.kill_agent("workload-b")?;
+    let revisions_b = history(&b)?.len();
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "hello-b",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"values":{"message":"after a restart"}}}"#,
+        ],
+        None,
+    )?;
+    fleet.restart_agent("workload-b").await?;
+    until_history_len(&b, revisions_b + 1).await?;
+    ready(&fleet, "hello-b").await?;
+    assert_eq!(config_message(&b)?, "after a restart");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(history(&b)?.len(), revisions_b + 1, "no duplicate upgrade");
+
+    // Deletion uninstalls on the workload cluster and lets the HelmRelease go.
+    let started = Instant::now();
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "delete",
+            "helmrelease",
+            "hello-a",
+            "-n",
+            NS,
+            "--timeout=120s",
+        ],
+        None,
+    )?;
+    wait::until("hello-a uninstalled from workload-a", TIMEOUT, || async {
+        let list = helm_in(&a, &["list", "-A", "-q"])?;
+        Ok(list.trim().is_empty().then_some(()))
+    })
+    .await?;
+    let deployments = kubectl_in(
+        &a,
+        &["get", "deployments", "-n", "hello", "-o", "name"],
+        None,
+    )?;
+    assert!(deployments.trim().is_empty(), "{deployments}");
+    assert_eq!(
+        helm_in(&b, &["list", "-A", "-q"])?.trim(),
+        "hello",
+        "workload-b keeps its release"
+    );
+    eprintln!("deletion took {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_upgrades_roll_back_failed_installs_uninstall_and_dependencies_wait_across_clusters()
+-> anyhow::Result<()> {
+    let fleet = fleet("e2e-remediation").await?;
+    let a = fleet
+        .workload("workload-a")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
+    let b = fleet
+        .workload("workload-b")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
+    let repo_url = fleet.repo.url();
+    let release = |name: &str, cluster: &str, extra: &str| {
+        format!(
+            r#"apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  clusterRef:
+    name: {cluster}
+  interval: 10m
+  releaseName: hello
+  targetNamespace: hello
+  storageNamespace: hello
+  install:
+    createNamespace: true
+  chart:
+    spec:
+      chart: hello
+      version: "0.1.x"
+      sourceRef:
+        kind: HelmRepository
+        name: examples
+{extra}"#
+        )
+    };
+    let source = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\napiVersion: source.flotilla.dev/v1\nkind: HelmRepository\nmetadata:\n  name: examples\n  namespace: {NS}\nspec:\n  interval: 5m\n  url: {repo_url}\n"
+    );
+    fleet.apply(&source)?;
+
+    // dependsOn across clusters: `late` on workload-b waits for `early` on workload-a.
+    fleet.apply(&release(
+        "late",
+        "workload-b",
+        &format!("  dependsOn:\n  - name: early\n"),
+    ))?;
+    until_release(&fleet, "late", "waiting for its dependency", |hr| {
+        condition_of(hr, condition::READY).is_some_and(|c| c.reason == "DependencyNotReady")
+    })
+    .await?;
+    assert!(
+        helm_in(&b, &["list", "-A", "-q"])?.trim().is_empty(),
+        "nothing installed before its dependency"
+    );
+    fleet.apply(&release(
+        "early",
+        "workload-a",
+        "  test:\n    enable: true\n  upgrade:\n    remediation:\n      retries: 0\n      strategy: rollback\n",
+    ))?;
+    ready(&fleet, "early").await?;
+    ready(&fleet, "late").await?;
+    assert_eq!(statuses(&history(&b)?), ["deployed"]);
+
+    // An upgrade whose test fails is rolled back: revisions deployed (1), failed (2) and the
+    // rollback's deployed (3); the status says so.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "early",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"values":{"tests":{"podLabels":{"flotilla.dev/test-outcome":"fail"}}}}}"#,
+        ],
+        None,
+    )?;
+    let hr = until_release(&fleet, "early", "remediated by rollback", |hr| {
+        condition_of(hr, condition::REMEDIATED).is_some_and(|c| c.status == ConditionStatus::True)
+    })
+    .await?;
+    let ready_condition = condition_of(&hr, condition::READY).expect("a Ready condition");
+    assert_eq!(
+        ready_condition.status,
+        ConditionStatus::False,
+        "{ready_condition:?}"
+    );
+    let remediated = condition_of(&hr, condition::REMEDIATED).expect("Remediated");
+    assert_eq!(remediated.reason, "RollbackSucceeded", "{remediated:?}");
+    let h = until_history_len(&a, 3).await?;
+    assert_eq!(statuses(&h), ["superseded", "failed", "deployed"], "{h:?}");
+    assert!(h[2].2.contains("Rollback to 1"), "{h:?}");
+
+    // An install that never becomes ready (pods kept unready) fails at its timeout and is
+    // uninstalled (the install remediation's default).
+    fleet.apply(
+        &release(
+            "stuck",
+            "workload-b",
+            "  timeout: 10s\n  values:\n    podLabels:\n      flotilla.dev/never-ready: \"true\"\n",
+        )
+        .replace("releaseName: hello", "releaseName: stuck"),
+    )?;
+    let hr = until_release(&fleet, "stuck", "remediated by uninstall", |hr| {
+        condition_of(hr, condition::REMEDIATED).is_some_and(|c| c.status == ConditionStatus::True)
+    })
+    .await?;
+    let remediated = condition_of(&hr, condition::REMEDIATED).expect("Remediated");
+    assert_eq!(remediated.reason, "UninstallSucceeded", "{remediated:?}");
+    let released = condition_of(&hr, condition::RELEASED).expect("Released");
+    assert_eq!(released.reason, "InstallFailed", "{released:?}");
+    let list = helm_in(&b, &["list", "-A", "-a", "-q"])?;
+    assert!(
+        !list.lines().any(|l| l == "stuck"),
+        "the failed install is uninstalled: {list}"
+    );
+    Ok(())
+}
+
+/// The token `flotilla reconcile` and `flux reconcile` write (RFC 3339).
+fn now_token() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:09}", now.as_secs(), now.subsec_nanos())
+}
