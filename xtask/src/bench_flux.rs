@@ -31,8 +31,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::watcher;
 
 use crate::bench_common::{
-    ControlPlane, PlaneDelta, PlaneSample, cpu_time, load_average, mib, proc_status_kib, release_name,
-    release_values, tempfile_dir,
+    ControlPlane, PlaneDelta, PlaneSample, cpu_time, load_average, mib, proc_status_kib,
+    release_name, release_values, tempfile_dir,
 };
 
 /// Options of `cargo xtask bench-flux`.
@@ -242,7 +242,9 @@ pub fn install_crds(cluster: &Cluster) -> anyhow::Result<()> {
     use flotilla_tests::tools::kubectl_in;
     for (dir, module) in MODULES {
         let bases = module_dir(dir, module)?.join("config/crd/bases");
-        let bases = bases.to_str().context("the Go module cache path is UTF-8")?;
+        let bases = bases
+            .to_str()
+            .context("the Go module cache path is UTF-8")?;
         kubectl_in(
             cluster.kubeconfig(),
             &["apply", "--server-side", "--force-conflicts", "-f", bases],
@@ -616,7 +618,7 @@ async fn measure(
 }
 
 /// A chart directory's name and version, from its `Chart.yaml`.
-fn chart_name_version(chart: &Path) -> anyhow::Result<(String, String)> {
+pub fn chart_name_version(chart: &Path) -> anyhow::Result<(String, String)> {
     let path = chart.join("Chart.yaml");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -722,7 +724,10 @@ mod tests {
         };
         let object = helm_release(7, &run);
         assert_eq!(object["metadata"]["name"], "bench-007");
-        assert_eq!(object["spec"]["values"]["podAnnotations"]["bench/index"], "7");
+        assert_eq!(
+            object["spec"]["values"]["podAnnotations"]["bench/index"],
+            "7"
+        );
         assert_eq!(object["spec"]["chart"]["spec"]["version"], "6.5.3");
         assert_eq!(
             object["spec"]["chart"]["spec"]["sourceRef"]["name"],
@@ -733,8 +738,7 @@ mod tests {
     #[test]
     fn the_pinned_controller_versions_are_read_from_the_go_modules() {
         assert_eq!(
-            pinned_version("helm-controller", "github.com/fluxcd/helm-controller")
-                .expect("pinned"),
+            pinned_version("helm-controller", "github.com/fluxcd/helm-controller").expect("pinned"),
             "v1.6.3"
         );
         assert_eq!(
