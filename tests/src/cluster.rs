@@ -535,7 +535,7 @@ fn node_is_ready(node: &Node) -> bool {
 }
 
 /// A loopback port nobody in this process was handed before and that is free right now.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT
         .lock()

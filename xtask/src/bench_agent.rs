@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use flotilla_tests::cluster::{Cluster, ClusterOptions};
 
+use crate::bench_common::{
+    ControlPlane, cpu_time, load_average, mib, proc_status_kib, release_name, release_values,
+    tempfile_dir,
+};
+
 /// Options of `cargo xtask bench-agent`.
 #[derive(Debug, clap::Args)]
 pub struct BenchAgent {
@@ -78,36 +83,6 @@ fn parse_line(line: &str, at: Instant) -> Option<Reconciled> {
     })
 }
 
-/// The 1-minute load average of the machine.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-fn proc_status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("/proc/{pid}/status has no {key}"))
-}
-
-/// User plus system CPU time of a process.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks = |i: usize| -> u64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0) };
-    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
-    let total = ticks(11) + ticks(12);
-    // The kernel's USER_HZ is 100 on every Linux this runs on.
-    Ok(Duration::from_millis(total * 10))
-}
-
 fn stats(mut ms: Vec<u64>) -> String {
     if ms.is_empty() {
         return "none".into();
@@ -121,10 +96,6 @@ fn stats(mut ms: Vec<u64>) -> String {
         p(0.95),
         ms[ms.len() - 1]
     )
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
@@ -156,28 +127,29 @@ fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
 
 fn write_plans(dir: &Path, chart: &Path, args: &BenchAgent) -> anyhow::Result<()> {
     for i in 0..args.releases {
+        // The values as a JSON flow mapping (JSON is YAML), shared with `bench-flux`.
         let text = format!(
             "apiVersion: helm.toolkit.fluxcd.io/v2
 kind: HelmRelease
 metadata:
-  name: bench-{i:03}
+  name: {name}
   namespace: default
   generation: 1
 spec:
   interval: {interval}s
   timeout: 5m
-  values:
-    podAnnotations:
-      bench/index: \"{i}\"
+  values: {values}
 {spec}
 chart:
   path: {chart}
 ",
+            name = release_name(i),
+            values = release_values(i),
             interval = args.interval,
             spec = args.spec,
             chart = chart.display(),
         );
-        std::fs::write(dir.join(format!("bench-{i:03}.yaml")), text)?;
+        std::fs::write(dir.join(format!("{}.yaml", release_name(i))), text)?;
     }
     Ok(())
 }
@@ -236,9 +208,8 @@ pub fn run(root: &Path, args: &BenchAgent) -> anyhow::Result<()> {
     let control_plane = ControlPlane {
         pids: cluster.pids(),
         client: runtime.block_on(cluster.client())?,
-        runtime: &runtime,
     };
-    let result = measure(pid, &rx, started, args, &control_plane);
+    let result = measure(pid, &rx, started, args, &control_plane, &runtime);
     // SIGTERM: the agent stops between reconciles.
     flotilla_tests::process::terminate(pid);
     let _ = child.wait();
@@ -258,9 +229,10 @@ fn measure(
     rx: &mpsc::Receiver<Reconciled>,
     started: Instant,
     args: &BenchAgent,
-    control_plane: &ControlPlane<'_>,
+    control_plane: &ControlPlane,
+    runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<String> {
-    let plane_before = control_plane.sample()?;
+    let plane_before = runtime.block_on(control_plane.sample())?;
     let n = args.releases;
     let deadline = started + Duration::from_secs(900);
     let mut installed: std::collections::BTreeMap<String, Instant> = Default::default();
@@ -294,7 +266,7 @@ fn measure(
                 install_done = Some(r.at);
                 peak_after_install = proc_status_kib(pid, "VmHWM:")?;
                 cpu_at_install = cpu_time(pid)?;
-                plane_at_install = Some(control_plane.sample()?);
+                plane_at_install = Some(runtime.block_on(control_plane.sample())?);
             }
         } else if installed.contains_key(&r.release) && !steady.contains_key(&r.release) {
             steady.insert(r.release.clone(), r.elapsed_ms);
@@ -334,7 +306,7 @@ fn measure(
     let idle_rss = idle.iter().copied().max();
     let plane = plane_at_install.context("installs finished")?.since(
         &plane_before,
-        cpu_at_install,
+        &[("agent", cpu_at_install)],
         install_time,
     );
     Ok(format!(
@@ -447,15 +419,6 @@ fn smaps_breakdown(smaps: &str, exe: &str) -> String {
     out
 }
 
-fn tempfile_dir(prefix: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,24 +438,6 @@ mod tests {
         );
         assert!(parse_line(r#"{"message":"plan accepted"}"#, Instant::now()).is_none());
         assert!(parse_line("INFO not json", Instant::now()).is_none());
-    }
-
-    #[test]
-    fn api_server_requests_are_summed_by_verb() {
-        // The exposition format of kube-apiserver's /metrics, trimmed.
-        let metrics = "\
-# HELP apiserver_request_total [STABLE] Counter of apiserver requests
-# TYPE apiserver_request_total counter
-apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 12
-apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"events\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 30
-apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"apps\",resource=\"deployments\",scope=\"resource\",subresource=\"\",verb=\"APPLY\",version=\"v1\"} 9
-apiserver_request_total_other{verb=\"GET\"} 5
-apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 3
-";
-        let by_verb = requests_by_verb(metrics);
-        assert_eq!(by_verb.get("POST"), Some(&42.0));
-        assert_eq!(by_verb.get("APPLY"), Some(&9.0));
-        assert_eq!(by_verb.get("GET"), None);
     }
 
     #[test]
@@ -546,108 +491,5 @@ Shared_Clean:          4 kB
                 p(4, 0, 4),
             ]
         );
-    }
-}
-
-/// The local cluster's processes and API, to measure what the installs cost the control plane.
-struct ControlPlane<'a> {
-    pids: Vec<(String, u32)>,
-    client: kube::Client,
-    runtime: &'a tokio::runtime::Runtime,
-}
-
-/// CPU time of each control-plane process and the API server's request counts at one moment.
-#[derive(Debug, Clone)]
-struct PlaneSample {
-    cpu: Vec<(String, Duration)>,
-    /// `apiserver_request_total` summed by verb.
-    requests: std::collections::BTreeMap<String, f64>,
-}
-
-impl ControlPlane<'_> {
-    fn sample(&self) -> anyhow::Result<PlaneSample> {
-        let mut cpu = Vec::new();
-        for (name, pid) in &self.pids {
-            cpu.push((name.clone(), cpu_time(*pid)?));
-        }
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .context("building the /metrics request")?;
-        let text = self
-            .runtime
-            .block_on(self.client.request_text(request))
-            .context("reading the API server's /metrics")?;
-        Ok(PlaneSample {
-            cpu,
-            requests: requests_by_verb(&text),
-        })
-    }
-}
-
-/// Sums the API server's `apiserver_request_total` series by their `verb` label.
-fn requests_by_verb(metrics: &str) -> std::collections::BTreeMap<String, f64> {
-    let mut by_verb = std::collections::BTreeMap::new();
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let verb = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("verb=\""))
-            .map(|v| v.trim_end_matches('"'));
-        if let (Some(verb), Ok(value)) = (verb, value.trim().parse::<f64>()) {
-            *by_verb.entry(verb.to_owned()).or_insert(0.0) += value;
-        }
-    }
-    by_verb
-}
-
-impl PlaneSample {
-    /// What happened between `before` and this sample, over `elapsed`, beside the agent's
-    /// own CPU time.
-    fn since(&self, before: &PlaneSample, agent_cpu: Duration, elapsed: Duration) -> String {
-        let secs = elapsed.as_secs_f64();
-        let mut out = format!("  during the install phase ({secs:.1} s), CPU seconds by process:");
-        let mut total = agent_cpu.as_secs_f64();
-        out.push_str(&format!(" agent {:.1}", agent_cpu.as_secs_f64()));
-        for (name, cpu) in &self.cpu {
-            let was = before
-                .cpu
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(Duration::ZERO, |(_, c)| *c);
-            let used = cpu.saturating_sub(was).as_secs_f64();
-            total += used;
-            out.push_str(&format!(", {name} {used:.1}"));
-        }
-        out.push_str(&format!(
-            " (together {total:.1} s = {:.2} of the machine's cores on average)",
-            total / secs
-        ));
-        let delta = |verb: &str| {
-            self.requests.get(verb).copied().unwrap_or(0.0)
-                - before.requests.get(verb).copied().unwrap_or(0.0)
-        };
-        let writes: f64 = ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-            .iter()
-            .map(|v| delta(v))
-            .sum();
-        let reads: f64 = ["GET", "LIST", "WATCH"].iter().map(|v| delta(v)).sum();
-        out.push_str(&format!(
-            "\n  API server requests in that phase (apiserver_request_total, every client): {writes:.0} writes ({:.0}/s: POST {:.0}, PUT {:.0}, PATCH {:.0}, APPLY {:.0}, DELETE {:.0}), {reads:.0} reads (GET {:.0}, LIST {:.0}, WATCH {:.0})",
-            writes / secs,
-            delta("POST"),
-            delta("PUT"),
-            delta("PATCH"),
-            delta("APPLY"),
-            delta("DELETE"),
-            delta("GET"),
-            delta("LIST"),
-            delta("WATCH"),
-        ));
-        out
     }
 }

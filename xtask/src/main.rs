@@ -13,10 +13,14 @@
 //!   the CRDs of `deploy/crds/`, the strategic-merge schema table); `gen-check` checks all three.
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
+//! - `cargo xtask bench-flux`: the real Flux helm-controller and source-controller on the
+//!   same releases (`bench_flux.rs`; the controllers are built by `tools/build-flux`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
+mod bench_common;
+mod bench_flux;
 mod bench_render;
 mod crds;
 mod fuzz;
@@ -75,6 +79,8 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// Benchmark one agent reconciling many releases: install time, reconcile cost, RSS.
     BenchAgent(bench_agent::BenchAgent),
+    /// Benchmark the real Flux helm-controller and source-controller on the same releases.
+    BenchFlux(bench_flux::BenchFlux),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
 }
@@ -106,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         Task::MeasureClusters { count } => measure_clusters(count),
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
+        Task::BenchFlux(args) => bench_flux::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
     }
 }
