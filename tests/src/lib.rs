@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod conformance;
 pub mod crds;
+pub mod image;
 pub mod pki;
 pub mod process;
 pub mod servers;
