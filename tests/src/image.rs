@@ -386,3 +386,52 @@ pub fn verify(options: &ImageOptions) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ELF64 little-endian header with one program header of type `p_type`.
+    fn elf(p_type: u32) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64 + 56];
+        bytes[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        bytes[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        bytes[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        bytes[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        bytes[64..68].copy_from_slice(&p_type.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_binary_with_a_program_interpreter_is_dynamic_and_one_without_is_static() {
+        let dir = tempfile::tempdir().unwrap();
+        let dynamic = dir.path().join("dynamic");
+        let fixed = dir.path().join("static");
+        std::fs::write(&dynamic, elf(3)).unwrap();
+        std::fs::write(&fixed, elf(1)).unwrap();
+        assert!(is_dynamic(&dynamic).unwrap());
+        assert!(!is_dynamic(&fixed).unwrap());
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let err = is_dynamic(&script).unwrap_err().to_string();
+        assert!(err.contains("not a little-endian ELF64 binary"), "{err}");
+    }
+
+    #[test]
+    fn a_dynamically_linked_binary_is_refused_naming_it_and_how_to_build_a_static_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("flotilla-agent");
+        std::fs::write(&binary, elf(3)).unwrap();
+        let options = ImageOptions {
+            component: Component::Agent,
+            binary: binary.clone(),
+            reference: "127.0.0.1:1/flotilla/flotilla-agent:never".to_owned(),
+            insecure: true,
+            ca_bundle: None,
+            allow_dynamic: false,
+        };
+        let err = format!("{:#}", build_and_push(&options).unwrap_err());
+        assert!(err.contains(&*binary.to_string_lossy()), "{err}");
+        assert!(err.contains("crt-static"), "{err}");
+    }
+}
