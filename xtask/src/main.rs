@@ -7,10 +7,13 @@
 //!   agents, the example releases), kept running; `--clusters N`: N bare clusters.
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools,
-//!   the test servers of chart sources: the OCI registry and nginx).
+//!   the test servers of chart sources: the OCI registry and nginx, and crane for the images).
 //! - `cargo xtask fmt | clippy | check-deps`: single steps.
-//! - `cargo xtask gen | gen-crds | gen-patch-schema`: regenerate committed code (protobuf,
-//!   the CRDs of `deploy/crds/`, the strategic-merge schema table); `gen-check` checks all three.
+//! - `cargo xtask gen | gen-crds | gen-deploy | gen-patch-schema`: regenerate committed code
+//!   (protobuf, the CRDs of `deploy/crds/` and their copies, the kustomize bases rendered from
+//!   `deploy/charts/`, the strategic-merge schema table); `gen-check` checks all four.
+//! - `cargo xtask image --bin hub|agent --binary PATH --push REF`: builds a hub or agent image
+//!   around a binary and pushes it, with crane, no container daemon (`image.rs`).
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
 //! - `cargo xtask bench-flux`: the real Flux helm-controller and source-controller on the
@@ -23,7 +26,9 @@ mod bench_common;
 mod bench_flux;
 mod bench_render;
 mod crds;
+mod deploy;
 mod fuzz;
+mod image;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,14 +54,17 @@ struct Cli {
 enum Task {
     /// Install prerequisites and run every check CI runs.
     Test,
-    /// Install the test prerequisites: upstream Kubernetes binaries, reference tools, test servers.
+    /// Install the test prerequisites: upstream Kubernetes binaries, reference tools, test servers,
+    /// crane.
     Deps,
     /// Regenerate committed generated code (protobuf) from its sources.
     Gen,
     /// Check that committed generated code (protobuf, CRDs, patch schema) matches its sources.
     GenCheck,
-    /// Regenerate the CRDs of deploy/crds/ from the flotilla-api types.
+    /// Regenerate the CRDs of deploy/crds/ (and their copies) from the flotilla-api types.
     GenCrds,
+    /// Regenerate the kustomize bases of deploy/kustomize/ from the charts of deploy/charts/.
+    GenDeploy,
     /// Regenerate the strategic-merge schema table from the Kubernetes OpenAPI document.
     GenPatchSchema,
     /// Check formatting.
@@ -83,6 +91,8 @@ enum Task {
     BenchFlux(bench_flux::BenchFlux),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
+    /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
+    Image(image::ImageArgs),
 }
 
 /// `cargo xtask up`.
@@ -103,6 +113,7 @@ fn main() -> anyhow::Result<()> {
         Task::Gen => generate(&root, &root.join(GENERATED_PROTO_DIR)),
         Task::GenCheck => gen_check_all(&root),
         Task::GenCrds => crds::generate(&root),
+        Task::GenDeploy => deploy::generate(&root),
         Task::GenPatchSchema => patch_schema::generate(&root),
         Task::Fmt => fmt(),
         Task::Clippy => clippy(),
@@ -114,6 +125,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
         Task::BenchFlux(args) => bench_flux::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
+        Task::Image(args) => image::run(&root, &args),
     }
 }
 
@@ -181,9 +193,11 @@ fn deps(root: &Path) -> anyhow::Result<()> {
         ))?;
         let registry = capture(&mut Command::new(root.join("tools/build-registry")))?;
         let nginx = capture(&mut Command::new(root.join("tools/install-test-servers")))?;
+        let crane = capture(&mut Command::new(root.join("tools/build-crane")))?;
         eprintln!("xtask: upstream binaries in {upstream}");
         eprintln!("xtask: reference helm and kubectl in {tools}");
         eprintln!("xtask: test servers: OCI registry {registry}, nginx {nginx}");
+        eprintln!("xtask: crane (images) {crane}");
         Ok(())
     })
 }
@@ -286,10 +300,12 @@ fn gen_check(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every generated-file check: protobuf code, CRDs, the strategic-merge schema table.
+/// Every generated-file check: protobuf code, CRDs, kustomize bases, the strategic-merge
+/// schema table.
 fn gen_check_all(root: &Path) -> anyhow::Result<()> {
     gen_check(root)?;
     crds::check(root)?;
+    deploy::check(root)?;
     patch_schema::check(root)
 }
 
