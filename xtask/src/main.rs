@@ -12,10 +12,14 @@
 //!   the CRDs of `deploy/crds/`, the strategic-merge schema table); `gen-check` checks all three.
 //! - `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets (`fuzz.rs`).
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
+//! - `cargo xtask bench-hub`: the hub in push mode, 500 HelmReleases at once, change
+//!   latency, index fetches, the hub's RSS and CPU (see `bench_hub.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
+mod bench_common;
+mod bench_hub;
 mod bench_render;
 mod crds;
 mod fuzz;
@@ -73,6 +77,8 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// Benchmark one agent reconciling many releases: install time, reconcile cost, RSS.
     BenchAgent(bench_agent::BenchAgent),
+    /// Benchmark the hub in push mode: N HelmReleases at once, change latency, sources.
+    BenchHub(bench_hub::BenchHub),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
 }
@@ -96,6 +102,7 @@ fn main() -> anyhow::Result<()> {
         Task::MeasureClusters { count } => measure_clusters(count),
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
+        Task::BenchHub(args) => bench_hub::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
     }
 }

@@ -49,6 +49,8 @@ pub struct ChartContext {
     pub charts: Arc<CachedCharts<NoFetcher>>,
     /// Interval jitter fraction.
     pub jitter: f64,
+    /// Where index resolutions are timed.
+    pub metrics: crate::telemetry::HubMetrics,
 }
 
 /// Why a HelmChart reconcile failed.
@@ -253,6 +255,7 @@ async fn pull(
         });
     };
     let version = chart.spec.version.as_deref().unwrap_or("*");
+    let resolving = std::time::Instant::now();
     let cv = held
         .index
         .resolve(&chart.spec.chart, version)
@@ -261,6 +264,7 @@ async fn pull(
             message: e.condition_message(),
             fetch: false,
         })?;
+    ctx.metrics.observe_step("index_resolve", resolving.elapsed());
     let expected = cv.digest();
     if let (Some(current), Some(expected)) = (&status.artifact, &expected)
         && current.digest == expected.as_str()
