@@ -25,7 +25,8 @@ use anyhow::{Context as _, bail};
 use flotilla_tests::cluster::{Cluster, ClusterOptions};
 
 use crate::bench_common::{
-    ControlPlane, cpu_time, load_average, mib, proc_status_kib, smaps_breakdown, stats, tempfile_dir,
+    ControlPlane, cpu_time, load_average, mib, proc_status_kib, smaps_breakdown, stats,
+    tempfile_dir,
 };
 
 /// Options of `cargo xtask bench-agent`.
@@ -81,7 +82,6 @@ fn parse_line(line: &str, at: Instant) -> Option<Reconciled> {
         installed: actions.contains("\"install\"") && fields.get("step")?.as_str()? == "done",
     })
 }
-
 
 fn build_agent(root: &Path, debug: bool) -> anyhow::Result<PathBuf> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));

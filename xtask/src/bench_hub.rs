@@ -80,8 +80,8 @@ pub struct BenchHub {
     /// flotilla-hub` (a dev build).
     #[arg(long)]
     hub_bin: Option<PathBuf>,
-    /// Keep the cluster running (detached; `cargo xtask down` does not know it: stop it with
-    /// the `pids` file of its directory) and the work directory (hub log, metrics).
+    /// Keep the work directory: the hub's log, its stderr, its chart store and the final
+    /// `/metrics` (`FLOTILLA_KEEP_CLUSTERS=1` keeps the cluster's directory too).
     #[arg(long)]
     keep: bool,
 }
@@ -553,15 +553,7 @@ pub fn run(root: &Path, args: &BenchHub) -> anyhow::Result<()> {
     let log = hub.log.clone();
     hub.stop();
     let load_end = load_average();
-    if args.keep {
-        let dir = cluster.detach()?;
-        println!(
-            "(cluster kept running in {}: stop its processes with the pids file there)",
-            dir.display()
-        );
-    } else {
-        drop(cluster);
-    }
+    drop(cluster);
     match result {
         Ok(report) => {
             println!("{report}");
@@ -766,7 +758,10 @@ fn await_ready(
             return last.context("at least one release");
         }
         if Instant::now() > deadline {
-            bail!("{what}: {done} of {} Ready after {PHASE_TIMEOUT:?}", wanted.len());
+            bail!(
+                "{what}: {done} of {} Ready after {PHASE_TIMEOUT:?}",
+                wanted.len()
+            );
         }
         hub.check_running()?;
         std::thread::sleep(Duration::from_millis(50));
@@ -785,7 +780,8 @@ fn measure(
     let pid = hub.pid;
     let seen: Arc<Mutex<Seen>> = Default::default();
     spawn_watches(runtime, client.clone(), seen.clone());
-    let repo_created = runtime.block_on(create_repository(client, &repo.url(), args.repo_interval))?;
+    let repo_created =
+        runtime.block_on(create_repository(client, &repo.url(), args.repo_interval))?;
     runtime.block_on(create_values_objects(client, n))?;
     let rss_before = proc_status_kib(pid, "VmRSS:")?;
 
@@ -799,12 +795,9 @@ fn measure(
     let all_ready = await_ready(hub, &seen, &wanted, "installs")?;
     let install_time = all_ready - started;
     let cpu_install = cpu_time(pid)?.saturating_sub(cpu_before);
-    let plane = control_plane.sample()?.since(
-        &plane_before,
-        "hub",
-        cpu_install,
-        install_time,
-    );
+    let plane = control_plane
+        .sample()?
+        .since(&plane_before, "hub", cpu_install, install_time);
     let peak_install = proc_status_kib(pid, "VmHWM:")?;
     let to_ready: Vec<Duration> = {
         let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -888,8 +881,15 @@ fn measure(
     let peak = proc_status_kib(pid, "VmHWM:")?;
     let cpu_total = cpu_time(pid)?;
     let metrics = http_get(&hub.probes, "/metrics")?;
+    if let Some(dir) = hub.log.parent() {
+        std::fs::write(dir.join("metrics.txt"), &metrics)?;
+    }
     let steps = histograms(&metrics, "flotilla_hub_plan_build_seconds", "step");
-    let reconciles = histograms(&metrics, "flotilla_hub_reconcile_duration_seconds", "result");
+    let reconciles = histograms(
+        &metrics,
+        "flotilla_hub_reconcile_duration_seconds",
+        "result",
+    );
     let interval = args.repo_interval as f64;
     let allowed = (run_time.as_secs_f64() / interval).floor() as usize + 1;
 
@@ -950,7 +950,14 @@ fn measure(
         peak = mib(peak),
         cpu = cpu_total.as_secs_f64(),
     ));
-    for step in ["source", "chart", "values", "plan", "total", "index_resolve"] {
+    for step in [
+        "source",
+        "chart",
+        "values",
+        "plan",
+        "total",
+        "index_resolve",
+    ] {
         let what = match step {
             "source" => "HelmChart applied, artifact read",
             "chart" => "chart metadata from the store",
@@ -961,7 +968,9 @@ fn measure(
         };
         out.push_str(&format!(
             "\n    {step:<13} {what:<34} {}",
-            steps.get(step).map_or("not exposed".into(), Histogram::summary)
+            steps
+                .get(step)
+                .map_or("not exposed".into(), Histogram::summary)
         ));
     }
     for (result, h) in &reconciles {
