@@ -49,8 +49,8 @@ struct Labels {
 
 /// Buckets of the plan-build steps: 25 µs to 2.5 s.
 const STEP_BUCKETS: [f64; 15] = [
-    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 2.5,
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 2.5,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,7 +67,14 @@ fn step_histogram() -> Histogram {
 }
 
 /// The steps of `flotilla_hub_plan_build_seconds`.
-pub const PLAN_STEPS: [&str; 6] = ["source", "chart", "values", "plan", "total", "index_resolve"];
+pub const PLAN_STEPS: [&str; 6] = [
+    "source",
+    "chart",
+    "values",
+    "plan",
+    "total",
+    "index_resolve",
+];
 
 /// The hub's metrics. Cheap to clone; clones share the registry.
 #[derive(Clone)]
@@ -237,12 +244,16 @@ mod tests {
         let text = metrics.encode().expect("encoded");
         for step in PLAN_STEPS {
             assert!(
-                text.contains(&format!("flotilla_hub_plan_build_seconds_count{{step=\"{step}\"}}")),
+                text.contains(&format!(
+                    "flotilla_hub_plan_build_seconds_count{{step=\"{step}\"}}"
+                )),
                 "{step} missing from {text}"
             );
         }
         assert!(
-            text.contains("flotilla_hub_plan_build_seconds_bucket{le=\"0.0001\",step=\"values\"} 1"),
+            text.contains(
+                "flotilla_hub_plan_build_seconds_bucket{le=\"0.0001\",step=\"values\"} 1"
+            ),
             "{text}"
         );
         assert!(
