@@ -2,13 +2,14 @@
 //! real binary (`flotilla-hub`, a dev build of this checkout unless `--hub-bin` names one) in
 //! a child process, with its own cluster as the target of its in-process agent, so that the
 //! RSS and CPU figures are the hub's. A real Helm repository (nginx) serves the podinfo-like
-//! chart (`agent/tests/charts/podinfo-like`: three Deployments, Services and ConfigMaps) at
-//! two versions, 6.5.3 and 6.5.4.
+//! chart (`agent/tests/charts/podinfo-like`: three Deployments, Services and ConfigMaps; or
+//! `--chart DIR`, e.g. the real podinfo chart `../shared/charts/podinfo/chart`) at two
+//! versions, 6.5.3 and 6.5.4.
 //!
 //! Phases:
 //! 1. **Installs.** One HelmRepository (`--repo-interval`), then, once it is Ready, N
 //!    HelmReleases created at once (`--releases`, concurrent creates), each of
-//!    `podinfo-like` at `6.5.*` with `spec.values` and one `valuesFrom` (a ConfigMap for even
+//!    the chart at `6.5.*` with `spec.values` and one `valuesFrom` (a ConfigMap for even
 //!    releases, a Secret for odd ones, created beforehand), so that values composition runs
 //!    for every release. Measured: time from the first create to every HelmRelease
 //!    `Ready=True` for its generation (a HelmRelease watch), installs/s, each release's time
@@ -76,6 +77,10 @@ pub struct BenchHub {
     /// `spec.interval` of the HelmRepository, in seconds.
     #[arg(long, default_value_t = 60)]
     repo_interval: u64,
+    /// The chart every release installs (a directory; published as 6.5.3 and 6.5.4);
+    /// default: `agent/tests/charts/podinfo-like`.
+    #[arg(long)]
+    chart: Option<PathBuf>,
     /// Use this `flotilla-hub` binary as it is (no build); default: `cargo build -p
     /// flotilla-hub` (a dev build).
     #[arg(long)]
@@ -283,9 +288,13 @@ fn values_object_name(i: usize) -> String {
     format!("bench-{i:03}-values")
 }
 
-/// HelmRelease `i`: podinfo-like at `6.5.*`, `spec.values` and one `valuesFrom`.
-fn helm_release(i: usize) -> anyhow::Result<HelmRelease> {
-    let kind = if i % 2 == 0 { "ConfigMap" } else { "Secret" };
+/// HelmRelease `i`: chart `chart` at `6.5.*`, `spec.values` and one `valuesFrom`.
+fn helm_release(i: usize, chart: &str) -> anyhow::Result<HelmRelease> {
+    let kind = if i.is_multiple_of(2) {
+        "ConfigMap"
+    } else {
+        "Secret"
+    };
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "helm.flotilla.dev/v1",
         "kind": "HelmRelease",
@@ -294,7 +303,7 @@ fn helm_release(i: usize) -> anyhow::Result<HelmRelease> {
             "interval": "10m",
             "timeout": "5m",
             "chart": {"spec": {
-                "chart": "podinfo-like",
+                "chart": chart,
                 "version": "6.5.*",
                 "sourceRef": {"kind": "HelmRepository", "name": "bench"},
             }},
@@ -304,9 +313,24 @@ fn helm_release(i: usize) -> anyhow::Result<HelmRelease> {
     }))?)
 }
 
+/// The `name` of the chart in directory `dir` (its `Chart.yaml`).
+fn chart_name(dir: &Path) -> anyhow::Result<String> {
+    let path = dir.join("Chart.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("name:"))
+        .map(|n| n.trim().trim_matches(['"', '\'']).to_owned())
+        .with_context(|| format!("{} has no name", path.display()))
+}
+
 /// The values document of release `i`'s valuesFrom object.
 fn values_document(i: usize) -> String {
-    let from = if i % 2 == 0 { "configmap" } else { "secret" };
+    let from = if i.is_multiple_of(2) {
+        "configmap"
+    } else {
+        "secret"
+    };
     format!("replicaCount: 1\npodAnnotations:\n  bench/values-from: {from}\n")
 }
 
@@ -537,7 +561,11 @@ pub fn run(root: &Path, args: &BenchHub) -> anyhow::Result<()> {
         &flotilla_api::crd::all(),
     ))?;
     let repo = runtime.block_on(HelmRepoServer::start(RepoOptions::named("bench-hub")))?;
-    let chart = root.join("agent/tests/charts/podinfo-like");
+    let chart = args
+        .chart
+        .clone()
+        .unwrap_or_else(|| root.join("agent/tests/charts/podinfo-like"));
+    let chart_name = chart_name(&chart)?;
     repo.publish_version(&chart, "6.5.3")?;
     repo.publish_version(&chart, "6.5.4")?;
     let work = tempfile_dir("flotilla-bench-hub")?;
@@ -548,7 +576,15 @@ pub fn run(root: &Path, args: &BenchHub) -> anyhow::Result<()> {
             client: client.clone(),
             runtime: &runtime,
         };
-        measure(&runtime, &client, &repo, &mut hub, &control_plane, args)
+        measure(
+            &runtime,
+            &client,
+            &repo,
+            &mut hub,
+            &control_plane,
+            &chart_name,
+            args,
+        )
     });
     let log = hub.log.clone();
     hub.stop();
@@ -621,7 +657,7 @@ async fn create_values_objects(client: &kube::Client, n: usize) -> anyhow::Resul
                 name: Some(values_object_name(i)),
                 ..Default::default()
             };
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 let cm = ConfigMap {
                     metadata: meta,
                     data: Some(data),
@@ -650,11 +686,11 @@ async fn create_values_objects(client: &kube::Client, n: usize) -> anyhow::Resul
 }
 
 /// Creates HelmReleases `0..n` at once (32 requests in flight).
-async fn create_releases(client: &kube::Client, n: usize) -> anyhow::Result<()> {
+async fn create_releases(client: &kube::Client, n: usize, chart: &str) -> anyhow::Result<()> {
     let api: Api<HelmRelease> = Api::namespaced(client.clone(), NAMESPACE);
     let mut objects = Vec::with_capacity(n);
     for i in 0..n {
-        objects.push(helm_release(i)?);
+        objects.push(helm_release(i, chart)?);
     }
     let results: Vec<_> = futures::stream::iter(objects.into_iter().map(|hr| {
         let api = api.clone();
@@ -774,6 +810,7 @@ fn measure(
     repo: &HelmRepoServer,
     hub: &mut HubProcess,
     control_plane: &ControlPlane<'_>,
+    chart: &str,
     args: &BenchHub,
 ) -> anyhow::Result<String> {
     let n = args.releases;
@@ -789,7 +826,7 @@ fn measure(
     let plane_before = control_plane.sample()?;
     let cpu_before = cpu_time(pid)?;
     let started = Instant::now();
-    runtime.block_on(create_releases(client, n))?;
+    runtime.block_on(create_releases(client, n, chart))?;
     let created = started.elapsed();
     let wanted: Vec<(usize, i64)> = (0..n).map(|i| (i, 1)).collect();
     let all_ready = await_ready(hub, &seen, &wanted, "installs")?;
@@ -894,8 +931,8 @@ fn measure(
     let allowed = (run_time.as_secs_f64() / interval).floor() as usize + 1;
 
     let mut out = format!(
-        "bench-hub: {n} HelmReleases of podinfo-like (3 Deployments, 3 Services, 3 ConfigMaps each; \
-         chart 6.5.* of one HelmRepository holding 6.5.3 and 6.5.4), push mode on one cluster, \
+        "bench-hub: {n} HelmReleases of {what} (chart {chart} 6.5.* of one HelmRepository holding \
+         6.5.3 and 6.5.4), push mode on one cluster, \
          hub concurrency {c}, agent concurrency {a}
   installs: all {n} created in {created:.1} s; all Ready {install:.1} s after the first create \
          = {rate:.1} installs/s (goal: 500 in ≤ 40 s)
@@ -912,6 +949,10 @@ fn measure(
     hub CPU over these changes and their upgrades: {cpu_changes:.1} s",
         c = args.concurrency,
         a = args.agent_concurrency,
+        what = args.chart.as_ref().map_or_else(
+            || "podinfo-like: 3 Deployments, 3 Services, 3 ConfigMaps each".to_owned(),
+            |c| c.display().to_string()
+        ),
         created = created.as_secs_f64(),
         install = install_time.as_secs_f64(),
         rate = n as f64 / install_time.as_secs_f64(),
