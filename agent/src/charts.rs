@@ -585,6 +585,11 @@ impl<F: ArchiveFetcher> CachedCharts<F> {
         self
     }
 
+    /// The size in bytes of the archive of `digest`, when it is on disk.
+    pub fn cached_size(&self, digest: &ChartDigest) -> Option<u64> {
+        lock(&self.disk.index).entries.get(digest).map(|e| e.size)
+    }
+
     /// The digests of the archives on disk, least recently used first.
     pub fn cached_digests(&self) -> Vec<ChartDigest> {
         lock(&self.disk.index).digests()

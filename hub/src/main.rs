@@ -25,6 +25,9 @@ struct Args {
     /// HelmRelease reconciles at the same time.
     #[arg(long, default_value_t = 4)]
     concurrency: u16,
+    /// Releases each in-process (push) agent reconciles at the same time.
+    #[arg(long, default_value_t = 8)]
+    agent_concurrency: u16,
     /// The interval of a HelmRepository that sets none (Go duration).
     #[arg(long, default_value = "10m")]
     default_interval: GoDuration,
@@ -98,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut config = HubConfig::new(args.kubeconfig.clone(), args.artifact_dir.clone());
     config.concurrency = args.concurrency.max(1);
+    config.agent.concurrency = usize::from(args.agent_concurrency.max(1));
     config.default_interval = args.default_interval.get();
     config.requeue_dependency = args.requeue_dependency.get();
     config.jitter = f64::from(args.interval_jitter_percentage) / 100.0;

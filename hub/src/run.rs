@@ -192,6 +192,7 @@ impl Hub {
                 indexes,
                 charts: charts.clone(),
                 jitter: config.jitter,
+                metrics: config.metrics.clone(),
             }),
             config.concurrency,
             stop.clone().cancelled_owned(),

@@ -5,7 +5,15 @@
 //! - `flotilla_hub_reconcile_duration_seconds{controller,result}`: one reconcile of a
 //!   HelmRelease (`helmrelease`), by result: `success` (plan sent), `not_ready` (a hub
 //!   condition: source, values, dependency, target), `error` (an API or link failure);
-//! - `flotilla_hub_reconciles_total{controller,result}`: the same, counted.
+//! - `flotilla_hub_reconciles_total{controller,result}`: the same, counted;
+//! - `flotilla_hub_plan_build_seconds{step}`: the hub's own work for one plan, by step:
+//!   `source` (the HelmRelease's HelmChart applied and its artifact read, or its chartRef
+//!   read), `chart` (the chart's metadata from the store), `values` (valuesFrom read and
+//!   composed), `plan` (the plan built and digested), and `total` (all of these, plus
+//!   `dependsOn` and the target: from the start of the plan to the plan revision, before it
+//!   is recorded and sent); and `index_resolve` (a HelmChart's version constraint resolved
+//!   against its repository's index, by the HelmChart controller). Finer buckets than the
+//!   reconcile series: most steps take well under a millisecond or one API round trip.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -39,9 +47,34 @@ struct Labels {
     result: &'static str,
 }
 
+/// Buckets of the plan-build steps: 25 µs to 2.5 s.
+const STEP_BUCKETS: [f64; 15] = [
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 2.5,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: &'static str,
+}
+
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
+
+fn step_histogram() -> Histogram {
+    Histogram::new(STEP_BUCKETS)
+}
+
+/// The steps of `flotilla_hub_plan_build_seconds`.
+pub const PLAN_STEPS: [&str; 6] = [
+    "source",
+    "chart",
+    "values",
+    "plan",
+    "total",
+    "index_resolve",
+];
 
 /// The hub's metrics. Cheap to clone; clones share the registry.
 #[derive(Clone)]
@@ -49,6 +82,7 @@ pub struct HubMetrics {
     registry: Arc<Registry>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     reconciles: Family<Labels, Counter>,
+    plan_build: Family<StepLabels, Histogram, fn() -> Histogram>,
 }
 
 impl fmt::Debug for HubMetrics {
@@ -80,6 +114,16 @@ impl HubMetrics {
             "Reconciles, by controller and result",
             reconciles.clone(),
         );
+        let plan_build = Family::new_with_constructor(step_histogram as fn() -> Histogram);
+        registry.register_with_unit(
+            "flotilla_hub_plan_build",
+            "The hub's work for one plan, by step",
+            Unit::Seconds,
+            plan_build.clone(),
+        );
+        for step in PLAN_STEPS {
+            let _ = plan_build.get_or_create(&StepLabels { step });
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -92,7 +136,15 @@ impl HubMetrics {
             registry: Arc::new(registry),
             duration,
             reconciles,
+            plan_build,
         }
+    }
+
+    /// Records one plan-build `step` (one of [`PLAN_STEPS`]) that took `elapsed`.
+    pub fn observe_step(&self, step: &'static str, elapsed: Duration) {
+        self.plan_build
+            .get_or_create(&StepLabels { step })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Records one reconcile of `controller` that ended with `result` after `seconds`.
@@ -178,5 +230,38 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_build_steps_are_exported_by_step_with_sub_millisecond_buckets() {
+        let metrics = HubMetrics::new();
+        metrics.observe_step("values", Duration::from_micros(80));
+        let text = metrics.encode().expect("encoded");
+        for step in PLAN_STEPS {
+            assert!(
+                text.contains(&format!(
+                    "flotilla_hub_plan_build_seconds_count{{step=\"{step}\"}}"
+                )),
+                "{step} missing from {text}"
+            );
+        }
+        assert!(
+            text.contains(
+                "flotilla_hub_plan_build_seconds_bucket{le=\"0.0001\",step=\"values\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("flotilla_hub_plan_build_seconds_bucket{le=\"5e-5\",step=\"values\"} 0")
+                || text.contains(
+                    "flotilla_hub_plan_build_seconds_bucket{le=\"0.00005\",step=\"values\"} 0"
+                ),
+            "{text}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The HelmRepository and HelmChart controllers against a real Helm repository (nginx,
 //! charts packaged and indexed by the real helm) on a real cluster: one index fetch per
-//! interval however many HelmCharts use it (counted at nginx's access log), versions
-//! resolved as Helm does, a new version picked up on the next interval, and an outage that
+//! interval however many HelmCharts use it (counted at nginx's access log), an archive the
+//! chart store holds not downloaded again for another HelmChart, versions resolved as Helm
+//! does, a new version picked up on the next interval, and an outage that
 //! keeps the last index and says so.
 
 mod common;
@@ -98,6 +99,27 @@ async fn one_index_fetch_per_interval_serves_every_chart_a_new_version_is_picked
     assert_eq!(
         status.artifact.expect("an artifact").revision,
         ChartDigest::of_bytes(&index).as_str()
+    );
+
+    // Another HelmChart of a version the store holds: its artifact without a download.
+    let downloads = || -> anyhow::Result<usize> {
+        Ok(env
+            .repo
+            .requests()?
+            .iter()
+            .filter(|r| {
+                r.method == "GET" && r.target.ends_with("/hello-0.1.0.tgz") && r.status == 200
+            })
+            .count())
+    };
+    let before = downloads()?;
+    assert!(before >= 1, "the first charts downloaded the archive");
+    env.kubectl_apply(&chart("again", "0.1.0"))?;
+    assert_eq!(chart_at(&charts, "again", "0.1.0").await?, digest.as_str());
+    assert_eq!(
+        downloads()?,
+        before,
+        "the store's archive was downloaded again"
     );
 
     // valuesFiles are not merged yet: refused with a condition rather than ignored.

@@ -407,7 +407,7 @@ fn map_bytes(range: &str) -> Option<u64> {
 }
 
 /// The idle breakdown's report lines.
-fn smaps_breakdown(smaps: &str, exe: &str) -> String {
+pub(crate) fn smaps_breakdown(smaps: &str, exe: &str) -> String {
     let totals = smaps_totals(smaps, exe);
     let mut out = String::from("  idle RSS by mapping (/proc/PID/smaps; Rss = Private + Shared):");
     for (name, t) in KINDS.iter().zip(totals) {

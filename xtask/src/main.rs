@@ -18,12 +18,15 @@
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
 //! - `cargo xtask bench-flux`: the real Flux helm-controller and source-controller on the
 //!   same releases (`bench_flux.rs`; the controllers are built by `tools/build-flux`).
+//! - `cargo xtask bench-hub`: the hub in push mode, 500 HelmReleases at once, change
+//!   latency, index fetches, the hub's RSS and CPU (see `bench_hub.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
 mod bench_common;
 mod bench_flux;
+mod bench_hub;
 mod bench_render;
 mod crds;
 mod deploy;
@@ -89,6 +92,8 @@ enum Task {
     BenchAgent(bench_agent::BenchAgent),
     /// Benchmark the real Flux helm-controller and source-controller on the same releases.
     BenchFlux(bench_flux::BenchFlux),
+    /// Benchmark the hub in push mode: N HelmReleases at once, change latency, sources.
+    BenchHub(bench_hub::BenchHub),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
     /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
@@ -124,6 +129,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
         Task::BenchFlux(args) => bench_flux::run(&root, &args),
+        Task::BenchHub(args) => bench_hub::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
         Task::Image(args) => image::run(&root, &args),
     }

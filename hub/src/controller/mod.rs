@@ -564,6 +564,7 @@ async fn plan_and_send(
     ctx: &Context,
     helm_chart: &mut String,
 ) -> Result<Option<HubCondition>, Result<Stop, ReconcileError>> {
+    let started = std::time::Instant::now();
     let core = hr
         .to_core()
         .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
@@ -583,10 +584,16 @@ async fn plan_and_send(
 
     dependencies(hr, key, ctx).await.map_err(Ok)?;
 
+    let step = std::time::Instant::now();
     let artifact = source(hr, key, ctx, helm_chart).await?;
+    ctx.metrics.observe_step("source", step.elapsed());
+    let step = std::time::Instant::now();
     let chart = load_chart(&artifact, ctx, hr).await?;
+    ctx.metrics.observe_step("chart", step.elapsed());
 
+    let step = std::time::Instant::now();
     let values = compose_values(hr, key, ctx).await?;
+    ctx.metrics.observe_step("values", step.elapsed());
 
     let target = target_of(hr).map_err(Ok)?;
     let link = match ctx.links.resolve(&target).await {
@@ -604,9 +611,13 @@ async fn plan_and_send(
         }
     };
 
+    let step = std::time::Instant::now();
     let mut plan = ReleasePlan::from_helm_release(&core, PlanRevision::new(0), chart, values)
         .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
-    let revision = plan_revision(hr, key, ctx, &plan).await.map_err(Err)?;
+    let digest = plan_digest(&plan);
+    ctx.metrics.observe_step("plan", step.elapsed());
+    ctx.metrics.observe_step("total", started.elapsed());
+    let revision = plan_revision(hr, key, ctx, digest).await.map_err(Err)?;
     plan.revision = revision;
 
     // A change of cluster: the old target's agent uninstalls.
@@ -1113,15 +1124,14 @@ async fn compose_values(
     Ok(Value::Object(composed.values))
 }
 
-/// The revision of `plan`: the recorded one when the plan is unchanged, else the next one,
-/// recorded on the object first.
+/// The revision of the plan of `digest` ([`plan_digest`]): the recorded one when the plan
+/// is unchanged, else the next one, recorded on the object first.
 async fn plan_revision(
     hr: &HelmRelease,
     key: &ObjectKey,
     ctx: &Context,
-    plan: &ReleasePlan,
+    digest: String,
 ) -> Result<PlanRevision, ReconcileError> {
-    let digest = plan_digest(plan);
     let annotations = hr.annotations();
     let recorded_rev = annotations
         .get(PLAN_REVISION_ANNOTATION)

@@ -2,7 +2,8 @@
 //! at `spec.version` (default `*`) from the index the HelmRepository controller holds
 //! ([`Indexes`]), downloads the archive (checked against the index's digest), puts it in the
 //! hub's content-addressed chart store (which the in-process agents read and remote agents
-//! fetch from by digest), and writes `status.artifact` (revision = the chart version,
+//! fetch from by digest; an archive the store holds already, by the index's digest, is not
+//! downloaded again for another HelmChart), and writes `status.artifact` (revision = the chart version,
 //! digest = `sha256:` of the archive).
 //!
 //! A HelmChart is reconciled when it changes, when its HelmRepository's status changes (a
@@ -49,6 +50,8 @@ pub struct ChartContext {
     pub charts: Arc<CachedCharts<NoFetcher>>,
     /// Interval jitter fraction.
     pub jitter: f64,
+    /// Where index resolutions are timed.
+    pub metrics: crate::telemetry::HubMetrics,
 }
 
 /// Why a HelmChart reconcile failed.
@@ -253,6 +256,7 @@ async fn pull(
         });
     };
     let version = chart.spec.version.as_deref().unwrap_or("*");
+    let resolving = std::time::Instant::now();
     let cv = held
         .index
         .resolve(&chart.spec.chart, version)
@@ -261,11 +265,13 @@ async fn pull(
             message: e.condition_message(),
             fetch: false,
         })?;
+    ctx.metrics
+        .observe_step("index_resolve", resolving.elapsed());
     let expected = cv.digest();
     if let (Some(current), Some(expected)) = (&status.artifact, &expected)
         && current.digest == expected.as_str()
         && current.revision == cv.version()
-        && ctx.charts.cached_digests().contains(expected)
+        && ctx.charts.cached_size(expected).is_some()
     {
         return Ok(None);
     }
@@ -279,6 +285,34 @@ async fn pull(
             ),
             fetch: true,
         })?;
+    let artifact = |digest: &ChartDigest, size: u64| Artifact {
+        path: format!(
+            "helmchart/{ns}/{}/{}-{}.tgz",
+            chart.name_any(),
+            cv.name(),
+            cv.version()
+        ),
+        url: url.clone(),
+        revision: cv.version().to_owned(),
+        digest: digest.as_str().to_owned(),
+        last_update_time: util::now(),
+        size: i64::try_from(size).ok(),
+        metadata: Default::default(),
+    };
+    // The archive the index names is in the store already (the HelmChart of another
+    // HelmRelease of this chart version pulled it): no download. The store is content
+    // addressed and verifies what it serves.
+    if let Some(expected) = &expected
+        && let Some(size) = ctx.charts.cached_size(expected)
+    {
+        tracing::debug!(
+            chart = %format!("{ns}/{}", chart.name_any()),
+            version = cv.version(),
+            digest = %expected,
+            "chart already in the store"
+        );
+        return Ok(Some((artifact(expected, size), held.revision.clone())));
+    }
     let bytes = held
         .client
         .fetch_chart(&url, expected.as_ref())
@@ -291,7 +325,7 @@ async fn pull(
             ),
             fetch: true,
         })?;
-    let size = bytes.len() as i64;
+    let size = bytes.len() as u64;
     let (bytes, loaded) = tokio::task::spawn_blocking(move || {
         let loaded = flotilla_chart::load_archive(&bytes);
         (bytes, loaded)
@@ -322,23 +356,7 @@ async fn pull(
         digest = %digest,
         "chart pulled into the store"
     );
-    Ok(Some((
-        Artifact {
-            path: format!(
-                "helmchart/{ns}/{}/{}-{}.tgz",
-                chart.name_any(),
-                cv.name(),
-                cv.version()
-            ),
-            url,
-            revision: cv.version().to_owned(),
-            digest: digest.as_str().to_owned(),
-            last_update_time: util::now(),
-            size: Some(size),
-            metadata: Default::default(),
-        },
-        held.revision.clone(),
-    )))
+    Ok(Some((artifact(&digest, size), held.revision.clone())))
 }
 
 async fn write_status(
