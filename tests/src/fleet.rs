@@ -648,7 +648,8 @@ impl Drop for Fleet {
             }
         }
         self.stop_hub();
-        if !self.keep_dir {
+        // FLOTILLA_KEEP_LOGS keeps the logs of a failed test to read.
+        if !self.keep_dir && std::env::var_os("FLOTILLA_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

@@ -53,7 +53,9 @@
 //! '<url>'`) when the artifact changes, and a Warning with the reason and message of each
 //! failure (the recorder folds repeats into a series).
 //!
-//! Not done: Flux's event annotations (revision, digest), the `reconcile.fluxcd.io/requestedAt` annotation, jitter of the
+//! A new `reconcile.fluxcd.io/requestedAt` token fetches at once and is recorded in
+//! `status.lastHandledReconcileAt`.
+//! Not done: Flux's event annotations (revision, digest), jitter of the
 //! interval, finalizers (the store is content-addressed and bounded: an artifact outlives
 //! its object until it is evicted), and Secret watches (a changed Secret is read at the next
 //! interval).
@@ -376,8 +378,17 @@ struct Context {
 /// `(namespace, name)`.
 type ObjectKey = (String, String);
 
-/// The generation reconciled and when the object is next due (`None`: on a spec change).
-type Due = (i64, Option<Instant>);
+/// The generation and `requestedAt` token reconciled, and when the object is next due
+/// (`None`: on a spec change or a new token).
+type Due = (i64, Option<String>, Option<Instant>);
+
+/// The object's `reconcile.fluxcd.io/requestedAt` token (`flux reconcile source oci`).
+fn requested_at(object: &OCIRepository) -> Option<String> {
+    object
+        .annotations()
+        .get("reconcile.fluxcd.io/requestedAt")
+        .cloned()
+}
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -394,9 +405,11 @@ async fn reconcile(
 ) -> Result<Action, SourceError> {
     let key = (object.namespace().unwrap_or_default(), object.name_any());
     let generation = object.metadata.generation.unwrap_or(0);
-    let due = lock(&context.due).get(&key).copied();
-    if let Some((seen, at)) = due
+    let token = requested_at(&object);
+    let due = lock(&context.due).get(&key).cloned();
+    if let Some((seen, seen_token, at)) = due
         && seen == generation
+        && seen_token == token
     {
         match at {
             None => return Ok(Action::await_change()),
@@ -423,7 +436,7 @@ async fn reconcile(
         Ok(_) => Some(Instant::now() + object.spec.interval.get()),
         Err(error) => Some(Instant::now() + retry_after(&object, error, &context.options)),
     };
-    lock(&context.due).insert(key.clone(), (generation, next));
+    lock(&context.due).insert(key.clone(), (generation, token, next));
     let before = object.status.as_ref().and_then(|s| s.artifact.as_ref());
     let event = match &result {
         Ok(Reconciled {
@@ -523,6 +536,9 @@ pub async fn reconcile_once(
     let api: Api<OCIRepository> = Api::namespaced(client.clone(), &namespace);
     let generation = object.metadata.generation.unwrap_or(0);
     let mut status = object.status.clone().unwrap_or_default();
+    if let Some(token) = requested_at(object) {
+        status.last_handled_reconcile_at = Some(token);
+    }
 
     if status.observed_generation != generation {
         let now = now();
