@@ -18,11 +18,14 @@
 //! - `cargo xtask bench-agent`: one agent, 50 releases: install time, reconcile cost, RSS.
 //! - `cargo xtask bench-flux`: the real Flux helm-controller and source-controller on the
 //!   same releases (`bench_flux.rs`; the controllers are built by `tools/build-flux`).
+//! - `cargo xtask bench-fleet`: N releases across the two workload clusters through the hub
+//!   and the agents, Flux side by side, latency of spec changes (`bench_fleet.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
 mod bench_common;
+mod bench_fleet;
 mod bench_flux;
 mod bench_render;
 mod crds;
@@ -89,6 +92,9 @@ enum Task {
     BenchAgent(bench_agent::BenchAgent),
     /// Benchmark the real Flux helm-controller and source-controller on the same releases.
     BenchFlux(bench_flux::BenchFlux),
+    /// Benchmark the fleet: N releases across two workload clusters through the hub and the
+    /// agents, and the real Flux controllers on the same releases, side by side.
+    BenchFleet(bench_fleet::BenchFleet),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
     /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
@@ -124,6 +130,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fuzz(args) => fuzz::fuzz(&root, &args),
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
         Task::BenchFlux(args) => bench_flux::run(&root, &args),
+        Task::BenchFleet(args) => bench_fleet::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
         Task::Image(args) => image::run(&root, &args),
     }
