@@ -723,6 +723,18 @@ Flotilla (hub + 2 agents, 3 clusters):
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    let own: f64 = ours.cpu().as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    out.push_str(&format!(
+        "  of that, Flotilla's own processes {:.0}% and the clusters' control planes {:.0}%{}\n",
+        100.0 * own / total.max(0.01),
+        100.0 * (total - own) / total.max(0.01),
+        if total / wall >= 0.8 * cores && own < 0.5 * total {
+            ": the machine's CPU was saturated, mostly by the API servers and controller managers of the clusters (the installs' Deployments, ReplicaSets and Pods); the bottleneck is there, not in the hub or the agents"
+        } else {
+            ""
+        }
+    ));
     let workload_writes: f64 = ours.planes.iter().skip(1).map(|(_, p)| p.writes()).sum();
     out.push_str(&format!(
         "  the workload API servers took {:.0} writes/s together over the install phase ({:.0} writes per release)\n",
