@@ -172,7 +172,7 @@ impl FluxFigures {
 }
 
 /// The value at quantile `q` of sorted `values` (nearest rank), zero when there is none.
-fn quantile(values: &[Duration], q: f64) -> Duration {
+pub fn quantile(values: &[Duration], q: f64) -> Duration {
     if values.is_empty() {
         return Duration::ZERO;
     }
@@ -439,7 +439,7 @@ impl FluxControllers {
 }
 
 /// Whether a HelmRelease is Ready=True for its current generation.
-fn is_ready(object: &DynamicObject) -> bool {
+pub fn is_ready(object: &DynamicObject) -> bool {
     let status = object.data.get("status");
     let observed = status
         .and_then(|s| s.get("observedGeneration"))
@@ -482,10 +482,6 @@ fn ready_condition(object: &DynamicObject) -> String {
 }
 
 /// Runs Flux on `cluster` for `run` and returns its figures; the controllers are stopped.
-#[allow(
-    dead_code,
-    reason = "the entry point for the fleet benchmark, which runs Flux beside its own figures"
-)]
 ///
 /// The cluster must not hold the run's objects yet (HelmRepository `bench`, HelmReleases
 /// `bench-NNN` in `default`); the repository at `run.repo_url` must serve the chart.

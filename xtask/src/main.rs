@@ -20,11 +20,14 @@
 //!   same releases (`bench_flux.rs`; the controllers are built by `tools/build-flux`).
 //! - `cargo xtask bench-hub`: the hub in push mode, 500 HelmReleases at once, change
 //!   latency, index fetches, the hub's RSS and CPU (see `bench_hub.rs`).
+//! - `cargo xtask bench-fleet`: N releases across the two workload clusters through the hub
+//!   and the agents, Flux side by side, latency of spec changes (`bench_fleet.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
 mod bench_common;
+mod bench_fleet;
 mod bench_flux;
 mod bench_hub;
 mod bench_render;
@@ -94,6 +97,9 @@ enum Task {
     BenchFlux(bench_flux::BenchFlux),
     /// Benchmark the hub in push mode: N HelmReleases at once, change latency, sources.
     BenchHub(bench_hub::BenchHub),
+    /// Benchmark the fleet: N releases across two workload clusters through the hub and the
+    /// agents, and the real Flux controllers on the same releases, side by side.
+    BenchFleet(bench_fleet::BenchFleet),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
     /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
@@ -130,6 +136,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAgent(args) => bench_agent::run(&root, &args),
         Task::BenchFlux(args) => bench_flux::run(&root, &args),
         Task::BenchHub(args) => bench_hub::run(&root, &args),
+        Task::BenchFleet(args) => bench_fleet::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
         Task::Image(args) => image::run(&root, &args),
     }
