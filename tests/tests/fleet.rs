@@ -508,7 +508,7 @@ spec:
     assert_eq!(remediated.reason, "UninstallSucceeded", "{remediated:?}");
     let released = condition_of(&hr, condition::RELEASED).expect("Released");
     assert_eq!(released.reason, "InstallFailed", "{released:?}");
-    let list = helm_in(&b, &["list", "-A", "-a", "-q"])?;
+    let list = helm_in(&b, &["list", "-A", "-q"])?;
     assert!(
         !list.lines().any(|l| l == "stuck"),
         "the failed install is uninstalled: {list}"
