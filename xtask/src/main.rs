@@ -353,6 +353,12 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     options.parent_dir = Some(dir.clone());
     options.detached = true;
     options.verbose = true;
+    // The hub's and the agents' log filter: the user's RUST_LOG, else info.
+    if let Ok(filter) = std::env::var("RUST_LOG")
+        && !filter.trim().is_empty()
+    {
+        options.log_level = filter;
+    }
     let fleet = runtime.block_on(Fleet::start(binaries, options))?;
     let say = |what: &str| eprintln!("[{:>5.1}s] {what}", fleet_started.elapsed().as_secs_f64());
     say(&format!(
