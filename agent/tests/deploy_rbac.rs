@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -28,7 +27,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAcc
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{AuthInfo, Kubeconfig, NamedAuthInfo};
 
-use common::Hr;
+use common::{Hr, collect};
 
 /// The agent's namespace, as the chart is installed.
 const NAMESPACE: &str = "flotilla-system";
@@ -96,19 +95,6 @@ fn token_kubeconfig(admin: &Path, token: &str, path: &Path) -> anyhow::Result<()
     }
     std::fs::write(path, serde_json::to_string(&config)?)?;
     Ok(())
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
-    let out = Arc::new(Mutex::new(String::new()));
-    let sink = out.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            let mut s = sink.lock().expect("not poisoned");
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-    out
 }
 
 fn agent(

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -25,7 +24,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
-use common::Hr;
+use common::{Hr, collect};
 
 const MARKER: &str = "flotilla-process-marker-51d0";
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -61,19 +60,6 @@ async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()
         Ok(api.list(&Default::default()).await.ok().map(|_| ()))
     })
     .await
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
-    let out = Arc::new(Mutex::new(String::new()));
-    let sink = out.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            let mut s = sink.lock().expect("not poisoned");
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-    out
 }
 
 fn agent(

@@ -170,3 +170,22 @@ pub fn expect_condition<'a>(
         None => panic!("no {type_} condition in {:#?}", report.status.conditions),
     }
 }
+
+/// The lines a child process writes to `stream`, collected on a thread as they come (a
+/// process's log, read by the test while the process runs).
+pub fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<std::sync::Mutex<String>> {
+    use std::io::BufRead as _;
+    let out = Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = out.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stream)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut s = sink.lock().expect("not poisoned");
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    out
+}
