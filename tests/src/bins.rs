@@ -59,10 +59,57 @@ pub fn build(progress: Progress) -> anyhow::Result<Binaries> {
         .map_err(anyhow::Error::msg)
 }
 
+/// The hub and the agent linked statically (glibc's `crt-static`) for this machine's target,
+/// so that the very binaries `cargo xtask up` runs can go into the container images (an empty
+/// base: no C library to load). They are built in cargo's `target/<triple>/debug`, apart from
+/// the usual dynamic build, whose cache this leaves alone. The CLI, which no image carries,
+/// is the usual dynamic build (it links with `-no-pie`, see `cli/build.rs`, which a static
+/// glibc start-up does not support).
+pub fn build_static(progress: Progress) -> anyhow::Result<Binaries> {
+    let triple = host_triple()?;
+    let servers = build_command(
+        &["--target", &triple],
+        &[("RUSTFLAGS", "-C target-feature=+crt-static")],
+        &PROGRAMS[..2],
+        progress,
+    )?;
+    let cli = build_command(&[], &[], &PROGRAMS[2..], progress)?;
+    Ok(Binaries {
+        cli: cli.cli,
+        ..servers
+    })
+}
+
+/// The host's target triple, as rustc names it (`rustc -vV`, line `host:`).
+fn host_triple() -> anyhow::Result<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .context("running rustc -vV")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .map(|triple| triple.trim().to_owned())
+        .context("rustc -vV printed no `host:` line")
+}
+
 /// The programs built with cargo's extra `args` (for example `["--release"]`).
 pub fn build_with_cargo(args: &[&str], progress: Progress) -> anyhow::Result<Binaries> {
+    build_command(args, &[], PROGRAMS, progress)
+}
+
+/// Builds `programs` (a subset of [`PROGRAMS`]); the paths of the programs not built are left
+/// empty.
+fn build_command(
+    args: &[&str],
+    env: &[(&str, &str)],
+    programs: &[(&str, &str)],
+    progress: Progress,
+) -> anyhow::Result<Binaries> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
+    command.envs(env.iter().copied());
     command
         .current_dir(workspace_root())
         .args([
@@ -72,7 +119,7 @@ pub fn build_with_cargo(args: &[&str], progress: Progress) -> anyhow::Result<Bin
             "--message-format=json-render-diagnostics",
         ])
         .args(args);
-    for (package, _) in PROGRAMS {
+    for (package, _) in programs {
         command.args(["-p", package]);
     }
     command.stdout(Stdio::piped()).stderr(match progress {
@@ -107,9 +154,16 @@ pub fn build_with_cargo(args: &[&str], progress: Progress) -> anyhow::Result<Bin
     let status = child.wait()?;
     let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     if !status.success() {
-        bail!("cargo build of the hub, the agent and the CLI failed ({status})\n{errors}");
+        let names: Vec<&str> = programs.iter().map(|(_, name)| *name).collect();
+        bail!(
+            "cargo build of {} failed ({status})\n{errors}",
+            names.join(", ")
+        );
     }
     let find = |binary: &str| {
+        if !programs.iter().any(|(_, name)| *name == binary) {
+            return Ok(PathBuf::new());
+        }
         executables
             .iter()
             .find(|(name, _)| name == binary)

@@ -344,8 +344,10 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     if let Some(count) = args.clusters {
         return up_clusters(root, &dir, count);
     }
-    eprintln!("xtask up: building flotilla-hub, flotilla-agent and flotilla (cargo build)");
-    let binaries = bins::build(bins::Progress::Show)?;
+    eprintln!(
+        "xtask up: building flotilla-hub, flotilla-agent and flotilla, statically linked (cargo build; the images carry these same binaries)"
+    );
+    let binaries = bins::build_static(bins::Progress::Show)?;
     let tools = flotilla_tests::tools::reference_tools_dir()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let fleet_started = Instant::now();
@@ -393,6 +395,8 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
         );
         return Err(e);
     }
+    say("building the hub's and the agent's images and pushing them to the local registry");
+    let images = push_images(&fleet)?;
     let hub_kubeconfig = fleet.kubeconfig().to_owned();
     let cli = fleet.binaries().cli.clone();
     let workloads: Vec<(String, PathBuf)> = fleet
@@ -474,6 +478,12 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     println!(
         "  flotilla suspend hr hello-a -n fleet-demo; flotilla resume hr hello-a -n fleet-demo"
     );
+    println!("  # the images of the binaries running here, in the local registry:");
+    for (chart, repository, digest) in &images {
+        println!(
+            "  #   {repository}:{IMAGE_TAG}@{digest}\n  helm template {chart} deploy/charts/{chart} --set image.repository={repository} --set image.tag={IMAGE_TAG}"
+        );
+    }
     println!(
         "Logs: {} (hub), {}/agent-*.log (agents)",
         hub_log.display(),
@@ -481,6 +491,38 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     );
     println!("Stop everything with: cargo xtask down");
     Ok(())
+}
+
+/// The tag `up` gives the images it pushes.
+const IMAGE_TAG: &str = "dev";
+
+/// Builds the hub's and the agent's images around the binaries the fleet runs and pushes them
+/// to the fleet's registry, where the charts in `deploy/charts` take them with
+/// `image.repository`/`image.tag`. Returns (chart, repository, digest) for each.
+fn push_images(fleet: &Fleet) -> anyhow::Result<Vec<(&'static str, String, String)>> {
+    use flotilla_tests::image;
+    let host = fleet.registry.host();
+    let mut pushed = Vec::new();
+    for (component, binary) in [
+        (image::Component::Hub, &fleet.binaries().hub),
+        (image::Component::Agent, &fleet.binaries().agent),
+    ] {
+        let chart = component.binary_name();
+        let repository = format!("{host}/flotilla/{chart}");
+        let options = image::ImageOptions {
+            component,
+            binary: binary.clone(),
+            reference: format!("{repository}:{IMAGE_TAG}"),
+            insecure: true,
+            ca_bundle: None,
+            allow_dynamic: false,
+        };
+        let digest = image::build_and_push(&options)
+            .with_context(|| format!("building and pushing the {chart} image"))?;
+        image::verify(&options).with_context(|| format!("checking the pushed {chart} image"))?;
+        pushed.push((chart, repository, digest));
+    }
+    Ok(pushed)
 }
 
 /// `cargo xtask up --clusters N`: bare clusters, no Flotilla.
