@@ -15,7 +15,11 @@
 //! values            -> valuesFrom objects read, composed (ValuesError names the field;
 //!                      nothing is sent, the deployed release stays as it is)
 //! target            -> clusterRef: the remote link ("no agent connected for cluster X"
-//!                      until one is); kubeConfig / none: a push agent
+//!                      until one is); clusterRef kind Cluster: Ready=False
+//!                      ClusterNotFound / ClusterNotInitialized until the Cluster API
+//!                      Cluster's control plane is initialized, then its
+//!                      `<name>-kubeconfig` Secret as a kubeConfig target;
+//!                      kubeConfig / none: a push agent
 //! plan              -> ReleasePlan with a plan revision that grows when the plan changes
 //!                      (persisted on the object, see below), Command::Upsert
 //! requeue           -> spec.interval with jitter
@@ -91,6 +95,10 @@ pub const OWNER_NAMESPACE_LABEL: &str = "helm.flotilla.dev/namespace";
 pub const AGENT_NOT_CONNECTED: &str = "AgentNotConnected";
 /// Reason of a HelmRelease the hub cannot plan (an invalid spec).
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason of a `clusterRef` of kind `Cluster` naming no Cluster API Cluster.
+pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+/// Reason of a `clusterRef` of kind `Cluster` whose control plane is not initialized yet.
+pub const CLUSTER_NOT_INITIALIZED: &str = "ClusterNotInitialized";
 
 /// How the controller behaves.
 #[derive(Debug, Clone)]
@@ -580,6 +588,14 @@ async fn plan_and_send(
         };
         refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
     }
+    let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
+    if let Some(cluster) = capi_cluster {
+        refs.push(ref_key(
+            "Secret",
+            ns,
+            &crate::capi::kubeconfig_secret_name(cluster),
+        ));
+    }
     ctx.refs.set(key, refs);
 
     dependencies(hr, key, ctx).await.map_err(Ok)?;
@@ -595,6 +611,9 @@ async fn plan_and_send(
     let values = compose_values(hr, key, ctx).await?;
     ctx.metrics.observe_step("values", step.elapsed());
 
+    if let Some(cluster) = capi_cluster {
+        cluster_api_gate(ctx, ns, cluster).await.map_err(Ok)?;
+    }
     let target = target_of(hr).map_err(Ok)?;
     let link = match ctx.links.resolve(&target).await {
         Ok(link) => link,
@@ -666,8 +685,51 @@ fn kind_name(kind: ValuesReferenceKind) -> &'static str {
     }
 }
 
+/// Waits (a requeued `Ready=False`) until Cluster API Cluster `namespace/name` exists
+/// and its control plane is initialized.
+async fn cluster_api_gate(ctx: &Context, namespace: &str, name: &str) -> Result<(), Stop> {
+    use crate::capi::ClusterState;
+    let requeue = ctx.options.requeue_dependency;
+    match crate::capi::cluster_state(&ctx.client, namespace, name).await {
+        Ok(ClusterState::Initialized) => Ok(()),
+        Ok(ClusterState::NotFound) => Err(Stop::new(
+            CLUSTER_NOT_FOUND,
+            format!("Cluster API Cluster '{namespace}/{name}' (spec.clusterRef) not found"),
+        )
+        .requeue(requeue)),
+        Ok(ClusterState::NotInitialized { phase }) => {
+            let phase = if phase.is_empty() {
+                String::new()
+            } else {
+                format!(" (phase {phase})")
+            };
+            Err(Stop::new(
+                CLUSTER_NOT_INITIALIZED,
+                format!(
+                    "waiting for the control plane of Cluster API Cluster '{namespace}/{name}' to be initialized{phase}"
+                ),
+            )
+            .requeue(requeue))
+        }
+        Err(e) => Err(Stop::new(
+            reason::REST_CLIENT_ERROR,
+            format!(
+                "reading Cluster API Cluster '{namespace}/{name}' (spec.clusterRef): {}",
+                error_chain(&e)
+            ),
+        )
+        .requeue(requeue)),
+    }
+}
+
 /// The target of a HelmRelease.
 fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
+    if let Some(cluster) = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api()) {
+        return Ok(TargetId::KubeConfig {
+            namespace: hr.namespace().unwrap_or_default(),
+            name: crate::capi::kubeconfig_secret_name(cluster),
+        });
+    }
     if let Some(c) = &hr.spec.cluster_ref {
         let id = ClusterId::new(c.name.clone())
             .map_err(|e| Stop::new(INVALID_SPEC, format!("spec.clusterRef.name: {e}")).stalled())?;
@@ -1412,7 +1474,7 @@ mod tests {
     }
 
     #[test]
-    fn the_target_is_the_cluster_ref_else_the_kube_config_secret_else_the_hubs_cluster() {
+    fn the_target_is_the_cluster_ref_or_a_cluster_api_kubeconfig_else_the_kube_config_secret_else_the_hubs_cluster() {
         assert_eq!(
             target_of(&hr(serde_json::json!({}))).ok(),
             Some(TargetId::Local)
@@ -1431,6 +1493,15 @@ mod tests {
             Some(TargetId::Cluster(
                 ClusterId::new("edge-1".to_owned()).unwrap()
             ))
+        );
+        let capi = hr(serde_json::json!({"spec": {"clusterRef": {"kind": "Cluster", "name": "edge"}}}));
+        assert_eq!(
+            target_of(&capi).ok(),
+            Some(TargetId::KubeConfig {
+                namespace: "default".into(),
+                name: "edge-kubeconfig".into()
+            }),
+            "a Cluster API Cluster is reached through its kubeconfig Secret"
         );
         let cm = hr(serde_json::json!({"spec": {"kubeConfig": {"configMapRef": {"name": "wi"}}}}));
         let stop = target_of(&cm).expect_err("a configMapRef is refused");
