@@ -95,7 +95,10 @@ pub async fn cluster_state(
             return Ok(ClusterState::Initialized);
         }
         return Ok(ClusterState::NotInitialized {
-            phase: doc["status"]["phase"].as_str().unwrap_or_default().to_owned(),
+            phase: doc["status"]["phase"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         });
     }
     Ok(ClusterState::NotFound)
