@@ -342,7 +342,7 @@ spec:
         "auth:\n  password: s3cr3t\nreplicaCount: 2\nui:\n  color: blue\n  message: inline\n"
     );
 
-    // Both: the status (none yet), `---`, the values.
+    // Both: the status (nothing observed yet), `---`, the values.
     let (code, out, err) = flotilla(
         &kubeconfig,
         &[
@@ -356,7 +356,9 @@ spec:
         ],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("{}\n---\nauth:\n"), "{out}");
+    let (status, values) = out.split_once("---\n").expect("a status, then the values");
+    assert_eq!(status, "observedGeneration: -1\n", "{out}");
+    assert!(values.starts_with("auth:\n  password: s3cr3t\n"), "{out}");
 
     // Neither flag, a missing object, a missing valuesFrom key: exit 1 with a message.
     let (code, _, err) = flotilla(&kubeconfig, &["debug", "hr", "podinfo"]);
