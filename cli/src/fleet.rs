@@ -1,10 +1,13 @@
-//! The fleet subcommands: `get`, `reconcile`, `suspend`, `resume`, `token create` and
-//! `cluster accept`, talking to the hub's management cluster as the flux CLI talks to Flux.
+//! The fleet subcommands: `get`, `reconcile`, `suspend`, `resume`, `debug`, `token create`
+//! and `cluster accept`, talking to the hub's management cluster as the flux CLI talks to
+//! Flux.
 //!
 //! Output follows the flux CLI: tables with upper-case headers, `►` for what is being done,
 //! `◎` while waiting, `✔` when it worked and `✗` with exit code 1 when it did not. Every
 //! error names the object and the namespace; nothing from a Secret is ever printed except
-//! the join command of a new token, which is what `token create` is for.
+//! the join command of a new token, which is what `token create` is for, and the composed
+//! values of `debug hr --show-values`, which is what that flag asks for (as `flux debug hr
+//! --show-values`, it warns so in its help).
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -112,6 +115,34 @@ pub enum ReleaseKind {
     HelmRelease(Named),
 }
 
+/// `flotilla debug ...`
+#[derive(Debug, Subcommand)]
+pub enum DebugKind {
+    /// Troubleshoot a HelmRelease: its status, or the values the hub composes for it.
+    ///
+    /// WARNING: --show-values prints sensitive information if Kubernetes Secrets are
+    /// referenced in the HelmRelease's .spec.valuesFrom field.
+    #[command(name = "helmrelease", visible_alias = "hr")]
+    HelmRelease(DebugArgs),
+}
+
+/// `flotilla debug hr NAME`.
+#[derive(Debug, Clone, Args)]
+pub struct DebugArgs {
+    /// The HelmRelease's name.
+    pub name: String,
+    /// Its namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Print the status of the HelmRelease.
+    #[arg(long)]
+    pub show_status: bool,
+    /// Print the final values of the Helm release, composed from the ConfigMaps and Secrets
+    /// of `valuesFrom` and the inline values as the hub composes them.
+    #[arg(long)]
+    pub show_values: bool,
+}
+
 /// `flotilla token ...`
 #[derive(Debug, Subcommand)]
 pub enum Token {
@@ -171,6 +202,8 @@ pub enum FleetCommand {
     Suspend(Named),
     /// `resume hr`.
     Resume(Named),
+    /// `debug hr`.
+    Debug(DebugArgs),
     /// `token create`.
     TokenCreate(TokenCreate),
     /// `cluster accept|unaccept`.
@@ -263,6 +296,7 @@ async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> 
             .map_err(|e| object_error("HelmRelease", &named.namespace, &named.name, e))?;
             wait_handled(client, &named, &token, out).await
         }
+        FleetCommand::Debug(args) => debug_helm_release(client, &args, out).await,
         FleetCommand::TokenCreate(args) => token_create(client, &args, out).await,
         FleetCommand::Cluster(ClusterCmd::Accept { name }) => {
             accept(client, &name, true, out).await
@@ -402,11 +436,15 @@ async fn get_helm_releases(
         let status = status_json(hr);
         let (ready, message) = ready_and_message(&status);
         let spec = serde_json::to_value(&hr.spec).unwrap_or_default();
-        let cluster = spec
+        let name = spec
             .pointer("/clusterRef/name")
             .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+            .unwrap_or("");
+        // A Cluster API Cluster shows with its kind, a ManagedCluster by its name alone.
+        let cluster = match spec.pointer("/clusterRef/kind").and_then(Value::as_str) {
+            Some("Cluster") => format!("Cluster/{name}"),
+            _ => name.to_owned(),
+        };
         let suspended = spec
             .get("suspend")
             .and_then(Value::as_bool)
@@ -591,6 +629,86 @@ async fn reconcile(
         .map_err(|e| object_error("HelmRelease", &named.namespace, &named.name, e))?;
     writeln!(out, "✔ HelmRelease annotated")?;
     wait_handled(client, named, &token, out).await
+}
+
+/// `debug hr`: the status (YAML), then `---`, then the composed values (YAML), as `flux
+/// debug hr` prints them. The values are composed here, with the caller's credentials, by
+/// the hub's own composition ([`flotilla_hub::values::compose`]).
+async fn debug_helm_release(
+    client: Client,
+    args: &DebugArgs,
+    out: &mut dyn Write,
+) -> Result<(), Failed> {
+    if !args.show_status && !args.show_values {
+        return Err(Failed(
+            "either --show-status or --show-values must be set".into(),
+        ));
+    }
+    let hr = releases(&client, &args.namespace)
+        .get(&args.name)
+        .await
+        .map_err(|e| object_error("HelmRelease", &args.namespace, &args.name, e))?;
+    if args.show_status {
+        write!(out, "{}", to_yaml(&status_json(&hr))?)?;
+        if args.show_values {
+            writeln!(out, "---")?;
+        }
+    }
+    if args.show_values {
+        let values = composed_values(&client, &hr, &args.namespace).await?;
+        write!(out, "{}", to_yaml(&values)?)?;
+    }
+    Ok(())
+}
+
+/// The values of `hr` composed from its `valuesFrom` objects (read from `namespace`) and
+/// its inline values.
+async fn composed_values(
+    client: &Client,
+    hr: &HelmRelease,
+    namespace: &str,
+) -> Result<Value, Failed> {
+    use flotilla_core::spec::ValuesReferenceKind;
+    use flotilla_hub::values::{self, Source};
+    let mut found = Vec::new();
+    for (kind, name) in values::referenced_objects(&hr.spec.values_from) {
+        let (what, data) = match kind {
+            ValuesReferenceKind::ConfigMap => (
+                "ConfigMap",
+                flotilla_hub::util::config_map_data(client, namespace, name).await,
+            ),
+            ValuesReferenceKind::Secret => (
+                "Secret",
+                flotilla_hub::util::secret_data(client, namespace, name).await,
+            ),
+        };
+        let data = data.map_err(|e| Failed(format!("{what} {namespace}/{name}: {e}")))?;
+        found.push(((kind, name.to_owned()), data));
+    }
+    let key = flotilla_hub::status::key_of(hr).ok_or_else(|| {
+        Failed(format!(
+            "HelmRelease {namespace}/{}: not a valid object name",
+            hr.name_any()
+        ))
+    })?;
+    let composed = values::compose(
+        &key,
+        &hr.spec.values_from,
+        |kind, name| match found.iter().find(|((k, n), _)| *k == kind && n == name) {
+            Some((_, Some(data))) => Source::Found(data),
+            _ => Source::NotFound,
+        },
+        hr.spec.values.as_ref(),
+    )
+    .map_err(|e| Failed(e.to_string()))?;
+    Ok(Value::Object(composed.values))
+}
+
+/// `sigs.k8s.io/yaml.Marshal` of a JSON value, as the flux CLI prints objects.
+fn to_yaml(v: &Value) -> Result<String, Failed> {
+    let json = serde_json::to_string(v)?;
+    let yaml = flotilla_yaml::from_str(&json)?;
+    Ok(flotilla_yaml::sigs::marshal(&yaml)?)
 }
 
 /// Annotates the HelmRepository behind `spec.chart` and waits until it has handled the

@@ -40,6 +40,9 @@ pub enum Command {
     /// Resume a suspended object and wait for its reconciliation.
     #[command(subcommand)]
     Resume(fleet::ReleaseKind),
+    /// Troubleshoot an object (as `flux debug`).
+    #[command(subcommand)]
+    Debug(fleet::DebugKind),
     /// Bootstrap tokens for agents to join the hub.
     #[command(subcommand)]
     Token(fleet::Token),
@@ -196,6 +199,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Reconcile(fleet::ReconcileKind::HelmRelease(args)) => F::Reconcile(args),
         Command::Suspend(fleet::ReleaseKind::HelmRelease(named)) => F::Suspend(named),
         Command::Resume(fleet::ReleaseKind::HelmRelease(named)) => F::Resume(named),
+        Command::Debug(fleet::DebugKind::HelmRelease(args)) => F::Debug(args),
         Command::Token(fleet::Token::Create(args)) => F::TokenCreate(args),
         Command::Cluster(cmd) => F::Cluster(cmd),
     };

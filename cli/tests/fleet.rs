@@ -274,3 +274,124 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
     hub.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_hr_prints_the_status_and_the_values_composed_from_config_maps_secrets_and_inline_values_as_flux_does()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("cli-debug")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    flotilla_tests::crds::install(&client, "flotilla-cli-tests", &flotilla_api::crd::all()).await?;
+    kubectl_in(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(
+            r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: podinfo-values
+  namespace: default
+data:
+  values.yaml: |
+    replicaCount: 2
+    ui:
+      color: blue
+      message: from the ConfigMap
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: podinfo-auth
+  namespace: default
+stringData:
+  password: s3cr3t
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 10m
+  chart:
+    spec:
+      chart: podinfo
+      sourceRef:
+        kind: HelmRepository
+        name: podinfo
+  valuesFrom:
+  - kind: ConfigMap
+    name: podinfo-values
+  - kind: Secret
+    name: podinfo-auth
+    valuesKey: password
+    targetPath: auth.password
+  values:
+    ui:
+      message: inline
+"#,
+        ),
+    )?;
+
+    // The values, composed as the hub composes them (ConfigMap, then the Secret at its
+    // targetPath, then the inline values on top), printed as `flux debug hr` prints them.
+    let (code, out, err) = flotilla(&kubeconfig, &["debug", "hr", "podinfo", "--show-values"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "auth:\n  password: s3cr3t\nreplicaCount: 2\nui:\n  color: blue\n  message: inline\n"
+    );
+
+    // Both: the status (nothing observed yet), `---`, the values.
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &[
+            "debug",
+            "hr",
+            "podinfo",
+            "-n",
+            "default",
+            "--show-status",
+            "--show-values",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (status, values) = out.split_once("---\n").expect("a status, then the values");
+    assert_eq!(status, "observedGeneration: -1\n", "{out}");
+    assert!(values.starts_with("auth:\n  password: s3cr3t\n"), "{out}");
+
+    // Neither flag, a missing object, a missing valuesFrom key: exit 1 with a message.
+    let (code, _, err) = flotilla(&kubeconfig, &["debug", "hr", "podinfo"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "✗ either --show-status or --show-values must be set"
+    );
+    let (code, _, err) = flotilla(&kubeconfig, &["debug", "hr", "nope", "--show-values"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "✗ HelmRelease nope not found in namespace default"
+    );
+    kubectl_in(
+        &kubeconfig,
+        &[
+            "patch",
+            "helmrelease",
+            "podinfo",
+            "-n",
+            "default",
+            "--type=json",
+            "-p",
+            r#"[{"op": "replace", "path": "/spec/valuesFrom/1/valuesKey", "value": "token"}]"#,
+        ],
+        None,
+    )?;
+    let (code, out, err) = flotilla(&kubeconfig, &["debug", "hr", "podinfo", "--show-values"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("podinfo-auth") && err.contains("token") && !err.contains("s3cr3t"),
+        "{err}"
+    );
+    Ok(())
+}

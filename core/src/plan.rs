@@ -206,7 +206,8 @@ pub struct ReleasePlan {
     pub generation: i64,
     /// Plan revision, monotonic per release.
     pub revision: PlanRevision,
-    /// Target cluster (`spec.clusterRef`); `None` for kubeConfig or in-cluster targets.
+    /// Target cluster (`spec.clusterRef` naming a ManagedCluster); `None` for push-mode
+    /// targets (kubeConfig, Cluster API `Cluster`, the hub's own cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterId>,
     /// Release identity.
@@ -271,6 +272,7 @@ impl ReleasePlan {
         let cluster = spec
             .cluster_ref
             .as_ref()
+            .filter(|c| c.cluster_api().is_none())
             .map(|c| ClusterId::new(c.name.clone()))
             .transpose()
             .map_err(id_err("spec.clusterRef.name"))?;

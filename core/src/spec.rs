@@ -173,17 +173,37 @@ pub struct HelmReleaseSpec {
     /// CEL health checks for custom resources.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_check_exprs: Vec<CustomHealthCheck>,
-    /// Flotilla: the registered workload cluster (`ManagedCluster`) to release to.
+    /// Flotilla: the cluster to release to: a registered workload cluster
+    /// (`ManagedCluster`, served by its agent) or a Cluster API `Cluster` (served in push
+    /// mode through its `<name>-kubeconfig` Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_ref: Option<ClusterReference>,
 }
 
-/// Flotilla's reference to a `ManagedCluster` (cluster-scoped, by name).
+/// The kinds `spec.clusterRef` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum ClusterReferenceKind {
+    /// A registered workload cluster (`fleet.flotilla.dev` `ManagedCluster`,
+    /// cluster-scoped), served by its connected agent.
+    #[default]
+    ManagedCluster,
+    /// A Cluster API `Cluster` (`cluster.x-k8s.io`) in the HelmRelease's namespace, served
+    /// in push mode through its `<name>-kubeconfig` Secret once its control plane is
+    /// initialized.
+    Cluster,
+}
+
+/// Flotilla's reference to the cluster of a release: a `ManagedCluster` (cluster-scoped,
+/// by name; the default kind) or a Cluster API `Cluster` in the HelmRelease's namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterReference {
-    /// Name of the ManagedCluster.
+    /// Kind of the cluster object: `ManagedCluster` (default) or `Cluster` (Cluster API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ClusterReferenceKind>,
+    /// Name of the ManagedCluster or Cluster.
     #[cfg_attr(
         feature = "schema",
         schemars(
@@ -192,6 +212,18 @@ pub struct ClusterReference {
         )
     )]
     pub name: String,
+}
+
+impl ClusterReference {
+    /// The kind named (`ManagedCluster` when unset).
+    pub fn kind(&self) -> ClusterReferenceKind {
+        self.kind.unwrap_or_default()
+    }
+
+    /// The Cluster API `Cluster` this names, if it names one.
+    pub fn cluster_api(&self) -> Option<&str> {
+        (self.kind() == ClusterReferenceKind::Cluster).then_some(self.name.as_str())
+    }
 }
 
 /// Template of the HelmChart made for a HelmRelease.

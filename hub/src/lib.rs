@@ -19,6 +19,8 @@
 //! - [`controller`]: the HelmRelease controller, in Flux's reconcile order.
 //! - [`push`]: in-process agents for the hub's cluster and kubeconfig Secrets, and
 //!   [`push::HubLinks`], which also asks a remote registry.
+//! - [`capi`]: Cluster API `Cluster` targets (their kubeconfig Secret, once the control
+//!   plane is initialized).
 //! - [`status`]: the one writer of HelmRelease status.
 //! - [`run`]: wiring and shutdown order.
 //! - [`leader`]: Lease-based leader election of the hub replicas.
@@ -46,6 +48,7 @@
 //!   ManagedCluster admission, resync) and [`session::RemoteLinks`], the
 //!   [`link::Links`] of `TargetId::Cluster` targets.
 
+pub mod capi;
 pub mod controller;
 pub mod leader;
 pub mod link;

@@ -13,7 +13,12 @@
 //!   `dependsOn` and the target: from the start of the plan to the plan revision, before it
 //!   is recorded and sent); and `index_resolve` (a HelmChart's version constraint resolved
 //!   against its repository's index, by the HelmChart controller). Finer buckets than the
-//!   reconcile series: most steps take well under a millisecond or one API round trip.
+//!   reconcile series: most steps take well under a millisecond or one API round trip;
+//! - `flotilla_hub_queue_depth{controller}`: HelmReleases waiting for a reconcile worker
+//!   (asked for or due, not started; see `controller::queue`), sampled when scraped;
+//! - `flotilla_hub_helmreleases{ready}`: HelmReleases by the status of their `Ready`
+//!   condition (`True`, `False`, `Unknown`; `Unknown` too when there is none yet), from the
+//!   controller's cache, sampled when scraped.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -32,6 +37,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
@@ -58,6 +64,31 @@ struct StepLabels {
     step: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReadyLabels {
+    ready: &'static str,
+}
+
+/// The values of the gauges sampled at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// HelmReleases waiting for a reconcile worker.
+    pub queue_depth: usize,
+    /// HelmReleases whose `Ready` condition is `True`.
+    pub ready_true: usize,
+    /// HelmReleases whose `Ready` condition is `False`.
+    pub ready_false: usize,
+    /// HelmReleases whose `Ready` condition is `Unknown` or missing.
+    pub ready_unknown: usize,
+}
+
+type Sampler = Box<dyn Fn() -> Sample + Send + Sync>;
+
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
@@ -83,6 +114,9 @@ pub struct HubMetrics {
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     reconciles: Family<Labels, Counter>,
     plan_build: Family<StepLabels, Histogram, fn() -> Histogram>,
+    queue_depth: Family<ControllerLabels, Gauge>,
+    releases: Family<ReadyLabels, Gauge>,
+    sampler: Arc<std::sync::Mutex<Option<Sampler>>>,
 }
 
 impl fmt::Debug for HubMetrics {
@@ -124,6 +158,24 @@ impl HubMetrics {
         for step in PLAN_STEPS {
             let _ = plan_build.get_or_create(&StepLabels { step });
         }
+        let queue_depth = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "flotilla_hub_queue_depth",
+            "Objects waiting for a reconcile worker, by controller",
+            queue_depth.clone(),
+        );
+        let _ = queue_depth.get_or_create(&ControllerLabels {
+            controller: "helmrelease",
+        });
+        let releases = Family::<ReadyLabels, Gauge>::default();
+        registry.register(
+            "flotilla_hub_helmreleases",
+            "HelmReleases by the status of their Ready condition",
+            releases.clone(),
+        );
+        for ready in ["True", "False", "Unknown"] {
+            let _ = releases.get_or_create(&ReadyLabels { ready });
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -137,6 +189,37 @@ impl HubMetrics {
             duration,
             reconciles,
             plan_build,
+            queue_depth,
+            releases,
+            sampler: Arc::new(std::sync::Mutex::new(None)),
+        }
+    }
+
+    /// Sets what fills the queue-depth and releases-by-Ready gauges at each scrape (the
+    /// HelmRelease controller sets it when it starts).
+    pub fn set_sampler(&self, sampler: impl Fn() -> Sample + Send + Sync + 'static) {
+        *self.sampler.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sampler));
+    }
+
+    fn sample(&self) {
+        let sample = match &*self.sampler.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(sampler) => sampler(),
+            None => return,
+        };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.queue_depth
+            .get_or_create(&ControllerLabels {
+                controller: "helmrelease",
+            })
+            .set(gauge(sample.queue_depth));
+        for (ready, n) in [
+            ("True", sample.ready_true),
+            ("False", sample.ready_false),
+            ("Unknown", sample.ready_unknown),
+        ] {
+            self.releases
+                .get_or_create(&ReadyLabels { ready })
+                .set(gauge(n));
         }
     }
 
@@ -156,6 +239,7 @@ impl HubMetrics {
 
     /// The OpenMetrics text of every series.
     pub fn encode(&self) -> Result<String, fmt::Error> {
+        self.sample();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
         Ok(text)
@@ -236,6 +320,39 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_depth_and_releases_by_ready_are_sampled_at_each_scrape() {
+        let metrics = HubMetrics::new();
+        let text = metrics.encode().expect("encoded");
+        assert!(
+            text.contains("flotilla_hub_queue_depth{controller=\"helmrelease\"} 0"),
+            "{text}"
+        );
+        let depth = Arc::new(std::sync::atomic::AtomicUsize::new(3));
+        let d = depth.clone();
+        metrics.set_sampler(move || Sample {
+            queue_depth: d.load(Ordering::SeqCst),
+            ready_true: 5,
+            ready_false: 2,
+            ready_unknown: 1,
+        });
+        let text = metrics.encode().expect("encoded");
+        for line in [
+            "flotilla_hub_queue_depth{controller=\"helmrelease\"} 3",
+            "flotilla_hub_helmreleases{ready=\"True\"} 5",
+            "flotilla_hub_helmreleases{ready=\"False\"} 2",
+            "flotilla_hub_helmreleases{ready=\"Unknown\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        depth.store(0, Ordering::SeqCst);
+        let text = metrics.encode().expect("encoded");
+        assert!(
+            text.contains("flotilla_hub_queue_depth{controller=\"helmrelease\"} 0"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn plan_build_steps_are_exported_by_step_with_sub_millisecond_buckets() {

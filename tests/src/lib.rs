@@ -7,6 +7,7 @@
 //! and the CNCF distribution registry for OCI.
 
 pub mod bins;
+pub mod capi;
 pub mod cluster;
 pub mod conformance;
 pub mod crds;

@@ -15,7 +15,11 @@
 //! values            -> valuesFrom objects read, composed (ValuesError names the field;
 //!                      nothing is sent, the deployed release stays as it is)
 //! target            -> clusterRef: the remote link ("no agent connected for cluster X"
-//!                      until one is); kubeConfig / none: a push agent
+//!                      until one is); clusterRef kind Cluster: Ready=False
+//!                      ClusterNotFound / ClusterNotInitialized until the Cluster API
+//!                      Cluster's control plane is initialized, then its
+//!                      `<name>-kubeconfig` Secret as a kubeConfig target;
+//!                      kubeConfig / none: a push agent
 //! plan              -> ReleasePlan with a plan revision that grows when the plan changes
 //!                      (persisted on the object, see below), Command::Upsert
 //! requeue           -> spec.interval with jitter
@@ -44,6 +48,8 @@
 //! ConfigMap and Secret watches carry metadata only); a `Deleted` report; and
 //! `spec.interval` with jitter.
 
+pub mod queue;
+
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash as _, Hasher as _};
@@ -60,7 +66,7 @@ use flotilla_core::plan::{ChartArtifact, ReleasePlan};
 use flotilla_core::spec::{
     ChartRefKind, RECONCILE_REQUEST_ANNOTATION, ReconcileStrategy, ValuesReferenceKind,
 };
-use futures::StreamExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -91,6 +97,10 @@ pub const OWNER_NAMESPACE_LABEL: &str = "helm.flotilla.dev/namespace";
 pub const AGENT_NOT_CONNECTED: &str = "AgentNotConnected";
 /// Reason of a HelmRelease the hub cannot plan (an invalid spec).
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason of a `clusterRef` of kind `Cluster` naming no Cluster API Cluster.
+pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+/// Reason of a `clusterRef` of kind `Cluster` whose control plane is not initialized yet.
+pub const CLUSTER_NOT_INITIALIZED: &str = "ClusterNotInitialized";
 
 /// How the controller behaves.
 #[derive(Debug, Clone)]
@@ -179,6 +189,8 @@ pub struct Context {
     pub refs: RefIndex,
     /// Where reconciles are counted.
     pub metrics: crate::telemetry::HubMetrics,
+    /// What waits for a reconcile worker (the queue-depth gauge).
+    pub queue: Arc<queue::ReconcileQueue>,
     /// The target each HelmRelease was last sent to.
     targets: Mutex<HashMap<ObjectKey, TargetId>>,
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
@@ -211,6 +223,7 @@ impl Context {
             options,
             refs: RefIndex::default(),
             metrics: Default::default(),
+            queue: Default::default(),
             targets: Mutex::new(HashMap::new()),
             revisions: Mutex::new(HashMap::new()),
         }
@@ -299,16 +312,28 @@ pub async fn run(
     let client = ctx.client.clone();
     let api: Api<HelmRelease> = Api::all(client.clone());
     let (reader, writer) = reflector::store();
+    {
+        let (queue, cache) = (ctx.queue.clone(), reader.clone());
+        ctx.metrics.set_sampler(move || sample(&queue, &cache));
+    }
+    let queue = ctx.queue.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(trigger_hash, Default::default());
-    let triggered = futures::stream::unfold(trigger, |mut rx| async move {
-        rx.recv().await.map(|key| {
-            tracing::trace!(object = %key, "reconcile requested by the status writer");
-            (hr_ref(&key), rx)
-        })
+        .predicate_filter(trigger_hash, Default::default())
+        .inspect_ok(move |hr| queue.requested(&ObjectRef::from_obj(hr)));
+    let queue = ctx.queue.clone();
+    let triggered = futures::stream::unfold(trigger, move |mut rx| {
+        let queue = queue.clone();
+        async move {
+            rx.recv().await.map(|key| {
+                tracing::trace!(object = %key, "reconcile requested by the status writer");
+                let r = hr_ref(&key);
+                queue.requested(&r);
+                (r, rx)
+            })
+        }
     });
     let by_ref = |kind: &'static str, ctx: Arc<Context>| {
         move |ns: Option<String>, name: String| {
@@ -323,9 +348,14 @@ pub async fn run(
                     "a referenced object changed"
                 );
             }
-            users.iter().map(hr_ref).collect::<Vec<_>>()
+            let refs = users.iter().map(hr_ref).collect::<Vec<_>>();
+            for r in &refs {
+                ctx.queue.requested(r);
+            }
+            refs
         }
     };
+    let owner_queue = ctx.queue.clone();
     let oci = by_ref("OCIRepository", ctx.clone());
     let cms = by_ref("ConfigMap", ctx.clone());
     let secrets = by_ref("Secret", ctx.clone());
@@ -341,7 +371,9 @@ pub async fn run(
                     labels.get(OWNER_NAME_LABEL),
                     labels.get(OWNER_NAMESPACE_LABEL),
                 ) {
-                    out.push(ObjectRef::new(name).within(ns));
+                    let owner = ObjectRef::new(name).within(ns);
+                    owner_queue.requested(&owner);
+                    out.push(owner);
                 }
                 out
             },
@@ -383,8 +415,34 @@ pub async fn run(
         .await;
 }
 
+/// The gauges of `/metrics` sampled from the controller: its queue depth and the
+/// HelmReleases of its cache by Ready status.
+fn sample(
+    queue: &queue::ReconcileQueue,
+    cache: &reflector::Store<HelmRelease>,
+) -> crate::telemetry::Sample {
+    let mut sample = crate::telemetry::Sample {
+        queue_depth: queue.depth(cache),
+        ..Default::default()
+    };
+    for hr in cache.state() {
+        let ready = hr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.get_condition(condition::READY))
+            .map(|c| c.status);
+        match ready {
+            Some(flotilla_core::meta::ConditionStatus::True) => sample.ready_true += 1,
+            Some(flotilla_core::meta::ConditionStatus::False) => sample.ready_false += 1,
+            _ => sample.ready_unknown += 1,
+        }
+    }
+    sample
+}
+
 /// [`reconcile`], timed and counted by result.
 async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    ctx.queue.started(&ObjectRef::from_obj(&*hr));
     let started = std::time::Instant::now();
     let mut label = "success";
     let result = reconcile(hr, ctx.clone(), &mut label).await;
@@ -396,14 +454,15 @@ async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Rec
     result
 }
 
-fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, _: Arc<Context>) -> Action {
+fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
     tracing::warn!(
         object = %format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any()),
         kind = e.kind(),
         error = %error_chain(e),
         "HelmRelease reconcile failed"
     );
-    Action::requeue(Duration::from_secs(5))
+    ctx.queue
+        .requeue(&ObjectRef::from_obj(&*hr), Duration::from_secs(5))
 }
 
 /// The outcome of a step that stops the reconcile with a hub condition.
@@ -518,7 +577,7 @@ async fn reconcile(
                 jitter(interval, ctx.options.jitter)
             };
             ctx.book.set_hub(&hr, &key, hub, helm_chart).await?;
-            Ok(Action::requeue(after))
+            Ok(ctx.queue.requeue(&hr_ref(&key), after))
         }
         Err(Err(e)) => {
             if helm_chart != helm_chart_before {
@@ -548,9 +607,11 @@ async fn reconcile(
                 )
                 .await?;
             Ok(match stop.requeue {
-                Some(d) => Action::requeue(d),
+                Some(d) => ctx.queue.requeue(&hr_ref(&key), d),
                 None if stop.stalled => Action::await_change(),
-                None => Action::requeue(jitter(interval, ctx.options.jitter)),
+                None => ctx
+                    .queue
+                    .requeue(&hr_ref(&key), jitter(interval, ctx.options.jitter)),
             })
         }
     }
@@ -580,6 +641,14 @@ async fn plan_and_send(
         };
         refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
     }
+    let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
+    if let Some(cluster) = capi_cluster {
+        refs.push(ref_key(
+            "Secret",
+            ns,
+            &crate::capi::kubeconfig_secret_name(cluster),
+        ));
+    }
     ctx.refs.set(key, refs);
 
     dependencies(hr, key, ctx).await.map_err(Ok)?;
@@ -595,6 +664,9 @@ async fn plan_and_send(
     let values = compose_values(hr, key, ctx).await?;
     ctx.metrics.observe_step("values", step.elapsed());
 
+    if let Some(cluster) = capi_cluster {
+        cluster_api_gate(ctx, ns, cluster).await.map_err(Ok)?;
+    }
     let target = target_of(hr).map_err(Ok)?;
     let link = match ctx.links.resolve(&target).await {
         Ok(link) => link,
@@ -666,8 +738,51 @@ fn kind_name(kind: ValuesReferenceKind) -> &'static str {
     }
 }
 
+/// Waits (a requeued `Ready=False`) until Cluster API Cluster `namespace/name` exists
+/// and its control plane is initialized.
+async fn cluster_api_gate(ctx: &Context, namespace: &str, name: &str) -> Result<(), Stop> {
+    use crate::capi::ClusterState;
+    let requeue = ctx.options.requeue_dependency;
+    match crate::capi::cluster_state(&ctx.client, namespace, name).await {
+        Ok(ClusterState::Initialized) => Ok(()),
+        Ok(ClusterState::NotFound) => Err(Stop::new(
+            CLUSTER_NOT_FOUND,
+            format!("Cluster API Cluster '{namespace}/{name}' (spec.clusterRef) not found"),
+        )
+        .requeue(requeue)),
+        Ok(ClusterState::NotInitialized { phase }) => {
+            let phase = if phase.is_empty() {
+                String::new()
+            } else {
+                format!(" (phase {phase})")
+            };
+            Err(Stop::new(
+                CLUSTER_NOT_INITIALIZED,
+                format!(
+                    "waiting for the control plane of Cluster API Cluster '{namespace}/{name}' to be initialized{phase}"
+                ),
+            )
+            .requeue(requeue))
+        }
+        Err(e) => Err(Stop::new(
+            reason::REST_CLIENT_ERROR,
+            format!(
+                "reading Cluster API Cluster '{namespace}/{name}' (spec.clusterRef): {}",
+                error_chain(&e)
+            ),
+        )
+        .requeue(requeue)),
+    }
+}
+
 /// The target of a HelmRelease.
 fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
+    if let Some(cluster) = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api()) {
+        return Ok(TargetId::KubeConfig {
+            namespace: hr.namespace().unwrap_or_default(),
+            name: crate::capi::kubeconfig_secret_name(cluster),
+        });
+    }
     if let Some(c) = &hr.spec.cluster_ref {
         let id = ClusterId::new(c.name.clone())
             .map_err(|e| Stop::new(INVALID_SPEC, format!("spec.clusterRef.name: {e}")).stalled())?;
@@ -1249,7 +1364,7 @@ async fn finalize(
             })?;
         }
         tracing::info!(object = %key, %revision, "uninstall requested; waiting for the agent");
-        return Ok(Action::requeue(Duration::from_secs(15)));
+        return Ok(ctx.queue.requeue(&hr_ref(key), Duration::from_secs(15)));
     }
     if !wait && let Some(link) = &link {
         // Suspended or never installed: the agent forgets the plan, nothing is uninstalled.
@@ -1412,7 +1527,8 @@ mod tests {
     }
 
     #[test]
-    fn the_target_is_the_cluster_ref_else_the_kube_config_secret_else_the_hubs_cluster() {
+    fn the_target_is_the_cluster_ref_or_a_cluster_api_kubeconfig_else_the_kube_config_secret_else_the_hubs_cluster()
+     {
         assert_eq!(
             target_of(&hr(serde_json::json!({}))).ok(),
             Some(TargetId::Local)
@@ -1431,6 +1547,16 @@ mod tests {
             Some(TargetId::Cluster(
                 ClusterId::new("edge-1".to_owned()).unwrap()
             ))
+        );
+        let capi =
+            hr(serde_json::json!({"spec": {"clusterRef": {"kind": "Cluster", "name": "edge"}}}));
+        assert_eq!(
+            target_of(&capi).ok(),
+            Some(TargetId::KubeConfig {
+                namespace: "default".into(),
+                name: "edge-kubeconfig".into()
+            }),
+            "a Cluster API Cluster is reached through its kubeconfig Secret"
         );
         let cm = hr(serde_json::json!({"spec": {"kubeConfig": {"configMapRef": {"name": "wi"}}}}));
         let stop = target_of(&cm).expect_err("a configMapRef is refused");

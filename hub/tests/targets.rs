@@ -1,0 +1,280 @@
+//! Push-mode targets on a second real cluster: a Cluster API `Cluster` (the real Cluster
+//! API CRDs, from the Go module `sigs.k8s.io/cluster-api`) whose `<name>-kubeconfig` Secret
+//! points at the edge cluster, and `spec.serviceAccountName` impersonated in the target.
+//! No Cluster API controller runs: the test writes the Cluster's status and kubeconfig
+//! Secret as the providers and Cluster API's controllers would.
+
+mod common;
+
+use flotilla_core::meta::ConditionStatus;
+use flotilla_hub::controller::{
+    CLUSTER_NOT_FOUND, CLUSTER_NOT_INITIALIZED, PLAN_REVISION_ANNOTATION,
+};
+use flotilla_tests::tools::kubectl_in;
+use flotilla_tests::{Cluster, ClusterOptions, wait};
+use kube::ResourceExt as _;
+use kube::api::DeleteParams;
+
+use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition};
+
+/// The kubeconfig Secret Cluster API writes for Cluster `name` (type, label and key `value`
+/// as its kubeconfig controller writes them), holding the kubeconfig of `edge`.
+fn capi_kubeconfig_secret(name: &str, edge: &Cluster) -> anyhow::Result<String> {
+    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {
+            "name": format!("{name}-kubeconfig"),
+            "namespace": "default",
+            "labels": {"cluster.x-k8s.io/cluster-name": name},
+        },
+        "stringData": {"value": kubeconfig},
+    })
+    .to_string())
+}
+
+/// A v1beta2 Cluster `name` whose control plane endpoint is the edge cluster's API server.
+fn capi_cluster(name: &str, edge: &Cluster) -> anyhow::Result<String> {
+    let server = edge.server().trim_start_matches("https://");
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("no port in {server}"))?;
+    let port: u16 = port.trim_end_matches('/').parse()?;
+    Ok(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+    })
+    .to_string())
+}
+
+/// Patches the status subresource of Cluster `name` with `status` (as JSON).
+fn set_cluster_status(env: &Env, name: &str, status: serde_json::Value) -> anyhow::Result<()> {
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            name,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &serde_json::json!({"status": status}).to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_api_cluster_target_installs_nothing_until_its_control_plane_is_initialized_then_installs_through_its_kubeconfig_secret()
+-> anyhow::Result<()> {
+    let (env, edge) = tokio::join!(
+        Env::start("hub-capi"),
+        Cluster::start(ClusterOptions::named("hub-capi-edge"))
+    );
+    let (env, edge) = (env?, edge?);
+    flotilla_tests::capi::install_crds(env.kubeconfig())?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let target = "  releaseName: podinfo\n  clusterRef:\n    kind: Cluster\n    name: edge";
+
+    // No Cluster yet: a clear reason, nothing sent.
+    env.kubectl_apply(&podinfo_release(&url, "podinfo-capi", target))?;
+    let c = ready_condition(&hrs, "podinfo-capi", CLUSTER_NOT_FOUND, |c| {
+        c.status == ConditionStatus::False && c.reason == CLUSTER_NOT_FOUND
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "Cluster API Cluster 'default/edge' (spec.clusterRef) not found"
+    );
+
+    // The Cluster and its kubeconfig Secret exist, the infrastructure is provisioned, the
+    // control plane is not initialized: the release waits, and nothing reaches the edge.
+    env.kubectl_apply(&capi_cluster("edge", &edge)?)?;
+    env.kubectl_apply(&capi_kubeconfig_secret("edge", &edge)?)?;
+    set_cluster_status(
+        &env,
+        "edge",
+        serde_json::json!({
+            "phase": "Provisioning",
+            "initialization": {"infrastructureProvisioned": true},
+        }),
+    )?;
+    let c = ready_condition(&hrs, "podinfo-capi", CLUSTER_NOT_INITIALIZED, |c| {
+        c.status == ConditionStatus::False && c.reason == CLUSTER_NOT_INITIALIZED
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "waiting for the control plane of Cluster API Cluster 'default/edge' to be initialized (phase Provisioning)"
+    );
+    // Several requeues (every 2 s in these tests) later, still nothing.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let hr = hrs.get("podinfo-capi").await?;
+    assert!(
+        !hr.annotations().contains_key(PLAN_REVISION_ANNOTATION),
+        "no plan was made before the control plane was initialized"
+    );
+    assert!(helm_list(edge.kubeconfig())?.is_empty());
+    let agent_ns = kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "get",
+            "namespaces",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    )?;
+    assert!(
+        !agent_ns.contains("flotilla"),
+        "no in-process agent reached the edge yet: {agent_ns}"
+    );
+
+    // Cluster API marks the control plane initialized (v1beta2: the initialization field
+    // and the condition): the release goes out in push mode to the edge.
+    set_cluster_status(
+        &env,
+        "edge",
+        serde_json::json!({
+            "phase": "Provisioned",
+            "initialization": {
+                "infrastructureProvisioned": true,
+                "controlPlaneInitialized": true,
+            },
+            "conditions": [{
+                "type": "ControlPlaneInitialized",
+                "status": "True",
+                "reason": "Initialized",
+                "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }],
+        }),
+    )?;
+    ready(&hrs, "podinfo-capi").await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
+    assert!(
+        helm_list(env.kubeconfig())?.is_empty(),
+        "nothing is installed in the hub's cluster"
+    );
+
+    // The same Secret works as a plain kubeConfig target (key `value`), served by the same
+    // in-process agent.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "podinfo-kc",
+        "  releaseName: podinfo-kc\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig",
+    ))?;
+    ready(&hrs, "podinfo-kc").await?;
+    let mut on_edge = helm_list(edge.kubeconfig())?;
+    on_edge.sort();
+    assert_eq!(on_edge, vec!["podinfo".to_owned(), "podinfo-kc".to_owned()]);
+
+    // Deleting the HelmRelease uninstalls from the Cluster API cluster.
+    hrs.delete("podinfo-capi", &DeleteParams::default()).await?;
+    wait::until("podinfo-capi to be gone", TIMEOUT, || async {
+        Ok(hrs.get_opt("podinfo-capi").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo-kc".to_owned()]);
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn service_account_name_is_impersonated_in_the_push_target_forbidden_without_rbac_and_installed_with_it()
+-> anyhow::Result<()> {
+    let (env, edge) = tokio::join!(
+        Env::start("hub-sa"),
+        Cluster::start(ClusterOptions::named("hub-sa-edge"))
+    );
+    let (env, edge) = (env?, edge?);
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    env.kubectl_apply(
+        &serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "edge-kubeconfig", "namespace": "default"},
+            "stringData": {"value": kubeconfig},
+        })
+        .to_string(),
+    )?;
+    // The ServiceAccount exists in the target (in the HelmRelease's namespace, as Flux
+    // impersonates it) with no permission at all.
+    kubectl_in(
+        edge.kubeconfig(),
+        &["create", "serviceaccount", "deployer", "-n", "default"],
+        None,
+    )?;
+    let release = |replicas: u32| {
+        podinfo_release(
+            &url,
+            "podinfo-sa",
+            &format!(
+                "  releaseName: podinfo\n  serviceAccountName: deployer\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n  values:\n    replicaCount: {replicas}"
+            ),
+        )
+    };
+    env.kubectl_apply(&release(1))?;
+    let c = ready_condition(&hrs, "podinfo-sa", "a forbidden Ready=False", |c| {
+        c.status == ConditionStatus::False && c.message.contains("forbidden")
+    })
+    .await?;
+    assert!(
+        c.message.contains("system:serviceaccount:default:deployer"),
+        "the condition names the impersonated ServiceAccount: {c:?}"
+    );
+    assert!(helm_list(edge.kubeconfig())?.is_empty());
+    let deployments = kubectl_in(
+        edge.kubeconfig(),
+        &["get", "deployments", "-n", "default", "-o", "name"],
+        None,
+    )?;
+    assert!(deployments.trim().is_empty(), "{deployments}");
+
+    // With RBAC for the ServiceAccount in its namespace, it installs (a spec change starts a
+    // new attempt, as Flux retries a failed install on a new generation).
+    kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "create",
+            "rolebinding",
+            "deployer-admin",
+            "--clusterrole=admin",
+            "--serviceaccount=default:deployer",
+            "-n",
+            "default",
+        ],
+        None,
+    )?;
+    env.kubectl_apply(&release(2))?;
+    ready(&hrs, "podinfo-sa").await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
+    let replicas = kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "get",
+            "deployment",
+            "podinfo",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )?;
+    assert_eq!(replicas.trim(), "2");
+
+    env.stop().await;
+    Ok(())
+}

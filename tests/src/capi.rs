@@ -1,0 +1,67 @@
+//! The real Cluster API CRDs in a test cluster: `tools/fetch-capi-crds` downloads the Go
+//! module `sigs.k8s.io/cluster-api` (pinned there) through the Go module proxy once and
+//! caches its `Cluster` CRD under `~/.cache/flotilla/capi/<version>`; [`install_crds`]
+//! applies it with the reference kubectl and waits until it is Established. No Cluster API
+//! controller runs: a test plays the providers' part by writing the Cluster's status and
+//! its `<name>-kubeconfig` Secret.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::cluster::workspace_root;
+use crate::tools::kubectl_in;
+
+/// The Cluster CRD's file name in the cache.
+pub const CLUSTERS_CRD: &str = "cluster.x-k8s.io_clusters.yaml";
+
+/// The directory holding the Cluster API CRDs: `$FLOTILLA_CAPI_CRDS`, or what
+/// `tools/fetch-capi-crds` prints (it downloads them on first use).
+pub fn crd_dir() -> anyhow::Result<PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("FLOTILLA_CAPI_CRDS") {
+            return Ok(PathBuf::from(dir));
+        }
+        let script = workspace_root().join("tools/fetch-capi-crds");
+        let out = std::process::Command::new(&script)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed ({})", script.display(), out.status));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+/// Installs the Cluster API `Cluster` CRD into the cluster of `kubeconfig` (server-side:
+/// it is larger than client-side apply's annotation allows) and waits until it is
+/// Established.
+pub fn install_crds(kubeconfig: &Path) -> anyhow::Result<()> {
+    let file = crd_dir()?.join(CLUSTERS_CRD);
+    let file = file.to_string_lossy();
+    kubectl_in(
+        kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=flotilla-tests",
+            "-f",
+            &file,
+        ],
+        None,
+    )?;
+    kubectl_in(
+        kubeconfig,
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=120s",
+            "crd/clusters.cluster.x-k8s.io",
+        ],
+        None,
+    )?;
+    Ok(())
+}
