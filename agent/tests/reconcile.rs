@@ -323,6 +323,45 @@ async fn deleting_the_helm_release_uninstalls_the_release_and_forgets_its_state(
 }
 
 #[tokio::test]
+async fn a_replacing_install_keeps_every_record_as_max_history_applies_to_upgrades_only()
+-> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-max-history").await?;
+    let spec =
+        "  maxHistory: 1\n  install:\n    replace: true\n  uninstall:\n    keepHistory: true";
+    let first = plan("ok", 1, spec);
+    assert_eq!(run(&ctx, &first).await?.actions, ["install"]);
+    let (report, _) = delete_release(&ctx, &first.plan, Some(&first.chart)).await?;
+    assert_eq!(report.actions, ["uninstall"]);
+    assert_eq!(
+        storage(&ctx).await?,
+        [(1, "uninstalled".into(), "Uninstallation complete".into())]
+    );
+
+    // The HelmRelease again: the uninstalled release is replaced by an install, which, as
+    // Helm's and Flux's, prunes nothing (maxHistory 1 would have deleted revision 1).
+    let again = plan("ok", 2, spec);
+    assert_eq!(run(&ctx, &again).await?.actions, ["install"]);
+    assert_eq!(
+        storage(&ctx).await?,
+        [
+            (1, "superseded".into(), "superseded by new release".into()),
+            (2, "deployed".into(), "Install complete".into())
+        ]
+    );
+    // An upgrade prunes to maxHistory, keeping the deployed record it replaces... and
+    // nothing else.
+    let third = plan(
+        "ok",
+        3,
+        &format!("{spec}\n  values:\n    greeting: bonjour"),
+    );
+    assert_eq!(run(&ctx, &third).await?.actions, ["upgrade"]);
+    let versions: Vec<i64> = storage(&ctx).await?.iter().map(|r| r.0).collect();
+    assert_eq!(versions, [2, 3]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn install_creates_the_target_namespace_and_the_chart_crds_before_the_custom_resources()
 -> anyhow::Result<()> {
     let (cluster, ctx) = start("rec-crds").await?;

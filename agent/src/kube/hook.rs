@@ -330,7 +330,10 @@ impl ClusterApi {
         let created = if name.is_empty() {
             api.create(&PostParams::default(), &desired).await
         } else {
-            let params = PatchParams::apply(&options.field_manager).force();
+            // Strict field validation, as Helm 4 creates hooks (`kube.Client.Create`'s default).
+            let params = PatchParams::apply(&options.field_manager)
+                .force()
+                .validation_strict();
             api.patch(&name, &params, &Patch::Apply(&desired)).await
         }
         .map_err(|e| HookError::Create {

@@ -343,7 +343,8 @@ impl Executor<'_> {
         }
     }
 
-    /// Stores a new record, pruning the history to `spec.maxHistory` first.
+    /// Stores a new record of an upgrade or a rollback, pruning the history to
+    /// `spec.maxHistory` first.
     async fn create(&self, rls: &Release) -> Result<(), ActionError> {
         self.records
             .create_with_max_history(rls, self.max_history())
@@ -695,7 +696,9 @@ impl Executor<'_> {
             set_status(&mut last, Status::Superseded, SUPERSEDED_BY_NEW_RELEASE);
             self.records.update(&last).await?;
         }
-        self.create(&rls).await?;
+        // Install prunes nothing: Helm's install leaves `MaxHistory` unset and Flux sets it
+        // on upgrade and rollback only, so the records of a replaced release all stay.
+        self.records.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
