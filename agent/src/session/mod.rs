@@ -7,7 +7,10 @@
 //!   identity (the `kube-system` namespace UID), and polls while the ManagedCluster waits
 //!   for acceptance. The certificate and the hub's CA go into the identity Secret.
 //! - [`run`]: the session, one client of the agent runtime. Connects with mutual TLS,
-//!   reconnects with capped exponential backoff and full jitter, sends a Hello with the
+//!   reconnects with capped exponential backoff and full jitter (but every second or so
+//!   while the hub's address refuses connections: a hub that is down or restarting is
+//!   found again within moments of its return; an expired certificate is not tried at all:
+//!   an error line says to `join` again), sends a Hello with the
 //!   plans held (revisions and status digests), applies what the hub sends (plans become
 //!   [`Command::Upsert`], deletions [`Command::Delete`]; each acknowledged, or rejected with
 //!   the field at fault), forwards the runtime's reports, answers and sends pings, and
@@ -416,7 +419,9 @@ const EXPIRED_RECHECK: Duration = Duration::from_secs(60);
 
 /// Runs the session until `stop` is cancelled or the runtime's reports end (after a
 /// [`Command::Shutdown`]). Never gives up on the hub: every failure is logged and retried
-/// with backoff.
+/// with backoff ([`SessionOptions::unreachable_retry`] while nothing listens at its
+/// address); with an expired certificate it looks for a new one in the identity Secret
+/// every minute.
 pub async fn run(
     client: kube::Client,
     identity: Identity,
