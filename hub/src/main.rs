@@ -81,7 +81,15 @@ struct Args {
     /// The namespace of the hub's CA Secret and bootstrap tokens.
     #[arg(long, default_value = "flotilla-system")]
     hub_namespace: String,
+    /// Lifetime of the client certificates issued to agents (Go duration, at least 30s);
+    /// agents renew theirs over the session two thirds into it.
+    #[arg(long, default_value = "24h")]
+    agent_cert_lifetime: GoDuration,
 }
+
+/// The shortest `--agent-cert-lifetime`: an agent must be able to renew (two thirds in)
+/// before its certificate ends, with a reconnect or two in between.
+const MIN_AGENT_CERT_LIFETIME: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -98,6 +106,11 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(
         args.interval_jitter_percentage < 100,
         "--interval-jitter-percentage must be below 100"
+    );
+    anyhow::ensure!(
+        args.agent_cert_lifetime.get() >= MIN_AGENT_CERT_LIFETIME,
+        "--agent-cert-lifetime must be at least {}s",
+        MIN_AGENT_CERT_LIFETIME.as_secs()
     );
     let mut config = HubConfig::new(args.kubeconfig.clone(), args.artifact_dir.clone());
     config.concurrency = args.concurrency.max(1);
@@ -155,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let mut session_config = SessionConfig {
                 namespace: args.hub_namespace.clone(),
+                client_cert_lifetime: args.agent_cert_lifetime.get(),
                 ..SessionConfig::default()
             };
             if !args.grpc_sans.is_empty() {

@@ -13,7 +13,9 @@
 //! - the HelmRelease controller's hub-side outcome ([`StatusBook::set_hub`]):
 //!   `status.helmChart` and a hub condition (source not ready, values error, dependency not
 //!   ready, no agent connected), which overrides the agent's `Ready` until the controller
-//!   clears it by sending a plan.
+//!   clears it by sending a plan; "no agent connected" also ends with the first status
+//!   report from the cluster's agent (and the controller is asked to look again), so a
+//!   reconnecting agent's status shows at once, not at the controller's next requeue.
 //!
 //! The whole status is written with server-side apply under the hub's field manager, so
 //! what an agent cleared (history on uninstall, say) is cleared on the object too. Writes of
@@ -235,6 +237,17 @@ impl StatusBook {
                 }
                 e.agent = s.status;
                 e.seeded = true;
+                // A cluster's agent reporting is connected: the controller's "no agent
+                // connected" (set while it was away) no longer holds. The controller looks
+                // again and sets what does.
+                if matches!(target, TargetId::Cluster(_))
+                    && e.hub
+                        .as_ref()
+                        .is_some_and(|h| h.reason == crate::controller::AGENT_NOT_CONNECTED)
+                {
+                    e.hub = None;
+                    let _ = self.trigger.send(key.clone());
+                }
                 self.write(key, e).await
             }
             Report::Event { event, .. } => {

@@ -517,7 +517,7 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
             heartbeat_timeout: Duration::from_secs(4),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(2),
-            charts: None,
+            ..SessionOptions::default()
         },
         stop.clone(),
     ));

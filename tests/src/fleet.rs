@@ -442,6 +442,21 @@ impl Fleet {
         self.wait_joined(i).await
     }
 
+    /// Starts workload `name`'s agent again with `flotilla-agent join` and `token` (a new
+    /// bootstrap token) and waits until its session is up.
+    pub async fn rejoin_agent(&mut self, name: &str, token: &str) -> anyhow::Result<()> {
+        let i = self.index(name)?;
+        self.start_agent(i, Some(token))?;
+        self.wait_joined(i).await
+    }
+
+    /// Starts workload `name`'s agent again with `flotilla-agent run`, not waiting for a
+    /// session.
+    pub fn start_agent_run(&mut self, name: &str) -> anyhow::Result<()> {
+        let i = self.index(name)?;
+        self.start_agent(i, None)
+    }
+
     /// Waits until workload `i`'s ManagedCluster is joined and its agent connected.
     async fn wait_joined(&mut self, i: usize) -> anyhow::Result<()> {
         let api: Api<ManagedCluster> = Api::all(self.mgmt.client().await?);

@@ -96,12 +96,26 @@ impl Identity {
         certificate_validity(&self.cert_pem)
     }
 
+    /// When the client certificate ended, if it has: the hub refuses it, and only a new
+    /// `join` with a bootstrap token gets another.
+    pub fn expired(&self) -> Result<Option<SystemTime>, SessionError> {
+        let (_, end) = self.validity()?;
+        Ok((end <= SystemTime::now()).then_some(end))
+    }
+
     /// When to renew: two thirds into the certificate's lifetime.
     pub fn renew_at(&self) -> Result<SystemTime, SessionError> {
         let (from, to) = self.validity()?;
         let lifetime = to.duration_since(from).unwrap_or(Duration::ZERO);
         Ok(from + lifetime * 2 / 3)
     }
+}
+
+/// `t` in RFC 3339 (UTC), for messages.
+pub fn rfc3339(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|_| "an unrepresentable time".into())
 }
 
 /// The validity of the first certificate of `pem`.

@@ -7,7 +7,10 @@
 //!   identity (the `kube-system` namespace UID), and polls while the ManagedCluster waits
 //!   for acceptance. The certificate and the hub's CA go into the identity Secret.
 //! - [`run`]: the session, one client of the agent runtime. Connects with mutual TLS,
-//!   reconnects with capped exponential backoff and full jitter, sends a Hello with the
+//!   reconnects with capped exponential backoff and full jitter (but every second or so
+//!   while the hub's address refuses connections: a hub that is down or restarting is
+//!   found again within moments of its return; an expired certificate is not tried at all:
+//!   an error line says to `join` again), sends a Hello with the
 //!   plans held (revisions and status digests), applies what the hub sends (plans become
 //!   [`Command::Upsert`], deletions [`Command::Delete`]; each acknowledged, or rejected with
 //!   the field at fault), forwards the runtime's reports, answers and sends pings, and
@@ -57,6 +60,16 @@ pub enum SessionError {
     /// A TLS configuration could not be built.
     #[error("TLS: {message}")]
     Tls {
+        /// What failed.
+        message: String,
+    },
+    /// Nothing listens at the hub's address (the connection was refused): the hub is
+    /// down or restarting. Retried soon and often ([`SessionOptions::unreachable_retry`]):
+    /// a refused connection costs the hub nothing.
+    #[error("connecting to the hub {hub}: {message}")]
+    Unreachable {
+        /// The hub's URL.
+        hub: String,
         /// What failed.
         message: String,
     },
@@ -111,6 +124,7 @@ impl SessionError {
         match self {
             Self::Config { .. } => "config",
             Self::Tls { .. } => "tls",
+            Self::Unreachable { .. } => "unreachable",
             Self::Connect { .. } => "connect",
             Self::Refused { .. } => "refused",
             Self::Protocol { .. } => "protocol",
@@ -124,7 +138,11 @@ impl SessionError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::Connect { .. } | Self::Rpc { .. } | Self::Kube { .. } | Self::Protocol { .. }
+            Self::Unreachable { .. }
+                | Self::Connect { .. }
+                | Self::Rpc { .. }
+                | Self::Kube { .. }
+                | Self::Protocol { .. }
         )
     }
 }
@@ -200,7 +218,16 @@ pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identi
     let mut stored = identity::load(client, &options.namespace).await?;
     if let Some(identity) = Identity::from_stored(&stored) {
         let identity = identity?;
-        if identity.hub == options.hub
+        let expired = identity.expired()?;
+        if let Some(end) = expired {
+            tracing::warn!(
+                cluster = %identity.cluster,
+                expired_at = %identity::rfc3339(end),
+                "the stored client certificate has expired: joining again with the token"
+            );
+        }
+        if expired.is_none()
+            && identity.hub == options.hub
             && identity.cluster == options.cluster_name
             && CaPin::of_certificate(
                 &x509_parser::pem::parse_x509_pem(identity.ca_pem.as_bytes())
@@ -362,6 +389,11 @@ pub struct SessionOptions {
     pub backoff_min: Duration,
     /// The longest reconnect wait.
     pub backoff_max: Duration,
+    /// The reconnect wait while nothing listens at the hub's address (a refused
+    /// connection: the hub is down or restarting), jittered down to half: the backoff is
+    /// for a hub that answers and fails, not for one that is away, so that an agent is back
+    /// within moments of the hub.
+    pub unreachable_retry: Duration,
     /// The chart cache's fetcher, given the session's connection for `GetChart`.
     pub charts: Option<charts::HubCharts>,
 }
@@ -374,6 +406,7 @@ impl Default for SessionOptions {
             heartbeat_timeout: Duration::from_secs(35),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            unreachable_retry: Duration::from_secs(1),
             charts: None,
         }
     }
@@ -381,9 +414,14 @@ impl Default for SessionOptions {
 
 type Latest = Arc<Mutex<BTreeMap<ObjectKey, StatusReport>>>;
 
+/// How often an agent whose certificate expired looks for a new one in its identity Secret.
+const EXPIRED_RECHECK: Duration = Duration::from_secs(60);
+
 /// Runs the session until `stop` is cancelled or the runtime's reports end (after a
 /// [`Command::Shutdown`]). Never gives up on the hub: every failure is logged and retried
-/// with backoff.
+/// with backoff ([`SessionOptions::unreachable_retry`] while nothing listens at its
+/// address); with an expired certificate it looks for a new one in the identity Secret
+/// every minute.
 pub async fn run(
     client: kube::Client,
     identity: Identity,
@@ -410,11 +448,39 @@ pub async fn run(
         agent,
         options,
         latest,
+        unreachable_since: None,
     };
     let mut backoff = Backoff::new(session.options.backoff_min, session.options.backoff_max);
+    let mut told_expired = false;
     loop {
         // What happened while away is covered by the Hello's digests.
         while live_rx.try_recv().is_ok() {}
+        // An expired certificate is refused by the hub: say so once, and look for a new
+        // one in the identity Secret now and then (a `join` run meanwhile).
+        if let Some(end) = session.identity.expired().ok().flatten() {
+            if let Some(renewed) = session.stored_renewal().await {
+                session.identity = renewed;
+                continue;
+            }
+            if !told_expired {
+                told_expired = true;
+                tracing::error!(
+                    cluster = %session.identity.cluster,
+                    expired_at = %identity::rfc3339(end),
+                    "the client certificate has expired and the hub refuses it: join again with a new bootstrap token \
+                     (flotilla-agent join --hub {} --ca-hash <pin> --cluster-name {}; `flotilla token create` prints it). \
+                     Until then the agent reconciles the plans it holds without the hub",
+                    session.identity.hub.url(),
+                    session.identity.cluster,
+                );
+            }
+            tokio::select! {
+                () = tokio::time::sleep(EXPIRED_RECHECK) => {}
+                () = stop.cancelled() => break,
+                () = reports_done.cancelled() => break,
+            }
+            continue;
+        }
         let started = tokio::time::Instant::now();
         let outcome = tokio::select! {
             outcome = session.connect_once(&mut live_rx) => {
@@ -426,20 +492,37 @@ pub async fn run(
             () = stop.cancelled() => break,
             () = reports_done.cancelled() => break,
         };
-        match outcome {
+        let wait = match outcome {
             Ok(Ended::ReportsEnded) => break,
-            Ok(Ended::Closed(reason)) => {
-                tracing::info!(%reason, "the session ended");
+            Err(e @ SessionError::Unreachable { .. }) => {
+                let retry = session.options.unreachable_retry;
+                let wait = retry / 2 + retry.mul_f64(fastrand::f64() / 2.0);
+                match session.unreachable_since {
+                    None => {
+                        session.unreachable_since = Some(started);
+                        tracing::warn!(error = %e, retry_every = ?retry, "the hub is unreachable; reconciling on without it");
+                    }
+                    Some(since) => {
+                        tracing::debug!(error = %e, unreachable_for = ?since.elapsed(), retry_in = ?wait, "the hub is still unreachable");
+                    }
+                }
+                wait
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "session with the hub");
+            other => {
+                match other {
+                    Ok(Ended::Closed(reason)) => tracing::info!(%reason, "the session ended"),
+                    Err(e) => tracing::warn!(error = %e, "session with the hub"),
+                    Ok(Ended::ReportsEnded) => {}
+                }
+                session.unreachable_since = None;
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff.reset();
+                }
+                let wait = backoff.next_wait();
+                tracing::info!(retry_in = ?wait, "reconnecting to the hub");
+                wait
             }
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            backoff.reset();
-        }
-        let wait = backoff.next_wait();
-        tracing::info!(retry_in = ?wait, "reconnecting to the hub");
+        };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => break,
@@ -489,6 +572,9 @@ struct Session {
     agent: AgentHandle,
     options: SessionOptions,
     latest: Latest,
+    /// Since when the hub's address has refused connections (logged once, not at every
+    /// retry).
+    unreachable_since: Option<tokio::time::Instant>,
 }
 
 fn now_timestamp() -> flotilla_core::meta::Timestamp {
@@ -496,6 +582,17 @@ fn now_timestamp() -> flotilla_core::meta::Timestamp {
 }
 
 impl Session {
+    /// The identity Secret's certificate, when it is not the one in use and has not
+    /// expired.
+    async fn stored_renewal(&self) -> Option<Identity> {
+        let stored = identity::load(&self.client, &self.options.namespace)
+            .await
+            .ok()?;
+        let identity = Identity::from_stored(&stored)?.ok()?;
+        (identity.cert_pem != self.identity.cert_pem && identity.expired().ok()?.is_none())
+            .then_some(identity)
+    }
+
     async fn hello(&self) -> v1::Hello {
         let kubernetes_version = self
             .client
@@ -540,7 +637,12 @@ impl Session {
             .await
             .map_err(|s| rpc("Session", &s))?
             .into_inner();
-        tracing::info!(cluster = %self.identity.cluster, "session up");
+        match self.unreachable_since.take() {
+            Some(since) => {
+                tracing::info!(cluster = %self.identity.cluster, unreachable_for = ?since.elapsed(), "session up")
+            }
+            None => tracing::info!(cluster = %self.identity.cluster, "session up"),
+        }
         let mut ping = tokio::time::interval(self.options.heartbeat_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = tokio::time::Instant::now();

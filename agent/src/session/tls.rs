@@ -6,7 +6,9 @@
 //!   pin matches, and the server certificate verifies against that CA for the hub's name.
 //!   Nothing (the token included) is sent before that handshake succeeds.
 //! - [`session_config`]: the hub CA as the only root, and the agent's client certificate.
-//! - [`channel`]: a tonic channel over a TLS stream made with one of these configurations.
+//! - [`channel`]: a tonic channel over a TLS stream made with one of these configurations; a
+//!   refused TCP connection (nothing listens: the hub is down) is
+//!   [`SessionError::Unreachable`], anything else [`SessionError::Connect`].
 
 use std::sync::Arc;
 
@@ -282,10 +284,33 @@ pub async fn channel(address: &HubAddress, config: ClientConfig) -> Result<Chann
             address: address.clone(),
         })
         .await
-        .map_err(|e| SessionError::Connect {
-            hub: address.url(),
-            message: error_chain(&e),
+        .map_err(|e| {
+            if refused(&e) {
+                SessionError::Unreachable {
+                    hub: address.url(),
+                    message: error_chain(&e),
+                }
+            } else {
+                SessionError::Connect {
+                    hub: address.url(),
+                    message: error_chain(&e),
+                }
+            }
         })
+}
+
+/// Whether `e` comes from a refused TCP connection: nothing listens at the address.
+fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// An error with its causes, `: `-joined.
@@ -343,5 +368,39 @@ mod tests {
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(pin.as_str(), format!("sha256:{hex}"));
         assert_eq!(CaPin::parse(pin.as_str()).unwrap(), pin);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_a_hub_that_fails_the_handshake_is_not() {
+        let config =
+            || pinned_config(&CaPin::parse(&format!("sha256:{}", "0".repeat(64))).unwrap());
+        // Nothing listens on a port just freed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let nobody = HubAddress::parse(&format!("https://127.0.0.1:{port}")).unwrap();
+        match channel(&nobody, config().unwrap()).await {
+            Err(e @ SessionError::Unreachable { .. }) => {
+                assert_eq!(e.kind(), "unreachable");
+                assert!(e.is_transient());
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        // Something listens but speaks no TLS: the hub answered, and failed.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let _ =
+                    tokio::io::AsyncWriteExt::write_all(&mut s, b"HTTP/1.1 400 Bad\r\n\r\n").await;
+            }
+        });
+        let plain = HubAddress::parse(&format!("https://127.0.0.1:{port}")).unwrap();
+        match channel(&plain, config().unwrap()).await {
+            Err(SessionError::Connect { .. }) => {}
+            other => panic!("expected Connect, got {other:?}"),
+        }
     }
 }

@@ -92,6 +92,9 @@ impl ChartArchives for StoredArchives {
     }
 }
 
+/// How long [`SessionHub::start`] waits for the first list of ManagedClusters.
+const REGISTRY_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How the session server runs.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -153,8 +156,9 @@ pub struct SessionHub {
 }
 
 impl SessionHub {
-    /// Loads or creates the CA, starts watching ManagedClusters and serves on `listener`.
-    /// Reports of every cluster go into `reports`; `GetChart` serves from `charts`.
+    /// Loads or creates the CA, starts watching ManagedClusters (and waits for their first
+    /// list, at most 30 s) and serves on `listener`. Reports of every cluster go into
+    /// `reports`; `GetChart` serves from `charts`.
     pub async fn start(
         client: kube::Client,
         config: SessionConfig,
@@ -169,6 +173,15 @@ impl SessionHub {
         let links = Arc::new(RemoteLinks::new(reports));
         let registry = Arc::new(Registry::new(links.clone()));
         let watch = tokio::spawn(registry.clone().run(client.clone()));
+        // The ManagedClusters are known before the controllers start and before an agent
+        // is answered: otherwise a restarted hub refuses the agents that reconnect first
+        // and marks their HelmReleases "no agent connected".
+        if !registry.wait_synced(REGISTRY_SYNC_TIMEOUT).await {
+            tracing::warn!(
+                timeout = ?REGISTRY_SYNC_TIMEOUT,
+                "the ManagedClusters were not listed in time; serving sessions anyway"
+            );
+        }
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let service = server::HubService {

@@ -69,6 +69,8 @@ pub enum Refusal {
 pub struct Registry {
     clusters: RwLock<HashMap<ClusterId, ClusterRecord>>,
     changes: watch::Sender<u64>,
+    /// Turns true once the watch has listed every ManagedCluster.
+    synced: watch::Sender<bool>,
     links: Arc<RemoteLinks>,
 }
 
@@ -79,8 +81,19 @@ impl Registry {
         Self {
             clusters: RwLock::new(HashMap::new()),
             changes: watch::channel(0).0,
+            synced: watch::channel(false).0,
             links,
         }
+    }
+
+    /// Waits until the watch has listed every ManagedCluster once (at most `timeout`);
+    /// says whether it has. Until then a cluster the API server has is unknown here: its
+    /// agent is refused and its HelmReleases have no link.
+    pub async fn wait_synced(&self, timeout: std::time::Duration) -> bool {
+        let mut synced = self.synced.subscribe();
+        tokio::time::timeout(timeout, synced.wait_for(|s| *s))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Whether a session of `identity` may run now.
@@ -198,7 +211,10 @@ impl Registry {
                     }
                     self.apply(&mc);
                 }
-                Ok(watcher::Event::InitDone) => self.retain(&seen),
+                Ok(watcher::Event::InitDone) => {
+                    self.retain(&seen);
+                    self.synced.send_replace(true);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "watching ManagedClusters");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
