@@ -1,6 +1,7 @@
 //! `sources::http` against real Helm repositories: nginx serving charts packaged and indexed
 //! by the reference `helm` (`flotilla_tests::servers::HelmRepoServer`), plain, with basic
-//! auth and with TLS. Each test fetches the index, resolves a version with
+//! auth, with TLS and with TLS requiring a client certificate; and a listener that never
+//! answers, for the timeout. Each test fetches the index, resolves a version with
 //! `sources::index`, downloads the archive and checks it byte for byte against the package
 //! `helm package` wrote, or checks that a failure is refused with a clear error.
 
@@ -308,5 +309,86 @@ async fn a_repository_nobody_listens_on_is_a_transient_connect_error() -> anyhow
         )),
         "{err}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_and_never_answers_is_a_transient_timeout_naming_the_limit()
+-> anyhow::Result<()> {
+    // A real listener that accepts connections and sends nothing back.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", silent.local_addr()?);
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let client = RepositoryClient::new(
+        &url,
+        RepositoryAuth::default(),
+        Duration::from_millis(1500),
+        Limits::default(),
+    )?;
+    let started = std::time::Instant::now();
+    let err = client.fetch_index().await.expect_err("no answer");
+    let waited = started.elapsed();
+    holder.abort();
+    assert_eq!(
+        err.to_string(),
+        format!("failed to fetch {url}/index.yaml: timed out after 1.5s")
+    );
+    assert_eq!(err.kind(), "Timeout");
+    assert!(err.is_transient());
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_repository_requiring_a_client_certificate_serves_only_a_client_presenting_one_of_its_ca()
+-> anyhow::Result<()> {
+    let repo = HelmRepoServer::start(RepoOptions::named("http-mtls").with_client_cert()).await?;
+    let (_, second) = publish_both(&repo)?;
+    let ca = repo.ca_pem().expect("a TLS server has a CA").into_bytes();
+    let (cert, key) = repo.client_cert().expect("a client certificate").pem()?;
+
+    let with_cert = RepositoryAuth {
+        ca_pem: Some(ca.clone()),
+        client_cert: Some((cert.into_bytes(), key.into_bytes())),
+        ..RepositoryAuth::default()
+    };
+    let (version, archive) = fetch_hello(&client(&repo.url(), with_cert)?, "*").await?;
+    assert_eq!(version, "0.2.0");
+    assert_eq!(archive, read(&second)?);
+
+    let dir = tempfile::tempdir()?;
+    let stranger = flotilla_tests::pki::ClientCert::self_signed(dir.path(), "stranger")?;
+    let (cert, key) = stranger.pem()?;
+    for (what, client_cert) in [
+        ("no certificate", None),
+        (
+            "a certificate of another CA",
+            Some((cert.into_bytes(), key.into_bytes())),
+        ),
+    ] {
+        let auth = RepositoryAuth {
+            ca_pem: Some(ca.clone()),
+            client_cert,
+            ..RepositoryAuth::default()
+        };
+        let err = client(&repo.url(), auth)?
+            .fetch_index()
+            .await
+            .expect_err(what);
+        assert_eq!(
+            err.to_string(),
+            format!("failed to fetch {}/index.yaml: 400 Bad Request", repo.url()),
+            "{what}"
+        );
+        assert!(!err.is_transient(), "{what}");
+    }
     Ok(())
 }
