@@ -392,3 +392,72 @@ async fn a_repository_requiring_a_client_certificate_serves_only_a_client_presen
     }
     Ok(())
 }
+
+/// The chart version `helm pull hello --repo <url> --version <version>` picks from `repo`.
+fn helm_pulls(repo: &HelmRepoServer, version: &str) -> anyhow::Result<String> {
+    let home = tempfile::tempdir()?;
+    let out = home.path().join("out");
+    std::fs::create_dir_all(&out)?;
+    let mut args = vec![
+        "pull".to_owned(),
+        "hello".to_owned(),
+        "--repo".to_owned(),
+        repo.url(),
+        "--version".to_owned(),
+        version.to_owned(),
+        "-d".to_owned(),
+        out.display().to_string(),
+    ];
+    args.extend(repo.helm_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    flotilla_tests::servers::helm_ok(home.path(), &args)?;
+    let files: Vec<_> = std::fs::read_dir(&out)?.collect::<Result<_, _>>()?;
+    anyhow::ensure!(files.len() == 1, "helm pull wrote {} files", files.len());
+    let name = files[0].file_name().to_string_lossy().into_owned();
+    Ok(name
+        .strip_prefix("hello-")
+        .and_then(|n| n.strip_suffix(".tgz"))
+        .unwrap_or(&name)
+        .to_owned())
+}
+
+#[tokio::test]
+async fn every_constraint_form_resolves_to_the_version_helm_pull_picks_from_the_same_repository()
+-> anyhow::Result<()> {
+    let repo = HelmRepoServer::start(RepoOptions::named("http-constraints")).await?;
+    repo.publish(&hello_chart())?;
+    for version in ["0.2.0", "0.10.0", "0.3.1", "1.0.0-rc.1", "1.2.3"] {
+        repo.publish_version(&hello_chart(), version)?;
+    }
+    let client = client(&repo.url(), RepositoryAuth::default())?;
+    let index = Index::parse(&client.fetch_index().await?)?;
+    for constraint in [
+        "*",
+        "0.2.0",
+        "0.1.*",
+        "0.x",
+        "~0.3",
+        "~0.3.0",
+        "^0.1",
+        "^1.2",
+        ">=0.1.0 <0.3.0",
+        ">=0.2.0, <0.10.0",
+        "<0.2.0 || >=0.10.0 <1.0.0",
+        ">=1.0.0-0",
+        "1.0.0-rc.1",
+        "0.2.0 - 0.3.5",
+        "v0.10.0",
+    ] {
+        let helm = helm_pulls(&repo, constraint)?;
+        let ours = index.resolve("hello", constraint)?.version().to_owned();
+        assert_eq!(ours, helm, "version {constraint:?}");
+        // And the archive is the one helm pulled.
+        let (version, archive) = fetch_hello(&client, constraint).await?;
+        assert_eq!(version, helm);
+        assert_eq!(
+            archive,
+            read(&repo.charts_dir().join(format!("hello-{helm}.tgz")))?
+        );
+    }
+    Ok(())
+}

@@ -336,9 +336,10 @@ spec:
         Some(format!("{}/hello:0.2.0", registry.oci_url("charts")))
     );
     // An OCI repository is only data: no index, no artifact, no status (as in Flux).
-    assert_eq!(
-        repos.get("oci").await?.status.unwrap_or_default(),
-        Default::default()
+    let status = repos.get("oci").await?.status.unwrap_or_default();
+    assert!(
+        status.conditions.is_empty() && status.artifact.is_none() && status.url.is_none(),
+        "{status:?}"
     );
 
     // Wrong credentials: AuthenticationFailed, saying so.
@@ -453,7 +454,7 @@ spec:
 }
 
 #[tokio::test]
-async fn a_repository_that_never_answers_times_out_and_one_requiring_a_client_certificate_takes_only_its_own()
+async fn a_repository_that_never_answers_times_out_one_requiring_a_client_certificate_takes_only_its_own_and_tls_and_auth_failures_are_clear()
 -> anyhow::Result<()> {
     let env = Env::start("hub-sources-tls").await?;
     let client = env.cluster.client().await?;
@@ -561,6 +562,66 @@ spec:
             "{name}: nginx refuses a request without a certificate of its CA"
         );
     }
+    // No CA for the server's certificate, and wrong basic-auth credentials: clear messages.
+    env.kubectl_apply(&format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: mtls-no-ca
+  namespace: default
+spec:
+  interval: 1m
+  url: {}
+"#,
+        mtls.url()
+    ))?;
+    let c = repository_not_ready(&repos, "mtls-no-ca").await?;
+    assert_eq!(
+        c.message,
+        format!(
+            "failed to fetch Helm repository index: failed to fetch {}/index.yaml: TLS handshake \
+             failed: invalid peer certificate: UnknownIssuer",
+            mtls.url()
+        )
+    );
+    let basic = HelmRepoServer::start(
+        RepoOptions::named("hub-sources-basic").with_basic_auth("bob", "s3cret"),
+    )
+    .await?;
+    env.kubectl_apply(&format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: basic-wrong
+  namespace: default
+stringData:
+  username: bob
+  password: not-the-password
+---
+apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: basic-wrong
+  namespace: default
+spec:
+  interval: 1m
+  url: {}
+  secretRef:
+    name: basic-wrong
+"#,
+        basic.url()
+    ))?;
+    let c = repository_not_ready(&repos, "basic-wrong").await?;
+    assert_eq!(c.reason, "IndexationFailed");
+    assert_eq!(
+        c.message,
+        format!(
+            "failed to fetch Helm repository index: failed to fetch {}/index.yaml: 401 Unauthorized",
+            basic.url()
+        )
+    );
+    assert!(!c.message.contains("not-the-password"));
+
     let refused: Vec<u16> = mtls
         .requests()?
         .into_iter()

@@ -241,11 +241,13 @@ async fn reconcile(
         // An OCI repository is only data for its HelmCharts: no index, no status (Flux's
         // migration to a static object empties the status of a repository switched to oci).
         ctx.indexes.remove(&key);
-        if repo
-            .status
-            .as_ref()
-            .is_some_and(|s| *s != HelmRepositoryStatus::default())
-        {
+        // (The CRD defaults `observedGeneration` to -1: that alone is an empty status.)
+        if repo.status.as_ref().is_some_and(|s| {
+            s.artifact.is_some()
+                || s.url.is_some()
+                || !s.conditions.is_empty()
+                || s.last_handled_reconcile_at.is_some()
+        }) {
             let api: Api<HelmRepository> = Api::namespaced(ctx.client.clone(), &ns);
             api.patch_status(
                 &name,
