@@ -355,6 +355,54 @@ spec:
         c.message
     );
 
+    // A registry serving TLS: trusted with the CA of certSecretRef; without it, a clear
+    // AuthenticationFailed.
+    let tls_registry = OciRegistry::start(RegistryOptions::default().with_tls()).await?;
+    let tls_pushed = tls_registry.push(&hello, "charts")?;
+    let ca = tls_registry.ca_pem().expect("a TLS registry has a CA");
+    for (name, cert_secret) in [
+        ("oci-tls", "  certSecretRef:\n    name: registry-ca\n"),
+        ("oci-tls-no-ca", ""),
+    ] {
+        env.kubectl_apply(&format!(
+            r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: registry-ca
+  namespace: default
+stringData:
+  ca.crt: {ca:?}
+---
+apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  type: oci
+  url: {url}
+  interval: 1m
+{cert_secret}"#,
+            url = tls_registry.oci_url("charts"),
+        ))?;
+        env.kubectl_apply(&oci_chart(name, name, "0.1.x", ""))?;
+    }
+    assert_eq!(
+        chart_at(&charts, "oci-tls", "0.1.0").await?,
+        package_digest(&tls_pushed.package)?
+    );
+    let c = chart_condition(&charts, "oci-tls-no-ca", |c| {
+        c.status == ConditionStatus::False
+    })
+    .await?;
+    assert_eq!(c.reason, "AuthenticationFailed", "{}", c.message);
+    assert!(
+        c.message
+            .contains("TLS handshake failed: invalid peer certificate: UnknownIssuer"),
+        "{}",
+        c.message
+    );
+
     // valuesFiles: the chart is packaged anew, its version carrying the generation.
     env.kubectl_apply(&oci_chart(
         "oci-values",
