@@ -56,6 +56,9 @@ pub enum TargetId {
         namespace: String,
         /// Name of the Secret.
         name: String,
+        /// The key holding the kubeconfig (`spec.kubeConfig.secretRef.key`); `None` reads
+        /// `value`, else `value.yaml`.
+        key: Option<String>,
     },
     /// A registered cluster (`spec.clusterRef`), served by its connected agent.
     Cluster(ClusterId),
@@ -65,8 +68,16 @@ impl fmt::Display for TargetId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TargetId::Local => f.write_str("the hub's cluster"),
-            TargetId::KubeConfig { namespace, name } => {
-                write!(f, "kubeConfig Secret {namespace}/{name}")
+            TargetId::KubeConfig {
+                namespace,
+                name,
+                key,
+            } => {
+                write!(f, "kubeConfig Secret {namespace}/{name}")?;
+                match key {
+                    Some(key) => write!(f, " (key {key})"),
+                    None => Ok(()),
+                }
             }
             TargetId::Cluster(id) => write!(f, "cluster {id}"),
         }

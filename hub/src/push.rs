@@ -4,7 +4,7 @@
 //!
 //! [`PushAgents`] runs one `flotilla_agent::runtime` [`Agent`] per target: the hub's own
 //! cluster ([`TargetId::Local`]) or a cluster reached with a kubeconfig Secret
-//! ([`TargetId::KubeConfig`], key `value`, else `value.yaml`). An agent is started when a
+//! ([`TargetId::KubeConfig`]: its `key`, else `value`, else `value.yaml`, as Flux reads it). An agent is started when a
 //! HelmRelease first needs it ([`PushAgents::ensure`]) and shut down when no HelmRelease
 //! uses it any more ([`PushAgents::retire`]). Its reports go into the hub's [`ReportSink`]
 //! tagged with the target; its charts come from the hub's chart store (the same
@@ -187,7 +187,11 @@ impl PushAgents {
         }
         let config = match target {
             TargetId::Local => self.hub_config.clone(),
-            TargetId::KubeConfig { namespace, name } => self.kubeconfig(namespace, name).await?,
+            TargetId::KubeConfig {
+                namespace,
+                name,
+                key,
+            } => self.kubeconfig(namespace, name, key.as_deref()).await?,
             TargetId::Cluster(_) => {
                 return Err(PushError::NotPush {
                     target: target.clone(),
@@ -253,7 +257,12 @@ impl PushAgents {
         }
     }
 
-    async fn kubeconfig(&self, namespace: &str, name: &str) -> Result<kube::Config, PushError> {
+    async fn kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<kube::Config, PushError> {
         let secret_err = |reason: String| PushError::KubeConfigSecret {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -263,10 +272,7 @@ impl PushAgents {
             .await
             .map_err(|e| secret_err(error_chain(&e)))?
             .ok_or_else(|| secret_err("not found".into()))?;
-        let raw = data
-            .get("value")
-            .or_else(|| data.get("value.yaml"))
-            .ok_or_else(|| secret_err("has neither key 'value' nor 'value.yaml'".into()))?;
+        let raw = kubeconfig_bytes(&data, key).map_err(secret_err)?;
         let invalid = |reason: String| PushError::InvalidKubeConfig {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -277,6 +283,25 @@ impl PushAgents {
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|e| invalid(error_chain(&e)))
+    }
+}
+
+/// The kubeconfig in a Secret's data, as Flux reads `spec.kubeConfig.secretRef`: `key` when
+/// given (and only it), else `value`, else `value.yaml`; `Err` says what is missing.
+fn kubeconfig_bytes<'a>(
+    data: &'a std::collections::BTreeMap<String, Vec<u8>>,
+    key: Option<&str>,
+) -> Result<&'a [u8], String> {
+    match key.filter(|k| !k.is_empty()) {
+        Some(key) => data
+            .get(key)
+            .map(Vec::as_slice)
+            .ok_or_else(|| format!("has no key '{key}' (spec.kubeConfig.secretRef.key)")),
+        None => data
+            .get("value")
+            .or_else(|| data.get("value.yaml"))
+            .map(Vec::as_slice)
+            .ok_or_else(|| "has neither key 'value' nor 'value.yaml'".to_owned()),
     }
 }
 
@@ -360,5 +385,41 @@ impl Links for HubLinks {
             (_, Some(link)) if link.connected() => Some(link),
             _ => self.push.link(target),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn the_kubeconfig_is_the_given_key_only_else_value_else_value_yaml() {
+        let data = |keys: &[&str]| -> BTreeMap<String, Vec<u8>> {
+            keys.iter()
+                .map(|k| ((*k).to_owned(), k.as_bytes().to_vec()))
+                .collect()
+        };
+        let both = data(&["value", "value.yaml", "edge.yaml"]);
+        assert_eq!(kubeconfig_bytes(&both, None), Ok(&b"value"[..]));
+        assert_eq!(kubeconfig_bytes(&both, Some("")), Ok(&b"value"[..]));
+        assert_eq!(
+            kubeconfig_bytes(&both, Some("edge.yaml")),
+            Ok(&b"edge.yaml"[..])
+        );
+        assert_eq!(
+            kubeconfig_bytes(&data(&["value.yaml"]), None),
+            Ok(&b"value.yaml"[..])
+        );
+        assert_eq!(
+            kubeconfig_bytes(&data(&["value"]), Some("value.yaml")),
+            Err("has no key 'value.yaml' (spec.kubeConfig.secretRef.key)".to_owned()),
+            "a key given is the only one read"
+        );
+        assert_eq!(
+            kubeconfig_bytes(&data(&["other"]), None),
+            Err("has neither key 'value' nor 'value.yaml'".to_owned())
+        );
     }
 }

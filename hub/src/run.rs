@@ -193,6 +193,7 @@ impl Hub {
                 charts: charts.clone(),
                 jitter: config.jitter,
                 metrics: config.metrics.clone(),
+                oci_limits: Default::default(),
             }),
             config.concurrency,
             stop.clone().cancelled_owned(),

@@ -398,15 +398,30 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_targe
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "edge-kubeconfig", "namespace": "default"},
-        "stringData": {"value": kubeconfig},
+        // `value` is not a kubeconfig: `spec.kubeConfig.secretRef.key` names the one to read.
+        "stringData": {"value": "not a kubeconfig", "edge.yaml": kubeconfig},
     });
     env.kubectl_apply(&secret.to_string())?;
     env.kubectl_apply(&podinfo_release(
         &env.repo.url(),
         "podinfo-edge",
-        "  releaseName: podinfo\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig",
+        "  releaseName: podinfo\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n      key: edge.yaml",
     ))?;
     ready(&hrs, "podinfo-edge").await?;
+    // A key the Secret does not have: a clear condition, no fallback to `value`.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-nokey",
+        "  releaseName: podinfo-nokey\n  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n      key: nope.yaml",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo-nokey", "the missing key", |c| {
+        c.status == ConditionStatus::False && c.message.contains("nope.yaml")
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "kubeConfig Secret default/edge-kubeconfig: has no key 'nope.yaml' (spec.kubeConfig.secretRef.key)"
+    );
     assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
     assert!(
         helm_list(env.kubeconfig())?.is_empty(),

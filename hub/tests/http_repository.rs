@@ -1,6 +1,7 @@
 //! `sources::http` against real Helm repositories: nginx serving charts packaged and indexed
 //! by the reference `helm` (`flotilla_tests::servers::HelmRepoServer`), plain, with basic
-//! auth and with TLS. Each test fetches the index, resolves a version with
+//! auth, with TLS and with TLS requiring a client certificate; and a listener that never
+//! answers, for the timeout. Each test fetches the index, resolves a version with
 //! `sources::index`, downloads the archive and checks it byte for byte against the package
 //! `helm package` wrote, or checks that a failure is refused with a clear error.
 
@@ -308,5 +309,155 @@ async fn a_repository_nobody_listens_on_is_a_transient_connect_error() -> anyhow
         )),
         "{err}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_and_never_answers_is_a_transient_timeout_naming_the_limit()
+-> anyhow::Result<()> {
+    // A real listener that accepts connections and sends nothing back.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", silent.local_addr()?);
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let client = RepositoryClient::new(
+        &url,
+        RepositoryAuth::default(),
+        Duration::from_millis(1500),
+        Limits::default(),
+    )?;
+    let started = std::time::Instant::now();
+    let err = client.fetch_index().await.expect_err("no answer");
+    let waited = started.elapsed();
+    holder.abort();
+    assert_eq!(
+        err.to_string(),
+        format!("failed to fetch {url}/index.yaml: timed out after 1.5s")
+    );
+    assert_eq!(err.kind(), "Timeout");
+    assert!(err.is_transient());
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_repository_requiring_a_client_certificate_serves_only_a_client_presenting_one_of_its_ca()
+-> anyhow::Result<()> {
+    let repo = HelmRepoServer::start(RepoOptions::named("http-mtls").with_client_cert()).await?;
+    let (_, second) = publish_both(&repo)?;
+    let ca = repo.ca_pem().expect("a TLS server has a CA").into_bytes();
+    let (cert, key) = repo.client_cert().expect("a client certificate").pem()?;
+
+    let with_cert = RepositoryAuth {
+        ca_pem: Some(ca.clone()),
+        client_cert: Some((cert.into_bytes(), key.into_bytes())),
+        ..RepositoryAuth::default()
+    };
+    let (version, archive) = fetch_hello(&client(&repo.url(), with_cert)?, "*").await?;
+    assert_eq!(version, "0.2.0");
+    assert_eq!(archive, read(&second)?);
+
+    let dir = tempfile::tempdir()?;
+    let stranger = flotilla_tests::pki::ClientCert::self_signed(dir.path(), "stranger")?;
+    let (cert, key) = stranger.pem()?;
+    for (what, client_cert) in [
+        ("no certificate", None),
+        (
+            "a certificate of another CA",
+            Some((cert.into_bytes(), key.into_bytes())),
+        ),
+    ] {
+        let auth = RepositoryAuth {
+            ca_pem: Some(ca.clone()),
+            client_cert,
+            ..RepositoryAuth::default()
+        };
+        let err = client(&repo.url(), auth)?
+            .fetch_index()
+            .await
+            .expect_err(what);
+        assert_eq!(
+            err.to_string(),
+            format!("failed to fetch {}/index.yaml: 400 Bad Request", repo.url()),
+            "{what}"
+        );
+        assert!(!err.is_transient(), "{what}");
+    }
+    Ok(())
+}
+
+/// The chart version `helm pull hello --repo <url> --version <version>` picks from `repo`.
+fn helm_pulls(repo: &HelmRepoServer, version: &str) -> anyhow::Result<String> {
+    let home = tempfile::tempdir()?;
+    let out = home.path().join("out");
+    std::fs::create_dir_all(&out)?;
+    let mut args = vec![
+        "pull".to_owned(),
+        "hello".to_owned(),
+        "--repo".to_owned(),
+        repo.url(),
+        "--version".to_owned(),
+        version.to_owned(),
+        "-d".to_owned(),
+        out.display().to_string(),
+    ];
+    args.extend(repo.helm_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    flotilla_tests::servers::helm_ok(home.path(), &args)?;
+    let files: Vec<_> = std::fs::read_dir(&out)?.collect::<Result<_, _>>()?;
+    anyhow::ensure!(files.len() == 1, "helm pull wrote {} files", files.len());
+    let name = files[0].file_name().to_string_lossy().into_owned();
+    Ok(name
+        .strip_prefix("hello-")
+        .and_then(|n| n.strip_suffix(".tgz"))
+        .unwrap_or(&name)
+        .to_owned())
+}
+
+#[tokio::test]
+async fn every_constraint_form_resolves_to_the_version_helm_pull_picks_from_the_same_repository()
+-> anyhow::Result<()> {
+    let repo = HelmRepoServer::start(RepoOptions::named("http-constraints")).await?;
+    repo.publish(&hello_chart())?;
+    for version in ["0.2.0", "0.10.0", "0.3.1", "1.0.0-rc.1", "1.2.3"] {
+        repo.publish_version(&hello_chart(), version)?;
+    }
+    let client = client(&repo.url(), RepositoryAuth::default())?;
+    let index = Index::parse(&client.fetch_index().await?)?;
+    for constraint in [
+        "*",
+        "0.2.0",
+        "0.1.*",
+        "0.x",
+        "~0.3",
+        "~0.3.0",
+        "^0.1",
+        "^1.2",
+        ">=0.1.0 <0.3.0",
+        ">=0.2.0, <0.10.0",
+        "<0.2.0 || >=0.10.0 <1.0.0",
+        ">=1.0.0-0",
+        "1.0.0-rc.1",
+        "0.2.0 - 0.3.5",
+        "v0.10.0",
+    ] {
+        let helm = helm_pulls(&repo, constraint)?;
+        let ours = index.resolve("hello", constraint)?.version().to_owned();
+        assert_eq!(ours, helm, "version {constraint:?}");
+        // And the archive is the one helm pulled.
+        let (version, archive) = fetch_hello(&client, constraint).await?;
+        assert_eq!(version, helm);
+        assert_eq!(
+            archive,
+            read(&repo.charts_dir().join(format!("hello-{helm}.tgz")))?
+        );
+    }
     Ok(())
 }

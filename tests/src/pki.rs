@@ -1,6 +1,8 @@
 //! Certificates for one local test cluster: a CA, the API server's serving certificate, an
 //! admin client certificate (group `system:masters`) and the service-account signing key; and
-//! for the test servers of chart sources ([`ServerTls`]): a CA and a loopback serving certificate.
+//! for the test servers of chart sources ([`ServerTls`]): a CA, a loopback serving certificate
+//! and a client certificate of the same CA (for servers that require one), and client
+//! certificates of no known CA ([`ClientCert::self_signed`]).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -97,13 +99,55 @@ impl Pki {
     }
 }
 
-/// Paths of the PEM files written by [`ServerTls::write`]: a fresh CA and a serving certificate
-/// it signed for `localhost` and `127.0.0.1`.
+/// Paths of the PEM files written by [`ServerTls::write`]: a fresh CA, a serving certificate
+/// it signed for `localhost` and `127.0.0.1`, and a client certificate it signed.
 #[derive(Debug, Clone)]
 pub struct ServerTls {
     pub ca_cert: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// A client certificate (`clientAuth`) of the same CA.
+    pub client: ClientCert,
+}
+
+/// A client certificate and its key, PEM files.
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientCert {
+    /// A self-signed client certificate for `common_name` (no server trusts it) into `dir`.
+    pub fn self_signed(dir: &Path, common_name: &str) -> anyhow::Result<ClientCert> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let out = ClientCert {
+            cert: dir.join(format!("{common_name}.crt")),
+            key: dir.join(format!("{common_name}.key")),
+        };
+        let key = KeyPair::generate()?;
+        let cert = client_params(common_name)?.self_signed(&key)?;
+        write(&out.cert, &cert.pem())?;
+        write(&out.key, &key.serialize_pem())?;
+        Ok(out)
+    }
+
+    /// The certificate and the key, PEM text.
+    pub fn pem(&self) -> anyhow::Result<(String, String)> {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        Ok((read(&self.cert)?, read(&self.key)?))
+    }
+}
+
+fn client_params(common_name: &str) -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
 }
 
 impl ServerTls {
@@ -114,6 +158,10 @@ impl ServerTls {
             ca_cert: dir.join("ca.crt"),
             cert: dir.join("server.crt"),
             key: dir.join("server.key"),
+            client: ClientCert {
+                cert: dir.join("client.crt"),
+                key: dir.join("client.key"),
+            },
         };
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
@@ -138,6 +186,12 @@ impl ServerTls {
         let cert = serving.signed_by(&key, &ca)?;
         write(&tls.cert, &cert.pem())?;
         write(&tls.key, &key.serialize_pem())?;
+
+        let client_key = KeyPair::generate()?;
+        let client =
+            client_params(&format!("{common_name}-client"))?.signed_by(&client_key, &ca)?;
+        write(&tls.client.cert, &client.pem())?;
+        write(&tls.client.key, &client_key.serialize_pem())?;
         Ok(tls)
     }
 }

@@ -21,7 +21,7 @@ use anyhow::{Context as _, bail};
 use sha2::{Digest as _, Sha256};
 
 use crate::cluster::{free_port, workspace_root};
-use crate::pki::ServerTls;
+use crate::pki::{ClientCert, ServerTls};
 use crate::process::{Supervised, tail};
 use crate::tools::helm;
 
@@ -55,6 +55,10 @@ pub struct RepoOptions {
     pub basic_auth: Option<Credentials>,
     /// Serve HTTPS with a certificate of a fresh CA ([`HelmRepoServer::ca_file`]).
     pub tls: bool,
+    /// With `tls`: require a client certificate of that CA (nginx `ssl_verify_client on`;
+    /// [`HelmRepoServer::client_cert`] is one). Requests without one, or with another, are
+    /// answered `400 Bad Request`.
+    pub client_cert: bool,
     /// Keep nginx running after this program exits ([`HelmRepoServer::detach`]).
     pub detached: bool,
     /// Where the server's directory goes (default: the temp dir).
@@ -68,6 +72,7 @@ impl RepoOptions {
             name: name.to_owned(),
             basic_auth: None,
             tls: false,
+            client_cert: false,
             detached: false,
             parent_dir: None,
         }
@@ -80,6 +85,13 @@ impl RepoOptions {
 
     pub fn with_tls(mut self) -> RepoOptions {
         self.tls = true;
+        self
+    }
+
+    /// HTTPS that requires a client certificate of the server's CA.
+    pub fn with_client_cert(mut self) -> RepoOptions {
+        self.tls = true;
+        self.client_cert = true;
         self
     }
 }
@@ -130,7 +142,13 @@ impl HelmRepoServer {
             write_htpasswd(&root.join("htpasswd"), credentials)?;
         }
         let port = free_port()?;
-        let config = nginx_config(root, port, tls.as_ref(), options.basic_auth.is_some());
+        let config = nginx_config(
+            root,
+            port,
+            tls.as_ref(),
+            options.basic_auth.is_some(),
+            options.client_cert,
+        );
         let config_path = root.join("nginx.conf");
         std::fs::write(&config_path, config)
             .with_context(|| format!("writing {}", config_path.display()))?;
@@ -193,6 +211,12 @@ impl HelmRepoServer {
     /// The credentials the server requires (basic auth only).
     pub fn credentials(&self) -> Option<&Credentials> {
         self.credentials.as_ref()
+    }
+
+    /// A client certificate of the server's CA (TLS only; the server requires one with
+    /// [`RepoOptions::with_client_cert`]).
+    pub fn client_cert(&self) -> Option<&ClientCert> {
+        self.tls.as_ref().map(|t| &t.client)
     }
 
     /// The `helm` flags that reach this repository: `--ca-file`, `--username`, `--password`.
@@ -689,7 +713,13 @@ fn write_htpasswd(path: &Path, credentials: &Credentials) -> anyhow::Result<()> 
 
 /// nginx in one foreground process (so the parent-death signal reaches all of it), every path
 /// inside `root`, the access log one tab-separated line per request.
-fn nginx_config(root: &Path, port: u16, tls: Option<&ServerTls>, basic_auth: bool) -> String {
+fn nginx_config(
+    root: &Path,
+    port: u16,
+    tls: Option<&ServerTls>,
+    basic_auth: bool,
+    client_cert: bool,
+) -> String {
     let r = root.display();
     let mut server = String::new();
     let ssl = if tls.is_some() { " ssl" } else { "" };
@@ -699,6 +729,14 @@ fn nginx_config(root: &Path, port: u16, tls: Option<&ServerTls>, basic_auth: boo
     if let Some(tls) = tls {
         let _ = writeln!(server, "        ssl_certificate {};", tls.cert.display());
         let _ = writeln!(server, "        ssl_certificate_key {};", tls.key.display());
+        if client_cert {
+            let _ = writeln!(
+                server,
+                "        ssl_client_certificate {};",
+                tls.ca_cert.display()
+            );
+            let _ = writeln!(server, "        ssl_verify_client on;");
+        }
     }
     if basic_auth {
         let _ = writeln!(server, "        auth_basic \"flotilla test repository\";");

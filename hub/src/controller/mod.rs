@@ -793,6 +793,7 @@ fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
             return Ok(TargetId::KubeConfig {
                 namespace: hr.namespace().unwrap_or_default(),
                 name: s.name.clone(),
+                key: s.key.clone().filter(|k| !k.is_empty()),
             });
         }
         return Err(Stop::new(
@@ -1538,7 +1539,19 @@ mod tests {
             target_of(&kc).ok(),
             Some(TargetId::KubeConfig {
                 namespace: "default".into(),
-                name: "edge".into()
+                name: "edge".into(),
+                key: None,
+            })
+        );
+        let keyed = hr(
+            serde_json::json!({"spec": {"kubeConfig": {"secretRef": {"name": "edge", "key": "edge.yaml"}}}}),
+        );
+        assert_eq!(
+            target_of(&keyed).ok(),
+            Some(TargetId::KubeConfig {
+                namespace: "default".into(),
+                name: "edge".into(),
+                key: Some("edge.yaml".into()),
             })
         );
         let cluster = hr(serde_json::json!({"spec": {"clusterRef": {"name": "edge-1"}}}));

@@ -10,7 +10,8 @@
 //! An index is fetched when the repository is new to the hub, when its generation changed,
 //! when a `reconcile.fluxcd.io/requestedAt` token is new, or when `interval` has passed;
 //! any other event (our own status write, say) only requeues for the rest of the interval.
-//! OCI repositories (`type: oci`) are not handled here.
+//! OCI repositories (`type: oci`) have no index: the HelmChart controller reads them itself;
+//! here their held index (if the type changed) is dropped and their status emptied.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -233,7 +234,33 @@ async fn reconcile(
         ctx.indexes.remove(&key);
         return Ok(Action::await_change());
     }
-    if repo.spec.type_ == Some(HelmRepositoryType::Oci) || repo.spec.suspend {
+    if repo.spec.suspend {
+        return Ok(Action::await_change());
+    }
+    if repo.spec.type_ == Some(HelmRepositoryType::Oci) {
+        // An OCI repository is only data for its HelmCharts: no index, no status (Flux's
+        // migration to a static object empties the status of a repository switched to oci).
+        ctx.indexes.remove(&key);
+        // (The CRD defaults `observedGeneration` to -1: that alone is an empty status.)
+        if repo.status.as_ref().is_some_and(|s| {
+            s.artifact.is_some()
+                || s.url.is_some()
+                || !s.conditions.is_empty()
+                || s.last_handled_reconcile_at.is_some()
+        }) {
+            let api: Api<HelmRepository> = Api::namespaced(ctx.client.clone(), &ns);
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": null })),
+            )
+            .await
+            .map_err(|source| RepositoryError::Kube {
+                object: format!("{ns}/{name}"),
+                what: "emptying the status of an OCI repository",
+                source,
+            })?;
+        }
         return Ok(Action::await_change());
     }
     let interval = repo

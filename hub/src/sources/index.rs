@@ -388,7 +388,7 @@ fn sort_newest_first(versions: &mut [ChartVersion]) {
 }
 
 /// A JSON document as go-yaml would have decoded it.
-fn json_to_yaml(v: serde_json::Value) -> Y {
+pub(crate) fn json_to_yaml(v: serde_json::Value) -> Y {
     match v {
         serde_json::Value::Null => Y::Null,
         serde_json::Value::Bool(b) => Y::Bool(b),

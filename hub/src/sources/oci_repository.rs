@@ -1,8 +1,8 @@
 //! The `OCIRepository` reconciler: a chart pushed to an OCI registry, resolved by tag,
 //! semver range or digest, pulled into the hub's chart store and reported in the object's
 //! status as Flux's source-controller reports it. Also the OCI half of a `HelmChart` whose
-//! `HelmRepository` has `type: oci` ([`fetch_helm_repository_chart`]), which the HelmChart
-//! reconciler calls.
+//! `HelmRepository` has `type: oci` ([`helm_repository_client`], which the HelmChart
+//! reconciler calls; [`fetch_helm_repository_chart`] is the whole fetch in one call).
 //!
 //! Where to start: [`run`] (the hub binary wires it with a client, the store and
 //! [`Options`]); one pass is [`reconcile_once`].
@@ -920,8 +920,9 @@ pub struct OciChartArtifact {
 /// checked), loaded, and put in `store`.
 ///
 /// Errors are [`SourceError`]s; their `Display` is the text for the HelmChart's
-/// condition and [`SourceError::reason`] its reason. Call it once per HelmChart interval
-/// (the HelmChart reconciler owns the scheduling and status).
+/// condition and [`SourceError::reason`] its reason. The HelmChart reconciler uses the two
+/// halves ([`helm_repository_client`], then resolution and pull) to skip the pull of a
+/// version it already holds and to apply `valuesFiles`.
 pub async fn fetch_helm_repository_chart(
     client: &Client,
     store: &ChartStore,
@@ -930,6 +931,22 @@ pub async fn fetch_helm_repository_chart(
     version: &str,
     limits: OciLimits,
 ) -> Result<OciChartArtifact, SourceError> {
+    let oci = helm_repository_client(client, repository, chart, limits).await?;
+    pull_oci_chart(&oci, chart, version, store).await
+}
+
+/// The client of chart `chart` of the OCI `repository` (`<url>/<chart>`), as
+/// source-controller's HelmChart reconciler makes it: the repository's `secretRef`
+/// (dockerconfigjson or `username`/`password`) and `certSecretRef` are read, `insecure`
+/// allows plain HTTP (no certificate verification is skipped), `timeout` applies (60s by
+/// default). Resolve the version with [`OciClient::resolve_chart_version`] and pull with
+/// [`oci::version_tag`].
+pub async fn helm_repository_client(
+    client: &Client,
+    repository: &HelmRepository,
+    chart: &str,
+    limits: OciLimits,
+) -> Result<OciClient, SourceError> {
     let spec = &repository.spec;
     let namespace = repository.namespace().unwrap_or_default();
     let url = OciUrl::parse(&spec.url)
@@ -959,45 +976,35 @@ pub async fn fetch_helm_repository_chart(
         })?;
     }
     let timeout = spec.timeout.map_or(http::DEFAULT_TIMEOUT, |t| t.get());
-    fetch_oci_chart(
-        &url.to_string(),
-        auth,
-        spec.insecure,
-        timeout,
-        limits,
-        chart,
-        version,
-        store,
-    )
-    .await
+    oci_client(&url.to_string(), auth, spec.insecure, timeout, limits)
 }
 
-/// [`fetch_helm_repository_chart`] without Kubernetes: `chart_repository` is the chart's
-/// own repository (`oci://host/path/<chart>`), `auth` its credentials and TLS settings.
-#[allow(clippy::too_many_arguments)]
-pub async fn fetch_oci_chart(
+fn oci_client(
     chart_repository: &str,
     auth: RepositoryAuth,
     insecure: bool,
     timeout: Duration,
     limits: OciLimits,
+) -> Result<OciClient, SourceError> {
+    OciClient::new(chart_repository, auth, insecure, timeout, limits).map_err(|cause| match cause {
+        OciError::InvalidUrl { .. } => SourceError::InvalidUrl {
+            url: chart_repository.to_owned(),
+            cause,
+        },
+        cause => SourceError::Transport {
+            url: chart_repository.to_owned(),
+            cause,
+        },
+    })
+}
+
+/// Resolves `version` in the chart repository of `oci`, pulls the chart and stores it.
+async fn pull_oci_chart(
+    oci: &OciClient,
     chart: &str,
     version: &str,
     store: &ChartStore,
 ) -> Result<OciChartArtifact, SourceError> {
-    let oci =
-        OciClient::new(chart_repository, auth, insecure, timeout, limits).map_err(|cause| {
-            match cause {
-                OciError::InvalidUrl { .. } => SourceError::InvalidUrl {
-                    url: chart_repository.to_owned(),
-                    cause,
-                },
-                cause => SourceError::Transport {
-                    url: chart_repository.to_owned(),
-                    cause,
-                },
-            }
-        })?;
     let version = oci
         .resolve_chart_version(version)
         .await
@@ -1017,6 +1024,23 @@ pub async fn fetch_oci_chart(
         digest,
         size,
     })
+}
+
+/// [`fetch_helm_repository_chart`] without Kubernetes: `chart_repository` is the chart's
+/// own repository (`oci://host/path/<chart>`), `auth` its credentials and TLS settings.
+#[allow(clippy::too_many_arguments)]
+pub async fn fetch_oci_chart(
+    chart_repository: &str,
+    auth: RepositoryAuth,
+    insecure: bool,
+    timeout: Duration,
+    limits: OciLimits,
+    chart: &str,
+    version: &str,
+    store: &ChartStore,
+) -> Result<OciChartArtifact, SourceError> {
+    let oci = oci_client(chart_repository, auth, insecure, timeout, limits)?;
+    pull_oci_chart(&oci, chart, version, store).await
 }
 
 #[cfg(test)]
