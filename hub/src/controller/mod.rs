@@ -781,6 +781,8 @@ fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
         return Ok(TargetId::KubeConfig {
             namespace: hr.namespace().unwrap_or_default(),
             name: crate::capi::kubeconfig_secret_name(cluster),
+            // Cluster API writes the kubeconfig under `value`, the default key.
+            key: None,
         });
     }
     if let Some(c) = &hr.spec.cluster_ref {
@@ -1567,7 +1569,8 @@ mod tests {
             target_of(&capi).ok(),
             Some(TargetId::KubeConfig {
                 namespace: "default".into(),
-                name: "edge-kubeconfig".into()
+                name: "edge-kubeconfig".into(),
+                key: None,
             }),
             "a Cluster API Cluster is reached through its kubeconfig Secret"
         );
