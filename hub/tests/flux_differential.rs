@@ -14,7 +14,16 @@
 //!
 //! Only the differences of [`ALLOWED`] are tolerated, each with the reason it is allowed;
 //! everything else fails the test with both sides' values. What is never compared (timestamps
-//! and what derives from them) is dropped by [`normalize`], which says why.
+//! and what derives from them, the action's duration) is dropped by [`normalize`], which says
+//! why; Flux's Events of failed actions lose the Helm SDK debug log Flux appends to them
+//! ([`HELM_LOGS`]). The API groups differ by construction (`helm.toolkit.fluxcd.io/v2` and
+//! `source.toolkit.fluxcd.io/v1` against `helm.flotilla.dev/v1` and `source.flotilla.dev/v1`)
+//! and appear in nothing compared. Everything else — every condition's message, every
+//! Event's text, every Helm storage description — must be Flux's, character for character.
+//!
+//! `FLUXDIFF_ONLY=install,drift` plays only the scenarios of those namespaces;
+//! `FLUXDIFF_DUMP=1` prints both sides' checkpoints. Flux's logs stay in the directory the
+//! failure message names.
 //!
 //! Pods and test pods fail the kwok way (`tests/kwok/stages.yaml`): pods labelled
 //! `flotilla.dev/never-ready` never become Ready, test pods labelled
@@ -168,12 +177,46 @@ struct Allowed {
 const ALLOWED: &[Allowed] = &[Allowed {
     scenario: "*",
     path: "",
-    contains: "client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline",
+    contains: THROTTLED,
     why: "Flux's Kubernetes client throttles its own requests (client-go's rate limiter); when the \
           action's deadline falls while a request waits for its turn, Helm reports the \
           throttle instead of the wait's timeout. Flotilla's client does not throttle, so it \
           reports the timeout (`timeout waiting for: [...]`) on every attempt.",
 }];
+
+/// What Flux's Helm reports when the action's deadline passes while its Kubernetes client
+/// holds a request back (see [`ALLOWED`]).
+const THROTTLED: &str =
+    "client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline";
+
+/// Flux's Events whose failure is [`THROTTLED`] stand for Flotilla's Event of the same type,
+/// reason and message up to the error, when that one reports the wait's timeout: the same
+/// failure, told by Flux's throttled client instead of its waiter ([`ALLOWED`] says why).
+/// Returns the pairs made, for the log.
+fn pair_throttled(flux: &mut Checkpoint, flotilla: &Checkpoint) -> Vec<String> {
+    let mut paired = Vec::new();
+    let throttled: Vec<String> = flux
+        .events
+        .iter()
+        .filter(|e| e.contains(THROTTLED))
+        .cloned()
+        .collect();
+    for event in throttled {
+        let prefix = &event[..event.find(THROTTLED).unwrap_or_default()];
+        let timeout = flotilla.events.iter().find(|f| {
+            f.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with("timeout waiting for: "))
+        });
+        if let Some(timeout) = timeout {
+            paired.push(format!(
+                "events: flux={event:?} stands for flotilla={timeout:?}"
+            ));
+            flux.events.remove(&event);
+            flux.events.insert(timeout.clone());
+        }
+    }
+    paired
+}
 
 /// The HelmRelease's spec shared by every scenario, before the scenario's own fields.
 fn base_spec() -> Value {
@@ -827,7 +870,11 @@ async fn judge(
     }
     let mut failures = Vec::new();
     let mut tolerated = Vec::new();
-    for (x, y) in on_flux.checkpoints.iter().zip(&on_flotilla.checkpoints) {
+    for (x, y) in on_flux.checkpoints.iter_mut().zip(&on_flotilla.checkpoints) {
+        for p in pair_throttled(x, y) {
+            let why = allowed(ns, THROTTLED).map_or("", |a| a.why);
+            tolerated.push(format!("{ns} / {}: {p}\n    allowed: {why}", x.name));
+        }
         for d in compare(x, y) {
             let line = format!("{ns} / {}: {d}", x.name);
             match allowed(ns, &d) {
