@@ -1305,7 +1305,7 @@ async fn finalize(
         && let Some(status) = &hr.status
         && !status.helm_chart.is_empty()
     {
-        delete_helm_chart(ctx, &hr, &status.helm_chart).await;
+        delete_helm_chart(ctx, hr, &status.helm_chart).await;
     }
     let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
     let finalizers: Vec<String> = hr
