@@ -118,7 +118,7 @@ async fn a_failing_pre_install_hook_fails_the_install_is_remediated_then_stalls_
     let (r, st, msg) = cond(&report, condition::RELEASED);
     assert_eq!((r, st), (reason::INSTALL_FAILED, ConditionStatus::False));
     assert!(
-        msg.starts_with("Helm install failed for release default/demo with chart demo@0.1.2: failed pre-install: Pod default/demo-migrate"),
+        msg.starts_with("Helm install failed for release default/demo with chart demo@0.1.2: failed pre-install: failed early due to stalled resources: [Pod/default/demo-migrate status: 'Failed']"),
         "{msg}"
     );
     assert_eq!(
@@ -168,7 +168,7 @@ async fn a_failing_test_pod_is_test_failed_and_recorded_in_the_release() -> anyh
     let (r, st, msg) = cond(&report, condition::TEST_SUCCESS);
     assert_eq!((r, st), (reason::TEST_FAILED, ConditionStatus::False));
     assert!(
-        msg.starts_with("Helm test failed for release default/demo.v1 with chart demo@0.1.1: failed test: Pod default/demo-test"),
+        msg.starts_with("Helm test failed for release default/demo.v1 with chart demo@0.1.1: failed early due to stalled resources: [Pod/default/demo-test status: 'Failed']"),
         "{msg}"
     );
     assert_eq!(cond(&report, condition::READY).0, reason::TEST_FAILED);
@@ -208,7 +208,7 @@ async fn an_upgrade_wait_timeout_names_the_object_and_is_remediated_by_rollback(
     let (r, _, msg) = cond(&report, condition::RELEASED);
     assert_eq!(r, reason::UPGRADE_FAILED);
     assert!(
-        msg.contains("timeout waiting for: [Deployment default/demo"),
+        msg.contains("timeout waiting for: [Deployment/default/demo status: 'InProgress']"),
         "{msg}"
     );
     assert_eq!(
@@ -525,7 +525,12 @@ async fn a_templated_chart_is_rendered_with_its_values_installed_and_tested() ->
         reason::TEST_FAILED,
         "the value labelled the test pod to fail"
     );
-    assert!(msg.contains("Pod default/demo-hello-test"), "{msg}");
+    assert!(
+        msg.ends_with(
+            ": failed early due to stalled resources: [Pod/default/demo-hello-test status: 'Failed']"
+        ),
+        "{msg}"
+    );
     let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
     let rls = store.last("demo").await?.expect("the release");
     assert!(

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod conformance;
 pub mod crds;
 pub mod fleet;
+pub mod flux;
 pub mod image;
 pub mod pki;
 pub mod process;

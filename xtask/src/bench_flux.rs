@@ -19,12 +19,11 @@
 //! that serves the chart, so the fleet benchmark can run it beside its own figures.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use flotilla_tests::cluster::{Cluster, ClusterOptions, free_port, workspace_root};
-use flotilla_tests::process::Supervised;
+use flotilla_tests::cluster::{Cluster, ClusterOptions};
+use flotilla_tests::flux::{self, FluxControllers, FluxOptions, RUNTIME_NAMESPACE};
 use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
 use futures::StreamExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
@@ -180,97 +179,18 @@ pub fn quantile(values: &[Duration], q: f64) -> Duration {
     values[i]
 }
 
-/// The Go modules that pin the controllers, under `tests/flux/`: (directory, module path).
-const MODULES: [(&str, &str); 2] = [
-    ("source-controller", "github.com/fluxcd/source-controller"),
-    ("helm-controller", "github.com/fluxcd/helm-controller"),
-];
-
-/// Where the controllers' binaries are: what `tools/build-flux` prints (it builds them on
-/// first use and caches them).
+/// Where the controllers' binaries are (built by `tools/build-flux` on first use).
 pub fn flux_bin_dir() -> anyhow::Result<PathBuf> {
-    let script = workspace_root().join("tools/build-flux");
-    let out = Command::new(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed ({})", script.display(), out.status);
-    }
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    flux::bin_dir()
 }
 
-/// The directory of a pinned controller module in the Go module cache (`go mod download`).
-fn module_dir(dir: &str, module: &str) -> anyhow::Result<PathBuf> {
-    let cwd = workspace_root().join("tests/flux").join(dir);
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", module])
-        .current_dir(&cwd)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running go mod download in {}", cwd.display()))?;
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("reading the output of go mod download {module}"))?;
-    if let Some(error) = info.get("Error").and_then(|e| e.as_str()) {
-        bail!("go mod download {module}: {error}");
-    }
-    let dir = info
-        .get("Dir")
-        .and_then(|d| d.as_str())
-        .with_context(|| format!("go mod download {module} names no Dir"))?;
-    Ok(PathBuf::from(dir))
-}
-
-/// The version of `module` that `tests/flux/<dir>/go.mod` requires.
-fn pinned_version(dir: &str, module: &str) -> anyhow::Result<String> {
-    let path = workspace_root().join("tests/flux").join(dir).join("go.mod");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .find_map(|line| {
-            let line = line.trim();
-            let line = line.strip_prefix("require ").unwrap_or(line).trim_start();
-            let rest = line.strip_prefix(module)?.strip_prefix(' ')?;
-            rest.split_whitespace().next().map(str::to_owned)
-        })
-        .with_context(|| format!("{}: no requirement of {module}", path.display()))
-}
-
-/// Installs Flux's CRDs (the `config/crd/bases` of both pinned modules) into the cluster and
-/// waits until they are Established.
+/// Installs Flux's CRDs into the cluster and waits until they are Established.
 pub fn install_crds(cluster: &Cluster) -> anyhow::Result<()> {
-    use flotilla_tests::tools::kubectl_in;
-    for (dir, module) in MODULES {
-        let bases = module_dir(dir, module)?.join("config/crd/bases");
-        let bases = bases
-            .to_str()
-            .context("the Go module cache path is UTF-8")?;
-        kubectl_in(
-            cluster.kubeconfig(),
-            &["apply", "--server-side", "--force-conflicts", "-f", bases],
-            None,
-        )
-        .with_context(|| format!("installing the CRDs of {module}"))?;
-        kubectl_in(
-            cluster.kubeconfig(),
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=120s",
-                "-f",
-                bases,
-            ],
-            None,
-        )
-        .with_context(|| format!("waiting for the CRDs of {module}"))?;
-    }
-    Ok(())
+    flux::install_crds(cluster)
 }
 
 /// The namespace of the benchmark's objects (the agent bench's releases live there too).
 const NAMESPACE: &str = "default";
-/// The controllers' `RUNTIME_NAMESPACE`, as Flux installs them.
-const RUNTIME_NAMESPACE: &str = "flux-system";
 /// The HelmRepository every release's chart comes from.
 const REPOSITORY: &str = "bench";
 
@@ -357,87 +277,6 @@ async fn create_objects(client: &kube::Client, run: &FluxRun<'_>) -> anyhow::Res
     Ok(())
 }
 
-/// The two controller processes of a run; stopped when dropped.
-#[derive(Debug)]
-pub struct FluxControllers {
-    source: Supervised,
-    helm: Supervised,
-    dir: PathBuf,
-}
-
-impl FluxControllers {
-    /// Starts source-controller, then helm-controller, against `cluster`, with their storage
-    /// and logs under `dir`.
-    fn start(
-        bin: &Path,
-        cluster: &Cluster,
-        concurrency: u16,
-        dir: &Path,
-    ) -> anyhow::Result<FluxControllers> {
-        let kubeconfig = cluster.kubeconfig().to_str().context("kubeconfig path")?;
-        let env = [
-            ("KUBECONFIG", kubeconfig),
-            ("RUNTIME_NAMESPACE", RUNTIME_NAMESPACE),
-        ];
-        let loopback = |port: u16| format!("127.0.0.1:{port}");
-        let common = |metrics: u16, health: u16| {
-            vec![
-                "--enable-leader-election=false".to_owned(),
-                format!("--concurrent={concurrency}"),
-                format!("--metrics-addr={}", loopback(metrics)),
-                format!("--health-addr={}", loopback(health)),
-            ]
-        };
-        let storage = dir.join("storage");
-        std::fs::create_dir_all(&storage)?;
-        let storage_addr = loopback(free_port()?);
-        let mut source_args = common(free_port()?, free_port()?);
-        source_args.extend([
-            format!("--storage-path={}", storage.display()),
-            format!("--storage-addr={storage_addr}"),
-            format!("--storage-adv-addr={storage_addr}"),
-        ]);
-        let source = Supervised::start_with_env(
-            "source-controller",
-            &bin.join("source-controller"),
-            &source_args,
-            &env,
-            &dir.join("source-controller.log"),
-            false,
-        )?;
-        let helm = Supervised::start_with_env(
-            "helm-controller",
-            &bin.join("helm-controller"),
-            &common(free_port()?, free_port()?),
-            &env,
-            &dir.join("helm-controller.log"),
-            false,
-        )?;
-        Ok(FluxControllers {
-            source,
-            helm,
-            dir: dir.to_owned(),
-        })
-    }
-
-    /// The directory of the controllers' logs and storage.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn pids(&self) -> anyhow::Result<(u32, u32)> {
-        Ok((
-            self.source.pid().context("source-controller was stopped")?,
-            self.helm.pid().context("helm-controller was stopped")?,
-        ))
-    }
-
-    fn check_running(&mut self) -> anyhow::Result<()> {
-        self.source.check_running()?;
-        self.helm.check_running()
-    }
-}
-
 /// Whether a HelmRelease is Ready=True for its current generation.
 pub fn is_ready(object: &DynamicObject) -> bool {
     let status = object.data.get("status");
@@ -508,7 +347,11 @@ pub async fn run_flux_kept(
     let plane_before = control_plane.sample().await?;
     let load_at_start = load_average();
     let started = Instant::now();
-    let mut controllers = FluxControllers::start(&bin, cluster, run.concurrency, &dir)?;
+    let options = FluxOptions {
+        concurrency: Some(run.concurrency),
+        ..FluxOptions::default()
+    };
+    let mut controllers = FluxControllers::start(&bin, cluster, &options, &dir)?;
     let measured = measure(&mut controllers, &client, &control_plane, run, started).await;
     match measured {
         Ok((mut figures, plane_at_end)) => {
@@ -639,9 +482,9 @@ pub fn run(root: &Path, args: &BenchFlux) -> anyhow::Result<()> {
     let (name, version) = chart_name_version(&chart)?;
     // Build first (minutes the first time), so the cluster does not idle meanwhile.
     flux_bin_dir()?;
-    let versions = MODULES
+    let versions = flux::MODULES
         .iter()
-        .map(|(dir, module)| Ok(format!("{dir} {}", pinned_version(dir, module)?)))
+        .map(|(dir, module)| Ok(format!("{dir} {}", flux::pinned_version(dir, module)?)))
         .collect::<anyhow::Result<Vec<_>>>()?
         .join(", ");
     let runtime = tokio::runtime::Runtime::new()?;
@@ -728,19 +571,6 @@ mod tests {
         assert_eq!(
             object["spec"]["chart"]["spec"]["sourceRef"]["name"],
             REPOSITORY
-        );
-    }
-
-    #[test]
-    fn the_pinned_controller_versions_are_read_from_the_go_modules() {
-        assert_eq!(
-            pinned_version("helm-controller", "github.com/fluxcd/helm-controller").expect("pinned"),
-            "v1.6.3"
-        );
-        assert_eq!(
-            pinned_version("source-controller", "github.com/fluxcd/source-controller")
-                .expect("pinned"),
-            "v1.9.6"
         );
     }
 

@@ -207,10 +207,14 @@ fn deps(root: &Path) -> anyhow::Result<()> {
         let registry = capture(&mut Command::new(root.join("tools/build-registry")))?;
         let nginx = capture(&mut Command::new(root.join("tools/install-test-servers")))?;
         let crane = capture(&mut Command::new(root.join("tools/build-crane")))?;
+        // The Flux differential suite (hub/tests/flux_differential.rs) runs the real Flux
+        // controllers; built here (minutes, once) rather than inside a test.
+        let flux = capture(&mut Command::new(root.join("tools/build-flux")))?;
         eprintln!("xtask: upstream binaries in {upstream}");
         eprintln!("xtask: reference helm and kubectl in {tools}");
         eprintln!("xtask: test servers: OCI registry {registry}, nginx {nginx}");
         eprintln!("xtask: crane (images) {crane}");
+        eprintln!("xtask: Flux controllers {flux}");
         Ok(())
     })
 }

@@ -126,6 +126,8 @@ pub struct HookRun {
     pub phase: HookPhase,
     /// Why it failed: the Job's or Pod's reason, the failed container's reason and message.
     pub failure: Option<String>,
+    /// Whether it failed by not finishing in time (rather than by failing).
+    pub timed_out: bool,
     /// Whether a delete policy removed it afterwards.
     pub deleted: bool,
 }
@@ -348,7 +350,7 @@ impl ClusterApi {
         }
         let object = running.object_ref();
 
-        let (phase, failure) = self.watch_hook(&running, options.timeout).await;
+        let (phase, failure, timed_out) = self.watch_hook(&running, options.timeout).await;
         tracing::debug!(hook = %object, phase = phase.as_str(), "hook finished");
         let mut run = HookRun {
             object,
@@ -356,6 +358,7 @@ impl ClusterApi {
             completed_at: Some(Timestamp::now()),
             phase,
             failure,
+            timed_out,
             deleted: false,
         };
         let (policy, wanted) = match phase {
@@ -410,10 +413,15 @@ impl ClusterApi {
         }
     }
 
-    async fn watch_hook(&self, hook: &Resource, timeout: Duration) -> (HookPhase, Option<String>) {
+    /// How the hook ended, why it failed, and whether by not finishing in time.
+    async fn watch_hook(
+        &self,
+        hook: &Resource,
+        timeout: Duration,
+    ) -> (HookPhase, Option<String>, bool) {
         let kind = hook.kind().to_owned();
         if kind != "Job" && kind != "Pod" {
-            return (HookPhase::Succeeded, None);
+            return (HookPhase::Succeeded, None, false);
         }
         let mut outcome = Outcome::Running;
         let mut last = String::from("not observed yet");
@@ -440,7 +448,7 @@ impl ClusterApi {
         )
         .await;
         match outcome {
-            Outcome::Succeeded => (HookPhase::Succeeded, None),
+            Outcome::Succeeded => (HookPhase::Succeeded, None, false),
             Outcome::Failed(why) => {
                 let mut why = if why.is_empty() {
                     "failed".to_owned()
@@ -452,15 +460,16 @@ impl ClusterApi {
                 {
                     why = format!("{why}; {pod}");
                 }
-                (HookPhase::Failed, Some(why))
+                (HookPhase::Failed, Some(why), false)
             }
             Outcome::Running if !finished => (
                 HookPhase::Failed,
                 Some(format!(
                     "timed out after {timeout:?} waiting for it to finish: {last}"
                 )),
+                true,
             ),
-            Outcome::Running => (HookPhase::Unknown, None),
+            Outcome::Running => (HookPhase::Unknown, None, false),
         }
     }
 

@@ -60,18 +60,39 @@ impl fmt::Display for NotReady {
     }
 }
 
+impl NotReady {
+    /// The object as Flux's waiter (`fluxcd/pkg/ssa`, which helm-controller waits with)
+    /// names it in its errors: `<Kind>/<namespace>/<name> status: '<Status>'`.
+    pub fn flux_form(&self) -> String {
+        waited_form(&self.object, self.status)
+    }
+}
+
+/// `<Kind>/<namespace>/<name> status: '<Status>'` (no namespace segment for cluster-scoped
+/// objects): how Flux's waiter names an object it waited for in vain.
+pub fn waited_form(object: &ObjectRef, status: Status) -> String {
+    match object.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => {
+            format!("{}/{ns}/{} status: '{status}'", object.kind, object.name)
+        }
+        _ => format!("{}/{} status: '{status}'", object.kind, object.name),
+    }
+}
+
+/// Flux's list of the objects a wait ended without: `[a, b]`, in Flux's form. Why each is
+/// not ready ([`NotReady::message`]) is for the logs: Flux's message does not carry it.
 fn list(items: &[NotReady]) -> String {
-    let parts: Vec<String> = items.iter().map(ToString::to_string).collect();
+    let parts: Vec<String> = items.iter().map(NotReady::flux_form).collect();
     format!("[{}]", parts.join(", "))
 }
 
 /// Errors of a wait.
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
-    /// An object reached a state it will not leave by waiting.
-    #[error("{} failed: {}", .0.object, .0.message)]
+    /// An object reached a state it will not leave by waiting (Flux's text).
+    #[error("failed early due to stalled resources: [{}]", .0.flux_form())]
     Failed(NotReady),
-    /// The deadline passed first.
+    /// The deadline passed first (Flux's text).
     #[error("timeout waiting for: {}", list(.0))]
     Timeout(Vec<NotReady>),
     /// Objects were still present at the deadline.

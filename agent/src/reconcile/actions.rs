@@ -502,10 +502,15 @@ impl Executor<'_> {
                             rls.hooks[i].last_run.completed_at = go_time(t);
                         }
                         if run.phase == HookPhase::Failed {
+                            let reason = run.failure.unwrap_or_else(|| "failed".to_owned());
+                            // Flux's message names the hook and its status only; why it
+                            // failed goes to the log.
+                            tracing::info!(hook = %run.object, event = %event, reason = %reason, "hook failed");
                             failure = Some(ActionError::HookFailed {
                                 event: event.clone(),
                                 object: run.object,
-                                reason: run.failure.unwrap_or_else(|| "failed".to_owned()),
+                                reason,
+                                timed_out: run.timed_out,
                             });
                             break;
                         }

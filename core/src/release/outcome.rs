@@ -461,8 +461,11 @@ impl<'a> Recorder<'a> {
             ));
         }
         // Snapshots of rewritten versions get action `rollback`; the new version is
-        // prepended. Flux leaves the new snapshot's OCI digest empty; Flotilla records the
-        // one its observation digest was computed with, so that it verifies.
+        // prepended, with action `rollback` too: Helm writes it twice (created
+        // `pending-rollback`, then updated `deployed` or `failed`), and Flux's observer
+        // rewrites a version it already holds with the rollback action. Flux leaves the new
+        // snapshot's OCI digest empty; Flotilla records the one its observation digest was
+        // computed with, so that it verifies.
         for rec in &self.outcome.writes {
             if let Some(i) = status.history.iter().position(|s| rec.is(s)) {
                 let snap = &status.history[i];
@@ -472,7 +475,9 @@ impl<'a> Recorder<'a> {
                 status.history[i] = new;
             } else {
                 let oci = observation_oci_digest(status, rec.version).to_owned();
-                status.history.insert(0, rec.to_snapshot(None, &oci));
+                let action = (rec.status != StorageStatus::PendingRollback)
+                    .then_some(ReleaseAction::Rollback);
+                status.history.insert(0, rec.to_snapshot(action, &oci));
             }
         }
         status.sort_history();

@@ -1851,6 +1851,34 @@ fn rollback_result_matching_the_new_desired_state_becomes_released() {
 }
 
 #[test]
+fn a_rollbacks_new_version_and_the_versions_it_rewrote_are_recorded_with_action_rollback() {
+    // Flux's observer sees the new version twice (created pending-rollback, then updated),
+    // so its snapshot, like the superseded one, carries the rollback action.
+    let mut sim = Sim::new(plan_with(
+        json!({"upgrade": {"remediation": {"retries": 1}}}),
+    ));
+    installed(&mut sim);
+    bump_chart(&mut sim, "6.6.0");
+    sim.script(&[Behaviour::FailWritten]);
+    assert_eq!(sim.reconcile(), Step::Requeue);
+    assert_eq!(sim.take_log(), ["upgrade", "rollback"]);
+    let actions: Vec<(u32, Option<ReleaseAction>)> = sim
+        .status
+        .history
+        .iter()
+        .map(|s| (s.version, s.action))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (3, Some(ReleaseAction::Rollback)),
+            (2, Some(ReleaseAction::Rollback)),
+            (1, Some(ReleaseAction::Install)),
+        ]
+    );
+}
+
+#[test]
 fn release_target_change_uninstalls_then_installs_fresh() {
     let mut sim = Sim::new(plan());
     installed(&mut sim);

@@ -731,6 +731,16 @@ async fn plan_and_send(
     Ok(None)
 }
 
+/// The kind of a chart template's source, as Flux names it in messages.
+fn source_kind_name(kind: flotilla_core::spec::SourceKind) -> &'static str {
+    use flotilla_core::spec::SourceKind;
+    match kind {
+        SourceKind::HelmRepository => "HelmRepository",
+        SourceKind::GitRepository => "GitRepository",
+        SourceKind::Bucket => "Bucket",
+    }
+}
+
 fn kind_name(kind: ValuesReferenceKind) -> &'static str {
     match kind {
         ValuesReferenceKind::ConfigMap => "ConfigMap",
@@ -930,8 +940,9 @@ async fn source(
         let name = format!("{ns}-{}", key.name);
         let want = format!("{src_ns}/{name}");
         if !helm_chart.is_empty() && *helm_chart != want {
-            delete_helm_chart(ctx, helm_chart).await;
+            delete_helm_chart(ctx, hr, helm_chart).await;
         }
+        let created = *helm_chart != want;
         let mut labels: BTreeMap<String, String> = template
             .metadata
             .as_ref()
@@ -985,6 +996,29 @@ async fn source(
             .await
             .map_err(|e| Err(kube_err(key, "applying the HelmChart")(e)))?;
         tracing::trace!(chart = %want, resource_version = ?hc.metadata.resource_version, "HelmChart applied");
+        // Flux's `HelmChartCreated` / `HelmChartConfigured` Events (helm-controller's
+        // HelmChartTemplate, type Trace, posted as Normal): created when the status named no
+        // chart of this HelmRelease yet, configured when a spec change (a generation past
+        // the first) is not observed by the source controller yet. Unchanged: no Event. (A
+        // reconcile before the source controller caught up repeats the same Event, which
+        // counts on the existing one.)
+        let observed = hc.status.as_ref().map_or(0, |s| s.observed_generation);
+        let generation = hc.metadata.generation.unwrap_or_default();
+        let action = if created {
+            Some(("HelmChartCreated", "Created"))
+        } else if generation > 1 && generation > observed {
+            Some(("HelmChartConfigured", "Configured"))
+        } else {
+            None
+        };
+        if let Some((reason, verb)) = action {
+            let message = format!(
+                "{verb} HelmChart/{want} with SourceRef '{}/{src_ns}/{}'",
+                source_kind_name(template.spec.source_ref.kind),
+                template.spec.source_ref.name
+            );
+            ctx.book.event(hr, false, reason, &message).await;
+        }
         *helm_chart = want.clone();
         ctx.refs.set(
             &ObjectKey {
@@ -1019,7 +1053,7 @@ async fn source(
         });
     }
     if !helm_chart.is_empty() {
-        delete_helm_chart(ctx, helm_chart).await;
+        delete_helm_chart(ctx, hr, helm_chart).await;
         helm_chart.clear();
     }
     let Some(r) = &hr.spec.chart_ref else {
@@ -1104,13 +1138,21 @@ async fn source(
     }
 }
 
-async fn delete_helm_chart(ctx: &Context, namespaced: &str) {
+/// Deletes the managed HelmChart `ns/name` of `hr`; Flux's `HelmChartDeleted` Event when
+/// it was there.
+async fn delete_helm_chart(ctx: &Context, hr: &HelmRelease, namespaced: &str) {
     let Some((ns, name)) = namespaced.split_once('/') else {
         return;
     };
     let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), ns);
     match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => tracing::info!(chart = namespaced, "managed HelmChart deleted"),
+        Ok(_) => {
+            tracing::info!(chart = namespaced, "managed HelmChart deleted");
+            let message = format!("deleted HelmChart '{namespaced}'");
+            ctx.book
+                .event(hr, false, "HelmChartDeleted", &message)
+                .await;
+        }
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => {
             tracing::warn!(chart = namespaced, error = %error_chain(&e), "deleting the managed HelmChart failed")
@@ -1381,7 +1423,7 @@ async fn finalize(
         && let Some(status) = &hr.status
         && !status.helm_chart.is_empty()
     {
-        delete_helm_chart(ctx, &status.helm_chart).await;
+        delete_helm_chart(ctx, hr, &status.helm_chart).await;
     }
     let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
     let finalizers: Vec<String> = hr

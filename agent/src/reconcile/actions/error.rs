@@ -16,7 +16,8 @@ use crate::kube::delete::DeleteError;
 use crate::kube::discovery::DiscoveryError;
 use crate::kube::hook::HookError;
 use crate::kube::manifest::ManifestError;
-use crate::kube::wait::WaitError;
+use crate::kube::status::Status;
+use crate::kube::wait::{WaitError, waited_form};
 use crate::kube::{ApiFailure, ObjectRef, error_chain};
 use crate::reconcile::render::RenderError;
 use crate::storage::StorageError;
@@ -150,15 +151,21 @@ pub enum ActionError {
         /// What the wait saw.
         error: WaitError,
     },
-    /// A hook ran and failed (or did not finish in time).
-    #[error("failed {event}: {object}: {reason}")]
+    /// A hook ran and failed (or did not finish in time). The message is Helm v4's for the
+    /// event (`failed pre-install: `, `pre-upgrade hooks failed: `, none for tests,
+    /// rollbacks and deletions) around Flux's waiter's error, as helm-controller reports it:
+    /// `failed early due to stalled resources: [Pod/ns/name status: 'Failed']`, or
+    /// `timeout waiting for: [Pod/ns/name status: 'InProgress']`.
+    #[error("{}{}", hook_failure_prefix(event), hook_wait_error(object, *timed_out))]
     HookFailed {
         /// The event whose hooks ran.
         event: HookEvent,
         /// The hook object.
         object: ObjectRef,
-        /// The Job's or Pod's reason.
+        /// The Job's or Pod's reason (for the log; Flux's message does not carry it).
         reason: String,
+        /// It did not finish in time.
+        timed_out: bool,
     },
     /// A hook could not be run.
     #[error("failed {event}: {}", error_chain(.error))]
@@ -180,6 +187,33 @@ pub enum ActionError {
         /// Why.
         error: RecordError,
     },
+}
+
+/// What Helm v4 puts before a failed hook's error, by event (`install.go`, `upgrade.go`;
+/// tests, rollbacks and deletions return the error as it is).
+fn hook_failure_prefix(event: &HookEvent) -> &'static str {
+    match event {
+        HookEvent::PreInstall => "failed pre-install: ",
+        HookEvent::PostInstall => "failed post-install: ",
+        HookEvent::PreUpgrade => "pre-upgrade hooks failed: ",
+        HookEvent::PostUpgrade => "post-upgrade hooks failed: ",
+        _ => "",
+    }
+}
+
+/// Flux's waiter's error for a hook that failed or did not finish in time.
+fn hook_wait_error(object: &ObjectRef, timed_out: bool) -> String {
+    if timed_out {
+        format!(
+            "timeout waiting for: [{}]",
+            waited_form(object, Status::InProgress)
+        )
+    } else {
+        format!(
+            "failed early due to stalled resources: [{}]",
+            waited_form(object, Status::Failed)
+        )
+    }
 }
 
 fn hook_prefix(hook: &Option<String>) -> String {
@@ -378,8 +412,31 @@ mod tests {
                     event: HookEvent::PreInstall,
                     object: object("Pod", "web-migrate"),
                     reason: "container \"migrate\" terminated: Error (exit code 1)".into(),
+                    timed_out: false,
                 },
-                "failed pre-install: Pod default/web-migrate: container \"migrate\" terminated: Error (exit code 1)",
+                "failed pre-install: failed early due to stalled resources: [Pod/default/web-migrate status: 'Failed']",
+                "hook_failed",
+                false,
+            ),
+            (
+                ActionError::HookFailed {
+                    event: HookEvent::PreUpgrade,
+                    object: object("Job", "web-migrate"),
+                    reason: "timed out".into(),
+                    timed_out: true,
+                },
+                "pre-upgrade hooks failed: timeout waiting for: [Job/default/web-migrate status: 'InProgress']",
+                "hook_failed",
+                false,
+            ),
+            (
+                ActionError::HookFailed {
+                    event: HookEvent::Test,
+                    object: object("Pod", "web-test"),
+                    reason: "container \"test\" terminated: Error (exit code 1)".into(),
+                    timed_out: false,
+                },
+                "failed early due to stalled resources: [Pod/default/web-test status: 'Failed']",
                 "hook_failed",
                 false,
             ),
@@ -452,7 +509,7 @@ mod tests {
                         message: "0/1 replicas ready".into(),
                     }]),
                 },
-                "timeout waiting for: [Deployment default/web: 0/1 replicas ready]",
+                "timeout waiting for: [Deployment/default/web status: 'InProgress']",
                 "timeout",
                 true,
             ),
@@ -464,7 +521,7 @@ mod tests {
                         message: "BackoffLimitExceeded".into(),
                     }),
                 },
-                "Job default/web failed: BackoffLimitExceeded",
+                "failed early due to stalled resources: [Job/default/web status: 'Failed']",
                 "wait_failed",
                 false,
             ),
@@ -478,10 +535,11 @@ mod tests {
                             event: HookEvent::PostDelete,
                             object: object("Job", "web-cleanup"),
                             reason: "failed".into(),
+                            timed_out: false,
                         },
                     ],
                 },
-                "uninstallation completed with 2 error(s): timeout waiting for deletion of: []; failed post-delete: Job default/web-cleanup: failed",
+                "uninstallation completed with 2 error(s): timeout waiting for deletion of: []; failed early due to stalled resources: [Job/default/web-cleanup status: 'Failed']",
                 "uninstall",
                 false,
             ),
