@@ -166,6 +166,62 @@ impl futures::Stream for Reports {
     }
 }
 
+/// The other end of an [`AgentHandle`] and its [`Reports`] when no runtime is behind them
+/// ([`external`]): its holder receives the commands, keeps the list of held plans and sends
+/// the reports. Simulated agents use it (`cargo xtask bench-sessions` drives the real
+/// session client with it); the agent itself never does.
+#[derive(Debug)]
+pub struct ExternalAgent {
+    commands: mpsc::UnboundedReceiver<Command>,
+    reports: mpsc::UnboundedSender<Report>,
+    held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
+}
+
+impl ExternalAgent {
+    /// The next command; `None` once every [`AgentHandle`] is dropped.
+    pub async fn recv(&mut self) -> Option<Command> {
+        self.commands.recv().await
+    }
+
+    /// Records `plan` as held (what [`AgentHandle::held`] lists).
+    pub fn hold(&self, plan: HeldPlan) {
+        if let Ok(mut held) = self.held.lock() {
+            held.insert(plan.object.clone(), plan);
+        }
+    }
+
+    /// Forgets the held plan of `object`.
+    pub fn forget(&self, object: &ObjectKey) {
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(object);
+        }
+    }
+
+    /// Sends a report; fails once the [`Reports`] are dropped.
+    pub fn report(&self, report: Report) -> Result<(), Stopped> {
+        self.reports.send(report).map_err(|_| Stopped)
+    }
+}
+
+/// An [`AgentHandle`] and [`Reports`] with an [`ExternalAgent`] instead of a runtime.
+pub fn external() -> (AgentHandle, Reports, ExternalAgent) {
+    let (command_tx, command_rx) = mpsc::unbounded_channel();
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let held = Arc::new(Mutex::new(BTreeMap::new()));
+    (
+        AgentHandle {
+            commands: command_tx,
+            held: held.clone(),
+        },
+        Reports { rx: report_rx },
+        ExternalAgent {
+            commands: command_rx,
+            reports: report_tx,
+            held,
+        },
+    )
+}
+
 /// The agent runtime.
 #[derive(Debug)]
 pub struct Agent;
