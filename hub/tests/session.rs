@@ -764,7 +764,12 @@ async fn forty_clusters_redeeming_one_token_at_once_each_spend_one_use_a_wrong_s
         .chain(std::iter::once((wrong, "intruder".to_owned())));
     let outcomes = futures::future::join_all(requests.map(|(presented, cluster)| {
         let redemptions = redemptions.clone();
-        async move { (cluster.clone(), redemptions.redeem(&presented, &cluster).await) }
+        async move {
+            (
+                cluster.clone(),
+                redemptions.redeem(&presented, &cluster).await,
+            )
+        }
     }))
     .await;
     for (cluster, outcome) in &outcomes {
@@ -781,10 +786,7 @@ async fn forty_clusters_redeeming_one_token_at_once_each_spend_one_use_a_wrong_s
         .redeem(&presented, "c-40")
         .await
         .expect_err("the 41st cluster is refused");
-    assert!(
-        matches!(err, tokens::TokenError::UsedUp { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, tokens::TokenError::UsedUp { .. }), "{err}");
     let secret = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
         .get(&format!("{}{id}", tokens::SECRET_PREFIX))
         .await?;

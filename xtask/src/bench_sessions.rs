@@ -63,9 +63,7 @@ use kube::api::{
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench_common::{
-    ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib,
-};
+use crate::bench_common::{ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib};
 
 /// Options of `cargo xtask bench-sessions`.
 #[derive(Debug, clap::Args)]
@@ -223,7 +221,11 @@ fn simulated_status(plan: &ReleasePlan, previous: Option<&HelmReleaseStatus>) ->
     };
     let message = format!(
         "Helm {} succeeded for release {} with chart {}@{} (simulated)",
-        if previous.is_some() { "upgrade" } else { "install" },
+        if previous.is_some() {
+            "upgrade"
+        } else {
+            "install"
+        },
         plan.release.qualified(),
         plan.chart.name,
         plan.chart.version
@@ -677,8 +679,17 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
     {
         let hub = hub_board.lock().expect("not poisoned");
         let agents = agent_board.lock().expect("not poisoned");
-        phase.each = sorted(hub.connected.values().map(|t| t.saturating_duration_since(t0)));
-        phase.other = sorted(agents.joined.values().map(|t| t.saturating_duration_since(t0)));
+        phase.each = sorted(
+            hub.connected
+                .values()
+                .map(|t| t.saturating_duration_since(t0)),
+        );
+        phase.other = sorted(
+            agents
+                .joined
+                .values()
+                .map(|t| t.saturating_duration_since(t0)),
+        );
     }
     phases.push(phase);
 
@@ -709,11 +720,7 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
         move || {
             let agents = agent_board.lock().expect("not poisoned");
             let hub = hub_board.lock().expect("not poisoned");
-            let received = agents
-                .received
-                .keys()
-                .filter(|(_, v)| v == version)
-                .count();
+            let received = agents.received.keys().filter(|(_, v)| v == version).count();
             let ready = hub
                 .ready_at_version
                 .keys()
@@ -721,7 +728,9 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
                 .count();
             (
                 received >= n && ready >= n,
-                format!("{received} agents have the plan at {version}, {ready} HelmReleases Ready at it on the hub"),
+                format!(
+                    "{received} agents have the plan at {version}, {ready} HelmReleases Ready at it on the hub"
+                ),
             )
         }
     };
@@ -946,8 +955,7 @@ mod tests {
     }
 
     #[test]
-    fn the_simulated_status_is_ready_at_the_plans_chart_version_and_upgrades_after_installing()
-    {
+    fn the_simulated_status_is_ready_at_the_plans_chart_version_and_upgrades_after_installing() {
         let hr = flotilla_core::spec::HelmRelease::from_value(serde_json::json!({
             "apiVersion": "helm.toolkit.fluxcd.io/v2",
             "kind": "HelmRelease",
@@ -960,7 +968,8 @@ mod tests {
             name: "hello".into(),
             version: version.into(),
             app_version: None,
-            digest: flotilla_core::ids::ChartDigest::new(format!("sha256:{}", "a".repeat(64))).unwrap(),
+            digest: flotilla_core::ids::ChartDigest::new(format!("sha256:{}", "a".repeat(64)))
+                .unwrap(),
             oci_digest: None,
         };
         let plan = |version| {

@@ -121,10 +121,10 @@ impl HubService {
             .redemptions
             .redeem(&req.bootstrap_token, cluster.as_str())
             .await
-        .map_err(|e| {
-            tracing::info!(cluster = %cluster, reason = e.kind(), "registration refused");
-            token_status(e)
-        })?;
+            .map_err(|e| {
+                tracing::info!(cluster = %cluster, reason = e.kind(), "registration refused");
+                token_status(e)
+            })?;
         let api = self.clusters();
         let mut mc = match api
             .get_opt(cluster.as_str())

@@ -395,7 +395,15 @@ async fn redeem_together(
                     key: "usages-remaining",
                 })?),
             };
-            Ok((stored, stored_id, expiration, allowed, auto_accept, registered, remaining))
+            Ok((
+                stored,
+                stored_id,
+                expiration,
+                allowed,
+                auto_accept,
+                registered,
+                remaining,
+            ))
         })();
         let (stored, stored_id, expiration, allowed, auto_accept, mut registered, mut remaining) =
             match fields {
@@ -485,7 +493,12 @@ async fn redeem_together(
             }
         }
     }
-    all(&|| kube_failure(&id, "the token Secret kept changing under concurrent use".into()))
+    all(&|| {
+        kube_failure(
+            &id,
+            "the token Secret kept changing under concurrent use".into(),
+        )
+    })
 }
 
 /// A request waiting in [`Redemptions`].
