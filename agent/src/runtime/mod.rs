@@ -1053,3 +1053,58 @@ async fn run_delete(
         .await
         .map_err(RunError::Reconcile)
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_core::agent::DeleteOutcome;
+    use flotilla_core::ids::{ChartDigest, Namespace, ObjectName};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_external_agent_receives_the_handles_commands_and_what_it_holds_and_reports_is_what_the_handle_and_reports_show()
+     {
+        let (handle, mut reports, mut external) = external();
+        let key = ObjectKey {
+            namespace: Namespace::new("apps").unwrap(),
+            name: ObjectName::new("web").unwrap(),
+        };
+        handle.send(Command::Reconcile(key.clone())).unwrap();
+        assert_eq!(external.recv().await, Some(Command::Reconcile(key.clone())));
+
+        let held = HeldPlan {
+            object: key.clone(),
+            revision: PlanRevision::new(3),
+            chart: ChartDigest::new(format!("sha256:{}", "b".repeat(64))).unwrap(),
+            status_digest: None,
+        };
+        external.hold(held.clone());
+        assert_eq!(handle.held(), vec![held]);
+        external.forget(&key);
+        assert!(handle.held().is_empty());
+
+        let deleted = Report::Deleted {
+            object: key,
+            revision: PlanRevision::new(4),
+            outcome: DeleteOutcome::Forgotten,
+        };
+        external.report(deleted.clone()).unwrap();
+        assert_eq!(reports.recv().await, Some(deleted));
+
+        drop(handle);
+        assert_eq!(external.recv().await, None);
+        drop(reports);
+        assert!(
+            external
+                .report(Report::Rejected {
+                    object: ObjectKey {
+                        namespace: Namespace::new("apps").unwrap(),
+                        name: ObjectName::new("web").unwrap(),
+                    },
+                    revision: PlanRevision::new(5),
+                    error: "spec.chart".into(),
+                })
+                .is_err()
+        );
+    }
+}
