@@ -740,3 +740,66 @@ chart:
     drop(mgmt_cluster);
     Ok(())
 }
+
+#[tokio::test]
+async fn forty_clusters_redeeming_one_token_at_once_each_spend_one_use_a_wrong_secret_among_them_is_refused_and_the_next_cluster_finds_it_used_up()
+-> anyhow::Result<()> {
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-redeem")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    namespace(&mgmt, HUB_NAMESPACE).await?;
+    let presented = token(
+        &mgmt,
+        tokens::TokenOptions {
+            uses: Some(40),
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let id = presented.split('.').next().unwrap_or_default().to_owned();
+    let wrong = format!("{id}.0000000000000000");
+    let redemptions = Arc::new(tokens::Redemptions::new(mgmt.clone(), HUB_NAMESPACE));
+    let requests = (0..40)
+        .map(|i| (presented.clone(), format!("c-{i}")))
+        .chain(std::iter::once((wrong, "intruder".to_owned())));
+    let outcomes = futures::future::join_all(requests.map(|(presented, cluster)| {
+        let redemptions = redemptions.clone();
+        async move {
+            (
+                cluster.clone(),
+                redemptions.redeem(&presented, &cluster).await,
+            )
+        }
+    }))
+    .await;
+    for (cluster, outcome) in &outcomes {
+        match (cluster.as_str(), outcome) {
+            ("intruder", Err(tokens::TokenError::Invalid { .. })) => {}
+            ("intruder", other) => panic!("a wrong secret was not refused: {other:?}"),
+            (_, Ok(grant)) => assert!(grant.auto_accept, "{cluster}"),
+            (_, Err(e)) => panic!("{cluster} was refused: {e}"),
+        }
+    }
+    // A cluster asking again (an agent retrying) spends nothing; a new one finds none left.
+    redemptions.redeem(&presented, "c-7").await?;
+    let err = redemptions
+        .redeem(&presented, "c-40")
+        .await
+        .expect_err("the 41st cluster is refused");
+    assert!(matches!(err, tokens::TokenError::UsedUp { .. }), "{err}");
+    let secret = Api::<Secret>::namespaced(mgmt.clone(), HUB_NAMESPACE)
+        .get(&format!("{}{id}", tokens::SECRET_PREFIX))
+        .await?;
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| String::from_utf8(data[key].0.clone()).expect("text");
+    assert_eq!(text("usages-remaining"), "0");
+    let mut registered: Vec<String> = text("registered-clusters")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    registered.sort();
+    let mut expected: Vec<String> = (0..40).map(|i| format!("c-{i}")).collect();
+    expected.sort();
+    assert_eq!(registered, expected);
+    Ok(())
+}

@@ -22,6 +22,8 @@
 //!   latency, index fetches, the hub's RSS and CPU (see `bench_hub.rs`).
 //! - `cargo xtask bench-fleet`: N releases across the two workload clusters through the hub
 //!   and the agents, Flux side by side, latency of spec changes (`bench_fleet.rs`).
+//! - `cargo xtask bench-sessions`: N simulated agents (the real session client and mTLS) on
+//!   one hub: connect storm, rollout, chart version bump (see `bench_sessions.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
@@ -31,6 +33,7 @@ mod bench_fleet;
 mod bench_flux;
 mod bench_hub;
 mod bench_render;
+mod bench_sessions;
 mod crds;
 mod deploy;
 mod fuzz;
@@ -100,6 +103,9 @@ enum Task {
     /// Benchmark the fleet: N releases across two workload clusters through the hub and the
     /// agents, and the real Flux controllers on the same releases, side by side.
     BenchFleet(bench_fleet::BenchFleet),
+    /// Benchmark the hub's sessions: N simulated agents (the real session client, mTLS) join,
+    /// get one HelmRelease each, and acknowledge a chart version bump.
+    BenchSessions(bench_sessions::BenchSessions),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
     /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
@@ -137,6 +143,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchFlux(args) => bench_flux::run(&root, &args),
         Task::BenchHub(args) => bench_hub::run(&root, &args),
         Task::BenchFleet(args) => bench_fleet::run(&root, &args),
+        Task::BenchSessions(args) => bench_sessions::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
         Task::Image(args) => image::run(&root, &args),
     }

@@ -166,6 +166,62 @@ impl futures::Stream for Reports {
     }
 }
 
+/// The other end of an [`AgentHandle`] and its [`Reports`] when no runtime is behind them
+/// ([`external`]): its holder receives the commands, keeps the list of held plans and sends
+/// the reports. Simulated agents use it (`cargo xtask bench-sessions` drives the real
+/// session client with it); the agent itself never does.
+#[derive(Debug)]
+pub struct ExternalAgent {
+    commands: mpsc::UnboundedReceiver<Command>,
+    reports: mpsc::UnboundedSender<Report>,
+    held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
+}
+
+impl ExternalAgent {
+    /// The next command; `None` once every [`AgentHandle`] is dropped.
+    pub async fn recv(&mut self) -> Option<Command> {
+        self.commands.recv().await
+    }
+
+    /// Records `plan` as held (what [`AgentHandle::held`] lists).
+    pub fn hold(&self, plan: HeldPlan) {
+        if let Ok(mut held) = self.held.lock() {
+            held.insert(plan.object.clone(), plan);
+        }
+    }
+
+    /// Forgets the held plan of `object`.
+    pub fn forget(&self, object: &ObjectKey) {
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(object);
+        }
+    }
+
+    /// Sends a report; fails once the [`Reports`] are dropped.
+    pub fn report(&self, report: Report) -> Result<(), Stopped> {
+        self.reports.send(report).map_err(|_| Stopped)
+    }
+}
+
+/// An [`AgentHandle`] and [`Reports`] with an [`ExternalAgent`] instead of a runtime.
+pub fn external() -> (AgentHandle, Reports, ExternalAgent) {
+    let (command_tx, command_rx) = mpsc::unbounded_channel();
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let held = Arc::new(Mutex::new(BTreeMap::new()));
+    (
+        AgentHandle {
+            commands: command_tx,
+            held: held.clone(),
+        },
+        Reports { rx: report_rx },
+        ExternalAgent {
+            commands: command_rx,
+            reports: report_tx,
+            held,
+        },
+    )
+}
+
 /// The agent runtime.
 #[derive(Debug)]
 pub struct Agent;
@@ -996,4 +1052,59 @@ async fn run_delete(
     reconcile::delete_release(ctx, &plan, chart.as_deref())
         .await
         .map_err(RunError::Reconcile)
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_core::agent::DeleteOutcome;
+    use flotilla_core::ids::{ChartDigest, Namespace, ObjectName};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_external_agent_receives_the_handles_commands_and_what_it_holds_and_reports_is_what_the_handle_and_reports_show()
+     {
+        let (handle, mut reports, mut external) = external();
+        let key = ObjectKey {
+            namespace: Namespace::new("apps").unwrap(),
+            name: ObjectName::new("web").unwrap(),
+        };
+        handle.send(Command::Reconcile(key.clone())).unwrap();
+        assert_eq!(external.recv().await, Some(Command::Reconcile(key.clone())));
+
+        let held = HeldPlan {
+            object: key.clone(),
+            revision: PlanRevision::new(3),
+            chart: ChartDigest::new(format!("sha256:{}", "b".repeat(64))).unwrap(),
+            status_digest: None,
+        };
+        external.hold(held.clone());
+        assert_eq!(handle.held(), vec![held]);
+        external.forget(&key);
+        assert!(handle.held().is_empty());
+
+        let deleted = Report::Deleted {
+            object: key,
+            revision: PlanRevision::new(4),
+            outcome: DeleteOutcome::Forgotten,
+        };
+        external.report(deleted.clone()).unwrap();
+        assert_eq!(reports.recv().await, Some(deleted));
+
+        drop(handle);
+        assert_eq!(external.recv().await, None);
+        drop(reports);
+        assert!(
+            external
+                .report(Report::Rejected {
+                    object: ObjectKey {
+                        namespace: Namespace::new("apps").unwrap(),
+                        name: ObjectName::new("web").unwrap(),
+                    },
+                    revision: PlanRevision::new(5),
+                    error: "spec.chart".into(),
+                })
+                .is_err()
+        );
+    }
 }

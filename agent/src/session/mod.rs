@@ -20,6 +20,11 @@
 //!   away the runtime goes on reconciling on its own; after reconnecting, the statuses the
 //!   hub lacks (by digest) are sent again.
 //!
+//! Both take the agent's own cluster as an [`AgentCluster`] (its identity Secret and the
+//! facts the Hello carries): `kube::Client` in the agent; an in-memory one in simulated
+//! agents (`cargo xtask bench-sessions`), which also stand in for the runtime with
+//! [`crate::runtime::external`].
+//!
 //! Secrets: the token, the key and plan values are never logged; [`Identity`] and
 //! [`JoinOptions`] redact them in Debug output.
 
@@ -147,6 +152,52 @@ impl SessionError {
     }
 }
 
+/// What the session needs from the agent's own cluster: where its identity is kept, and
+/// the facts the Hello and the registration carry.
+pub trait AgentCluster: Send + Sync {
+    /// The stored identity (empty when none is stored yet).
+    fn load_identity(
+        &self,
+        namespace: &str,
+    ) -> impl Future<Output = Result<identity::Stored, SessionError>> + Send;
+    /// Stores the identity.
+    fn store_identity(
+        &self,
+        namespace: &str,
+        stored: &identity::Stored,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+    /// The cluster's identity (the `kube-system` namespace UID).
+    fn cluster_uid(&self) -> impl Future<Output = Result<String, SessionError>> + Send;
+    /// The Kubernetes version (`gitVersion`); empty when unknown.
+    fn kubernetes_version(&self) -> impl Future<Output = String> + Send;
+}
+
+/// The agent's cluster through its API: the identity Secret of the agent's namespace.
+impl AgentCluster for kube::Client {
+    async fn load_identity(&self, namespace: &str) -> Result<identity::Stored, SessionError> {
+        identity::load(self, namespace).await
+    }
+
+    async fn store_identity(
+        &self,
+        namespace: &str,
+        stored: &identity::Stored,
+    ) -> Result<(), SessionError> {
+        identity::store(self, namespace, stored).await
+    }
+
+    async fn cluster_uid(&self) -> Result<String, SessionError> {
+        cluster_uid(self).await
+    }
+
+    async fn kubernetes_version(&self) -> String {
+        self.apiserver_version()
+            .await
+            .map(|v| v.git_version)
+            .unwrap_or_default()
+    }
+}
+
 /// The cluster's identity: the UID of its `kube-system` namespace.
 pub async fn cluster_uid(client: &kube::Client) -> Result<String, SessionError> {
     let ns = Api::<Namespace>::all(client.clone())
@@ -214,8 +265,11 @@ fn rpc(what: &'static str, s: &tonic::Status) -> SessionError {
 }
 
 /// Joins the hub (or returns the stored identity when this cluster already joined it).
-pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identity, SessionError> {
-    let mut stored = identity::load(client, &options.namespace).await?;
+pub async fn join(
+    cluster: &impl AgentCluster,
+    options: &JoinOptions,
+) -> Result<Identity, SessionError> {
+    let mut stored = cluster.load_identity(&options.namespace).await?;
     if let Some(identity) = Identity::from_stored(&stored) {
         let identity = identity?;
         let expired = identity.expired()?;
@@ -241,7 +295,7 @@ pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identi
             return Ok(identity);
         }
     }
-    let uid = cluster_uid(client).await?;
+    let uid = cluster.cluster_uid().await?;
     if stored.key_pem.is_none() {
         let key = rcgen::KeyPair::generate().map_err(|e| SessionError::Certificate {
             message: format!("generating the agent key: {e}"),
@@ -252,7 +306,7 @@ pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identi
     stored.cluster = Some(options.cluster_name.clone());
     stored.cert_pem = None;
     stored.ca_pem = None;
-    identity::store(client, &options.namespace, &stored).await?;
+    cluster.store_identity(&options.namespace, &stored).await?;
     let key_pem = stored.key_pem.clone().unwrap_or_default();
     let csr = csr_pem(&key_pem, &options.cluster_name)?;
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
@@ -315,7 +369,7 @@ pub async fn join(client: &kube::Client, options: &JoinOptions) -> Result<Identi
                 })?;
                 stored.ca_pem = Some(ca_pem);
                 stored.cert_pem = Some(cert_pem);
-                identity::store(client, &options.namespace, &stored).await?;
+                cluster.store_identity(&options.namespace, &stored).await?;
                 tracing::info!(cluster = %options.cluster_name, "joined the hub");
                 return Identity::from_stored(&stored).unwrap_or_else(|| {
                     Err(SessionError::Protocol {
@@ -422,8 +476,8 @@ const EXPIRED_RECHECK: Duration = Duration::from_secs(60);
 /// with backoff ([`SessionOptions::unreachable_retry`] while nothing listens at its
 /// address); with an expired certificate it looks for a new one in the identity Secret
 /// every minute.
-pub async fn run(
-    client: kube::Client,
+pub async fn run<C: AgentCluster>(
+    client: C,
     identity: Identity,
     agent: AgentHandle,
     reports: Reports,
@@ -566,8 +620,8 @@ enum Ended {
     Closed(String),
 }
 
-struct Session {
-    client: kube::Client,
+struct Session<C> {
+    client: C,
     identity: Identity,
     agent: AgentHandle,
     options: SessionOptions,
@@ -581,11 +635,13 @@ fn now_timestamp() -> flotilla_core::meta::Timestamp {
     crate::reconcile::now()
 }
 
-impl Session {
+impl<C: AgentCluster> Session<C> {
     /// The identity Secret's certificate, when it is not the one in use and has not
     /// expired.
     async fn stored_renewal(&self) -> Option<Identity> {
-        let stored = identity::load(&self.client, &self.options.namespace)
+        let stored = self
+            .client
+            .load_identity(&self.options.namespace)
             .await
             .ok()?;
         let identity = Identity::from_stored(&stored)?.ok()?;
@@ -594,14 +650,9 @@ impl Session {
     }
 
     async fn hello(&self) -> v1::Hello {
-        let kubernetes_version = self
-            .client
-            .apiserver_version()
-            .await
-            .map(|v| v.git_version)
-            .unwrap_or_default();
+        let kubernetes_version = self.client.kubernetes_version().await;
         v1::Hello {
-            cluster_uid: cluster_uid(&self.client).await.unwrap_or_default(),
+            cluster_uid: self.client.cluster_uid().await.unwrap_or_default(),
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
             kubernetes_version,
             api_versions: Vec::new(),
@@ -839,9 +890,11 @@ impl Session {
                         message: "the renewed certificate is not PEM text".into(),
                     })?;
                 identity::certificate_validity(&pem)?;
-                let mut stored = identity::load(&self.client, &self.options.namespace).await?;
+                let mut stored = self.client.load_identity(&self.options.namespace).await?;
                 stored.cert_pem = Some(pem.clone());
-                identity::store(&self.client, &self.options.namespace, &stored).await?;
+                self.client
+                    .store_identity(&self.options.namespace, &stored)
+                    .await?;
                 self.identity.cert_pem = pem;
                 *renewing = false;
                 tracing::info!(cluster = %self.identity.cluster, "renewed the client certificate");

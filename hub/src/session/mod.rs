@@ -184,6 +184,10 @@ impl SessionHub {
         }
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+        let redemptions = Arc::new(tokens::Redemptions::new(
+            client.clone(),
+            config.namespace.clone(),
+        ));
         let service = server::HubService {
             stopping: stopping_rx,
             charts,
@@ -193,6 +197,7 @@ impl SessionHub {
             registry: registry.clone(),
             links: links.clone(),
             sessions: Arc::new(AtomicU64::new(0)),
+            redemptions,
         };
         let tls = ServerTlsConfig::new()
             .identity(Identity::from_pem(

@@ -65,6 +65,8 @@ pub struct HubService {
     /// Turns true when the hub stops: every session ends.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
     pub(crate) charts: Arc<dyn super::ChartArchives>,
+    /// Token redemptions, written together.
+    pub(crate) redemptions: Arc<tokens::Redemptions>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -115,17 +117,14 @@ impl HubService {
                 "cluster_uid (the kube-system namespace UID) is required",
             ));
         }
-        let grant = tokens::redeem(
-            self.client.clone(),
-            &self.config.namespace,
-            &req.bootstrap_token,
-            cluster.as_str(),
-        )
-        .await
-        .map_err(|e| {
-            tracing::info!(cluster = %cluster, reason = e.kind(), "registration refused");
-            token_status(e)
-        })?;
+        let grant = self
+            .redemptions
+            .redeem(&req.bootstrap_token, cluster.as_str())
+            .await
+            .map_err(|e| {
+                tracing::info!(cluster = %cluster, reason = e.kind(), "registration refused");
+                token_status(e)
+            })?;
         let api = self.clusters();
         let mut mc = match api
             .get_opt(cluster.as_str())

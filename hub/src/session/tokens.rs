@@ -14,12 +14,18 @@
 //! | `registered-clusters` | comma-separated names that joined with it (a pending agent's retries do not spend a use again) |
 //!
 //! [`redeem`] checks a presented token (the secret compared in constant time) and spends one
-//! use for a new cluster, with optimistic concurrency on the Secret. Refusals say which rule
+//! use for a new cluster, with optimistic concurrency on the Secret. The hub redeems through
+//! [`Redemptions`], which answers the requests arriving together with one update of the
+//! Secret (a connect storm of N agents with one token would otherwise be N conflicting
+//! updates). Refusals say which rule
 //! failed ([`TokenError`]); neither the secret nor the token is ever put in an error, a log
 //! line or a Debug output ([`BootstrapToken`]'s Debug shows the id only).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::oneshot;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -319,104 +325,275 @@ pub async fn redeem(
     cluster: &str,
 ) -> Result<Grant, TokenError> {
     let token = BootstrapToken::parse(presented)?;
+    let mut outcomes = redeem_together(client, namespace, &[(token, cluster.to_owned())]).await;
+    outcomes.pop().unwrap_or(Err(TokenError::Random))
+}
+
+/// A transient failure of the token Secret's API, for each of several requests (a
+/// `kube::Error` is not `Clone`).
+fn kube_failure(id: &str, message: String) -> TokenError {
+    TokenError::Kube {
+        id: id.to_owned(),
+        source: kube::Error::Service(message.into()),
+    }
+}
+
+/// Redeems every request (all for the same token id) with one read and one write of the
+/// token Secret: each request gets its own answer, in order; the uses are spent in order.
+async fn redeem_together(
+    client: kube::Client,
+    namespace: &str,
+    requests: &[(BootstrapToken, String)],
+) -> Vec<Result<Grant, TokenError>> {
+    let Some((first, _)) = requests.first() else {
+        return Vec::new();
+    };
+    let id = first.id.clone();
+    let all = |e: &dyn Fn() -> TokenError| requests.iter().map(|_| Err(e())).collect();
     let api: Api<Secret> = Api::namespaced(client, namespace);
-    let kube_err = |source| TokenError::Kube {
-        id: token.id.clone(),
-        source,
-    };
-    let invalid = || TokenError::Invalid {
-        id: token.id.clone(),
-    };
+    let invalid = || TokenError::Invalid { id: id.clone() };
     for _ in 0..5 {
-        let Some(mut secret) = api.get_opt(&token.secret_name()).await.map_err(kube_err)? else {
-            return Err(invalid());
+        let mut secret = match api.get_opt(&first.secret_name()).await {
+            Ok(Some(secret)) => secret,
+            Ok(None) => return all(&invalid),
+            Err(e) => {
+                let message = e.to_string();
+                return all(&|| kube_failure(&id, message.clone()));
+            }
         };
         if secret.type_.as_deref() != Some(SECRET_TYPE) {
-            return Err(invalid());
+            return all(&invalid);
         }
-        let stored = text(&secret, &token.id, "token-secret")?.unwrap_or("");
-        let stored_id = text(&secret, &token.id, "token-id")?.unwrap_or("");
-        let secret_ok: bool = stored.as_bytes().ct_eq(token.secret.as_bytes()).into();
-        if !secret_ok || stored_id != token.id {
-            return Err(invalid());
-        }
-        if let Some(expiration) = text(&secret, &token.id, "expiration")? {
-            let at = parse_rfc3339(expiration).ok_or_else(|| TokenError::BadSecret {
-                id: token.id.clone(),
-                key: "expiration",
-            })?;
-            if SystemTime::now() >= at {
-                return Err(TokenError::Expired {
-                    id: token.id.clone(),
-                    expiration: expiration.to_owned(),
-                });
-            }
-        }
-        if let Some(allowed) = text(&secret, &token.id, "cluster-name")?
-            && !allowed.is_empty()
-            && allowed != cluster
-        {
-            return Err(TokenError::ClusterNotAllowed {
-                id: token.id.clone(),
-                allowed: allowed.to_owned(),
-                requested: cluster.to_owned(),
-            });
-        }
+        let read = |key: &'static str| -> Result<Option<String>, TokenError> {
+            text(&secret, &id, key).map(|v| v.map(str::to_owned))
+        };
+        let fields = (|| {
+            let stored = read("token-secret")?.unwrap_or_default();
+            let stored_id = read("token-id")?.unwrap_or_default();
+            let expiration = match read("expiration")? {
+                None => None,
+                Some(e) => {
+                    let at = parse_rfc3339(&e).ok_or_else(|| TokenError::BadSecret {
+                        id: id.clone(),
+                        key: "expiration",
+                    })?;
+                    Some((e, at))
+                }
+            };
+            let allowed = read("cluster-name")?.filter(|a| !a.is_empty());
+            let auto_accept = read("auto-accept")?.as_deref() == Some("true");
+            let registered: Vec<String> = read("registered-clusters")?
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let remaining = match read("usages-remaining")? {
+                None => None,
+                Some(s) => Some(s.trim().parse::<u32>().map_err(|_| TokenError::BadSecret {
+                    id: id.clone(),
+                    key: "usages-remaining",
+                })?),
+            };
+            Ok((
+                stored,
+                stored_id,
+                expiration,
+                allowed,
+                auto_accept,
+                registered,
+                remaining,
+            ))
+        })();
+        let (stored, stored_id, expiration, allowed, auto_accept, mut registered, mut remaining) =
+            match fields {
+                Ok(f) => f,
+                Err(TokenError::BadSecret { key, .. }) => {
+                    return all(&|| TokenError::BadSecret {
+                        id: id.clone(),
+                        key,
+                    });
+                }
+                Err(_) => return all(&invalid),
+            };
         let grant = Grant {
-            token_id: token.id.clone(),
-            auto_accept: text(&secret, &token.id, "auto-accept")? == Some("true"),
+            token_id: id.clone(),
+            auto_accept,
         };
-        let registered: Vec<String> = text(&secret, &token.id, "registered-clusters")?
-            .unwrap_or("")
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
+        let mut changed = false;
+        let outcomes: Vec<Result<Grant, TokenError>> = requests
+            .iter()
+            .map(|(token, cluster)| {
+                let secret_ok: bool = stored.as_bytes().ct_eq(token.secret.as_bytes()).into();
+                if !secret_ok || stored_id != token.id {
+                    return Err(invalid());
+                }
+                if let Some((text, at)) = &expiration
+                    && SystemTime::now() >= *at
+                {
+                    return Err(TokenError::Expired {
+                        id: id.clone(),
+                        expiration: text.clone(),
+                    });
+                }
+                if let Some(allowed) = &allowed
+                    && allowed != cluster
+                {
+                    return Err(TokenError::ClusterNotAllowed {
+                        id: id.clone(),
+                        allowed: allowed.clone(),
+                        requested: cluster.clone(),
+                    });
+                }
+                if registered.iter().any(|c| c == cluster) {
+                    return Ok(grant.clone());
+                }
+                match &mut remaining {
+                    Some(0) => return Err(TokenError::UsedUp { id: id.clone() }),
+                    Some(n) => *n -= 1,
+                    None => {}
+                }
+                registered.push(cluster.clone());
+                changed = true;
+                Ok(grant.clone())
+            })
             .collect();
-        if registered.iter().any(|c| c == cluster) {
-            return Ok(grant);
-        }
-        let remaining = match text(&secret, &token.id, "usages-remaining")? {
-            None => None,
-            Some(s) => Some(s.trim().parse::<u32>().map_err(|_| TokenError::BadSecret {
-                id: token.id.clone(),
-                key: "usages-remaining",
-            })?),
-        };
-        if remaining == Some(0) {
-            return Err(TokenError::UsedUp {
-                id: token.id.clone(),
-            });
+        if !changed {
+            return outcomes;
         }
         let data = secret.data.get_or_insert_with(BTreeMap::new);
         if let Some(n) = remaining {
             data.insert(
                 "usages-remaining".to_owned(),
-                ByteString((n - 1).to_string().into_bytes()),
+                ByteString(n.to_string().into_bytes()),
             );
         }
-        let mut list = registered;
-        list.push(cluster.to_owned());
         data.insert(
             "registered-clusters".to_owned(),
-            ByteString(list.join(",").into_bytes()),
+            ByteString(registered.join(",").into_bytes()),
         );
-        // `replace` carries the resourceVersion read: a concurrent redeem makes it 409.
+        // `replace` carries the resourceVersion read: a concurrent redeem (another hub
+        // replica) makes it 409.
         match api
-            .replace(&token.secret_name(), &PostParams::default(), &secret)
+            .replace(&first.secret_name(), &PostParams::default(), &secret)
             .await
         {
             Ok(_) => {
-                tracing::info!(token_id = %token.id, cluster, "a bootstrap token was used");
-                return Ok(grant);
+                for ((_, cluster), outcome) in requests.iter().zip(&outcomes) {
+                    if outcome.is_ok() {
+                        tracing::info!(token_id = %id, cluster, "a bootstrap token was used");
+                    }
+                }
+                return outcomes;
             }
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(kube_err(e)),
+            Err(e) => {
+                let message = e.to_string();
+                return all(&|| kube_failure(&id, message.clone()));
+            }
         }
     }
-    Err(TokenError::Kube {
-        id: token.id.clone(),
-        source: kube::Error::Service("the token Secret kept changing under concurrent use".into()),
+    all(&|| {
+        kube_failure(
+            &id,
+            "the token Secret kept changing under concurrent use".into(),
+        )
     })
+}
+
+/// A request waiting in [`Redemptions`].
+struct Waiting {
+    token: BootstrapToken,
+    cluster: String,
+    reply: oneshot::Sender<Result<Grant, TokenError>>,
+}
+
+/// The hub's redemptions, written together: one writer at a time reads the token Secret,
+/// answers every request that arrived meanwhile and spends their uses in one update. So
+/// N agents joining with one token at once cost a few Secret updates, not N updates that
+/// conflict with each other (each conflict a re-read and a retry, the last ones failing).
+pub struct Redemptions {
+    client: kube::Client,
+    namespace: String,
+    queue: std::sync::Mutex<Vec<Waiting>>,
+    writer: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Redemptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redemptions")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting")
+            .field("token", &self.token)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redemptions {
+    /// Redemptions of the tokens in `namespace`.
+    pub fn new(client: kube::Client, namespace: impl Into<String>) -> Self {
+        Self {
+            client,
+            namespace: namespace.into(),
+            queue: std::sync::Mutex::new(Vec::new()),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// [`redeem`], together with the requests that arrive while a write is in flight.
+    pub async fn redeem(
+        self: &Arc<Self>,
+        presented: &str,
+        cluster: &str,
+    ) -> Result<Grant, TokenError> {
+        let token = BootstrapToken::parse(presented)?;
+        let id = token.id.clone();
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Waiting {
+                token,
+                cluster: cluster.to_owned(),
+                reply,
+            });
+        // The writing runs apart from this request, so a caller that goes away (its
+        // connection closed) does not leave the others of its batch without an answer.
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _writer = this.writer.lock().await;
+            let batch =
+                std::mem::take(&mut *this.queue.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut by_id: BTreeMap<String, Vec<Waiting>> = BTreeMap::new();
+            for w in batch {
+                by_id.entry(w.token.id.clone()).or_default().push(w);
+            }
+            for (_, group) in by_id {
+                let (requests, replies): (Vec<_>, Vec<_>) = group
+                    .into_iter()
+                    .map(|w| ((w.token, w.cluster), w.reply))
+                    .unzip();
+                let outcomes =
+                    redeem_together(this.client.clone(), &this.namespace, &requests).await;
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(outcome);
+                }
+            }
+        });
+        answer.await.unwrap_or_else(|_| {
+            Err(kube_failure(
+                &id,
+                "the redemption was interrupted (the hub is stopping)".into(),
+            ))
+        })
+    }
 }
 
 #[cfg(test)]
