@@ -196,6 +196,12 @@ pub struct Context {
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
     /// the cache).
     revisions: Mutex<HashMap<ObjectKey, (u64, String)>>,
+    /// The HelmCharts as the controller's watch last saw them (set by [`run`]).
+    helm_charts: std::sync::OnceLock<reflector::Store<HelmChart>>,
+    /// Per HelmChart (`ns/name`): a hash of the object last applied and the generation the
+    /// apply returned. A reconcile whose HelmChart would be the same, and finds it in the
+    /// watch's store at that generation, skips the apply: one API write less per reconcile.
+    applied_charts: Mutex<HashMap<String, (u64, i64)>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -226,6 +232,8 @@ impl Context {
             queue: Default::default(),
             targets: Mutex::new(HashMap::new()),
             revisions: Mutex::new(HashMap::new()),
+            helm_charts: std::sync::OnceLock::new(),
+            applied_charts: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -302,6 +310,33 @@ fn hr_ref(key: &ObjectKey) -> ObjectRef<HelmRelease> {
     ObjectRef::new(key.name.as_str()).within(key.namespace.as_str())
 }
 
+/// The HelmChart `ns/name` from the watch's store when this controller last applied the
+/// same object (`desired`, a hash of it) and the store holds the generation that apply
+/// produced: nothing to apply. Anything else (first reconcile after a start, a spec or label
+/// change, another writer's change, a deleted HelmChart, a store behind the apply) is `None`.
+fn unchanged_helm_chart(
+    ctx: &Context,
+    want: &str,
+    namespace: &str,
+    name: &str,
+    desired: u64,
+) -> Option<HelmChart> {
+    let (hash, generation) = *ctx
+        .applied_charts
+        .lock()
+        .expect("applied_charts lock")
+        .get(want)?;
+    if hash != desired {
+        return None;
+    }
+    let cached = ctx
+        .helm_charts
+        .get()?
+        .get(&ObjectRef::new(name).within(namespace))?;
+    (cached.metadata.generation == Some(generation) && cached.metadata.deletion_timestamp.is_none())
+        .then(|| (*cached).clone())
+}
+
 /// Runs the HelmRelease controller until `shutdown` resolves. `trigger` takes the
 /// HelmReleases to reconcile now (the status writer sends finished deletions there).
 pub async fn run(
@@ -360,10 +395,17 @@ pub async fn run(
     let cms = by_ref("ConfigMap", ctx.clone());
     let secrets = by_ref("Secret", ctx.clone());
     let hc = by_ref("HelmChart", ctx.clone());
+    let (charts_reader, charts_writer) = reflector::store();
+    let _ = ctx.helm_charts.set(charts_reader);
     Controller::for_stream(stream, reader)
-        .watches(
-            Api::<HelmChart>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            watcher(
+                Api::<HelmChart>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(charts_writer)
+            .touched_objects(),
             move |c| {
                 let labels = c.labels();
                 let mut out = hc(c.namespace(), c.name_any());
@@ -986,16 +1028,33 @@ async fn source(
         if !annotations.is_empty() {
             object["metadata"]["annotations"] = serde_json::json!(annotations);
         }
-        let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), &src_ns);
-        let hc = api
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&object),
-            )
-            .await
-            .map_err(|e| Err(kube_err(key, "applying the HelmChart")(e)))?;
-        tracing::trace!(chart = %want, resource_version = ?hc.metadata.resource_version, "HelmChart applied");
+        let desired = {
+            let mut hasher = DefaultHasher::new();
+            object.to_string().hash(&mut hasher);
+            hasher.finish()
+        };
+        let hc = match unchanged_helm_chart(ctx, &want, &src_ns, &name, desired) {
+            Some(hc) if !created => hc,
+            _ => {
+                let api: Api<HelmChart> = Api::namespaced(ctx.client.clone(), &src_ns);
+                let hc = api
+                    .patch(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&object),
+                    )
+                    .await
+                    .map_err(|e| Err(kube_err(key, "applying the HelmChart")(e)))?;
+                tracing::trace!(chart = %want, resource_version = ?hc.metadata.resource_version, "HelmChart applied");
+                if let Some(generation) = hc.metadata.generation {
+                    ctx.applied_charts
+                        .lock()
+                        .expect("applied_charts lock")
+                        .insert(want.clone(), (desired, generation));
+                }
+                hc
+            }
+        };
         // Flux's `HelmChartCreated` / `HelmChartConfigured` Events (helm-controller's
         // HelmChartTemplate, type Trace, posted as Normal): created when the status named no
         // chart of this HelmRelease yet, configured when a spec change (a generation past
