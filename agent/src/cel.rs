@@ -65,13 +65,17 @@ pub enum CelError {
         expr: String,
     },
     /// `current` of a health check is empty.
-    #[error("failed to create custom status evaluator for healthchecks[{index}]: expression Current not specified")]
+    #[error(
+        "failed to create custom status evaluator for healthchecks[{index}]: expression Current not specified"
+    )]
     MissingCurrent {
         /// The index in `spec.healthCheckExprs`.
         index: usize,
     },
     /// One of a health check's expressions does not parse.
-    #[error("failed to create custom status evaluator for healthchecks[{index}]: failed to parse the expression {which}: {source}")]
+    #[error(
+        "failed to create custom status evaluator for healthchecks[{index}]: failed to parse the expression {which}: {source}"
+    )]
     HealthCheck {
         /// The index in `spec.healthCheckExprs`.
         index: usize,
@@ -115,7 +119,10 @@ impl CelError {
     /// Whether the expression may succeed later (an evaluation over changing data), as
     /// opposed to an expression that will never compile.
     pub fn is_transient(&self) -> bool {
-        matches!(self, CelError::Evaluate { .. } | CelError::NotBoolean { .. })
+        matches!(
+            self,
+            CelError::Evaluate { .. } | CelError::NotBoolean { .. }
+        )
     }
 }
 
@@ -220,8 +227,18 @@ impl Expression {
 
 /// Type names and namespaces an identifier may name besides variables.
 const BUILTIN_IDENTS: &[&str] = &[
-    "bool", "bytes", "double", "dyn", "int", "list", "map", "null_type", "optional", "string",
-    "type", "uint",
+    "bool",
+    "bytes",
+    "double",
+    "dyn",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "optional",
+    "string",
+    "type",
+    "uint",
 ];
 
 /// The identifiers of `expr` not bound by a comprehension (macro) around them, in order.
@@ -494,17 +511,21 @@ mod tests {
     }
 
     #[test]
-    fn health_checks_decide_in_progress_then_failed_then_current_and_none_true_is_in_progress()
-    {
+    fn health_checks_decide_in_progress_then_failed_then_current_and_none_true_is_in_progress() {
         let mut c = check("example.dev/v1", Some("Widget"), "status.phase == 'Ready'");
-        c.failed = Some("status.phase == 'Failed' || has(status.retries) && status.retries > 3".to_owned());
+        c.failed = Some(
+            "status.phase == 'Failed' || has(status.retries) && status.retries > 3".to_owned(),
+        );
         c.in_progress = Some("has(status.migrating) && status.migrating".to_owned());
         let checks = HealthChecks::new(&[c]).expect("valid");
         let cases = [
             (json!({"phase": "Ready"}), Status::Current),
             (json!({"phase": "Failed"}), Status::Failed),
             (json!({"phase": "Pending", "retries": 4}), Status::Failed),
-            (json!({"phase": "Pending", "retries": 1}), Status::InProgress),
+            (
+                json!({"phase": "Pending", "retries": 1}),
+                Status::InProgress,
+            ),
             (
                 json!({"phase": "Ready", "migrating": true}),
                 Status::InProgress,
@@ -620,7 +641,8 @@ mod tests {
         assert_eq!(eval(dep("True")), Ok(true));
         assert_eq!(eval(dep("False")), Ok(false));
 
-        let err = Expression::compile_bool("other.ready", &["self", "dep"]).expect_err("undeclared");
+        let err =
+            Expression::compile_bool("other.ready", &["self", "dep"]).expect_err("undeclared");
         assert_eq!(
             err.to_string(),
             "failed to parse the CEL expression 'other.ready': ERROR: <input>:1:1: undeclared reference to 'other'"
@@ -643,8 +665,8 @@ mod tests {
 
     #[test]
     fn json_integers_compare_as_cel_ints() {
-        let expr = Expression::parse("status.readyReplicas == 1 && status.ratio > 0.5")
-            .expect("parses");
+        let expr =
+            Expression::parse("status.readyReplicas == 1 && status.ratio > 0.5").expect("parses");
         let obj = json!({"status": {"readyReplicas": 1, "ratio": 0.75}});
         assert_eq!(expr.evaluate_bool_over(&obj), Ok(true));
     }

@@ -31,14 +31,16 @@ const READY_BY_PHASE: &str = "  healthCheckExprs:
 #[tokio::test]
 async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_expression_fails_fast()
 -> anyhow::Result<()> {
-    let (_cluster, ctx) =
-        common::start("wait-cel", Arc::new(ChartRenderer::default())).await?;
+    let (_cluster, ctx) = common::start("wait-cel", Arc::new(ChartRenderer::default())).await?;
 
     // kstatus alone: the Gadget's Ready=False keeps it InProgress until the timeout.
     let plain = gadget("plain", "4s", "  values:\n    ready: \"False\"").plan();
     let report = run(&ctx, &plain).await?;
     let (why, status, message) = expect_condition(&report, condition::READY);
-    assert_eq!((why, status), (reason::INSTALL_FAILED, ConditionStatus::False));
+    assert_eq!(
+        (why, status),
+        (reason::INSTALL_FAILED, ConditionStatus::False)
+    );
     assert!(
         message.contains("timeout waiting for: [Gadget default/plain"),
         "{message}"
@@ -55,7 +57,10 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
     let report = run(&ctx, &by_phase).await?;
     assert_eq!(report.actions, ["install"]);
     let (why, status, _) = expect_condition(&report, condition::READY);
-    assert_eq!((why, status), (reason::INSTALL_SUCCEEDED, ConditionStatus::True));
+    assert_eq!(
+        (why, status),
+        (reason::INSTALL_SUCCEEDED, ConditionStatus::True)
+    );
 
     // `failed` true: the wait ends at once, long before the 60s timeout.
     let started = Instant::now();
@@ -67,7 +72,10 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
     .plan();
     let report = run(&ctx, &failing).await?;
     let (why, status, message) = expect_condition(&report, condition::READY);
-    assert_eq!((why, status), (reason::INSTALL_FAILED, ConditionStatus::False));
+    assert_eq!(
+        (why, status),
+        (reason::INSTALL_FAILED, ConditionStatus::False)
+    );
     assert!(
         message.contains(
             "Gadget default/failing failed: healthCheckExprs failed is true: status.phase == 'Failed'"
@@ -98,8 +106,7 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
 #[tokio::test]
 async fn the_legacy_wait_strategy_does_not_wait_for_custom_resources_and_paused_deployments_are_not_waited_for()
 -> anyhow::Result<()> {
-    let (_cluster, ctx) =
-        common::start("wait-legacy", Arc::new(ChartRenderer::default())).await?;
+    let (_cluster, ctx) = common::start("wait-legacy", Arc::new(ChartRenderer::default())).await?;
 
     // legacy (Helm's legacy ready checker): a custom resource is ready as it is, and the CEL
     // checks are not used (as in Flux, they are kstatus status readers).
@@ -114,7 +121,10 @@ async fn the_legacy_wait_strategy_does_not_wait_for_custom_resources_and_paused_
     let report = run(&ctx, &legacy).await?;
     assert_eq!(report.actions, ["install"]);
     let (why, status, _) = expect_condition(&report, condition::READY);
-    assert_eq!((why, status), (reason::INSTALL_SUCCEEDED, ConditionStatus::True));
+    assert_eq!(
+        (why, status),
+        (reason::INSTALL_SUCCEEDED, ConditionStatus::True)
+    );
 
     // poller (spelled out): the same release waits, and times out.
     let poller = gadget(

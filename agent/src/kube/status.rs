@@ -149,7 +149,10 @@ pub fn compute_legacy(obj: &Value, jobs: JobRule) -> StatusResult {
             "",
             "Service" | "Pod" | "PersistentVolumeClaim" | "ReplicationController"
         ) | ("apps", "StatefulSet")
-            | ("apps" | "extensions", "DaemonSet" | "Deployment" | "ReplicaSet")
+            | (
+                "apps" | "extensions",
+                "DaemonSet" | "Deployment" | "ReplicaSet"
+            )
             | ("batch", "Job")
             | ("apiextensions.k8s.io", "CustomResourceDefinition")
     );

@@ -29,8 +29,8 @@ use kube::{Client, ResourceExt as _};
 use tokio::time::Instant;
 
 use super::status::{self, JobRule, Status, StatusResult};
-use crate::cel::{CelError, HealthChecks};
 use super::{ClusterApi, ObjectRef, Resource};
+use crate::cel::{CelError, HealthChecks};
 
 /// How to wait for readiness.
 #[derive(Clone, Debug)]
@@ -163,7 +163,10 @@ impl WaitError {
 
     /// Whether waiting longer may help (a timeout), as opposed to a failed object.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, WaitError::Failed(_) | WaitError::InvalidHealthCheck(_))
+        !matches!(
+            self,
+            WaitError::Failed(_) | WaitError::InvalidHealthCheck(_)
+        )
     }
 
     /// The objects the wait ended without.
@@ -543,17 +546,72 @@ mod tests {
             "status": {"conditions": [{"type": "Failed", "status": "True"}]},
         });
         let cases = [
-            ("paused Deployment, poller", &poller, deployment(true), Status::Current),
-            ("paused Deployment, legacy", &legacy, deployment(true), Status::Current),
-            ("rolling Deployment, poller", &poller, deployment(false), Status::InProgress),
-            ("rolling Deployment, legacy", &legacy, deployment(false), Status::InProgress),
-            ("custom resource, poller", &poller, widget_not_ready(), Status::InProgress),
-            ("custom resource, legacy", &legacy, widget_not_ready(), Status::Current),
-            ("custom resource, CEL", &cel, widget_not_ready(), Status::Current),
-            ("custom resource, legacy ignores CEL", &legacy_cel, widget_not_ready(), Status::Current),
-            ("crashing pod, poller fails fast", &poller, crash.clone(), Status::Failed),
-            ("crashing pod, legacy waits", &legacy, crash, Status::InProgress),
-            ("failed Job, legacy fails", &legacy, failed_job, Status::Failed),
+            (
+                "paused Deployment, poller",
+                &poller,
+                deployment(true),
+                Status::Current,
+            ),
+            (
+                "paused Deployment, legacy",
+                &legacy,
+                deployment(true),
+                Status::Current,
+            ),
+            (
+                "rolling Deployment, poller",
+                &poller,
+                deployment(false),
+                Status::InProgress,
+            ),
+            (
+                "rolling Deployment, legacy",
+                &legacy,
+                deployment(false),
+                Status::InProgress,
+            ),
+            (
+                "custom resource, poller",
+                &poller,
+                widget_not_ready(),
+                Status::InProgress,
+            ),
+            (
+                "custom resource, legacy",
+                &legacy,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "custom resource, CEL",
+                &cel,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "custom resource, legacy ignores CEL",
+                &legacy_cel,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "crashing pod, poller fails fast",
+                &poller,
+                crash.clone(),
+                Status::Failed,
+            ),
+            (
+                "crashing pod, legacy waits",
+                &legacy,
+                crash,
+                Status::InProgress,
+            ),
+            (
+                "failed Job, legacy fails",
+                &legacy,
+                failed_job,
+                Status::Failed,
+            ),
         ];
         for (name, options, obj, want) in cases {
             let got = options.status(&obj);
