@@ -17,6 +17,7 @@
 //! - [`telemetry`] holds the metrics, the probe server and the log subscriber; [`memory`]
 //!   returns freed heap pages to the kernel when the agent goes idle.
 
+pub mod cel;
 pub mod charts;
 pub mod cmd;
 pub mod drift;

@@ -395,3 +395,116 @@ spec:
     );
     Ok(())
 }
+
+/// `status.installFailures` and the `Stalled` condition's (status, reason) of `podinfo`.
+async fn failures_and_stalled(
+    hrs: &Api<HelmRelease>,
+) -> anyhow::Result<(i64, Option<(String, String)>)> {
+    let hr = hrs.get("podinfo").await?;
+    let status = serde_json::to_value(&hr.status)?;
+    let failures = status["installFailures"].as_i64().unwrap_or(0);
+    let stalled = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Stalled")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        });
+    Ok((failures, stalled))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_reset_retries_a_release_whose_retries_are_exhausted_where_a_plain_reconcile_leaves_it_stalled()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("cli-reset")).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    flotilla_tests::crds::install(&client, "flotilla-cli-tests", &flotilla_api::crd::all()).await?;
+    let repo = HelmRepoServer::start(RepoOptions::named("cli-reset")).await?;
+    repo.publish_version(
+        &flotilla_tests::cluster::workspace_root().join("../shared/charts/podinfo/chart"),
+        "6.5.2",
+    )?;
+    let artifacts = tempfile::tempdir()?;
+    let mut config = HubConfig::new(Some(kubeconfig.clone()), artifacts.path().to_owned());
+    config.concurrency = 2;
+    let hub = Hub::start(config).await?;
+
+    // The target namespace does not exist: the install fails, and with Flux's default
+    // remediation (no retries) the release is Stalled RetriesExceeded. (The release is
+    // `apps-podinfo`, Flux's default name with a target namespace, stored in `default`.)
+    let release = podinfo(&repo.url()).replace(
+        "  interval: 10m\n  chart:",
+        "  interval: 10m\n  targetNamespace: apps\n  chart:",
+    );
+    kubectl_in(&kubeconfig, &["apply", "-f", "-"], Some(&release))?;
+    let hrs: Api<HelmRelease> = Api::namespaced(client.clone(), "default");
+    wait::until("podinfo Stalled", TIMEOUT, || async {
+        let (failures, stalled) = failures_and_stalled(&hrs).await?;
+        Ok(
+            (stalled == Some(("True".to_owned(), "RetriesExceeded".to_owned())))
+                .then_some(failures),
+        )
+    })
+    .await
+    .map(|failures| assert_eq!(failures, 1))?;
+
+    // The cause goes away; the retries stay exhausted: a plain reconcile is handled but
+    // attempts nothing (exit 1 with the last failure), as `flux reconcile` without --reset.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "apps"}}))?,
+        )
+        .await?;
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &["reconcile", "hr", "podinfo", "--timeout", "1m"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("✗ HelmRelease default/podinfo: "), "{err}");
+    let history = flotilla_tests::tools::helm_history(&kubeconfig, "apps-podinfo", "default")?;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].1, "failed");
+    let (failures, stalled) = failures_and_stalled(&hrs).await?;
+    assert_eq!(failures, 1);
+    assert_eq!(
+        stalled,
+        Some(("True".to_owned(), "RetriesExceeded".to_owned()))
+    );
+
+    // --reset sets resetAt with the token: the counters start again, the release is retried
+    // and succeeds, Stalled is gone.
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &["reconcile", "hr", "podinfo", "--reset", "--timeout", "2m"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("✔ applied revision 6.5.2\n"), "{out}");
+    let hr = hrs.get("podinfo").await?;
+    let annotations = hr.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("reconcile.fluxcd.io/resetAt"),
+        annotations.get("reconcile.fluxcd.io/requestedAt")
+    );
+    let status = serde_json::to_value(&hr.status)?;
+    assert_eq!(
+        status["lastHandledResetAt"].as_str(),
+        annotations
+            .get("reconcile.fluxcd.io/resetAt")
+            .map(String::as_str)
+    );
+    let (failures, stalled) = failures_and_stalled(&hrs).await?;
+    assert_eq!((failures, stalled), (0, None));
+    let history = flotilla_tests::tools::helm_history(&kubeconfig, "apps-podinfo", "default")?;
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[1].1, "deployed");
+
+    hub.stop().await;
+    Ok(())
+}

@@ -631,3 +631,114 @@ async fn a_values_secret_change_upgrades_only_the_release_using_it_and_a_release
     env.stop().await;
     Ok(())
 }
+
+/// The `Stalled` condition of `name` as (status, reason, message), once it is there.
+async fn stalled(
+    hrs: &kube::Api<flotilla_api::HelmRelease>,
+    name: &str,
+) -> anyhow::Result<(ConditionStatus, String, String)> {
+    wait::until(&format!("{name} Stalled"), common::TIMEOUT, || async {
+        let hr = hrs.get(name).await?;
+        Ok(hr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.get_condition(condition::STALLED))
+            .map(|c| (c.status, c.reason.clone(), c.message.clone())))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn cel_expressions_that_do_not_parse_stall_the_release_and_ready_expr_decides_when_a_dependency_is_ready()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-cel").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+
+    // healthCheckExprs that do not parse: terminal, before anything else (Flux's text).
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "bad-health",
+        "  healthCheckExprs:\n  - apiVersion: example.dev/v1\n    kind: Widget\n    current: \"status.(\"",
+    ))?;
+    let c = ready_condition(&hrs, "bad-health", "InvalidCELExpression", |c| {
+        c.reason == "InvalidCELExpression"
+    })
+    .await?;
+    assert_eq!(c.status, ConditionStatus::False);
+    let want = "Reconciliation failed terminally due to configuration error: \
+                failed to create custom status evaluator for healthchecks[0]: \
+                failed to parse the expression Current: \
+                failed to parse the CEL expression 'status.(': ERROR: <input>:1:";
+    assert!(c.message.starts_with(want), "{}", c.message);
+    let (status, why, message) = stalled(&hrs, "bad-health").await?;
+    assert_eq!(
+        (status, why.as_str(), message.as_str()),
+        (
+            ConditionStatus::True,
+            "InvalidCELExpression",
+            c.message.as_str()
+        )
+    );
+
+    // readyExpr over `self` and `dep`: a's tier must be b's; while it is not, b waits with
+    // Flux's message (the built-in Ready check is not used: a is Ready all along).
+    env.kubectl_apply(&podinfo_release(&url, "a", ""))?;
+    ready(&hrs, "a").await?;
+    let b = podinfo_release(
+        &url,
+        "b",
+        "  dependsOn:\n  - name: a\n    readyExpr: \"has(dep.metadata.labels) && 'tier' in dep.metadata.labels && dep.metadata.labels.tier == self.metadata.labels.tier\"",
+    )
+    .replace(
+        "  name: b\n  namespace: default\n",
+        "  name: b\n  namespace: default\n  labels:\n    tier: db\n",
+    );
+    env.kubectl_apply(&b)?;
+    let c = ready_condition(&hrs, "b", "DependencyNotReady", |c| {
+        c.reason == "DependencyNotReady"
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "dependency 'default/a' is not ready according to readyExpr eval"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(helm_list(env.kubeconfig())?, vec!["a".to_owned()]);
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "label",
+            "helmreleases.helm.flotilla.dev/a",
+            "-n",
+            "default",
+            "tier=db",
+        ],
+        None,
+    )?;
+    ready(&hrs, "b").await?;
+
+    // A readyExpr naming another variable does not compile: terminal too.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "c",
+        "  dependsOn:\n  - name: a\n    readyExpr: \"other == 1\"",
+    ))?;
+    let (status, why, message) = stalled(&hrs, "c").await?;
+    assert_eq!(
+        (status, why.as_str()),
+        (ConditionStatus::True, "InvalidCELExpression")
+    );
+    assert_eq!(
+        message,
+        "Reconciliation failed terminally due to configuration error: \
+         failed to evaluate dependency a: failed to parse the CEL expression 'other == 1': \
+         ERROR: <input>:1:1: undeclared reference to 'other'"
+    );
+    let mut installed = helm_list(env.kubeconfig())?;
+    installed.sort();
+    assert_eq!(installed, ["a", "b"]);
+
+    env.stop().await;
+    Ok(())
+}

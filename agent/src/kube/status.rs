@@ -132,6 +132,40 @@ pub fn compute_at(obj: &Value, jobs: JobRule, now: Timestamp) -> StatusResult {
     }
 }
 
+/// The status by Helm's legacy ready checker (`waitStrategy: legacy`, Helm 3's `--wait`):
+/// the kinds it knows are judged by their rule above, kinds it does not know (custom
+/// resources, no `Ready` condition looked at) are ready as they are, and only a failed
+/// Job is `Failed` (the legacy checker polls the others until the deadline).
+pub fn compute_legacy(obj: &Value, jobs: JobRule) -> StatusResult {
+    let group = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
+        .unwrap_or("");
+    let kind = str_at(obj, &["kind"]).unwrap_or("");
+    let known = matches!(
+        (group, kind),
+        (
+            "",
+            "Service" | "Pod" | "PersistentVolumeClaim" | "ReplicationController"
+        ) | ("apps", "StatefulSet")
+            | (
+                "apps" | "extensions",
+                "DaemonSet" | "Deployment" | "ReplicaSet"
+            )
+            | ("batch", "Job")
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+    );
+    if !known {
+        return StatusResult::current("legacy wait: kind without a readiness rule");
+    }
+    let result = compute(obj, jobs);
+    if result.status == Status::Failed && !(group == "batch" && kind == "Job") {
+        return StatusResult::in_progress(result.message);
+    }
+    result
+}
+
 fn at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(obj, |v, key| v.get(*key))
 }

@@ -4,11 +4,22 @@
 //! feeds every change to a status computation; nothing polls. A wait ends at the first
 //! `Failed` object, when every object is satisfied, or at the deadline, with an error naming
 //! each object still waited for and why.
+//!
+//! The strategy (`spec.waitStrategy`, Flux's `internal/action/wait.go`): `poller` (the
+//! default; Helm 4's `watcher`) judges objects by kstatus, custom resources covered by
+//! `spec.healthCheckExprs` by their CEL checks ([`crate::cel`]), and fails fast;
+//! `legacy` is Helm's legacy ready checker: kinds it does not know (custom resources) are
+//! ready as they are, no CEL checks, and only a failed Job ends the wait early. Both skip
+//! paused Deployments (`spec.paused: true`), as Helm and Flux do: a paused rollout never
+//! progresses.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
+
+use flotilla_core::spec::{CustomHealthCheck, WaitStrategy, WaitStrategyName};
 
 use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject};
@@ -19,6 +30,7 @@ use tokio::time::Instant;
 
 use super::status::{self, JobRule, Status, StatusResult};
 use super::{ClusterApi, ObjectRef, Resource};
+use crate::cel::{CelError, HealthChecks};
 
 /// How to wait for readiness.
 #[derive(Clone, Debug)]
@@ -28,16 +40,71 @@ pub struct WaitOptions {
     /// Wait for Jobs to complete (Helm's `--wait-for-jobs`; Flux's `disableWaitForJobs:
     /// false`). When false, a Job counts as ready once it has started (kstatus's rule).
     pub wait_for_jobs: bool,
+    /// Helm's legacy ready checker instead of kstatus (`spec.waitStrategy.name: legacy`).
+    pub legacy: bool,
+    /// The CEL health checks of `spec.healthCheckExprs` (not used by `legacy`).
+    pub health_checks: Arc<HealthChecks>,
 }
 
 impl WaitOptions {
-    /// Waits up to `timeout`, Jobs included (Flux's default).
+    /// Waits up to `timeout`, Jobs included (Flux's default), with kstatus and no CEL
+    /// checks.
     pub fn new(timeout: Duration) -> WaitOptions {
         WaitOptions {
             timeout,
             wait_for_jobs: true,
+            legacy: false,
+            health_checks: Arc::default(),
         }
     }
+
+    /// These options with a plan's `spec.waitStrategy` and `spec.healthCheckExprs`.
+    pub fn with_strategy(
+        mut self,
+        strategy: Option<WaitStrategy>,
+        checks: &[CustomHealthCheck],
+    ) -> Result<WaitOptions, CelError> {
+        self.legacy = strategy.is_some_and(|s| s.name == WaitStrategyName::Legacy);
+        if !checks.is_empty() {
+            self.health_checks = Arc::new(HealthChecks::new(checks)?);
+        }
+        Ok(self)
+    }
+
+    /// The status of a live object (its JSON form, with `apiVersion` and `kind`) by these
+    /// options' rules.
+    pub fn status(&self, obj: &serde_json::Value) -> StatusResult {
+        let jobs = if self.wait_for_jobs {
+            JobRule::Complete
+        } else {
+            JobRule::Started
+        };
+        if is_paused_deployment(obj) {
+            return StatusResult {
+                status: Status::Current,
+                message: "Deployment is paused".to_owned(),
+            };
+        }
+        if self.legacy {
+            return status::compute_legacy(obj, jobs);
+        }
+        if let Some(result) = self.health_checks.evaluate(obj) {
+            return result;
+        }
+        status::compute(obj, jobs)
+    }
+}
+
+/// A Deployment with `spec.paused: true` (Helm and Flux do not wait for it).
+fn is_paused_deployment(obj: &serde_json::Value) -> bool {
+    let api = obj.get("apiVersion").and_then(serde_json::Value::as_str);
+    let kind = obj.get("kind").and_then(serde_json::Value::as_str);
+    matches!(api, Some("apps/v1" | "extensions/v1beta1" | "apps/v1beta2"))
+        && kind == Some("Deployment")
+        && obj
+            .pointer("/spec/paused")
+            .and_then(serde_json::Value::as_bool)
+            == Some(true)
 }
 
 /// An object a wait ended without.
@@ -98,6 +165,10 @@ pub enum WaitError {
     /// Objects were still present at the deadline.
     #[error("timeout waiting for deletion of: {}", list(.0))]
     DeletionTimeout(Vec<NotReady>),
+    /// `spec.healthCheckExprs` does not compile (the hub stalls such a HelmRelease before
+    /// it reaches an agent; a plan file may still hold one).
+    #[error(transparent)]
+    InvalidHealthCheck(#[from] CelError),
 }
 
 impl WaitError {
@@ -107,12 +178,16 @@ impl WaitError {
             WaitError::Failed(_) => "failed",
             WaitError::Timeout(_) => "timeout",
             WaitError::DeletionTimeout(_) => "deletion_timeout",
+            WaitError::InvalidHealthCheck(_) => "invalid_health_check",
         }
     }
 
     /// Whether waiting longer may help (a timeout), as opposed to a failed object.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, WaitError::Failed(_))
+        !matches!(
+            self,
+            WaitError::Failed(_) | WaitError::InvalidHealthCheck(_)
+        )
     }
 
     /// The objects the wait ended without.
@@ -120,6 +195,7 @@ impl WaitError {
         match self {
             WaitError::Failed(one) => std::slice::from_ref(one),
             WaitError::Timeout(all) | WaitError::DeletionTimeout(all) => all,
+            WaitError::InvalidHealthCheck(_) => &[],
         }
     }
 }
@@ -261,6 +337,19 @@ where
 /// The kstatus result of a live object of `target`'s resource. Objects from list responses
 /// carry no `apiVersion`/`kind`; the target's are used then.
 pub fn object_status(obj: &DynamicObject, target: &Resource, jobs: JobRule) -> StatusResult {
+    let options = WaitOptions {
+        wait_for_jobs: jobs == JobRule::Complete,
+        ..WaitOptions::new(Duration::ZERO)
+    };
+    object_status_with(obj, target, &options)
+}
+
+/// [`object_status`] by the rules of `options` (strategy, CEL health checks).
+pub fn object_status_with(
+    obj: &DynamicObject,
+    target: &Resource,
+    options: &WaitOptions,
+) -> StatusResult {
     match serde_json::to_value(obj) {
         Ok(mut json) => {
             if let Some(map) = json.as_object_mut() {
@@ -269,7 +358,7 @@ pub fn object_status(obj: &DynamicObject, target: &Resource, jobs: JobRule) -> S
                 map.entry("kind")
                     .or_insert_with(|| target.api_resource.kind.clone().into());
             }
-            status::compute(&json, jobs)
+            options.status(&json)
         }
         Err(e) => StatusResult {
             status: Status::Unknown,
@@ -286,11 +375,6 @@ impl ClusterApi {
         targets: &[Resource],
         options: &WaitOptions,
     ) -> Result<(), WaitError> {
-        let jobs = if options.wait_for_jobs {
-            JobRule::Complete
-        } else {
-            JobRule::Started
-        };
         let deadline = Instant::now() + options.timeout;
         // Objects already `Current` as the API server returned them (the apply response:
         // ConfigMaps, Services, RBAC, unchanged workloads) need no watch; only the others
@@ -299,7 +383,7 @@ impl ClusterApi {
         let mut watched: Vec<Resource> = Vec::new();
         let mut index: Vec<usize> = Vec::new();
         for (i, target) in targets.iter().enumerate() {
-            let state = object_status(&target.object, target, jobs);
+            let state = object_status_with(&target.object, target, options);
             if state.is_current() {
                 states.push(state);
             } else {
@@ -318,7 +402,7 @@ impl ClusterApi {
         watch_objects(&self.client, &watched, deadline, |w, obs| {
             let i = index[w];
             states[i] = match obs {
-                Observation::Present(obj) => object_status(obj, &targets[i], jobs),
+                Observation::Present(obj) => object_status_with(obj, &targets[i], options),
                 Observation::Gone => StatusResult::not_found(),
                 Observation::WatchFailed(message) => StatusResult {
                     status: Status::Unknown,
@@ -416,5 +500,160 @@ fn not_ready(target: &Resource, state: &StatusResult) -> NotReady {
         object: target.object_ref(),
         status: state.status,
         message: state.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn deployment(paused: bool) -> serde_json::Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "generation": 1},
+            "spec": {"paused": paused, "replicas": 1, "progressDeadlineSeconds": 600},
+            "status": {"observedGeneration": 1, "replicas": 0},
+        })
+    }
+
+    fn widget_not_ready() -> serde_json::Value {
+        json!({
+            "apiVersion": "example.dev/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w"},
+            "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": "False"}]},
+        })
+    }
+
+    #[test]
+    fn each_strategy_judges_objects_by_its_own_rules() {
+        let poller = WaitOptions::new(Duration::ZERO);
+        let legacy = WaitOptions::new(Duration::ZERO)
+            .with_strategy(
+                Some(WaitStrategy {
+                    name: WaitStrategyName::Legacy,
+                }),
+                &[],
+            )
+            .expect("no checks");
+        let checks = [CustomHealthCheck {
+            api_version: "example.dev/v1".to_owned(),
+            kind: Some("Widget".to_owned()),
+            current: "status.phase == 'Ready'".to_owned(),
+            in_progress: None,
+            failed: None,
+        }];
+        let cel = WaitOptions::new(Duration::ZERO)
+            .with_strategy(None, &checks)
+            .expect("valid");
+        let legacy_cel = WaitOptions::new(Duration::ZERO)
+            .with_strategy(
+                Some(WaitStrategy {
+                    name: WaitStrategyName::Legacy,
+                }),
+                &checks,
+            )
+            .expect("valid");
+        let crash = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+        });
+        let failed_job = json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "status": {"conditions": [{"type": "Failed", "status": "True"}]},
+        });
+        let cases = [
+            (
+                "paused Deployment, poller",
+                &poller,
+                deployment(true),
+                Status::Current,
+            ),
+            (
+                "paused Deployment, legacy",
+                &legacy,
+                deployment(true),
+                Status::Current,
+            ),
+            (
+                "rolling Deployment, poller",
+                &poller,
+                deployment(false),
+                Status::InProgress,
+            ),
+            (
+                "rolling Deployment, legacy",
+                &legacy,
+                deployment(false),
+                Status::InProgress,
+            ),
+            (
+                "custom resource, poller",
+                &poller,
+                widget_not_ready(),
+                Status::InProgress,
+            ),
+            (
+                "custom resource, legacy",
+                &legacy,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "custom resource, CEL",
+                &cel,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "custom resource, legacy ignores CEL",
+                &legacy_cel,
+                widget_not_ready(),
+                Status::Current,
+            ),
+            (
+                "crashing pod, poller fails fast",
+                &poller,
+                crash.clone(),
+                Status::Failed,
+            ),
+            (
+                "crashing pod, legacy waits",
+                &legacy,
+                crash,
+                Status::InProgress,
+            ),
+            (
+                "failed Job, legacy fails",
+                &legacy,
+                failed_job,
+                Status::Failed,
+            ),
+        ];
+        for (name, options, obj, want) in cases {
+            let got = options.status(&obj);
+            assert_eq!(got.status, want, "{name}: {}", got.message);
+        }
+    }
+
+    #[test]
+    fn invalid_health_checks_are_an_error_that_waiting_does_not_cure() {
+        let checks = [CustomHealthCheck {
+            api_version: "example.dev/v1".to_owned(),
+            kind: None,
+            current: "status.(".to_owned(),
+            in_progress: None,
+            failed: None,
+        }];
+        let err = WaitOptions::new(Duration::ZERO)
+            .with_strategy(None, &checks)
+            .map_err(WaitError::from)
+            .expect_err("does not parse");
+        assert!(!err.is_transient());
+        assert_eq!(err.kind(), "invalid_health_check");
     }
 }

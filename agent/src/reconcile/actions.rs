@@ -38,7 +38,7 @@ use crate::kube::apply::{ApplyOptions, HelmReleaseRef, ReleaseRef};
 use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
-use crate::kube::wait::WaitOptions;
+use crate::kube::wait::{WaitError, WaitOptions};
 use crate::kube::{ApiFailure, ClusterApi, ClusterLookup, Resource, error_chain};
 use crate::storage::observation::{RecordError, observation_of};
 use crate::storage::transitions::{
@@ -601,6 +601,17 @@ impl Executor<'_> {
             }
         }
         if let Some(wait) = wait {
+            let options = &self.plan.options;
+            let wait = wait
+                .with_strategy(options.wait_strategy, &options.health_check_exprs)
+                .map_err(|e| {
+                    (
+                        ActionError::Wait {
+                            error: WaitError::from(e),
+                        },
+                        created.clone(),
+                    )
+                })?;
             self.cluster
                 .wait_ready(&report.applied, &wait)
                 .await
@@ -707,6 +718,7 @@ impl Executor<'_> {
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
+            ..WaitOptions::new(timeout)
         });
         let rollout = Rollout {
             hooks: (!o.disable_hooks).then_some((HookEvent::PreInstall, HookEvent::PostInstall)),
@@ -764,6 +776,7 @@ impl Executor<'_> {
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
+            ..WaitOptions::new(timeout)
         });
         let rollout = Rollout {
             hooks: (!o.disable_hooks).then_some((HookEvent::PreUpgrade, HookEvent::PostUpgrade)),
@@ -811,6 +824,7 @@ impl Executor<'_> {
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
             wait_for_jobs: !o.disable_wait_for_jobs,
+            ..WaitOptions::new(timeout)
         });
         let rollout = Rollout {
             hooks: (!o.disable_hooks).then_some((HookEvent::PreRollback, HookEvent::PostRollback)),

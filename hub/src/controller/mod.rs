@@ -95,6 +95,9 @@ pub const OWNER_NAME_LABEL: &str = "helm.flotilla.dev/name";
 pub const OWNER_NAMESPACE_LABEL: &str = "helm.flotilla.dev/namespace";
 /// Reason of a `clusterRef` target without a connected agent.
 pub const AGENT_NOT_CONNECTED: &str = "AgentNotConnected";
+/// Flux's prefix of the message of a terminal configuration error (`InvalidCELExpression`).
+pub const TERMINAL_ERROR_MESSAGE: &str =
+    "Reconciliation failed terminally due to configuration error";
 /// Reason of a HelmRelease the hub cannot plan (an invalid spec).
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// Reason of a `clusterRef` of kind `Cluster` naming no Cluster API Cluster.
@@ -515,6 +518,8 @@ struct Stop {
     requeue: Option<Duration>,
     /// Post an Event: `Some(true)` a Warning, `Some(false)` a Normal one.
     event: Option<bool>,
+    /// The Event's message when it is not the condition's.
+    event_message: Option<String>,
 }
 
 impl Stop {
@@ -525,7 +530,22 @@ impl Stop {
             stalled: false,
             requeue: None,
             event: None,
+            event_message: None,
         }
+    }
+
+    /// Flux's terminal `InvalidCELExpression`: `Ready=False` and `Stalled=True` with
+    /// "Reconciliation failed terminally due to configuration error: <err>", a Warning
+    /// Event with the error alone, no requeue until the object changes.
+    fn invalid_cel(error: &flotilla_agent::cel::CelError) -> Stop {
+        let mut stop = Stop::new(
+            reason::INVALID_CEL_EXPRESSION,
+            format!("{TERMINAL_ERROR_MESSAGE}: {error}"),
+        )
+        .stalled()
+        .warning();
+        stop.event_message = Some(error.to_string());
+        stop
     }
 
     fn requeue(mut self, d: Duration) -> Stop {
@@ -631,9 +651,8 @@ async fn reconcile(
             *label = "not_ready";
             tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
             if let Some(warning) = stop.event {
-                ctx.book
-                    .event(&hr, warning, stop.reason, &stop.message)
-                    .await;
+                let message = stop.event_message.as_deref().unwrap_or(&stop.message);
+                ctx.book.event(&hr, warning, stop.reason, message).await;
             }
             ctx.book
                 .set_hub(
@@ -692,6 +711,10 @@ async fn plan_and_send(
         ));
     }
     ctx.refs.set(key, refs);
+
+    // As Flux, before the dependencies: expressions that do not parse stall the object.
+    flotilla_agent::cel::HealthChecks::new(&hr.spec.health_check_exprs)
+        .map_err(|e| Ok(Stop::invalid_cel(&e)))?;
 
     dependencies(hr, key, ctx).await.map_err(Ok)?;
 
@@ -903,6 +926,20 @@ async fn dependencies(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> Resul
                 )));
             }
         };
+        if let Some(source) = dep.ready_expr.as_deref().filter(|e| !e.is_empty()) {
+            if !ready_by_expr(hr, &d, source).map_err(|e| match e {
+                ReadyExprError::Terminal(e) => Stop::invalid_cel(&e),
+                ReadyExprError::Evaluate(message) => not_ready(message),
+            })? {
+                return Err(not_ready(format!(
+                    "dependency '{ns}/{}' is not ready according to readyExpr eval",
+                    dep.name
+                )));
+            }
+            // As Flux without its AdditiveCELDependencyCheck gate: the expression alone
+            // decides.
+            continue;
+        }
         let ready = d.status.as_ref().is_some_and(|s| {
             d.metadata.generation == Some(s.observed_generation)
                 && s.conditions.is_true(condition::READY)
@@ -915,6 +952,36 @@ async fn dependencies(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> Resul
         }
     }
     Ok(())
+}
+
+/// Why `readyExpr` gave no answer.
+enum ReadyExprError {
+    /// It does not compile: terminal, the error Flux's.
+    Terminal(flotilla_agent::cel::CelError),
+    /// Evaluating it failed (the dependency is not ready; Flux's message).
+    Evaluate(String),
+}
+
+/// `dependsOn[].readyExpr` over `self` (the HelmRelease) and `dep` (the dependency), as
+/// Flux's `evalReadyExpr`: compiled with those two variables only, a boolean result.
+fn ready_by_expr(
+    hr: &HelmRelease,
+    dep: &HelmRelease,
+    source: &str,
+) -> Result<bool, ReadyExprError> {
+    use flotilla_agent::cel::{CelError, Expression};
+    let name = dep.metadata.name.as_deref().unwrap_or_default();
+    let expr = Expression::compile_bool(source, &["self", "dep"]).map_err(|e| {
+        // Flux wraps it: "failed to evaluate dependency <name>: <err>".
+        ReadyExprError::Terminal(CelError::Dependency {
+            name: name.to_owned(),
+            source: Box::new(e),
+        })
+    })?;
+    let json = |o: &HelmRelease| serde_json::to_value(o).unwrap_or(Value::Null);
+    let (me, it) = (json(hr), json(dep));
+    expr.evaluate_bool(&[("self", &me), ("dep", &it)])
+        .map_err(|e| ReadyExprError::Evaluate(e.to_string()))
 }
 
 /// Whether a source's status says it is ready; the message when not.

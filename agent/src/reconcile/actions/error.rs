@@ -254,7 +254,7 @@ impl ActionError {
             ActionError::Apply { .. } => "apply",
             ActionError::Delete { .. } => "delete",
             ActionError::Wait { error } => match error {
-                WaitError::Failed(_) => "wait_failed",
+                WaitError::Failed(_) | WaitError::InvalidHealthCheck(_) => "wait_failed",
                 WaitError::Timeout(_) | WaitError::DeletionTimeout(_) => "timeout",
             },
             ActionError::HookFailed { .. } => "hook_failed",
