@@ -42,7 +42,7 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
         (reason::INSTALL_FAILED, ConditionStatus::False)
     );
     assert!(
-        message.contains("timeout waiting for: [Gadget default/plain"),
+        message.contains("timeout waiting for: [Gadget/default/plain status: 'InProgress']"),
         "{message}"
     );
 
@@ -78,13 +78,14 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
     );
     assert!(
         message.contains(
-            "Gadget default/failing failed: healthCheckExprs failed is true: status.phase == 'Failed'"
+            "failed early due to stalled resources: [Gadget/default/failing status: 'Failed']"
         ),
         "{message}"
     );
     assert!(started.elapsed().as_secs() < 30, "failed fast");
 
-    // Neither true (and no inProgress): InProgress until the timeout, named in the error.
+    // Neither true (and no inProgress): InProgress until the timeout, in Flux's words (the
+    // expression waited on is not in the message, as in Flux's).
     let pending = gadget(
         "pending",
         "4s",
@@ -95,9 +96,7 @@ async fn health_check_exprs_decide_readiness_of_custom_resources_and_a_failed_ex
     let (why, _, message) = expect_condition(&report, condition::READY);
     assert_eq!(why, reason::INSTALL_FAILED);
     assert!(
-        message.contains(
-            "Gadget default/pending: healthCheckExprs current is not true yet: status.phase == 'Ready'"
-        ),
+        message.contains("timeout waiting for: [Gadget/default/pending status: 'InProgress']"),
         "{message}"
     );
     Ok(())
