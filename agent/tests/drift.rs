@@ -275,7 +275,9 @@ async fn enabled_mode_patches_changed_objects_back_and_recreates_deleted_ones() 
     let flux = flux_drift_message(&cluster, "[]")?;
     let report = run(&ctx, &p).await?;
     assert_eq!(report.actions, ["correct cluster drift"]);
-    assert_eq!(report.step, Step::Done);
+    // The Events say what the correction did (its errors included) when the step is not Done.
+    let messages: Vec<&str> = report.events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(report.step, Step::Done, "{messages:#?}");
     assert_eq!(report.events[0].message, flux, "what Flux's own diff finds");
     let detected = "Cluster state of release default/demo.v1 has drifted from the desired state:\n\
         ConfigMap/default/demo-config changed (0 additions, 1 changes, 0 removals)\n\
