@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::cluster::workspace_root;
 use crate::tools::kubectl_in;
 
 /// The Cluster CRD's file name in the cache.
@@ -18,22 +17,7 @@ pub const CLUSTERS_CRD: &str = "cluster.x-k8s.io_clusters.yaml";
 /// `tools/fetch-capi-crds` prints (it downloads them on first use).
 pub fn crd_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("FLOTILLA_CAPI_CRDS") {
-            return Ok(PathBuf::from(dir));
-        }
-        let script = workspace_root().join("tools/fetch-capi-crds");
-        let out = std::process::Command::new(&script)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
+    crate::tools::script_output(&DIR, "FLOTILLA_CAPI_CRDS", "tools/fetch-capi-crds")
 }
 
 /// Installs the Cluster API `Cluster` CRD into the cluster of `kubeconfig` (server-side:

@@ -73,22 +73,7 @@ pub struct Cluster {
 /// prints (it builds them on first use and caches them).
 pub fn upstream_bin_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("FLOTILLA_UPSTREAM_BIN") {
-            return Ok(PathBuf::from(dir));
-        }
-        let script = workspace_root().join("tools/build-upstream");
-        let out = std::process::Command::new(&script)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
+    crate::tools::script_output(&DIR, "FLOTILLA_UPSTREAM_BIN", "tools/build-upstream")
 }
 
 /// The Kubernetes version the local clusters run (`v1.35.4`): the `k8s.io/kubernetes` version

@@ -16,8 +16,6 @@ use std::sync::OnceLock;
 
 use anyhow::{Context as _, bail};
 
-use crate::cluster::workspace_root;
-
 /// The user and group the images run as (distroless's `nonroot`).
 pub const USER: u32 = 65532;
 
@@ -75,22 +73,7 @@ pub struct ImageOptions {
 /// first use).
 pub fn crane() -> anyhow::Result<PathBuf> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("FLOTILLA_CRANE") {
-            return Ok(PathBuf::from(path));
-        }
-        let script = workspace_root().join("tools/build-crane");
-        let out = Command::new(&script)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
+    crate::tools::script_output(&PATH, "FLOTILLA_CRANE", "tools/build-crane")
 }
 
 /// Runs crane with `args` (plus `--insecure` when asked); its stdout.

@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use sha2::{Digest as _, Sha256};
 
-use crate::cluster::{free_port, workspace_root};
+use crate::cluster::free_port;
 use crate::pki::{ClientCert, ServerTls};
 use crate::process::{Supervised, tail};
 use crate::tools::helm;
+use crate::tools::script_output;
 
 /// How long a server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -551,29 +552,6 @@ pub fn nginx_binary() -> anyhow::Result<PathBuf> {
 pub fn registry_binary() -> anyhow::Result<PathBuf> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     script_output(&BIN, "FLOTILLA_REGISTRY", "tools/build-registry")
-}
-
-fn script_output(
-    cell: &'static OnceLock<Result<PathBuf, String>>,
-    env: &str,
-    script: &str,
-) -> anyhow::Result<PathBuf> {
-    cell.get_or_init(|| {
-        if let Some(path) = std::env::var_os(env) {
-            return Ok(PathBuf::from(path));
-        }
-        let script = workspace_root().join(script);
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
 }
 
 /// Runs the reference helm with its cache, config and data homes under `home`, so runs with

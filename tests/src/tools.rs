@@ -12,13 +12,27 @@ use crate::cluster::workspace_root;
 /// `tools/install-reference-tools` prints (it installs them on first use).
 pub fn reference_tools_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("FLOTILLA_REFERENCE_TOOLS") {
-            return Ok(PathBuf::from(dir));
+    script_output(
+        &DIR,
+        "FLOTILLA_REFERENCE_TOOLS",
+        "tools/install-reference-tools",
+    )
+}
+
+/// A path a project script prints on stdout (it installs or builds what is missing and caches
+/// it), or `$env` when set; run once per process, its result kept in `cell`.
+pub(crate) fn script_output(
+    cell: &'static OnceLock<Result<PathBuf, String>>,
+    env: &str,
+    script: &str,
+) -> anyhow::Result<PathBuf> {
+    cell.get_or_init(|| {
+        if let Some(path) = std::env::var_os(env) {
+            return Ok(PathBuf::from(path));
         }
-        let script = workspace_root().join("tools/install-reference-tools");
-        let out = std::process::Command::new(&script)
-            .stderr(std::process::Stdio::inherit())
+        let script = workspace_root().join(script);
+        let out = Command::new(&script)
+            .stderr(Stdio::inherit())
             .output()
             .map_err(|e| format!("running {}: {e}", script.display()))?;
         if !out.status.success() {
