@@ -107,7 +107,7 @@ async fn until_history_len(
 }
 
 #[tokio::test]
-async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_chart_changes_corrects_drift_suspends_and_uninstalls()
+async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_chart_changes_handles_drift_in_each_mode_suspends_and_uninstalls()
 -> anyhow::Result<()> {
     let mut fleet = fleet("e2e-flows").await?;
     let a = fleet
@@ -285,6 +285,100 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
         history(&a)?.len(),
         revisions_a,
         "drift correction makes no Helm revision"
+    );
+
+    // Drift in the other two modes, on hello-b (workload-b). `disabled` (hello-b's default):
+    // a change by hand is not looked at.
+    let revisions_b = history(&b)?.len();
+    let deployment_b = |field: &str| {
+        kubectl_in(
+            &b,
+            &[
+                "get",
+                "deployment",
+                "hello",
+                "-n",
+                "hello",
+                "-o",
+                &format!("jsonpath={{{field}}}"),
+            ],
+            None,
+        )
+    };
+    kubectl_in(
+        &b,
+        &[
+            "scale",
+            "deployment",
+            "hello",
+            "-n",
+            "hello",
+            "--replicas=5",
+        ],
+        None,
+    )?;
+    fleet.flotilla(&["reconcile", "hr", "hello-b", "-n", NS])?;
+    let hr_b = ready(&fleet, "hello-b").await?;
+    assert!(
+        condition_of(&hr_b, condition::DRIFTED).is_none(),
+        "drift detection disabled: no Drifted condition: {:?}",
+        hr_b.status
+    );
+    assert_eq!(deployment_b(".spec.replicas")?, "5", "disabled: left alone");
+    assert_eq!(history(&b)?.len(), revisions_b);
+    // `warn`: Flux's Drifted condition and Warning Event name the change; nothing is
+    // corrected, Ready stays True and no Helm revision is made.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "hello-b",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"driftDetection":{"mode":"warn"}}}"#,
+        ],
+        None,
+    )?;
+    let hr_b = until_release(&fleet, "hello-b", "Drifted=True in warn mode", |hr| {
+        condition_of(hr, condition::DRIFTED).is_some_and(|c| c.status == ConditionStatus::True)
+    })
+    .await?;
+    let drifted = condition_of(&hr_b, condition::DRIFTED).expect("waited for it");
+    assert_eq!(drifted.reason, flotilla_core::meta::reason::DRIFT_DETECTED);
+    let expected = format!(
+        "Cluster state of release hello/hello.v{revisions_b} has drifted from the desired state:\n\
+         Deployment/hello/hello changed (0 additions, 1 changes, 0 removals)"
+    );
+    assert_eq!(drifted.message, expected);
+    let ready_b = condition_of(&hr_b, condition::READY).expect("a Ready condition");
+    assert_eq!(ready_b.status, ConditionStatus::True, "{ready_b:?}");
+    wait::until("the DriftDetected Event on hello-b", TIMEOUT, || async {
+        let events = kubectl_in(
+            fleet.kubeconfig(),
+            &[
+                "get",
+                "events",
+                "-n",
+                NS,
+                "--field-selector",
+                "involvedObject.name=hello-b,reason=DriftDetected,type=Warning",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+            None,
+        )?;
+        Ok(events.contains(&expected).then_some(()))
+    })
+    .await?;
+    assert_eq!(deployment_b(".spec.replicas")?, "5", "warn: not corrected");
+    assert_eq!(
+        history(&b)?.len(),
+        revisions_b,
+        "warn makes no Helm revision"
     );
 
     // Suspend: a values change is not acted on until resumed.
