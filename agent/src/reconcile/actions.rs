@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::inventory;
 use super::render::{RenderOptions, Rendered, Renderer};
-use crate::kube::apply::{ApplyOptions, HelmReleaseRef, ReleaseRef};
+use crate::kube::apply::{ApplyMethod, ApplyOptions, ClientSideApply, HelmReleaseRef, ReleaseRef};
 use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
@@ -320,6 +320,7 @@ impl Executor<'_> {
         version: i64,
         status: Status,
         desc: &str,
+        method: &ApplyMethod,
     ) -> Release {
         let t = now();
         Release {
@@ -339,7 +340,7 @@ impl Executor<'_> {
             version,
             namespace: self.plan.release.namespace.to_string(),
             labels: BTreeMap::new(),
-            apply_method: "ssa".to_owned(),
+            apply_method: method.record_value().to_owned(),
         }
     }
 
@@ -406,6 +407,7 @@ impl Executor<'_> {
         chart: &Chart,
         values: &Values,
         policy: CrdsPolicy,
+        server_side: bool,
     ) -> Result<(), ActionError> {
         if policy == CrdsPolicy::Skip {
             return Ok(());
@@ -444,6 +446,15 @@ impl Executor<'_> {
         }
         let mut options = ApplyOptions::new(self.release_ref()).owned_by(self.owner());
         options.take_ownership = true;
+        // Flux's `applyCRDs`: without server-side apply, missing CRDs are created and
+        // existing ones replaced.
+        options.method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                force_replace: true,
+                ..ClientSideApply::default()
+            },
+        );
         let report = self
             .cluster
             .apply(&wanted, &options)
@@ -568,10 +579,12 @@ impl Executor<'_> {
         previous: Option<&str>,
         take_ownership: bool,
         wait: Option<WaitOptions>,
+        method: ApplyMethod,
     ) -> Result<(), (ActionError, Vec<Resource>)> {
         let objects = parse_manifest(manifest).map_err(|e| (ActionError::from(e), Vec::new()))?;
         let mut options = ApplyOptions::new(self.release_ref()).owned_by(self.owner());
         options.take_ownership = take_ownership;
+        options.method = method;
         let report = match self.cluster.apply(&objects, &options).await {
             Ok(r) => r,
             Err(failure) => {
@@ -653,6 +666,7 @@ impl Executor<'_> {
                 rollout.previous,
                 rollout.take_ownership,
                 rollout.wait,
+                rollout.method,
             )
             .await
         {
@@ -682,7 +696,16 @@ impl Executor<'_> {
         }
         let version = next_version(&history);
         let values = self.plan_values();
-        self.apply_crds(self.chart, &values, o.crds()).await?;
+        let method = ApplyMethod::of(
+            o.server_side_apply(),
+            ClientSideApply {
+                // Helm's install: a three-way merge for custom resources it takes over.
+                three_way_for_custom_resources: !o.disable_take_ownership,
+                ..ClientSideApply::default()
+            },
+        );
+        self.apply_crds(self.chart, &values, o.crds(), o.server_side_apply())
+            .await?;
         let rendered = self
             .render(
                 self.chart,
@@ -703,6 +726,7 @@ impl Executor<'_> {
             version,
             Status::PendingInstall,
             INSTALL_UNDERWAY,
+            &method,
         );
         // `replace`: the record replaced is superseded, unless it failed.
         if let Some(last) = last
@@ -726,6 +750,7 @@ impl Executor<'_> {
             take_ownership: !o.disable_take_ownership,
             wait,
             cleanup_on_fail: false,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -748,13 +773,29 @@ impl Executor<'_> {
         let history = self.records.history(&name).await?;
         let current = upgrade_base(&name, &history)?;
         let version = next_version(&history);
+        // Helm 4 and Flux resolve `auto` against the newest record, whatever its status.
+        let recorded = history
+            .iter()
+            .max_by_key(|r| r.version)
+            .map_or("", |r| r.apply_method.as_str());
+        let server_side = o.server_side_apply().server_side(recorded);
+        let method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                originals: parse_manifest(&current.manifest)?,
+                // Flux: `upgrade.force` is Helm's ForceReplace, without server-side apply.
+                force_replace: o.force,
+                three_way_for_custom_resources: false,
+            },
+        );
         let mut chart = self.chart.clone();
         let values = if o.preserve_values {
             reuse_values(current, self.plan_values(), &mut chart)?
         } else {
             self.plan_values()
         };
-        self.apply_crds(&chart, &values, o.crds()).await?;
+        self.apply_crds(&chart, &values, o.crds(), server_side)
+            .await?;
         let rendered = self
             .render(&chart, &values, version, false, o.disable_schema_validation)
             .await?;
@@ -766,6 +807,7 @@ impl Executor<'_> {
             version,
             Status::PendingUpgrade,
             PREPARING_UPGRADE,
+            &method,
         );
         if let Some(first) = current.info.as_ref().map(|i| i.first_deployed)
             && let Some(info) = rls.info.as_mut()
@@ -784,6 +826,7 @@ impl Executor<'_> {
             take_ownership: !o.disable_take_ownership,
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -820,6 +863,18 @@ impl Executor<'_> {
             target,
             record: mut rls,
         } = rollback_from_history(&name, &history, target_version, now())?;
+        // Helm 4 and Flux resolve `auto` against the revision rolled back to.
+        let server_side = o.server_side_apply().server_side(&target.apply_method);
+        let method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                originals: parse_manifest(&last.manifest)?,
+                // Flux: `rollback.force` is Helm's ForceReplace, without server-side apply.
+                force_replace: o.force,
+                three_way_for_custom_resources: false,
+            },
+        );
+        rls.apply_method = method.record_value().to_owned();
         self.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
@@ -832,6 +887,7 @@ impl Executor<'_> {
             take_ownership: true,
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -1065,6 +1121,8 @@ struct Rollout<'a> {
     wait: Option<WaitOptions>,
     /// Delete the objects this release created when it fails (`cleanupOnFail`).
     cleanup_on_fail: bool,
+    /// Server-side or client-side apply.
+    method: ApplyMethod,
 }
 
 fn created_resources(report: &crate::kube::ApplyReport) -> Vec<Resource> {
