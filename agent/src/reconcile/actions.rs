@@ -481,6 +481,7 @@ impl Executor<'_> {
         event: HookEvent,
         timeout: Duration,
         selected: &(dyn Fn(&Hook) -> bool + Sync),
+        server_side: bool,
     ) -> Result<(), ActionError> {
         let mut order: Vec<usize> = (0..rls.hooks.len())
             .filter(|&i| rls.hooks[i].events.contains(&event) && selected(&rls.hooks[i]))
@@ -501,6 +502,7 @@ impl Executor<'_> {
             let options = HookOptions {
                 owner: Some(self.owner()),
                 defer_succeeded_deletion: true,
+                server_side,
                 ..HookOptions::new(timeout)
             };
             let mut failure = None;
@@ -656,9 +658,17 @@ impl Executor<'_> {
         timeout: Duration,
         rollout: Rollout<'_>,
     ) -> Result<(), ActionError> {
+        let server_side = matches!(rollout.method, ApplyMethod::ServerSide);
         if let Some((pre, _)) = &rollout.hooks {
-            self.run_hooks(&self.records, rls, pre.clone(), timeout, &|_| true)
-                .await?;
+            self.run_hooks(
+                &self.records,
+                rls,
+                pre.clone(),
+                timeout,
+                &|_| true,
+                server_side,
+            )
+            .await?;
         }
         if let Err((e, created)) = self
             .apply_and_wait(
@@ -676,7 +686,7 @@ impl Executor<'_> {
             return Err(e);
         }
         if let Some((_, post)) = rollout.hooks {
-            self.run_hooks(&self.records, rls, post, timeout, &|_| true)
+            self.run_hooks(&self.records, rls, post, timeout, &|_| true, server_side)
                 .await?;
         }
         Ok(())
@@ -850,8 +860,17 @@ impl Executor<'_> {
         };
         let test = &self.plan.options.test;
         let selected = |h: &Hook| test.selects(&h.name);
-        self.run_hooks(&self.records, &mut rls, HookEvent::Test, timeout, &selected)
-            .await
+        // Helm 4's test action: server-side when the release was.
+        let server_side = rls.apply_method == "ssa";
+        self.run_hooks(
+            &self.records,
+            &mut rls,
+            HookEvent::Test,
+            timeout,
+            &selected,
+            server_side,
+        )
+        .await
     }
 
     async fn rollback(&self, target_version: i64, timeout: Duration) -> Result<(), ActionError> {
@@ -935,8 +954,16 @@ impl Executor<'_> {
         }
         records.mark_uninstalling(&mut rls, now()).await?;
         if !o.disable_hooks {
-            self.run_hooks(records, &mut rls, HookEvent::PreDelete, timeout, &|_| true)
-                .await?;
+            // Helm 4's uninstall runs its hooks server-side, whatever the release's method.
+            self.run_hooks(
+                records,
+                &mut rls,
+                HookEvent::PreDelete,
+                timeout,
+                &|_| true,
+                true,
+            )
+            .await?;
         }
         let mut errors = Vec::new();
         match parse_manifest(&rls.manifest) {
@@ -962,7 +989,14 @@ impl Executor<'_> {
         }
         if !o.disable_hooks
             && let Err(e) = self
-                .run_hooks(records, &mut rls, HookEvent::PostDelete, timeout, &|_| true)
+                .run_hooks(
+                    records,
+                    &mut rls,
+                    HookEvent::PostDelete,
+                    timeout,
+                    &|_| true,
+                    true,
+                )
                 .await
         {
             errors.push(e);
