@@ -112,7 +112,12 @@ fn managers(
         .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
         // The Deployment controller writes its revision annotation when it gets to it.
         .filter(|e| e.manager.as_deref() != Some("kube-controller-manager"))
-        .map(|e| (e.manager.unwrap_or_default(), e.operation.unwrap_or_default()))
+        .map(|e| {
+            (
+                e.manager.unwrap_or_default(),
+                e.operation.unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -202,7 +207,10 @@ async fn client_side_apply_records_csa_prunes_what_the_chart_dropped_keeps_other
         set(&[(FIELD_MANAGER, "Update")]),
         "{installed:?}"
     );
-    assert_eq!(installed.deployment_managers, set(&[(FIELD_MANAGER, "Update")]));
+    assert_eq!(
+        installed.deployment_managers,
+        set(&[(FIELD_MANAGER, "Update")])
+    );
     assert_eq!(installed.env, ["A=1", "B=2"]);
     assert_eq!(installed, shape(&client, "byhelm").await?);
     assert_eq!(apply_method(&client, "agent").await?, "csa");
@@ -264,7 +272,10 @@ async fn client_side_apply_records_csa_prunes_what_the_chart_dropped_keeps_other
             ("kubectl-patch", "Update"),
         ])
     );
-    assert_eq!(handed_over.data, data(&[("a", "10"), ("c", "3"), ("extra", "kept")]));
+    assert_eq!(
+        handed_over.data,
+        data(&[("a", "10"), ("c", "3"), ("extra", "kept")])
+    );
     assert_eq!(handed_over.env, ["A=10", "C=3"]);
     assert_eq!(handed_over, shape(&client, "byhelm").await?);
     assert_eq!(apply_method(&client, "agent").await?, "ssa");
@@ -343,5 +354,84 @@ async fn upgrade_force_replaces_objects_of_a_client_side_release_and_is_ignored_
         data(&[("a", "1"), ("b", "2"), ("extra", "kept")])
     );
     assert_eq!(apply_method(&client, "agent").await?, "ssa");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_remediating_rollback_resolves_auto_against_the_revision_it_returns_to_and_rollback_force_replaces()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = common::start("csa-rollback", Arc::new(ChartRenderer::default())).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let client = cluster.client().await?;
+    let chart = chart();
+
+    let install = plan(
+        "agent",
+        1,
+        INSTALL_VALUES,
+        "  install:\n    serverSideApply: false\n",
+    );
+    assert_eq!(run(&ctx, &install.plan()).await?.actions, ["install"]);
+    helm(
+        &kubeconfig,
+        &["install", "byhelm", &chart, "--server-side=false"],
+        INSTALL_VALUES,
+    )?;
+    other_client_changes(&kubeconfig, "agent")?;
+    other_client_changes(&kubeconfig, "byhelm")?;
+
+    // A server-side upgrade that never gets ready (the harness's pods with this label never
+    // get ready) fails
+    // and is remediated by a rollback to revision 1: `auto` follows revision 1 (csa), not
+    // the failed revision 2 (ssa), and `rollback.force` replaces the objects.
+    let never_ready =
+        format!("{INSTALL_VALUES}replicas: 1\npodLabels:\n  flotilla.dev/never-ready: \"true\"\n");
+    let broken = plan(
+        "agent",
+        2,
+        &never_ready,
+        "  upgrade:\n    serverSideApply: enabled\n    timeout: 6s\n    remediation:\n      retries: 1\n  rollback:\n    force: true\n",
+    );
+    let report = run(&ctx, &broken.plan()).await?;
+    assert_eq!(
+        report.actions,
+        ["upgrade", "rollback"],
+        "{:#?}",
+        report.status
+    );
+    let failed = helm(
+        &kubeconfig,
+        &[
+            "upgrade",
+            "byhelm",
+            &chart,
+            "--server-side=true",
+            "--force-conflicts",
+            "--wait=watcher",
+            "--timeout=6s",
+        ],
+        &never_ready,
+    );
+    assert!(failed.is_err(), "helm's upgrade got ready: {failed:?}");
+    tools::helm_in(&kubeconfig, &["rollback", "byhelm", "1", "--force-replace"])?;
+
+    for release in ["agent", "byhelm"] {
+        let history = SecretStorage::new(client.clone(), "default")
+            .history(release)
+            .await?;
+        let methods: Vec<(i64, &str)> = history
+            .iter()
+            .map(|r| (r.version, r.apply_method.as_str()))
+            .collect();
+        assert_eq!(methods, [(1, "csa"), (2, "ssa"), (3, "csa")], "{release}");
+    }
+    let rolled_back = shape(&client, "agent").await?;
+    assert_eq!(
+        rolled_back.labels,
+        strings(&["app", "app.kubernetes.io/managed-by", "tier"])
+    );
+    assert_eq!(rolled_back.data, data(&[("a", "1"), ("b", "2")]));
+    assert_eq!(rolled_back.env, ["A=1", "B=2"]);
+    assert_eq!(rolled_back, shape(&client, "byhelm").await?);
     Ok(())
 }
