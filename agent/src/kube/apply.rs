@@ -127,7 +127,10 @@ impl ApplyMethod {
 /// How a client-side apply patches existing objects.
 #[derive(Clone, Debug, Default)]
 pub struct ClientSideApply {
-    /// The objects of the release being replaced: the originals of the three-way patches.
+    /// The originals of the three-way patches: the objects of the release being replaced
+    /// (upgrade, rollback), or the new objects themselves (install adopting existing
+    /// objects, as Helm's install does). An object without an original is patched with the
+    /// live object as its original, as Helm does.
     pub originals: Vec<ManifestObject>,
     /// Replace existing objects (PUT) rather than patch them (Helm's `ForceReplace`).
     pub force_replace: bool,

@@ -706,14 +706,6 @@ impl Executor<'_> {
         }
         let version = next_version(&history);
         let values = self.plan_values();
-        let method = ApplyMethod::of(
-            o.server_side_apply(),
-            ClientSideApply {
-                // Helm's install: a three-way merge for custom resources it takes over.
-                three_way_for_custom_resources: !o.disable_take_ownership,
-                ..ClientSideApply::default()
-            },
-        );
         self.apply_crds(self.chart, &values, o.crds(), o.server_side_apply())
             .await?;
         let rendered = self
@@ -725,7 +717,18 @@ impl Executor<'_> {
                 o.disable_schema_validation,
             )
             .await?;
-        parse_manifest(&rendered.manifest)?;
+        let objects = parse_manifest(&rendered.manifest)?;
+        let method = ApplyMethod::of(
+            o.server_side_apply(),
+            ClientSideApply {
+                // Helm's install updates the objects it adopts with themselves as the
+                // originals: only what differs from the live object is patched, and custom
+                // resources get a three-way merge when it takes ownership.
+                originals: objects,
+                force_replace: false,
+                three_way_for_custom_resources: !o.disable_take_ownership,
+            },
+        );
         if o.create_namespace {
             self.ensure_namespace().await?;
         }
