@@ -328,7 +328,7 @@ fn merge_patches(
                 }
                 ListStrategy::MergeScalars => {
                     let mut a = a;
-                    a.extend(b.into_iter());
+                    a.extend(b);
                     Value::Array(a)
                 }
                 ListStrategy::Replace => Value::Array(b),

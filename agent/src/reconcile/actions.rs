@@ -312,6 +312,7 @@ impl Executor<'_> {
         }
     }
 
+    /// A new record of this release; the caller sets its `apply_method`.
     fn new_release(
         &self,
         chart: &Chart,
@@ -320,7 +321,6 @@ impl Executor<'_> {
         version: i64,
         status: Status,
         desc: &str,
-        method: &ApplyMethod,
     ) -> Release {
         let t = now();
         Release {
@@ -340,7 +340,7 @@ impl Executor<'_> {
             version,
             namespace: self.plan.release.namespace.to_string(),
             labels: BTreeMap::new(),
-            apply_method: method.record_value().to_owned(),
+            apply_method: String::new(),
         }
     }
 
@@ -739,8 +739,8 @@ impl Executor<'_> {
             version,
             Status::PendingInstall,
             INSTALL_UNDERWAY,
-            &method,
         );
+        rls.apply_method = method.record_value().to_owned();
         // `replace`: the record replaced is superseded, unless it failed.
         if let Some(last) = last
             && status_of(last) != Status::Failed
@@ -820,8 +820,8 @@ impl Executor<'_> {
             version,
             Status::PendingUpgrade,
             PREPARING_UPGRADE,
-            &method,
         );
+        rls.apply_method = method.record_value().to_owned();
         if let Some(first) = current.info.as_ref().map(|i| i.first_deployed)
             && let Some(info) = rls.info.as_mut()
         {
