@@ -483,8 +483,8 @@ impl ClusterApi {
     /// objects of one kind are applied concurrently (at most [`APPLY_CONCURRENCY`] at a time),
     /// one kind after the other, as Helm batches them: each object is resolved again (waiting,
     /// for a kind from a CRD of this manifest, until the CRD is established and served), its
-    /// ownership checked, and server-side applied. Stops after the first kind with an error,
-    /// reporting what was applied.
+    /// ownership checked, and applied by [`ApplyOptions::method`]. Stops after the first
+    /// kind with an error, reporting what was applied.
     ///
     /// Applying a CRD or an APIService, and failing because a kind is not served, make the
     /// next render discover `.Capabilities` again ([`super::capabilities`]).
