@@ -823,6 +823,12 @@ pub struct Install {
 }
 
 impl Install {
+    /// Whether to server-side apply: `serverSideApply`, true when unset (Flux's default
+    /// under Helm 4).
+    pub fn server_side_apply(&self) -> bool {
+        self.server_side_apply.unwrap_or(true)
+    }
+
     /// The CRD policy, `Create` when unset (`Skip` when the deprecated `skipCRDs` is set).
     pub fn crds(&self) -> CrdsPolicy {
         match self.crds {
@@ -1002,6 +1008,21 @@ pub enum ServerSideApplyMode {
     Auto,
 }
 
+impl ServerSideApplyMode {
+    /// Whether to server-side apply, as Helm 4's `getUpgradeServerSideValue` decides (and
+    /// Flux, which resolves it itself to force conflicts): `auto` follows the apply method
+    /// recorded in the release the action starts from (the newest record for an upgrade,
+    /// the target revision for a rollback): server-side only when it says `ssa`, so a
+    /// record without one (Helm 3) is client-side.
+    pub fn server_side(self, recorded_apply_method: &str) -> bool {
+        match self {
+            ServerSideApplyMode::Enabled => true,
+            ServerSideApplyMode::Disabled => false,
+            ServerSideApplyMode::Auto => recorded_apply_method == "ssa",
+        }
+    }
+}
+
 /// What happens when the chart's name changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -1089,6 +1110,13 @@ pub struct Rollback {
     /// Server-side apply mode; defaults to `auto`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_side_apply: Option<ServerSideApplyMode>,
+}
+
+impl Rollback {
+    /// The server-side apply mode, `auto` when unset.
+    pub fn server_side_apply(&self) -> ServerSideApplyMode {
+        self.server_side_apply.unwrap_or(ServerSideApplyMode::Auto)
+    }
 }
 
 /// Uninstall configuration.
@@ -1615,5 +1643,30 @@ impl HelmReleaseSpec {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod server_side_apply_tests {
+    use super::*;
+
+    #[test]
+    fn server_side_apply_modes_resolve_against_the_recorded_apply_method_as_helm_4() {
+        use ServerSideApplyMode::{Auto, Disabled, Enabled};
+        // (mode, recorded apply_method, server-side?) from Helm 4's getUpgradeServerSideValue.
+        let table = [
+            (Auto, "ssa", true),
+            (Auto, "csa", false),
+            (Auto, "", false),
+            (Enabled, "csa", true),
+            (Enabled, "", true),
+            (Disabled, "ssa", false),
+            (Disabled, "csa", false),
+        ];
+        for (mode, recorded, want) in table {
+            assert_eq!(mode.server_side(recorded), want, "{mode:?} on {recorded:?}");
+        }
+        assert!(Install::default().server_side_apply());
+        assert_eq!(Rollback::default().server_side_apply(), Auto);
     }
 }

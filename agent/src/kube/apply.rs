@@ -1,11 +1,22 @@
-//! Server-side apply in Helm's install order, with Helm's ownership metadata and checks and
-//! Flotilla's HelmRelease owner labels.
+//! Applying a release's objects in Helm's install order, with Helm's ownership metadata and
+//! checks and Flotilla's HelmRelease owner labels, server-side or client-side as Helm 4 does.
 //!
-//! Every object is applied with one field manager ([`FIELD_MANAGER`]),
-//! conflicts forced and strict field validation (what Helm 4 does). Before an existing object
-//! is written it must belong to the release (Helm's `managed-by` label and release
+//! Every object is written with one field manager ([`FIELD_MANAGER`]). Before an existing
+//! object is written it must belong to the release (Helm's `managed-by` label and release
 //! annotations) unless [`ApplyOptions::take_ownership`] is set, and it must not belong to
-//! another HelmRelease (Flotilla's owner labels) in any case.
+//! another HelmRelease (Flotilla's owner labels) in any case. Then, by
+//! [`ApplyOptions::method`]:
+//!
+//! - [`ApplyMethod::ServerSide`] (Helm 4's default, release `apply_method: ssa`): a
+//!   server-side apply, conflicts forced (as Flux does) and strict field validation;
+//! - [`ApplyMethod::ClientSide`] (`--server-side=false`, release `apply_method: csa`): a
+//!   missing object is created (POST; Helm 4 writes no `last-applied-configuration`
+//!   annotation), an existing one patched with the three-way patch of [`super::patch`]
+//!   (original = the object in the previous release's manifest, or the live object when the
+//!   previous release did not have it, as Helm does), or, with
+//!   [`ClientSideApply::force_replace`] (Helm's `ForceReplace`, Flux's `upgrade.force` and
+//!   `rollback.force`), replaced (PUT of the new object at the live resource version). The
+//!   writes are `Update` operations of the field manager.
 
 // Errors name their object (and template) for people; they are built on the failure path
 // only, so their size does not matter.
@@ -80,6 +91,52 @@ pub struct ApplyOptions {
     /// agents that used another manager ([`PREVIOUS_FIELD_MANAGERS`]) become the helm
     /// CLI's to change. Default: [`PREVIOUS_FIELD_MANAGERS`].
     pub previous_managers: Vec<String>,
+    /// Server-side or client-side apply.
+    pub method: ApplyMethod,
+}
+
+/// How objects are written (Helm 4's `ServerSideApply` and the release's `apply_method`).
+#[derive(Clone, Debug, Default)]
+pub enum ApplyMethod {
+    /// Server-side apply (`ssa`).
+    #[default]
+    ServerSide,
+    /// Client-side apply (`csa`).
+    ClientSide(ClientSideApply),
+}
+
+impl ApplyMethod {
+    /// Server-side apply when `server_side`, else client-side apply of `client_side`.
+    pub fn of(server_side: bool, client_side: ClientSideApply) -> ApplyMethod {
+        if server_side {
+            ApplyMethod::ServerSide
+        } else {
+            ApplyMethod::ClientSide(client_side)
+        }
+    }
+
+    /// What Helm 4 records in the release: `ssa` or `csa`.
+    pub fn record_value(&self) -> &'static str {
+        match self {
+            ApplyMethod::ServerSide => "ssa",
+            ApplyMethod::ClientSide(_) => "csa",
+        }
+    }
+}
+
+/// How a client-side apply patches existing objects.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSideApply {
+    /// The originals of the three-way patches: the objects of the release being replaced
+    /// (upgrade, rollback), or the new objects themselves (install adopting existing
+    /// objects, as Helm's install does). An object without an original is patched with the
+    /// live object as its original, as Helm does.
+    pub originals: Vec<ManifestObject>,
+    /// Replace existing objects (PUT) rather than patch them (Helm's `ForceReplace`).
+    pub force_replace: bool,
+    /// A three-way JSON merge patch for custom resources too, rather than Helm's two-way
+    /// one (Helm's install taking ownership of existing objects).
+    pub three_way_for_custom_resources: bool,
 }
 
 impl ApplyOptions {
@@ -96,6 +153,7 @@ impl ApplyOptions {
                 .iter()
                 .map(|m| (*m).to_owned())
                 .collect(),
+            method: ApplyMethod::ServerSide,
         }
     }
 
@@ -181,6 +239,24 @@ pub enum ApplyError {
         #[source]
         source: ApiFailure,
     },
+    /// Reading the cluster's OpenAPI document (the merge strategies of a client-side patch)
+    /// failed.
+    #[error("{object}: reading the cluster's OpenAPI v2 document for a strategic merge patch")]
+    OpenApi {
+        /// The object being patched.
+        object: ObjectRef,
+        /// The failure.
+        #[source]
+        source: ApiFailure,
+    },
+    /// A client-side apply patch could not be built from the object.
+    #[error("{object}: building the client-side apply patch: {reason}")]
+    Patch {
+        /// The object.
+        object: ObjectRef,
+        /// Why.
+        reason: String,
+    },
     /// A CRD applied in the same call did not become established.
     #[error("{object}: waiting for its CustomResourceDefinition")]
     CrdNotEstablished {
@@ -210,6 +286,8 @@ impl ApplyError {
             | ApplyError::Get { object, .. }
             | ApplyError::Apply { object, .. }
             | ApplyError::UpgradeManagedFields { object, .. }
+            | ApplyError::OpenApi { object, .. }
+            | ApplyError::Patch { object, .. }
             | ApplyError::CrdNotEstablished { object, .. } => object,
         }
     }
@@ -224,6 +302,8 @@ impl ApplyError {
             ApplyError::Get { .. } => "get",
             ApplyError::Apply { .. } => "apply",
             ApplyError::UpgradeManagedFields { .. } => "managed_fields",
+            ApplyError::OpenApi { .. } => "openapi",
+            ApplyError::Patch { .. } => "patch",
             ApplyError::CrdNotEstablished { .. } => "crd_not_established",
         }
     }
@@ -233,11 +313,13 @@ impl ApplyError {
         match self {
             ApplyError::Get { source, .. }
             | ApplyError::Apply { source, .. }
-            | ApplyError::UpgradeManagedFields { source, .. } => source.is_transient(),
+            | ApplyError::UpgradeManagedFields { source, .. }
+            | ApplyError::OpenApi { source, .. } => source.is_transient(),
             ApplyError::Resolve(DiscoveryError::Api { source, .. }) => source.is_transient(),
             ApplyError::CrdNotEstablished { .. } => true,
             ApplyError::Resolve(DiscoveryError::NoMatch { .. })
             | ApplyError::NotOwned { .. }
+            | ApplyError::Patch { .. }
             | ApplyError::OwnedByOther { .. } => false,
         }
     }
@@ -401,8 +483,8 @@ impl ClusterApi {
     /// objects of one kind are applied concurrently (at most [`APPLY_CONCURRENCY`] at a time),
     /// one kind after the other, as Helm batches them: each object is resolved again (waiting,
     /// for a kind from a CRD of this manifest, until the CRD is established and served), its
-    /// ownership checked, and server-side applied. Stops after the first kind with an error,
-    /// reporting what was applied.
+    /// ownership checked, and applied by [`ApplyOptions::method`]. Stops after the first
+    /// kind with an error, reporting what was applied.
     ///
     /// Applying a CRD or an APIService, and failing because a kind is not served, make the
     /// next render discover `.Capabilities` again ([`super::capabilities`]).
@@ -581,8 +663,12 @@ impl ClusterApi {
         let name = resource.name();
         if name.is_empty() {
             // Only a generateName: server-side apply needs a name, so create it.
+            let params = match &options.method {
+                ApplyMethod::ServerSide => PostParams::default(),
+                ApplyMethod::ClientSide(_) => post_params(options),
+            };
             let created = api
-                .create(&PostParams::default(), &desired)
+                .create(&params, &desired)
                 .await
                 .map_err(|e| apply_error(resource, e))?;
             return Ok((with_object(resource, created), false));
@@ -598,6 +684,13 @@ impl ClusterApi {
         };
         if let Some(live) = &live {
             check_existing(resource, live, options)?;
+        }
+        if let ApplyMethod::ClientSide(csa) = &options.method {
+            return self
+                .client_side_apply(resource, &desired, live, csa, options)
+                .await;
+        }
+        if let Some(live) = &live {
             self.upgrade_client_side_fields(resource, live, options)
                 .await?;
         }
@@ -617,6 +710,111 @@ impl ClusterApi {
         };
         tracing::debug!(object = %resource.object_ref(), created = live.is_none(), "object applied");
         Ok((with_object(resource, applied), live.is_some()))
+    }
+
+    /// Helm 4's client-side apply of one object (see the module documentation): POST when
+    /// it does not exist, else PUT (`force_replace`) or the three-way patch (nothing sent
+    /// when the patch is empty).
+    async fn client_side_apply(
+        &self,
+        resource: &Resource,
+        desired: &DynamicObject,
+        live: Option<DynamicObject>,
+        csa: &ClientSideApply,
+        options: &ApplyOptions,
+    ) -> Result<(Resource, bool), ApplyError> {
+        let api = resource.api(&self.client);
+        let name = resource.name();
+        let Some(live) = live else {
+            let created = match api.create(&post_params(options), desired).await {
+                Ok(created) => created,
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    return Err(match self.kind_gone(resource).await {
+                        Some(gone) => gone,
+                        None => apply_error(resource, kube::Error::Api(status)),
+                    });
+                }
+                Err(e) => return Err(apply_error(resource, e)),
+            };
+            tracing::debug!(object = %resource.object_ref(), "object created (client-side apply)");
+            return Ok((with_object(resource, created), false));
+        };
+        if csa.force_replace {
+            let mut replacement = desired.clone();
+            replacement.metadata.resource_version = live.metadata.resource_version.clone();
+            let replaced = api
+                .replace(&name, &post_params(options), &replacement)
+                .await
+                .map_err(|e| apply_error(resource, e))?;
+            tracing::debug!(object = %resource.object_ref(), "object replaced (client-side apply)");
+            return Ok((with_object(resource, replaced), true));
+        }
+        let json = |o: &DynamicObject| {
+            serde_json::to_value(o).map_err(|e| ApplyError::Patch {
+                object: resource.object_ref(),
+                reason: e.to_string(),
+            })
+        };
+        let modified = json(desired)?;
+        let current = json(&live)?;
+        let original = match original_of(resource, &csa.originals, &options.release.namespace) {
+            Some(o) => json(o)?,
+            // Helm: "resource exists on cluster but not in original release, using cluster
+            // state as baseline".
+            None => current.clone(),
+        };
+        let group = resource.api_resource.group.as_str();
+        let (patch, strategic) = if is_built_in_group(group) {
+            let schema = self
+                .patch_schema()
+                .await
+                .map_err(|source| ApplyError::OpenApi {
+                    object: resource.object_ref(),
+                    source,
+                })?;
+            let cursor = schema
+                .kind(
+                    group,
+                    &resource.api_resource.version,
+                    &resource.api_resource.kind,
+                )
+                .unwrap_or_default();
+            (
+                super::patch::three_way(&original, &modified, &current, cursor),
+                true,
+            )
+        } else if csa.three_way_for_custom_resources {
+            (
+                super::patch::three_way(
+                    &original,
+                    &modified,
+                    &current,
+                    super::patch::Cursor::none(),
+                ),
+                false,
+            )
+        } else {
+            (super::patch::two_way_merge(&original, &modified), false)
+        };
+        if patch.as_object().is_some_and(serde_json::Map::is_empty) {
+            tracing::debug!(object = %resource.object_ref(), "no changes (client-side apply)");
+            return Ok((with_object(resource, live), true));
+        }
+        let params = PatchParams {
+            field_manager: Some(options.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        let patch = if strategic {
+            Patch::Strategic(patch)
+        } else {
+            Patch::Merge(patch)
+        };
+        let patched = api
+            .patch(&name, &params, &patch)
+            .await
+            .map_err(|e| apply_error(resource, e))?;
+        tracing::debug!(object = %resource.object_ref(), "object patched (client-side apply)");
+        Ok((with_object(resource, patched), true))
     }
 
     /// Hands the fields of earlier client-side managers to the apply manager (see
@@ -788,6 +986,74 @@ fn union_fields(into: &mut serde_json::Value, from: serde_json::Value) {
             }
         }
     }
+}
+
+/// Create and replace parameters of a client-side apply: the field manager.
+fn post_params(options: &ApplyOptions) -> PostParams {
+    PostParams {
+        field_manager: Some(options.field_manager.clone()),
+        ..PostParams::default()
+    }
+}
+
+/// The API groups of the kinds client-go's scheme knows (with the CRD API, which Helm adds):
+/// Helm 4 patches these with a strategic merge patch, everything else with a JSON merge
+/// patch.
+pub const BUILT_IN_GROUPS: &[&str] = &[
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiserverinternal.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "extensions",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+fn is_built_in_group(group: &str) -> bool {
+    BUILT_IN_GROUPS.contains(&group)
+}
+
+/// The object of the previous release's manifest that `resource` replaces: same group,
+/// kind, name and (defaulted) namespace.
+fn original_of<'a>(
+    resource: &Resource,
+    originals: &'a [ManifestObject],
+    release_namespace: &str,
+) -> Option<&'a DynamicObject> {
+    let name = resource.name();
+    originals
+        .iter()
+        .find(|o| {
+            o.gvk.group == resource.api_resource.group
+                && o.gvk.kind == resource.api_resource.kind
+                && o.object.metadata.name.as_deref() == Some(name.as_str())
+                && (!resource.namespaced
+                    || o.object
+                        .metadata
+                        .namespace
+                        .as_deref()
+                        .filter(|ns| !ns.is_empty())
+                        .unwrap_or(release_namespace)
+                        == resource.namespace().unwrap_or(release_namespace))
+        })
+        .map(|o| &o.object)
 }
 
 fn apply_error(resource: &Resource, e: kube::Error) -> ApplyError {

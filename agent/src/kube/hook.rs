@@ -98,6 +98,9 @@ pub struct HookOptions {
     pub defer_succeeded_deletion: bool,
     /// The field manager.
     pub field_manager: String,
+    /// Create the hook with a server-side apply (true, the default) or a plain create
+    /// (Helm 4 creates hooks as the action applies: client-side for a `csa` release).
+    pub server_side: bool,
 }
 
 impl HookOptions {
@@ -109,6 +112,7 @@ impl HookOptions {
             owner: None,
             defer_succeeded_deletion: false,
             field_manager: FIELD_MANAGER.to_owned(),
+            server_side: true,
         }
     }
 }
@@ -331,6 +335,12 @@ impl ClusterApi {
         let api = hook.api(&self.client);
         let created = if name.is_empty() {
             api.create(&PostParams::default(), &desired).await
+        } else if !options.server_side {
+            let params = PostParams {
+                field_manager: Some(options.field_manager.clone()),
+                ..PostParams::default()
+            };
+            api.create(&params, &desired).await
         } else {
             // Strict field validation, as Helm 4 creates hooks (`kube.Client.Create`'s default).
             let params = PatchParams::apply(&options.field_manager)

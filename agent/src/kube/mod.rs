@@ -8,8 +8,9 @@
 //! 2. [`ClusterApi::resolve`] maps each GVK to its resource and scope through API discovery
 //!    ([`discovery::ApiCatalog`], cached and refreshed on a miss) and defaults namespaces,
 //!    giving [`Resource`]s.
-//! 3. [`ClusterApi::apply`] server-side applies them in Helm's install order with Helm's and
-//!    Flotilla's ownership metadata, after the ownership checks ([`apply`]).
+//! 3. [`ClusterApi::apply`] applies them in Helm's install order with Helm's and
+//!    Flotilla's ownership metadata, after the ownership checks, server-side or client-side
+//!    with Helm's three-way patches ([`apply`], [`patch`]).
 //! 4. [`ClusterApi::wait_ready`] waits for them with kstatus rules ([`status`], [`wait`]),
 //!    driven by watches.
 //! 5. [`ClusterApi::run_hook`] runs one hook ([`hook`]); [`ClusterApi::delete`] removes
@@ -27,8 +28,7 @@
 //!
 //! Not here (yet): hook ordering by event and weight and persisting `last_run` (the caller
 //! drives [`ClusterApi::run_hook`]), hook output logs (`helm.sh/hook-output-log-policy`),
-//! Helm 4's retry of applies that hit ResourceQuota conflicts, client-side apply and
-//! `--force-replace`.
+//! Helm 4's retry of applies that hit ResourceQuota conflicts.
 
 pub mod apply;
 pub mod capabilities;
@@ -37,6 +37,7 @@ pub mod discovery;
 pub mod hook;
 pub mod impersonate;
 pub mod manifest;
+pub mod patch;
 pub mod status;
 pub mod wait;
 
@@ -92,6 +93,8 @@ pub struct ClusterApi {
     catalog: ApiCatalog,
     capabilities: capabilities::CapabilitiesCache,
     capabilities_ttl: std::time::Duration,
+    /// The merge strategies of built-in kinds (the OpenAPI v2 document), read once.
+    patch_schema: std::sync::Arc<tokio::sync::OnceCell<std::sync::Arc<patch::PatchSchema>>>,
 }
 
 impl std::fmt::Debug for ClusterApi {
@@ -108,6 +111,7 @@ impl ClusterApi {
             client,
             capabilities: Default::default(),
             capabilities_ttl: capabilities::DEFAULT_CAPABILITIES_TTL,
+            patch_schema: Default::default(),
         }
     }
 
@@ -119,6 +123,7 @@ impl ClusterApi {
             client,
             capabilities: self.capabilities.clone(),
             capabilities_ttl: self.capabilities_ttl,
+            patch_schema: self.patch_schema.clone(),
         }
     }
 
@@ -137,5 +142,24 @@ impl ClusterApi {
     /// The discovery cache.
     pub fn catalog(&self) -> &ApiCatalog {
         &self.catalog
+    }
+
+    /// The merge strategies of the built-in kinds, from the cluster's OpenAPI v2 document
+    /// (read on first use, then kept: built-in kinds change only with the API server).
+    pub async fn patch_schema(&self) -> Result<std::sync::Arc<patch::PatchSchema>, ApiFailure> {
+        self.patch_schema
+            .get_or_try_init(|| async {
+                let request = http::Request::get("/openapi/v2")
+                    .header(http::header::ACCEPT, "application/json")
+                    .body(Vec::new())
+                    .expect("a fixed GET request is valid");
+                let document: serde_json::Value =
+                    self.client.request(request).await.map_err(ApiFailure)?;
+                Ok(std::sync::Arc::new(patch::PatchSchema::from_openapi_v2(
+                    document,
+                )))
+            })
+            .await
+            .cloned()
     }
 }

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::inventory;
 use super::render::{RenderOptions, Rendered, Renderer};
-use crate::kube::apply::{ApplyOptions, HelmReleaseRef, ReleaseRef};
+use crate::kube::apply::{ApplyMethod, ApplyOptions, ClientSideApply, HelmReleaseRef, ReleaseRef};
 use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
@@ -312,6 +312,7 @@ impl Executor<'_> {
         }
     }
 
+    /// A new record of this release; the caller sets its `apply_method`.
     fn new_release(
         &self,
         chart: &Chart,
@@ -339,7 +340,7 @@ impl Executor<'_> {
             version,
             namespace: self.plan.release.namespace.to_string(),
             labels: BTreeMap::new(),
-            apply_method: "ssa".to_owned(),
+            apply_method: String::new(),
         }
     }
 
@@ -406,6 +407,7 @@ impl Executor<'_> {
         chart: &Chart,
         values: &Values,
         policy: CrdsPolicy,
+        server_side: bool,
     ) -> Result<(), ActionError> {
         if policy == CrdsPolicy::Skip {
             return Ok(());
@@ -444,6 +446,15 @@ impl Executor<'_> {
         }
         let mut options = ApplyOptions::new(self.release_ref()).owned_by(self.owner());
         options.take_ownership = true;
+        // Flux's `applyCRDs`: without server-side apply, missing CRDs are created and
+        // existing ones replaced.
+        options.method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                force_replace: true,
+                ..ClientSideApply::default()
+            },
+        );
         let report = self
             .cluster
             .apply(&wanted, &options)
@@ -470,6 +481,7 @@ impl Executor<'_> {
         event: HookEvent,
         timeout: Duration,
         selected: &(dyn Fn(&Hook) -> bool + Sync),
+        server_side: bool,
     ) -> Result<(), ActionError> {
         let mut order: Vec<usize> = (0..rls.hooks.len())
             .filter(|&i| rls.hooks[i].events.contains(&event) && selected(&rls.hooks[i]))
@@ -490,6 +502,7 @@ impl Executor<'_> {
             let options = HookOptions {
                 owner: Some(self.owner()),
                 defer_succeeded_deletion: true,
+                server_side,
                 ..HookOptions::new(timeout)
             };
             let mut failure = None;
@@ -568,10 +581,12 @@ impl Executor<'_> {
         previous: Option<&str>,
         take_ownership: bool,
         wait: Option<WaitOptions>,
+        method: ApplyMethod,
     ) -> Result<(), (ActionError, Vec<Resource>)> {
         let objects = parse_manifest(manifest).map_err(|e| (ActionError::from(e), Vec::new()))?;
         let mut options = ApplyOptions::new(self.release_ref()).owned_by(self.owner());
         options.take_ownership = take_ownership;
+        options.method = method;
         let report = match self.cluster.apply(&objects, &options).await {
             Ok(r) => r,
             Err(failure) => {
@@ -643,9 +658,17 @@ impl Executor<'_> {
         timeout: Duration,
         rollout: Rollout<'_>,
     ) -> Result<(), ActionError> {
+        let server_side = matches!(rollout.method, ApplyMethod::ServerSide);
         if let Some((pre, _)) = &rollout.hooks {
-            self.run_hooks(&self.records, rls, pre.clone(), timeout, &|_| true)
-                .await?;
+            self.run_hooks(
+                &self.records,
+                rls,
+                pre.clone(),
+                timeout,
+                &|_| true,
+                server_side,
+            )
+            .await?;
         }
         if let Err((e, created)) = self
             .apply_and_wait(
@@ -653,6 +676,7 @@ impl Executor<'_> {
                 rollout.previous,
                 rollout.take_ownership,
                 rollout.wait,
+                rollout.method,
             )
             .await
         {
@@ -662,7 +686,7 @@ impl Executor<'_> {
             return Err(e);
         }
         if let Some((_, post)) = rollout.hooks {
-            self.run_hooks(&self.records, rls, post, timeout, &|_| true)
+            self.run_hooks(&self.records, rls, post, timeout, &|_| true, server_side)
                 .await?;
         }
         Ok(())
@@ -682,7 +706,8 @@ impl Executor<'_> {
         }
         let version = next_version(&history);
         let values = self.plan_values();
-        self.apply_crds(self.chart, &values, o.crds()).await?;
+        self.apply_crds(self.chart, &values, o.crds(), o.server_side_apply())
+            .await?;
         let rendered = self
             .render(
                 self.chart,
@@ -692,7 +717,18 @@ impl Executor<'_> {
                 o.disable_schema_validation,
             )
             .await?;
-        parse_manifest(&rendered.manifest)?;
+        let objects = parse_manifest(&rendered.manifest)?;
+        let method = ApplyMethod::of(
+            o.server_side_apply(),
+            ClientSideApply {
+                // Helm's install updates the objects it adopts with themselves as the
+                // originals: only what differs from the live object is patched, and custom
+                // resources get a three-way merge when it takes ownership.
+                originals: objects,
+                force_replace: false,
+                three_way_for_custom_resources: !o.disable_take_ownership,
+            },
+        );
         if o.create_namespace {
             self.ensure_namespace().await?;
         }
@@ -704,6 +740,7 @@ impl Executor<'_> {
             Status::PendingInstall,
             INSTALL_UNDERWAY,
         );
+        rls.apply_method = method.record_value().to_owned();
         // `replace`: the record replaced is superseded, unless it failed.
         if let Some(last) = last
             && status_of(last) != Status::Failed
@@ -726,6 +763,7 @@ impl Executor<'_> {
             take_ownership: !o.disable_take_ownership,
             wait,
             cleanup_on_fail: false,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -748,13 +786,29 @@ impl Executor<'_> {
         let history = self.records.history(&name).await?;
         let current = upgrade_base(&name, &history)?;
         let version = next_version(&history);
+        // Helm 4 and Flux resolve `auto` against the newest record, whatever its status.
+        let recorded = history
+            .iter()
+            .max_by_key(|r| r.version)
+            .map_or("", |r| r.apply_method.as_str());
+        let server_side = o.server_side_apply().server_side(recorded);
+        let method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                originals: parse_manifest(&current.manifest)?,
+                // Flux: `upgrade.force` is Helm's ForceReplace, without server-side apply.
+                force_replace: o.force,
+                three_way_for_custom_resources: false,
+            },
+        );
         let mut chart = self.chart.clone();
         let values = if o.preserve_values {
             reuse_values(current, self.plan_values(), &mut chart)?
         } else {
             self.plan_values()
         };
-        self.apply_crds(&chart, &values, o.crds()).await?;
+        self.apply_crds(&chart, &values, o.crds(), server_side)
+            .await?;
         let rendered = self
             .render(&chart, &values, version, false, o.disable_schema_validation)
             .await?;
@@ -767,6 +821,7 @@ impl Executor<'_> {
             Status::PendingUpgrade,
             PREPARING_UPGRADE,
         );
+        rls.apply_method = method.record_value().to_owned();
         if let Some(first) = current.info.as_ref().map(|i| i.first_deployed)
             && let Some(info) = rls.info.as_mut()
         {
@@ -784,6 +839,7 @@ impl Executor<'_> {
             take_ownership: !o.disable_take_ownership,
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -807,8 +863,17 @@ impl Executor<'_> {
         };
         let test = &self.plan.options.test;
         let selected = |h: &Hook| test.selects(&h.name);
-        self.run_hooks(&self.records, &mut rls, HookEvent::Test, timeout, &selected)
-            .await
+        // Helm 4's test action: server-side when the release was.
+        let server_side = rls.apply_method == "ssa";
+        self.run_hooks(
+            &self.records,
+            &mut rls,
+            HookEvent::Test,
+            timeout,
+            &selected,
+            server_side,
+        )
+        .await
     }
 
     async fn rollback(&self, target_version: i64, timeout: Duration) -> Result<(), ActionError> {
@@ -820,6 +885,18 @@ impl Executor<'_> {
             target,
             record: mut rls,
         } = rollback_from_history(&name, &history, target_version, now())?;
+        // Helm 4 and Flux resolve `auto` against the revision rolled back to.
+        let server_side = o.server_side_apply().server_side(&target.apply_method);
+        let method = ApplyMethod::of(
+            server_side,
+            ClientSideApply {
+                originals: parse_manifest(&last.manifest)?,
+                // Flux: `rollback.force` is Helm's ForceReplace, without server-side apply.
+                force_replace: o.force,
+                three_way_for_custom_resources: false,
+            },
+        );
+        rls.apply_method = method.record_value().to_owned();
         self.create(&rls).await?;
         let wait = (!o.disable_wait).then_some(WaitOptions {
             timeout,
@@ -832,6 +909,7 @@ impl Executor<'_> {
             take_ownership: true,
             wait,
             cleanup_on_fail: o.cleanup_on_fail,
+            method,
         };
         match self.roll_out(&mut rls, timeout, rollout).await {
             Ok(()) => {
@@ -879,8 +957,16 @@ impl Executor<'_> {
         }
         records.mark_uninstalling(&mut rls, now()).await?;
         if !o.disable_hooks {
-            self.run_hooks(records, &mut rls, HookEvent::PreDelete, timeout, &|_| true)
-                .await?;
+            // Helm 4's uninstall runs its hooks server-side, whatever the release's method.
+            self.run_hooks(
+                records,
+                &mut rls,
+                HookEvent::PreDelete,
+                timeout,
+                &|_| true,
+                true,
+            )
+            .await?;
         }
         let mut errors = Vec::new();
         match parse_manifest(&rls.manifest) {
@@ -906,7 +992,14 @@ impl Executor<'_> {
         }
         if !o.disable_hooks
             && let Err(e) = self
-                .run_hooks(records, &mut rls, HookEvent::PostDelete, timeout, &|_| true)
+                .run_hooks(
+                    records,
+                    &mut rls,
+                    HookEvent::PostDelete,
+                    timeout,
+                    &|_| true,
+                    true,
+                )
                 .await
         {
             errors.push(e);
@@ -1065,6 +1158,8 @@ struct Rollout<'a> {
     wait: Option<WaitOptions>,
     /// Delete the objects this release created when it fails (`cleanupOnFail`).
     cleanup_on_fail: bool,
+    /// Server-side or client-side apply.
+    method: ApplyMethod,
 }
 
 fn created_resources(report: &crate::kube::ApplyReport) -> Vec<Resource> {
