@@ -184,6 +184,7 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             tracing::info!(address = %addr, "serving agent sessions");
             config.remote = Some(sessions.links());
+            config.plan_epoch_namespace = Some(args.hub_namespace.clone());
             Some(sessions)
         }
         None => None,

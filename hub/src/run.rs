@@ -24,6 +24,7 @@ use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
 use crate::sources::http::Limits;
 use crate::sources::oci_repository;
 use crate::status::StatusBook;
+use crate::util::error_chain;
 
 /// How the hub runs.
 pub struct HubConfig {
@@ -51,6 +52,10 @@ pub struct HubConfig {
     pub remote: Option<Arc<dyn Links>>,
     /// Where reconciles are counted (serve them with [`crate::telemetry::serve`]).
     pub metrics: crate::telemetry::HubMetrics,
+    /// The namespace of the plan-epoch ConfigMap ([`crate::controller::epoch`]); `None`:
+    /// no epoch, each new plan revision is written to its HelmRelease before the plan is
+    /// sent. Claimed at start; a claim that fails falls back to no epoch, with a warning.
+    pub plan_epoch_namespace: Option<String>,
     /// The channel every agent's reports go through to the status writer.
     reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
 }
@@ -82,6 +87,7 @@ impl HubConfig {
             agent: AgentOptions::default(),
             remote: None,
             metrics: Default::default(),
+            plan_epoch_namespace: None,
             reports: mpsc::unbounded_channel(),
         }
     }
@@ -220,9 +226,24 @@ impl Hub {
                 concurrency: config.concurrency,
                 requeue_dependency: config.requeue_dependency,
                 jitter: config.jitter,
+                watch_managed_clusters: config.remote.is_some(),
             },
         );
         ctx.metrics = config.metrics.clone();
+        if let Some(namespace) = &config.plan_epoch_namespace {
+            match controller::epoch::claim(ctx.client.clone(), namespace).await {
+                Ok(epoch) => {
+                    tracing::info!(
+                        epoch,
+                        "plan epoch claimed: plan revisions are recorded after sending"
+                    );
+                    ctx.set_plan_epoch(epoch);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), kind = e.kind(), "no plan epoch: each new plan revision is recorded before sending");
+                }
+            }
+        }
         controllers.spawn(controller::run(
             Arc::new(ctx),
             trigger_rx,

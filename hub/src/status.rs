@@ -19,7 +19,10 @@
 //!
 //! The whole status is written with server-side apply under the hub's field manager, so
 //! what an agent cleared (history on uninstall, say) is cleared on the object too. Writes of
-//! one HelmRelease are serialized; different HelmReleases write in parallel. Nothing from
+//! one HelmRelease are serialized; different HelmReleases write in parallel. Reports of one
+//! HelmRelease that arrive in a burst are coalesced: each is merged into the writer's view
+//! in order, and only the last of those waiting writes (latest wins: one write, not one
+//! per report). Nothing from
 //! values reaches a status, an Event or a log line here: the agent's messages never carry
 //! values, and hub conditions name objects and keys, not data.
 
@@ -88,6 +91,8 @@ pub struct StatusBook {
     entries: Mutex<HashMap<ObjectKey, Arc<tokio::sync::Mutex<Entry>>>>,
     deleted: Mutex<HashMap<ObjectKey, PlanRevision>>,
     trigger: mpsc::UnboundedSender<ObjectKey>,
+    /// Reports per HelmRelease received and not yet merged (a burst: only the last writes).
+    queued: Mutex<HashMap<ObjectKey, usize>>,
 }
 
 impl fmt::Debug for StatusBook {
@@ -124,6 +129,7 @@ impl StatusBook {
             entries: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
             trigger,
+            queued: Mutex::new(HashMap::new()),
         }
     }
 
@@ -193,16 +199,41 @@ impl StatusBook {
 
     /// Consumes the agents' reports until every sender is dropped. Reports of different
     /// HelmReleases are handled in parallel; those of one HelmRelease take its entry's lock
-    /// in turn, and a report that loses the race to a newer one is dropped as stale.
+    /// in turn (a report that loses the race to a newer one is dropped as stale), and the
+    /// status is written by the last report of a burst only.
     pub async fn run(self: Arc<Self>, mut reports: mpsc::UnboundedReceiver<TargetReport>) {
         let mut tasks = tokio::task::JoinSet::new();
         while let Some(report) = reports.recv().await {
             let book = self.clone();
+            let key = report.report.object();
+            *self
+                .queued
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default() += 1;
             tasks.spawn(async move {
-                let key = report.report.object();
                 let entry = book.entry(&key);
                 let mut guard = entry.lock().await;
-                if let Err(e) = book.apply(&key, &mut guard, report).await {
+                let last_of_burst = {
+                    let mut queued = book.queued.lock().unwrap_or_else(|p| p.into_inner());
+                    let left = queued.get_mut(&key).map(|n| {
+                        *n = n.saturating_sub(1);
+                        *n
+                    });
+                    if left == Some(0) {
+                        queued.remove(&key);
+                    }
+                    left.unwrap_or(0) == 0
+                };
+                let result = match book.apply(&key, &mut guard, report).await {
+                    // Nothing known of the object yet (an Event first): nothing to write.
+                    Ok(()) if last_of_burst && guard.seeded => {
+                        book.write(&key, &mut guard).await
+                    }
+                    other => other,
+                };
+                if let Err(e) = result {
                     tracing::warn!(object = %key, error = %error_chain(&e), "HelmRelease status not written");
                 }
             });
@@ -211,6 +242,7 @@ impl StatusBook {
         while tasks.join_next().await.is_some() {}
     }
 
+    /// Merges `report` into the writer's view of `key` (the caller writes the status).
     async fn apply(
         &self,
         key: &ObjectKey,
@@ -248,7 +280,7 @@ impl StatusBook {
                     e.hub = None;
                     let _ = self.trigger.send(key.clone());
                 }
-                self.write(key, e).await
+                Ok(())
             }
             Report::Event { event, .. } => {
                 if target != TargetId::Local {
@@ -284,7 +316,7 @@ impl StatusBook {
                         generation,
                     },
                 ));
-                self.write(key, e).await
+                Ok(())
             }
         }
     }

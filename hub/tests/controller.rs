@@ -7,14 +7,20 @@ mod common;
 
 use std::time::Duration;
 
+use flotilla_agent::session as agent_session;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_hub::controller::epoch::{EPOCH_CONFIGMAP, EPOCH_SPAN};
 use flotilla_hub::controller::{FINALIZER, PLAN_REVISION_ANNOTATION};
+use flotilla_hub::session::{NoArchives, SessionConfig, SessionHub, tokens};
 use flotilla_tests::tools::{helm_history, kubectl_in};
 use flotilla_tests::wait;
 use kube::ResourceExt as _;
 use kube::api::DeleteParams;
 
-use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo};
+use common::{
+    Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo,
+    wait_for_history,
+};
 
 #[tokio::test]
 async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version_and_force_and_is_uninstalled_on_deletion()
@@ -740,5 +746,198 @@ async fn cel_expressions_that_do_not_parse_stall_the_release_and_ready_expr_deci
     assert_eq!(installed, ["a", "b"]);
 
     env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_a_plan_epoch_revisions_start_at_its_floor_are_recorded_after_sending_survive_a_restart_unchanged_and_a_new_plan_gets_the_next_epochs()
+-> anyhow::Result<()> {
+    let mut env = Env::start_with("hub-epoch", |c| {
+        c.plan_epoch_namespace = Some("default".into());
+    })
+    .await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let recorded = |hr: &flotilla_api::HelmRelease| {
+        hr.annotations()
+            .get(PLAN_REVISION_ANNOTATION)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let kubeconfig = env.kubeconfig().to_owned();
+    let epoch = || -> anyhow::Result<String> {
+        kubectl_in(
+            &kubeconfig,
+            &[
+                "get",
+                "configmap",
+                EPOCH_CONFIGMAP,
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.data.epoch}",
+            ],
+            None,
+        )
+    };
+    assert_eq!(epoch()?, "1", "the first hub claims epoch 1");
+
+    // The first plan of epoch 1 is revision 1 * EPOCH_SPAN, written after it was sent.
+    env.kubectl_apply(&podinfo_release(&url, "a", ""))?;
+    ready(&hrs, "a").await?;
+    let first = EPOCH_SPAN.to_string();
+    wait::until("a's revision recorded", TIMEOUT, || async {
+        Ok((recorded(&hrs.get("a").await?) == first).then_some(()))
+    })
+    .await?;
+    assert_eq!(helm_history(env.kubeconfig(), "a", "default")?.len(), 1);
+
+    // A restarted hub claims epoch 2 and re-sends the unchanged plan at its recorded
+    // revision: nothing is upgraded.
+    env.restart_hub().await?;
+    assert_eq!(epoch()?, "2");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let a = ready(&hrs, "a").await?;
+    assert_eq!(recorded(&a), first);
+    assert_eq!(helm_history(env.kubeconfig(), "a", "default")?.len(), 1);
+
+    // A changed plan gets epoch 2's first revision, above every revision of epoch 1, and
+    // the agent upgrades.
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "a",
+        "  values:\n    replicaCount: 2",
+    ))?;
+    wait_for_history(env.kubeconfig(), "a", 2).await?;
+    ready(&hrs, "a").await?;
+    let second = (2 * EPOCH_SPAN).to_string();
+    wait::until("a's new revision recorded", TIMEOUT, || async {
+        Ok((recorded(&hrs.get("a").await?) == second).then_some(()))
+    })
+    .await?;
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_helm_release_created_before_its_managed_cluster_reaches_the_agent_as_soon_as_the_cluster_is_accepted_and_connects_not_at_the_requeue()
+-> anyhow::Result<()> {
+    common::init_logging();
+    let cluster =
+        flotilla_tests::Cluster::start(flotilla_tests::ClusterOptions::named("hub-late-cluster"))
+            .await?;
+    let client = cluster.client().await?;
+    common::install_crds(&client).await?;
+    let repo = flotilla_tests::servers::HelmRepoServer::start(
+        flotilla_tests::servers::RepoOptions::named("hub-late-cluster"),
+    )
+    .await?;
+    repo.publish_version(&common::podinfo_chart(), "6.5.2")?;
+    kubectl_in(
+        cluster.kubeconfig(),
+        &["create", "namespace", "flotilla-system"],
+        None,
+    )?;
+    let artifacts = tempfile::tempdir()?;
+    let mut config = common::hub_config(&cluster, artifacts.path());
+    // Far beyond the test's wait: only the ManagedCluster watch can make it in time.
+    config.requeue_dependency = Duration::from_secs(600);
+    let sessions = SessionHub::start(
+        client.clone(),
+        SessionConfig {
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(4),
+            ..SessionConfig::default()
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        config.report_sink(),
+        std::sync::Arc::new(NoArchives),
+    )
+    .await?;
+    config.remote = Some(sessions.links());
+    let hub = flotilla_hub::run::Hub::start(config).await?;
+    let hrs: kube::Api<flotilla_api::HelmRelease> =
+        kube::Api::namespaced(client.clone(), "default");
+
+    // The HelmRelease first: its cluster does not exist yet.
+    kubectl_in(
+        cluster.kubeconfig(),
+        &["apply", "-f", "-"],
+        Some(&podinfo_release(
+            &repo.url(),
+            "late",
+            "  clusterRef:\n    name: late",
+        )),
+    )?;
+    let c = ready_condition(&hrs, "late", "AgentNotConnected", |c| {
+        c.reason == "AgentNotConnected"
+    })
+    .await?;
+    assert_eq!(c.message, "no agent connected for cluster late");
+
+    // The cluster joins (auto-accepted) and its agent connects: the plan arrives within
+    // seconds, not at the 600 s requeue.
+    let started = std::time::Instant::now();
+    let token = tokens::create(
+        client.clone(),
+        "flotilla-system",
+        &tokens::TokenOptions {
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?
+    .expose();
+    let identity = agent_session::join(
+        &client,
+        &agent_session::JoinOptions {
+            hub: agent_session::HubAddress::parse(&format!(
+                "https://127.0.0.1:{}",
+                sessions.local_addr().port()
+            ))?,
+            token,
+            ca_pin: agent_session::CaPin::parse(&sessions.ca().pin().to_string())?,
+            cluster_name: "late".into(),
+            namespace: "default".into(),
+            poll_interval: Duration::from_millis(300),
+        },
+    )
+    .await?;
+    let (handle, reports, mut external) = flotilla_agent::runtime::external();
+    let (acked_tx, mut acked) = tokio::sync::mpsc::unbounded_channel();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let session = tokio::spawn(agent_session::run(
+        client.clone(),
+        identity,
+        handle,
+        reports,
+        agent_session::SessionOptions {
+            namespace: "default".into(),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(4),
+            acked: Some(acked_tx),
+            ..agent_session::SessionOptions::default()
+        },
+        stop.clone(),
+    ));
+    let commands = tokio::spawn(async move { while external.recv().await.is_some() {} });
+    let ack = tokio::time::timeout(Duration::from_secs(60), acked.recv())
+        .await
+        .map_err(|_| anyhow::anyhow!("no plan reached the agent of cluster late within 60 s"))?
+        .ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+    assert_eq!(ack.object.name.as_str(), "late");
+    assert_eq!(ack.chart_version, "6.5.2");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    stop.cancel();
+    let _ = session.await;
+    commands.abort();
+    hub.stop().await;
+    sessions.stop().await;
     Ok(())
 }

@@ -803,3 +803,175 @@ async fn forty_clusters_redeeming_one_token_at_once_each_spend_one_use_a_wrong_s
     assert_eq!(registered, expected);
     Ok(())
 }
+
+/// A TCP proxy on loopback to `upstream`: forwards both ways while `flowing` holds true and
+/// holds every byte (connections stay open) while it is false, as a hub that stops
+/// answering. Counts the connections it accepts.
+async fn stalling_proxy(
+    upstream: std::net::SocketAddr,
+    flowing: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(
+    std::net::SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn pipe(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut flowing: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if flowing.wait_for(|f| *f).await.is_err() {
+                break;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        // A close is held too: a silent hub does not hang up either.
+        let _ = flowing.wait_for(|f| *f).await;
+        let _ = to.shutdown().await;
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Ok(up) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let (down_read, down_write) = down.into_split();
+            let (up_read, up_write) = up.into_split();
+            tokio::spawn(pipe(down_read, up_write, flowing.clone()));
+            tokio::spawn(pipe(up_read, down_write, flowing.clone()));
+        }
+    });
+    Ok((addr, accepted, task))
+}
+
+#[tokio::test]
+async fn an_agent_whose_hub_stops_answering_drops_the_session_within_its_heartbeat_timeout_and_reconnects_and_gets_its_plans_when_the_hub_answers_again()
+-> anyhow::Result<()> {
+    logs();
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-silent")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    let (hub, _reports) = hub(&mgmt, Duration::from_secs(3600)).await?;
+    let pin = hub.ca().pin().to_string();
+    let auto = token(
+        &mgmt,
+        tokens::TokenOptions {
+            auto_accept: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut identity =
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "quiet", "default")).await?;
+    // The session goes through the proxy (the certificate's SAN 127.0.0.1 still holds).
+    let (flowing_tx, flowing) = tokio::sync::watch::channel(true);
+    let (proxy, accepted, proxy_task) = stalling_proxy(hub.local_addr(), flowing).await?;
+    identity.hub = HubAddress::parse(&format!("https://{proxy}"))?;
+
+    // The agent: pings every 500 ms, gives up on a silent hub after 2 s.
+    let heartbeat_timeout = Duration::from_secs(2);
+    let (handle, reports, mut external) = flotilla_agent::runtime::external();
+    let (acked_tx, mut acked) = mpsc::unbounded_channel();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let session = tokio::spawn(agent_session::run(
+        mgmt.clone(),
+        identity,
+        handle,
+        reports,
+        SessionOptions {
+            namespace: "default".into(),
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout,
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(500),
+            acked: Some(acked_tx),
+            ..SessionOptions::default()
+        },
+        stop.clone(),
+    ));
+    let commands = tokio::spawn(async move { while external.recv().await.is_some() {} });
+    let id = ClusterId::new("quiet")?;
+    let links = hub.links();
+    let link = wait::until("the agent to connect", TIMEOUT, || async {
+        Ok(links
+            .link(&TargetId::Cluster(id.clone()))
+            .filter(|l| l.connected()))
+    })
+    .await?;
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // The hub stops answering (its connection stays open, nothing comes back). The agent
+    // notices within its heartbeat timeout (plus a ping interval) and dials again: a new
+    // connection at the proxy.
+    flowing_tx.send_replace(false);
+    let silent_since = Instant::now();
+    let charts_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/charts");
+    let file = plan_file::parse(
+        std::path::Path::new("plan.yaml"),
+        "apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: while-silent
+  namespace: default
+  generation: 1
+spec:
+  interval: 1h
+chart:
+  path: ok
+",
+        &charts_dir,
+    )?;
+    // A plan sent meanwhile waits in the cluster's mailbox.
+    link.send(Command::Upsert(Box::new(file.plan.clone())))?;
+    wait::until(
+        "the agent to dial again",
+        Duration::from_secs(10),
+        || async { Ok((accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())) },
+    )
+    .await?;
+    let noticed = silent_since.elapsed();
+    assert!(
+        noticed >= heartbeat_timeout - Duration::from_secs(1)
+            && noticed <= heartbeat_timeout + Duration::from_secs(3),
+        "the agent dialled again {noticed:?} after the hub went silent (heartbeat timeout {heartbeat_timeout:?})"
+    );
+    assert!(
+        acked.try_recv().is_err(),
+        "nothing reaches the agent while the hub is silent"
+    );
+
+    // The hub answers again: the agent's session is back and the plan sent meanwhile
+    // arrives and is acknowledged.
+    flowing_tx.send_replace(true);
+    let ack = tokio::time::timeout(Duration::from_secs(30), acked.recv())
+        .await
+        .map_err(|_| anyhow::anyhow!("the plan sent while the hub was silent never arrived"))?
+        .ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+    assert_eq!(ack.object, file.plan.object.key());
+    wait::until("the agent to be connected again", TIMEOUT, || async {
+        Ok(link.connected().then_some(()))
+    })
+    .await?;
+
+    stop.cancel();
+    let _ = session.await;
+    commands.abort();
+    proxy_task.abort();
+    hub.stop().await;
+    drop(mgmt_cluster);
+    Ok(())
+}

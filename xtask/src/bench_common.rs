@@ -85,6 +85,8 @@ pub struct PlaneSample {
     cpu: Vec<(String, Duration)>,
     /// `apiserver_request_total` summed by verb.
     requests: BTreeMap<String, f64>,
+    /// `apiserver_request_total` summed by verb and resource (`PATCH helmreleases/status`).
+    by_resource: BTreeMap<String, f64>,
 }
 
 /// What the control plane did between two [`PlaneSample`]s.
@@ -94,6 +96,8 @@ pub struct PlaneDelta {
     pub cpu: Vec<(String, Duration)>,
     /// API server requests by verb.
     pub requests: BTreeMap<String, f64>,
+    /// API server requests by verb and resource (`PATCH helmreleases/status`).
+    pub by_resource: BTreeMap<String, f64>,
 }
 
 /// The verbs that change state.
@@ -119,6 +123,7 @@ impl ControlPlane {
         Ok(PlaneSample {
             cpu,
             requests: requests_by_verb(&text),
+            by_resource: requests_by_resource(&text),
         })
     }
 }
@@ -144,6 +149,42 @@ fn requests_by_verb(metrics: &str) -> BTreeMap<String, f64> {
     by_verb
 }
 
+/// Sums the API server's `apiserver_request_total` series by verb and resource
+/// (`VERB resource` or `VERB resource/subresource`).
+fn requests_by_resource(metrics: &str) -> BTreeMap<String, f64> {
+    let mut by = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let (verb, resource, sub) = (
+            label("verb=\""),
+            label("resource=\""),
+            label("subresource=\""),
+        );
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let key = if sub.is_empty() {
+            format!("{verb} {resource}")
+        } else {
+            format!("{verb} {resource}/{sub}")
+        };
+        *by.entry(key).or_insert(0.0) += value;
+    }
+    by
+}
+
 impl PlaneSample {
     /// What happened between `before` and this sample.
     pub fn delta(&self, before: &PlaneSample) -> PlaneDelta {
@@ -167,7 +208,20 @@ impl PlaneSample {
                 (verb.clone(), n - was)
             })
             .collect();
-        PlaneDelta { cpu, requests }
+        let by_resource = self
+            .by_resource
+            .iter()
+            .map(|(key, n)| {
+                let was = before.by_resource.get(key).copied().unwrap_or(0.0);
+                (key.clone(), n - was)
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
+        PlaneDelta {
+            cpu,
+            requests,
+            by_resource,
+        }
     }
 
     /// What happened between `before` and this sample, over `elapsed`, beside the CPU
@@ -238,6 +292,24 @@ impl PlaneDelta {
             self.verb("LIST"),
             self.verb("WATCH"),
         ));
+        let mut writes: Vec<(&String, f64)> = self
+            .by_resource
+            .iter()
+            .filter(|(k, _)| {
+                WRITE_VERBS
+                    .iter()
+                    .chain(["GET"].iter())
+                    .any(|v| k.starts_with(&format!("{v} ")))
+            })
+            .map(|(k, n)| (k, *n))
+            .collect();
+        writes.sort_by(|a, b| b.1.total_cmp(&a.1));
+        if !writes.is_empty() {
+            out.push_str("\n  writes and GETs by resource:");
+            for (i, (k, n)) in writes.iter().take(12).enumerate() {
+                out.push_str(&format!("{} {k} {n:.0}", if i == 0 { "" } else { "," }));
+            }
+        }
         out
     }
 }
@@ -262,6 +334,9 @@ apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 3
         assert_eq!(by_verb.get("POST"), Some(&42.0));
         assert_eq!(by_verb.get("APPLY"), Some(&9.0));
         assert_eq!(by_verb.get("GET"), None);
+        let by_resource = requests_by_resource(metrics);
+        assert_eq!(by_resource.get("POST pods"), Some(&12.0));
+        assert_eq!(by_resource.get("APPLY deployments"), Some(&9.0));
     }
 
     #[test]
@@ -271,6 +346,7 @@ apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 3
             requests: [("POST".to_owned(), post), ("LIST".to_owned(), list)]
                 .into_iter()
                 .collect(),
+            by_resource: BTreeMap::new(),
         };
         let delta = sample(50.0, 7.0, 1500).delta(&sample(20.0, 5.0, 1000));
         assert_eq!(delta.writes(), 30.0);

@@ -450,6 +450,22 @@ pub struct SessionOptions {
     pub unreachable_retry: Duration,
     /// The chart cache's fetcher, given the session's connection for `GetChart`.
     pub charts: Option<charts::HubCharts>,
+    /// Told of every plan this agent acknowledges, when the ack is sent (a benchmark's
+    /// measure of "acknowledged by the agent"; `None` in the agent).
+    pub acked: Option<mpsc::UnboundedSender<PlanAcked>>,
+}
+
+/// A plan the session acknowledged to the hub ([`SessionOptions::acked`]).
+#[derive(Debug, Clone)]
+pub struct PlanAcked {
+    /// The HelmRelease.
+    pub object: ObjectKey,
+    /// The plan's revision.
+    pub revision: flotilla_core::ids::PlanRevision,
+    /// The plan's chart version.
+    pub chart_version: String,
+    /// When the ack was handed to the outgoing stream.
+    pub at: std::time::Instant,
 }
 
 impl Default for SessionOptions {
@@ -462,6 +478,7 @@ impl Default for SessionOptions {
             backoff_max: Duration::from_secs(60),
             unreachable_retry: Duration::from_secs(1),
             charts: None,
+            acked: None,
         }
     }
 }
@@ -809,6 +826,17 @@ impl<C: AgentCluster> Session<C> {
                             .held()
                             .iter()
                             .any(|h| h.object == key && h.revision == plan.revision);
+                        let acked = self.options.acked.as_ref().map(|observer| {
+                            (
+                                observer,
+                                PlanAcked {
+                                    object: key.clone(),
+                                    revision: plan.revision,
+                                    chart_version: plan.chart.version.clone(),
+                                    at: std::time::Instant::now(),
+                                },
+                            )
+                        });
                         self.agent
                             .send(Command::Upsert(Box::new(plan)))
                             .map_err(|_| stopped())?;
@@ -817,6 +845,10 @@ impl<C: AgentCluster> Session<C> {
                             agent_message::Kind::Ack(v1::PlanAck { object, revision }),
                         )
                         .await?;
+                        if let Some((observer, mut acked)) = acked {
+                            acked.at = std::time::Instant::now();
+                            let _ = observer.send(acked);
+                        }
                         if already_held {
                             self.resend_status(key, tx).await?;
                         }

@@ -28,9 +28,14 @@
 //! **Plan revisions** are kept in two annotations on the HelmRelease,
 //! [`PLAN_REVISION_ANNOTATION`] and [`PLAN_DIGEST_ANNOTATION`] (the sha256 of the plan with
 //! its revision zeroed): a plan whose digest differs from the recorded one gets the next
-//! revision, written to the object *before* the plan is sent, so revisions stay monotonic
-//! across hub restarts and a restarted hub re-sends the same revision for an unchanged
-//! plan (a no-op for the agent). An annotation rather than a status field: the status is
+//! revision, so a restarted hub re-sends the same revision for an unchanged plan (a no-op
+//! for the agent). Revisions stay monotonic across hub restarts in one of two ways: with a
+//! plan epoch ([`epoch`], claimed when the hub starts serving sessions) every revision is
+//! at least the epoch's floor, and the annotations are written *after* the plan is sent,
+//! in the background (at most [`REVISION_WRITERS`] at once; one superseded by a newer
+//! revision before its turn is skipped): a chart bump of N HelmReleases reaches the agents
+//! without N annotation writes in its path. Without an epoch, the next revision is
+//! written to the object *before* the plan is sent. An annotation rather than a status field: the status is
 //! the status writer's (merged from agent reports with server-side apply) and the status
 //! type is shared with the agents; an annotation write does not bump the generation, needs
 //! no schema change, and does not race the status writer.
@@ -45,9 +50,13 @@
 //! change of the HelmRelease (not its status); a change of its HelmChart (by the HelmChart's
 //! owner labels); a change of a referenced OCIRepository, ConfigMap or Secret (through an
 //! index from reference to HelmReleases, [`RefIndex`], filled by each reconcile; the
-//! ConfigMap and Secret watches carry metadata only); a `Deleted` report; and
-//! `spec.interval` with jitter.
+//! ConfigMap and Secret watches carry metadata only); a `Deleted` report; a ManagedCluster
+//! accepted, deleted or whose agent connects or goes (its HelmReleases by `clusterRef`,
+//! when the hub serves sessions: a HelmRelease created before its cluster is planned the
+//! moment the cluster is accepted, not at its `requeue_dependency`); and `spec.interval`
+//! with jitter.
 
+pub mod epoch;
 pub mod queue;
 
 use std::collections::hash_map::DefaultHasher;
@@ -57,14 +66,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_agent::charts::{CachedCharts, ChartError, NoFetcher};
+use flotilla_api::fleet::ConnectionState;
 use flotilla_api::source::{Artifact, LocalHelmChartSourceReference};
-use flotilla_api::{HelmChart, HelmChartSpec, HelmRelease, OCIRepository};
+use flotilla_api::{HelmChart, HelmChartSpec, HelmRelease, ManagedCluster, OCIRepository};
 use flotilla_core::agent::{Command, DeleteRequest, ObjectKey};
 use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::meta::{Condition, Conditions as _, condition, reason};
 use flotilla_core::plan::{ChartArtifact, ReleasePlan};
 use flotilla_core::spec::{
-    ChartRefKind, RECONCILE_REQUEST_ANNOTATION, ReconcileStrategy, ValuesReferenceKind,
+    ChartRefKind, ClusterReferenceKind, RECONCILE_REQUEST_ANNOTATION, ReconcileStrategy,
+    ValuesReferenceKind,
 };
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -115,6 +126,10 @@ pub struct ControllerOptions {
     pub requeue_dependency: Duration,
     /// Interval jitter fraction (Flux's `--interval-jitter-percentage` / 100).
     pub jitter: f64,
+    /// Watch ManagedClusters (the hub serves agent sessions): a cluster accepted, or whose
+    /// agent connects, reconciles its HelmReleases at once instead of at their
+    /// `requeue_dependency`.
+    pub watch_managed_clusters: bool,
 }
 
 impl Default for ControllerOptions {
@@ -123,6 +138,7 @@ impl Default for ControllerOptions {
             concurrency: 4,
             requeue_dependency: Duration::from_secs(30),
             jitter: 0.05,
+            watch_managed_clusters: false,
         }
     }
 }
@@ -198,7 +214,11 @@ pub struct Context {
     targets: Mutex<HashMap<ObjectKey, TargetId>>,
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
     /// the cache).
-    revisions: Mutex<HashMap<ObjectKey, (u64, String)>>,
+    revisions: Arc<Mutex<HashMap<ObjectKey, (u64, String)>>>,
+    /// The lowest revision this hub hands out ([`epoch::floor`]); 0 without an epoch.
+    plan_floor: u64,
+    /// Background annotation writes (with an epoch).
+    revision_writers: Arc<tokio::sync::Semaphore>,
     /// The HelmCharts as the controller's watch last saw them (set by [`run`]).
     helm_charts: std::sync::OnceLock<reflector::Store<HelmChart>>,
     /// Per HelmChart (`ns/name`): a hash of the object last applied and the generation the
@@ -234,12 +254,25 @@ impl Context {
             metrics: Default::default(),
             queue: Default::default(),
             targets: Mutex::new(HashMap::new()),
-            revisions: Mutex::new(HashMap::new()),
+            revisions: Arc::new(Mutex::new(HashMap::new())),
+            plan_floor: 0,
+            revision_writers: Arc::new(tokio::sync::Semaphore::new(REVISION_WRITERS)),
             helm_charts: std::sync::OnceLock::new(),
             applied_charts: Mutex::new(HashMap::new()),
         }
     }
 }
+
+impl Context {
+    /// Hands out plan revisions of `epoch` ([`epoch::claim`]): every revision at least its
+    /// floor, the annotations recording them written after the plan is sent.
+    pub fn set_plan_epoch(&mut self, epoch: u64) {
+        self.plan_floor = epoch::floor(epoch);
+    }
+}
+
+/// Background writes of plan-revision annotations at once (with a plan epoch).
+pub const REVISION_WRITERS: usize = 4;
 
 /// Why a reconcile failed (beyond what its conditions say).
 #[derive(Debug, thiserror::Error)]
@@ -340,6 +373,40 @@ fn unchanged_helm_chart(
         .then(|| (*cached).clone())
 }
 
+/// What of a ManagedCluster makes its HelmReleases reconcile: acceptance, deletion and the
+/// agent's connection state (not heartbeats, versions or plans held).
+fn managed_cluster_trigger_hash(mc: &ManagedCluster) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    mc.spec.accepted.hash(&mut h);
+    mc.metadata.deletion_timestamp.is_some().hash(&mut h);
+    mc.metadata.uid.hash(&mut h);
+    let connected = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.connection.as_ref())
+        .map(|c| c.state == ConnectionState::Connected);
+    connected.hash(&mut h);
+    Some(h.finish())
+}
+
+/// The HelmReleases (of `store`) whose `spec.clusterRef` names ManagedCluster `name`.
+fn releases_of_cluster(
+    store: &reflector::Store<HelmRelease>,
+    name: &str,
+) -> Vec<ObjectRef<HelmRelease>> {
+    store
+        .state()
+        .iter()
+        .filter(|hr| {
+            hr.spec
+                .cluster_ref
+                .as_ref()
+                .is_some_and(|c| c.kind() == ClusterReferenceKind::ManagedCluster && c.name == name)
+        })
+        .map(|hr| ObjectRef::from_obj(&**hr))
+        .collect()
+}
+
 /// Runs the HelmRelease controller until `shutdown` resolves. `trigger` takes the
 /// HelmReleases to reconcile now (the status writer sends finished deletions there).
 pub async fn run(
@@ -400,7 +467,32 @@ pub async fn run(
     let hc = by_ref("HelmChart", ctx.clone());
     let (charts_reader, charts_writer) = reflector::store();
     let _ = ctx.helm_charts.set(charts_reader);
+    // ManagedClusters accepted or connecting: their HelmReleases, at once.
+    let clusters = if ctx.options.watch_managed_clusters {
+        watcher(
+            Api::<ManagedCluster>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(managed_cluster_trigger_hash, Default::default())
+        .boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
+    let (cluster_users, cluster_queue) = (reader.clone(), ctx.queue.clone());
     Controller::for_stream(stream, reader)
+        .watches_stream(clusters, move |mc: ManagedCluster| {
+            let name = mc.name_any();
+            let refs = releases_of_cluster(&cluster_users, &name);
+            if !refs.is_empty() {
+                tracing::debug!(cluster = %name, releases = refs.len(), "a ManagedCluster was accepted or its agent connected");
+            }
+            for r in &refs {
+                cluster_queue.requested(r);
+            }
+            refs
+        })
         .watches_stream(
             watcher(
                 Api::<HelmChart>::all(client.clone()),
@@ -754,7 +846,7 @@ async fn plan_and_send(
     let digest = plan_digest(&plan);
     ctx.metrics.observe_step("plan", step.elapsed());
     ctx.metrics.observe_step("total", started.elapsed());
-    let revision = plan_revision(hr, key, ctx, digest).await.map_err(Err)?;
+    let (revision, record_after_send) = plan_revision(hr, key, ctx, &digest).await.map_err(Err)?;
     plan.revision = revision;
 
     // A change of cluster: the old target's agent uninstalls.
@@ -783,6 +875,9 @@ async fn plan_and_send(
                 source,
             })
         })?;
+    if record_after_send {
+        record_revision_later(ctx, key, revision.get(), digest);
+    }
     if let TargetId::Cluster(id) = &target
         && !link.connected()
     {
@@ -1411,13 +1506,15 @@ async fn compose_values(
 }
 
 /// The revision of the plan of `digest` ([`plan_digest`]): the recorded one when the plan
-/// is unchanged, else the next one, recorded on the object first.
+/// is unchanged, else the next one. Without a plan epoch the next one is recorded on the
+/// object first; with one, the second value is true: record it after sending
+/// ([`record_revision_later`]).
 async fn plan_revision(
     hr: &HelmRelease,
     key: &ObjectKey,
     ctx: &Context,
-    digest: String,
-) -> Result<PlanRevision, ReconcileError> {
+    digest: &str,
+) -> Result<(PlanRevision, bool), ReconcileError> {
     let annotations = hr.annotations();
     let recorded_rev = annotations
         .get(PLAN_REVISION_ANNOTATION)
@@ -1441,9 +1538,16 @@ async fn plan_revision(
         _ => recorded,
     };
     if rev > 0 && held_digest == digest {
-        return Ok(PlanRevision::new(rev));
+        return Ok((PlanRevision::new(rev), false));
     }
-    let next = rev + 1;
+    let next = epoch::next_revision(rev, ctx.plan_floor);
+    if ctx.plan_floor > 0 {
+        ctx.revisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), (next, digest.to_owned()));
+        return Ok((PlanRevision::new(next), true));
+    }
     let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
     api.patch(
         key.name.as_str(),
@@ -1458,8 +1562,53 @@ async fn plan_revision(
     ctx.revisions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(key.clone(), (next, digest));
-    Ok(PlanRevision::new(next))
+        .insert(key.clone(), (next, digest.to_owned()));
+    Ok((PlanRevision::new(next), false))
+}
+
+/// Writes the plan-revision annotations of `key` in the background (at most
+/// [`REVISION_WRITERS`] at once). Skipped when a newer revision was handed out before its
+/// turn: that one's write records it. A failed write is logged; monotonicity does not
+/// depend on it (the plan epoch does), only a restarted hub's re-use of the revision of
+/// an unchanged plan.
+fn record_revision_later(ctx: &Context, key: &ObjectKey, revision: u64, digest: String) {
+    let (client, revisions, writers, key) = (
+        ctx.client.clone(),
+        ctx.revisions.clone(),
+        ctx.revision_writers.clone(),
+        key.clone(),
+    );
+    tokio::spawn(async move {
+        let Ok(_permit) = writers.acquire_owned().await else {
+            return;
+        };
+        let current = revisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .map(|(r, _)| *r);
+        if current != Some(revision) {
+            return;
+        }
+        let api: Api<HelmRelease> = Api::namespaced(client, key.namespace.as_str());
+        let result = api
+            .patch(
+                key.name.as_str(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                    PLAN_REVISION_ANNOTATION: revision.to_string(),
+                    PLAN_DIGEST_ANNOTATION: digest,
+                }}})),
+            )
+            .await;
+        match result {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(object = %key, revision, error = %error_chain(&e), "recording the plan revision");
+            }
+        }
+    });
 }
 
 /// sha256 of the plan's JSON with its revision zeroed.
@@ -1496,7 +1645,10 @@ async fn finalize(
     if !hr.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
-    let revision = PlanRevision::new(recorded_revision(hr, key, ctx) + 1);
+    let revision = PlanRevision::new(epoch::next_revision(
+        recorded_revision(hr, key, ctx),
+        ctx.plan_floor,
+    ));
     let target = target_of(hr).ok();
     let link = match &target {
         Some(t) => match ctx.links.resolve(t).await {

@@ -342,22 +342,8 @@ impl Session {
         self.mailbox.attach(self.id);
         let wanted = self.mailbox.resync(held);
         tracing::info!(cluster = %cluster, session = self.id, held = self.mailbox.held_count(), "session up");
-        cluster_status::write(
-            &api,
-            cluster.as_str(),
-            StatusUpdate {
-                agent_version: Some(hello.agent_version.clone()).filter(|v| !v.is_empty()),
-                kubernetes_version: Some(hello.kubernetes_version.clone())
-                    .filter(|v| !v.is_empty()),
-                certificate_expiry: Some(cluster_status::at(unix_secs(self.identity.not_after))),
-                plans_held: i64::try_from(self.mailbox.held_count()).ok(),
-                heartbeat: true,
-                connection: Some(ConnectionState::Connected),
-                ..StatusUpdate::default()
-            },
-        )
-        .await;
-        // The difference, then ResyncComplete.
+        // The difference, then ResyncComplete, then `Connected` on the ManagedCluster: the
+        // agent's plans do not wait for the API server.
         while let Some(o) = self.mailbox.next_outgoing() {
             if self
                 .send(outgoing_message(o).kind.expect("built with a kind"))
@@ -373,6 +359,23 @@ impl Session {
         if self.send(complete).await.is_err() {
             return self.finish(&api).await;
         }
+        let mut plans_written = i64::try_from(self.mailbox.held_count()).ok();
+        cluster_status::write(
+            &api,
+            cluster.as_str(),
+            StatusUpdate {
+                agent_version: Some(hello.agent_version.clone()).filter(|v| !v.is_empty()),
+                kubernetes_version: Some(hello.kubernetes_version.clone())
+                    .filter(|v| !v.is_empty()),
+                certificate_expiry: Some(cluster_status::at(unix_secs(self.identity.not_after))),
+                plans_held: plans_written,
+                heartbeat: true,
+                connection: Some(ConnectionState::Connected),
+                ..StatusUpdate::default()
+            },
+        )
+        .await;
+        let mut heartbeat_written = tokio::time::Instant::now();
         let mut admission = self.service.registry.subscribe();
         let mut stopping = self.service.stopping.clone();
         let mut ping = tokio::time::interval(config.heartbeat_interval);
@@ -434,11 +437,16 @@ impl Session {
                     let _ = self.tx.try_send(Ok(v1::HubMessage { kind: Some(hub_message::Kind::Ping(v1::Ping { nonce })) }));
                 }
                 _ = status_tick.tick() => {
-                    cluster_status::write(&api, cluster.as_str(), StatusUpdate {
-                        heartbeat: true,
-                        plans_held: i64::try_from(self.mailbox.held_count()).ok(),
-                        ..StatusUpdate::default()
-                    }).await;
+                    // Liveness is this session; the object hears of it when the plans held
+                    // changed, and otherwise every `heartbeat_write_interval`.
+                    let plans = i64::try_from(self.mailbox.held_count()).ok();
+                    if plans != plans_written
+                        || heartbeat_written.elapsed() >= config.heartbeat_write_interval
+                    {
+                        cluster_status::heartbeat(&api, cluster.as_str(), plans).await;
+                        plans_written = plans;
+                        heartbeat_written = tokio::time::Instant::now();
+                    }
                 }
                 () = async { let _ = stopping.wait_for(|s| *s).await; } => {
                     self.end(Status::unavailable("the hub is stopping")).await;

@@ -35,22 +35,32 @@ pub struct Env {
     pub repo: HelmRepoServer,
     pub hub: Option<Hub>,
     pub artifacts: tempfile::TempDir,
+    /// Changes [`hub_config`] for this environment (every start of its hub).
+    pub configure: fn(&mut HubConfig),
 }
 
 impl Env {
     pub async fn start(name: &str) -> anyhow::Result<Env> {
+        Env::start_with(name, |_| {}).await
+    }
+
+    /// [`Env::start`] with the hub's configuration changed by `configure`.
+    pub async fn start_with(name: &str, configure: fn(&mut HubConfig)) -> anyhow::Result<Env> {
         init_logging();
         let cluster = Cluster::start(ClusterOptions::named(name)).await?;
         install_crds(&cluster.client().await?).await?;
         let repo = HelmRepoServer::start(RepoOptions::named(name)).await?;
         repo.publish_version(&podinfo_chart(), "6.5.2")?;
         let artifacts = tempfile::tempdir()?;
-        let hub = Hub::start(hub_config(&cluster, artifacts.path())).await?;
+        let mut config = hub_config(&cluster, artifacts.path());
+        configure(&mut config);
+        let hub = Hub::start(config).await?;
         Ok(Env {
             cluster,
             repo,
             hub: Some(hub),
             artifacts,
+            configure,
         })
     }
 
@@ -59,7 +69,9 @@ impl Env {
         if let Some(hub) = self.hub.take() {
             hub.stop().await;
         }
-        self.hub = Some(Hub::start(hub_config(&self.cluster, self.artifacts.path())).await?);
+        let mut config = hub_config(&self.cluster, self.artifacts.path());
+        (self.configure)(&mut config);
+        self.hub = Some(Hub::start(config).await?);
         Ok(())
     }
 
