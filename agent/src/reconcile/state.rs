@@ -499,7 +499,16 @@ impl StateStore {
     }
 
     fn remember(&self, object: &ObjectKey, known: Known) {
-        self.known().insert(object.clone(), known);
+        let mut map = self.known();
+        match map.get_mut(object) {
+            // The key already held is kept: a new copy would be one more small allocation
+            // living until the next write, amid a reconcile's garbage (see
+            // `crate::memory`).
+            Some(old) => *old = known,
+            None => {
+                map.insert(object.clone(), known);
+            }
+        }
     }
 
     fn forget(&self, object: &ObjectKey) {
