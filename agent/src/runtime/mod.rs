@@ -270,14 +270,16 @@ pub type StopFlag = Arc<AtomicBool>;
 /// A HelmRelease the runtime holds.
 #[derive(Debug)]
 struct Held {
+    /// The HelmRelease, shared with the queue.
+    key: Arc<ObjectKey>,
     /// The newest plan accepted.
     plan: Arc<ReleasePlan>,
     /// The last status known (reported or resumed).
     status: StoredStatus,
     /// The last report's sequence number.
     seq: u64,
-    /// Digest of the last status reported.
-    status_digest: Option<Digest>,
+    /// Whether `status` was reported (its digest is the held plan's status digest).
+    reported: bool,
     /// A deletion asked for.
     deleting: Option<DeleteRequest>,
     /// Consecutive failed reconciles.
@@ -287,12 +289,13 @@ struct Held {
 }
 
 impl Held {
-    fn new(plan: ReleasePlan, status: HelmReleaseStatus, seq: u64) -> Held {
+    fn new(key: &ObjectKey, plan: ReleasePlan, status: HelmReleaseStatus, seq: u64) -> Held {
         Held {
+            key: Arc::new(key.clone()),
             plan: Arc::new(plan),
             status: StoredStatus::new(&status),
             seq,
-            status_digest: None,
+            reported: false,
             deleting: None,
             failures: 0,
             running: None,
@@ -304,8 +307,13 @@ impl Held {
             object: key.clone(),
             revision: self.plan.revision,
             chart: self.plan.chart.digest.clone(),
-            status_digest: self.status_digest.clone(),
+            status_digest: self.status_digest(),
         }
+    }
+
+    /// The digest of the last status reported, if any ([`status_digest`]).
+    fn status_digest(&self) -> Option<Digest> {
+        self.reported.then(|| self.status.digest())
     }
 }
 
@@ -331,6 +339,14 @@ impl StoredStatus {
                 StoredStatus::default()
             }
         }
+    }
+
+    /// The status's [`status_digest`], from the JSON held (the same bytes it hashes).
+    fn digest(&self) -> Digest {
+        if self.0.is_empty() {
+            return status_digest(&HelmReleaseStatus::default());
+        }
+        digest::Algorithm::Sha256.digest(&self.0)
     }
 
     fn get(&self) -> HelmReleaseStatus {
@@ -394,8 +410,9 @@ struct Supervisor {
     charts: Arc<dyn ChartSource>,
     options: AgentOptions,
     releases: BTreeMap<ObjectKey, Held>,
-    queue: WorkQueue<ObjectKey>,
-    tasks: JoinSet<(ObjectKey, Finished)>,
+    /// Keyed by each [`Held::key`]: rescheduling clones an `Arc`, not two strings.
+    queue: WorkQueue<Arc<ObjectKey>>,
+    tasks: JoinSet<(Arc<ObjectKey>, Finished)>,
     reports: mpsc::UnboundedSender<Report>,
     held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
     rng: fastrand::Rng,
@@ -419,10 +436,10 @@ impl Supervisor {
         } in states
         {
             let key = plan.object.key();
-            let mut held = Held::new(plan, status, seq);
+            let mut held = Held::new(&key, plan, status, seq);
             held.deleting = deleting;
+            self.queue.schedule(held.key.clone(), now, now);
             self.releases.insert(key.clone(), held);
-            self.queue.schedule(key.clone(), now, now);
             self.publish(&key);
         }
         tracing::info!(plans = self.releases.len(), "resumed the persisted plans");
@@ -502,8 +519,8 @@ impl Supervisor {
             Command::Upsert(plan) => self.upsert(*plan, now),
             Command::Delete(request) => self.delete(request, now),
             Command::Reconcile(key) => {
-                if self.releases.contains_key(&key) {
-                    self.queue.schedule(key, now, now);
+                if let Some(held) = self.releases.get(&key) {
+                    self.queue.schedule(held.key.clone(), now, now);
                 } else {
                     tracing::debug!(object = %key, "reconcile requested for a plan not held");
                 }
@@ -562,6 +579,7 @@ impl Supervisor {
                 mark_not_ready(&mut status, &held.plan, reason::STATE_ERROR, error);
                 held.status = StoredStatus::new(&status);
                 held.seq += 1;
+                held.reported = true;
                 let report = StatusReport {
                     object: held.plan.object.clone(),
                     plan_revision: held.plan.revision,
@@ -584,11 +602,13 @@ impl Supervisor {
                 }
             }
             None => {
-                self.releases
-                    .insert(key.clone(), Held::new(state.plan, state.status, state.seq));
+                let held = Held::new(&key, state.plan, state.status, state.seq);
+                self.releases.insert(key.clone(), held);
             }
         }
-        self.queue.schedule(key.clone(), now, now);
+        if let Some(held) = self.releases.get(&key) {
+            self.queue.schedule(held.key.clone(), now, now);
+        }
         self.publish(&key);
     }
 
@@ -620,6 +640,7 @@ impl Supervisor {
         if let Some((_, stop)) = &held.running {
             stop.store(true, Ordering::SeqCst);
         }
+        let key = held.key.clone();
         self.queue.schedule(key, now, now);
     }
 
@@ -633,7 +654,7 @@ impl Supervisor {
             let Some(key) = self.queue.pop_ready(now) else {
                 break;
             };
-            let Some(held) = self.releases.get_mut(&key) else {
+            let Some(held) = self.releases.get_mut(key.as_ref()) else {
                 self.queue.finish(&key);
                 continue;
             };
@@ -689,7 +710,7 @@ impl Supervisor {
         self.gauges();
     }
 
-    fn joined(&mut self, joined: Result<(ObjectKey, Finished), tokio::task::JoinError>) {
+    fn joined(&mut self, joined: Result<(Arc<ObjectKey>, Finished), tokio::task::JoinError>) {
         let (key, finished) = match joined {
             Ok(done) => done,
             Err(e) => {
@@ -699,7 +720,7 @@ impl Supervisor {
             }
         };
         let rerun = self.queue.finish(&key);
-        let Some(held) = self.releases.get_mut(&key) else {
+        let Some(held) = self.releases.get_mut(key.as_ref()) else {
             return;
         };
         held.running = None;
@@ -717,7 +738,7 @@ impl Supervisor {
             // the kernel instead of staying in the allocator's arenas.
             crate::memory::release_free_memory();
         }
-        if self.releases.contains_key(&key) {
+        if self.releases.contains_key(key.as_ref()) {
             if rerun || next == Next::Now {
                 self.queue.schedule(key, now, now);
             } else if let (Next::After(d), true) = (next, self.options.requeue) {
@@ -798,7 +819,7 @@ impl Supervisor {
         let failures = held.failures;
         held.status = StoredStatus::new(&status);
         held.seq += 1;
-        held.status_digest = Some(status_digest(&status));
+        held.reported = true;
         let seq = held.seq;
         for event in events {
             self.report(Report::Event {
@@ -868,8 +889,9 @@ impl Supervisor {
                         event,
                     });
                 }
-                self.releases.remove(key);
-                self.queue.remove(key);
+                if let Some(held) = self.releases.remove(key) {
+                    self.queue.remove(&held.key);
+                }
                 if let Ok(mut h) = self.held.lock() {
                     h.remove(key);
                 }
@@ -885,6 +907,7 @@ impl Supervisor {
                 let failures = held.failures;
                 held.status = StoredStatus::new(&report.status);
                 held.seq += 1;
+                held.reported = true;
                 let plan = held.plan.clone();
                 let seq = held.seq;
                 for event in report.events {
@@ -925,15 +948,22 @@ impl Supervisor {
         let Some(held) = self.releases.get(key) else {
             return;
         };
-        let summary = held.summary(key);
         if let Ok(mut h) = self.held.lock() {
-            // An unchanged summary stays where it is: replacing it would allocate its
-            // strings anew in the middle of whatever the reconcile freed.
+            // Only what changed is replaced: new copies of the unchanged strings would be
+            // more small allocations kept for an interval amid what the reconcile freed.
             match h.get_mut(key) {
-                Some(old) if *old == summary => {}
-                Some(old) => *old = summary,
+                Some(old) => {
+                    old.revision = held.plan.revision;
+                    if old.chart != held.plan.chart.digest {
+                        old.chart = held.plan.chart.digest.clone();
+                    }
+                    let status_digest = held.status_digest();
+                    if old.status_digest != status_digest {
+                        old.status_digest = status_digest;
+                    }
+                }
                 None => {
-                    h.insert(key.clone(), summary);
+                    h.insert(key.clone(), held.summary(key));
                 }
             }
         }
@@ -1147,6 +1177,11 @@ mod tests {
         .expect("a status in Flux's JSON");
         assert!(!status.history.is_empty() && status.inventory.is_some());
         assert_eq!(StoredStatus::new(&status).get(), status);
+        assert_eq!(StoredStatus::new(&status).digest(), status_digest(&status));
+        assert_eq!(
+            StoredStatus::default().digest(),
+            status_digest(&HelmReleaseStatus::default())
+        );
         assert_eq!(StoredStatus::default().get(), HelmReleaseStatus::default());
         assert_eq!(
             StoredStatus::new(&HelmReleaseStatus::default()).get(),
