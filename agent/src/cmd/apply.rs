@@ -309,3 +309,57 @@ impl Signals {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_file(dir: &std::path::Path, name: &str, chart: &str) -> PathBuf {
+        let path = dir.join(format!("{name}.yaml"));
+        let text = format!(
+            "apiVersion: helm.flotilla.dev/v1\nkind: HelmRelease\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  interval: 1m\nchart:\n  path: {chart}\n"
+        );
+        std::fs::write(&path, text).expect("a plan file is written");
+        path
+    }
+
+    #[test]
+    fn plans_naming_one_chart_keep_one_copy_of_it_and_each_plan() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let charts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts");
+        let ok = charts.join("ok");
+        for name in ["a", "b", "c"] {
+            plan_file(dir.path(), name, &ok.display().to_string());
+        }
+        let other = charts.join("podinfo-like");
+        plan_file(dir.path(), "d", &other.display().to_string());
+
+        let loaded = load(&[dir.path().to_owned()]);
+
+        assert!(loaded.failures.is_empty(), "{:?}", loaded.failures);
+        assert_eq!(loaded.len(), 4);
+        assert_eq!(loaded.charts.len(), 2, "one chart per digest");
+        for (digest, (path, archive, chart)) in &loaded.charts {
+            assert_eq!(
+                &ChartDigest::of_bytes(archive),
+                digest,
+                "{}",
+                chart.metadata.name
+            );
+            assert!(
+                loaded
+                    .files
+                    .values()
+                    .any(|(p, plan)| p == path && &plan.chart.digest == digest),
+                "the chart is kept with the plan file that first named it"
+            );
+        }
+        let digests: std::collections::BTreeSet<_> = loaded
+            .files
+            .values()
+            .map(|(_, plan)| plan.chart.digest.clone())
+            .collect();
+        assert_eq!(digests.len(), 2);
+        assert!(digests.iter().all(|d| loaded.charts.contains_key(d)));
+    }
+}
