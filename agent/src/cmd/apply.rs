@@ -25,8 +25,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use flotilla_chart::Chart;
 use flotilla_core::agent::{ObjectKey, Report, StatusReport};
+use flotilla_core::ids::ChartDigest;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
+use flotilla_core::plan::ReleasePlan;
 use flotilla_core::release::Step;
 
 use super::ChartCache;
@@ -48,7 +51,10 @@ pub struct Apply {
 /// printed on stderr).
 #[derive(Debug, Default)]
 pub struct Loaded {
-    files: BTreeMap<ObjectKey, (PathBuf, PlanFile)>,
+    /// The good plans by HelmRelease, with their files.
+    files: BTreeMap<ObjectKey, (PathBuf, ReleasePlan)>,
+    /// Each chart the plans name, once, with its archive and the first plan file naming it.
+    charts: BTreeMap<ChartDigest, (PathBuf, Vec<u8>, Chart)>,
     /// One line per plan file (or directory) that could not be used.
     pub failures: Vec<String>,
 }
@@ -67,12 +73,18 @@ impl Loaded {
 
 /// Reads every plan file (before any cluster is contacted): a malformed one is reported
 /// with its file and field, and the others are kept.
+///
+/// A chart is kept once however many plans name it: a plan file comes with its own copy of
+/// the chart loaded and packaged, and 200 plans of one chart kept whole held 200 copies at
+/// once, scattering the plans (which live as long as the agent) across a heap grown for
+/// them, whose pages then stayed resident (`cargo xtask bench-agent`, README).
 pub fn load(plans: &[PathBuf]) -> Loaded {
     let (paths, mut failures) = plan_paths(plans);
     for f in &failures {
         eprintln!("{f}");
     }
-    let mut files: BTreeMap<ObjectKey, (PathBuf, PlanFile)> = BTreeMap::new();
+    let mut files: BTreeMap<ObjectKey, (PathBuf, ReleasePlan)> = BTreeMap::new();
+    let mut charts: BTreeMap<ChartDigest, (PathBuf, Vec<u8>, Chart)> = BTreeMap::new();
     for path in paths {
         let file = match plan_file::load(&path) {
             Ok(file) => file,
@@ -94,9 +106,22 @@ pub fn load(plans: &[PathBuf]) -> Loaded {
             failures.push(line);
             continue;
         }
-        files.insert(key, (path, file));
+        let PlanFile {
+            plan,
+            chart,
+            archive,
+            helm_release: _,
+        } = file;
+        if !charts.contains_key(&plan.chart.digest) {
+            charts.insert(plan.chart.digest.clone(), (path.clone(), archive, chart));
+        }
+        files.insert(key, (path, plan));
     }
-    Loaded { files, failures }
+    Loaded {
+        files,
+        charts,
+        failures,
+    }
 }
 
 /// The plan files `paths` name: files as given, directories by their `*.yaml` and `*.yml`
@@ -146,6 +171,7 @@ pub async fn apply(
 ) -> anyhow::Result<Vec<String>> {
     let Loaded {
         files,
+        charts: plan_charts,
         mut failures,
     } = apply.loaded;
     if files.is_empty() {
@@ -160,15 +186,17 @@ pub async fn apply(
         .context("starting the agent runtime")?;
     // Signal handlers first, so a signal during the first reconcile is not lost.
     let mut signals = Signals::new()?;
-    let mut waiting: BTreeMap<ObjectKey, PathBuf> = BTreeMap::new();
-    for (key, (path, file)) in files {
+    for (path, archive, chart) in plan_charts.into_values() {
         charts
-            .insert(file.archive, file.chart)
+            .insert(archive, chart)
             .await
             .with_context(|| format!("{}: caching its chart", path.display()))?;
-        waiting.insert(key, path.clone());
+    }
+    let mut waiting: BTreeMap<ObjectKey, PathBuf> = BTreeMap::new();
+    for (key, (path, plan)) in files {
+        waiting.insert(key, path);
         agent
-            .upsert(file.plan)
+            .upsert(plan)
             .context("the agent runtime stopped early")?;
     }
     let paths: BTreeMap<ObjectKey, PathBuf> = waiting.clone();
@@ -279,5 +307,59 @@ impl Signals {
             s = self.interrupt.recv() => s.is_some(),
             s = self.terminate.recv() => s.is_some(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_file(dir: &std::path::Path, name: &str, chart: &str) -> PathBuf {
+        let path = dir.join(format!("{name}.yaml"));
+        let text = format!(
+            "apiVersion: helm.flotilla.dev/v1\nkind: HelmRelease\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  interval: 1m\nchart:\n  path: {chart}\n"
+        );
+        std::fs::write(&path, text).expect("a plan file is written");
+        path
+    }
+
+    #[test]
+    fn plans_naming_one_chart_keep_one_copy_of_it_and_each_plan() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let charts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts");
+        let ok = charts.join("ok");
+        for name in ["a", "b", "c"] {
+            plan_file(dir.path(), name, &ok.display().to_string());
+        }
+        let other = charts.join("podinfo-like");
+        plan_file(dir.path(), "d", &other.display().to_string());
+
+        let loaded = load(&[dir.path().to_owned()]);
+
+        assert!(loaded.failures.is_empty(), "{:?}", loaded.failures);
+        assert_eq!(loaded.len(), 4);
+        assert_eq!(loaded.charts.len(), 2, "one chart per digest");
+        for (digest, (path, archive, chart)) in &loaded.charts {
+            assert_eq!(
+                &ChartDigest::of_bytes(archive),
+                digest,
+                "{}",
+                chart.metadata.name
+            );
+            assert!(
+                loaded
+                    .files
+                    .values()
+                    .any(|(p, plan)| p == path && &plan.chart.digest == digest),
+                "the chart is kept with the plan file that first named it"
+            );
+        }
+        let digests: std::collections::BTreeSet<_> = loaded
+            .files
+            .values()
+            .map(|(_, plan)| plan.chart.digest.clone())
+            .collect();
+        assert_eq!(digests.len(), 2);
+        assert!(digests.iter().all(|d| loaded.charts.contains_key(d)));
     }
 }

@@ -35,7 +35,7 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_core::agent::{DeleteRequest, ObjectKey};
-use flotilla_core::digest::{Algorithm, Digest};
+use flotilla_core::digest::Algorithm;
 use flotilla_core::plan::ReleasePlan;
 use flotilla_core::status::HelmReleaseStatus;
 use k8s_openapi::ByteString;
@@ -294,7 +294,7 @@ struct Stored {
 struct Known {
     resource_version: String,
     /// Digest of the state's JSON; `None` when it did not decode.
-    digest: Option<Digest>,
+    digest: Option<StateDigest>,
     seq: u64,
     deleting: Option<DeleteRequest>,
 }
@@ -354,8 +354,14 @@ fn to_json(
     .expect("a state is plain data with string map keys: it serializes")
 }
 
-fn digest_of(json: &[u8]) -> Digest {
-    Algorithm::Sha256.digest(json)
+/// The sha256 of a state's JSON, what a write of the same state skips on. Held as its
+/// bytes, not as a hex [`flotilla_core::digest::Digest`]: no allocation per release kept
+/// between writes.
+type StateDigest = [u8; 32];
+
+fn digest_of(json: &[u8]) -> StateDigest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(json).into()
 }
 
 /// Compresses the JSON and checks both sizes.
@@ -395,7 +401,9 @@ fn encode(state: &PersistedState) -> Result<Vec<u8>, StateError> {
 }
 
 /// Decodes a Secret's data: the state and the digest of its JSON.
-fn decode(data: &BTreeMap<String, ByteString>) -> Result<(PersistedState, Digest), DecodeError> {
+fn decode(
+    data: &BTreeMap<String, ByteString>,
+) -> Result<(PersistedState, StateDigest), DecodeError> {
     let format = data
         .get(FORMAT_KEY)
         .ok_or(DecodeError::Missing { key: FORMAT_KEY })?;
@@ -499,7 +507,16 @@ impl StateStore {
     }
 
     fn remember(&self, object: &ObjectKey, known: Known) {
-        self.known().insert(object.clone(), known);
+        let mut map = self.known();
+        match map.get_mut(object) {
+            // The key already held is kept: a new copy would be one more small allocation
+            // living until the next write, amid a reconcile's garbage (see
+            // `crate::memory`).
+            Some(old) => *old = known,
+            None => {
+                map.insert(object.clone(), known);
+            }
+        }
     }
 
     fn forget(&self, object: &ObjectKey) {
