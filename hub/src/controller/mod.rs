@@ -12,14 +12,19 @@
 //!                      artifact; spec.chartRef: the OCIRepository's or HelmChart's artifact;
 //!                      not ready -> Ready=False SourceNotReady, requeue with jitter
 //! chart             -> from the hub's chart store by digest (ArtifactFailed when missing)
-//! values            -> valuesFrom objects read, composed (ValuesError names the field;
-//!                      nothing is sent, the deployed release stays as it is)
+//! values            -> valuesFrom objects read (from the values cache, see
+//!                      [`values_cache`], unless the HelmRelease's generation or request
+//!                      tokens changed), composed (ValuesError names the field; nothing is
+//!                      sent, the deployed release stays as it is)
 //! target            -> clusterRef: the remote link ("no agent connected for cluster X"
 //!                      until one is); clusterRef kind Cluster: Ready=False
 //!                      ClusterNotFound / ClusterNotInitialized until the Cluster API
 //!                      Cluster's control plane is initialized, then its
 //!                      `<name>-kubeconfig` Secret as a kubeConfig target;
-//!                      kubeConfig / none: a push agent
+//!                      kubeConfig secretRef / none: a push agent;
+//!                      kubeConfig configMapRef: its ConfigMap checked (RESTClientError
+//!                      naming the key), then a push agent with a ServiceAccount token
+//!                      (`workload_identity`, provider `generic`)
 //! plan              -> ReleasePlan with a plan revision that grows when the plan changes
 //!                      (persisted on the object, see below), Command::Upsert
 //! requeue           -> spec.interval with jitter
@@ -45,7 +50,8 @@
 //! change of the HelmRelease (not its status); a change of its HelmChart (by the HelmChart's
 //! owner labels); a change of a referenced OCIRepository, ConfigMap or Secret (through an
 //! index from reference to HelmReleases, [`RefIndex`], filled by each reconcile; the
-//! ConfigMap and Secret watches carry metadata only); a `Deleted` report; and
+//! ConfigMap and Secret watches carry metadata only, and drop a changed object from the
+//! values cache before they enqueue its users); a `Deleted` report; and
 //! `spec.interval` with jitter.
 
 pub mod queue;
