@@ -60,3 +60,4 @@ pub mod status;
 pub mod telemetry;
 pub mod util;
 pub mod values;
+pub mod workload_identity;

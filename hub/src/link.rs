@@ -60,6 +60,14 @@ pub enum TargetId {
         /// `value`, else `value.yaml`.
         key: Option<String>,
     },
+    /// A cluster reached with a workload identity token (`spec.kubeConfig.configMapRef`,
+    /// provider `generic`; see `workload_identity`), served in push mode.
+    KubeConfigMap {
+        /// Namespace of the ConfigMap (the HelmRelease's).
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+    },
     /// A registered cluster (`spec.clusterRef`), served by its connected agent.
     Cluster(ClusterId),
 }
@@ -78,6 +86,9 @@ impl fmt::Display for TargetId {
                     Some(key) => write!(f, " (key {key})"),
                     None => Ok(()),
                 }
+            }
+            TargetId::KubeConfigMap { namespace, name } => {
+                write!(f, "kubeConfig ConfigMap {namespace}/{name}")
             }
             TargetId::Cluster(id) => write!(f, "cluster {id}"),
         }

@@ -4,7 +4,9 @@
 //!
 //! [`PushAgents`] runs one `flotilla_agent::runtime` [`Agent`] per target: the hub's own
 //! cluster ([`TargetId::Local`]) or a cluster reached with a kubeconfig Secret
-//! ([`TargetId::KubeConfig`]: its `key`, else `value`, else `value.yaml`, as Flux reads it). An agent is started when a
+//! ([`TargetId::KubeConfig`]: its `key`, else `value`, else `value.yaml`, as Flux reads it),
+//! or a cluster reached with a workload identity token ([`TargetId::KubeConfigMap`], see
+//! `workload_identity`). An agent is started when a
 //! HelmRelease first needs it ([`PushAgents::ensure`]) and shut down when no HelmRelease
 //! uses it any more ([`PushAgents::retire`]). Its reports go into the hub's [`ReportSink`]
 //! tagged with the target; its charts come from the hub's chart store (the same
@@ -60,6 +62,18 @@ pub enum PushError {
         /// Why.
         reason: String,
     },
+    /// A `spec.kubeConfig.configMapRef` target gives no client (its message is the
+    /// condition's).
+    #[error(transparent)]
+    Provider(#[from] crate::workload_identity::ProviderError),
+    /// A workload identity token could not be kept for the target's client.
+    #[error("{target}: {reason}")]
+    Token {
+        /// The target.
+        target: TargetId,
+        /// Why.
+        reason: String,
+    },
     /// Remote targets are not served in push mode.
     #[error("{target} is not served in push mode")]
     NotPush {
@@ -75,6 +89,8 @@ impl PushError {
             PushError::KubeConfigSecret { .. } => "kubeconfig_secret",
             PushError::InvalidKubeConfig { .. } => "invalid_kubeconfig",
             PushError::Start { .. } => "agent_start",
+            PushError::Provider(e) => e.kind(),
+            PushError::Token { .. } => "token",
             PushError::NotPush { .. } => "not_push",
         }
     }
@@ -98,6 +114,24 @@ pub struct PushOptions {
 pub struct PushLink {
     target: TargetId,
     handle: AgentHandle,
+    /// The renewal of its workload identity token, if it has one.
+    renewal: Option<Renewal>,
+}
+
+/// A token file kept current by a task; stopped (and the file removed) with its agent.
+struct Renewal {
+    task: tokio::task::AbortHandle,
+    file: std::path::PathBuf,
+}
+
+impl PushLink {
+    fn stop(&self) {
+        let _ = self.handle.shutdown();
+        if let Some(r) = &self.renewal {
+            r.task.abort();
+            let _ = std::fs::remove_file(&r.file);
+        }
+    }
 }
 
 impl fmt::Debug for PushLink {
@@ -185,6 +219,7 @@ impl PushAgents {
         if let Some(link) = self.lock().get(target) {
             return Ok(link.clone());
         }
+        let mut renewal = None;
         let config = match target {
             TargetId::Local => self.hub_config.clone(),
             TargetId::KubeConfig {
@@ -192,29 +227,49 @@ impl PushAgents {
                 name,
                 key,
             } => self.kubeconfig(namespace, name, key.as_deref()).await?,
+            TargetId::KubeConfigMap { namespace, name } => {
+                let (config, r) = self.workload_identity(target, namespace, name).await?;
+                renewal = Some(r);
+                config
+            }
             TargetId::Cluster(_) => {
                 return Err(PushError::NotPush {
                     target: target.clone(),
                 });
             }
         };
+        let stop_renewal = |r: &Option<Renewal>| {
+            if let Some(r) = r {
+                r.task.abort();
+                let _ = std::fs::remove_file(&r.file);
+            }
+        };
         let start_err = |reason: String| PushError::Start {
             target: target.clone(),
             reason,
         };
-        let ctx = Context::from_config(
-            config,
-            &self.options.agent_namespace,
-            Arc::new(ChartRenderer::default()),
-        )
-        .map_err(|e| start_err(error_chain(&e)))?;
-        ensure_namespace(ctx.cluster.client(), &self.options.agent_namespace)
-            .await
+        let started = async {
+            let ctx = Context::from_config(
+                config,
+                &self.options.agent_namespace,
+                Arc::new(ChartRenderer::default()),
+            )
             .map_err(|e| start_err(error_chain(&e)))?;
-        let (handle, mut reports) =
-            Agent::start(ctx, self.charts.clone(), self.options.agent.clone())
+            ensure_namespace(ctx.cluster.client(), &self.options.agent_namespace)
                 .await
                 .map_err(|e| start_err(error_chain(&e)))?;
+            Agent::start(ctx, self.charts.clone(), self.options.agent.clone())
+                .await
+                .map_err(|e| start_err(error_chain(&e)))
+        }
+        .await;
+        let (handle, mut reports) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                stop_renewal(&renewal);
+                return Err(e);
+            }
+        };
         let sink = self.sink.clone();
         let t = target.clone();
         tokio::spawn(async move {
@@ -235,6 +290,7 @@ impl PushAgents {
         let link = Arc::new(PushLink {
             target: target.clone(),
             handle,
+            renewal,
         });
         self.lock().insert(target.clone(), link.clone());
         Ok(link)
@@ -244,7 +300,7 @@ impl PushAgents {
     /// cluster).
     pub fn retire(&self, target: &TargetId) {
         if let Some(link) = self.lock().remove(target) {
-            let _ = link.handle.shutdown();
+            link.stop();
             tracing::info!(target = %target, "in-process agent retired: no HelmRelease uses it");
         }
     }
@@ -252,7 +308,7 @@ impl PushAgents {
     /// Stops every agent.
     pub fn shutdown(&self) {
         for (target, link) in self.lock().drain() {
-            let _ = link.handle.shutdown();
+            link.stop();
             tracing::info!(target = %target, "in-process agent stopping");
         }
     }
@@ -284,6 +340,99 @@ impl PushAgents {
             .await
             .map_err(|e| invalid(error_chain(&e)))
     }
+}
+
+impl PushAgents {
+    /// The client configuration of a `spec.kubeConfig.configMapRef` target (ConfigMap
+    /// `namespace/name`, provider `generic`): a token of its ServiceAccount from the hub's
+    /// cluster, in a file only the hub's user reads, renewed by a task until the agent stops.
+    async fn workload_identity(
+        &self,
+        target: &TargetId,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(kube::Config, Renewal), PushError> {
+        use crate::workload_identity as wi;
+        let data = util::config_map_data(&self.hub_client, namespace, name)
+            .await
+            .map_err(|e| wi::ProviderError::Read {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: error_chain(&e),
+            })?;
+        let generic = wi::parse(namespace, name, data.as_ref())?;
+        let (token, lifetime) = wi::mint(&self.hub_client, namespace, name, &generic).await?;
+        let token_err = |reason: String| PushError::Token {
+            target: target.clone(),
+            reason,
+        };
+        let file = token_dir()
+            .map_err(|e| token_err(format!("the token directory: {e}")))?
+            .join(format!("{namespace}_{name}.token"));
+        wi::write_token(&file, &token).map_err(|e| token_err(format!("writing the token: {e}")))?;
+        drop(token);
+        let config = match wi::client_config(&generic, &file) {
+            Ok(config) => config,
+            Err(reason) => {
+                let _ = std::fs::remove_file(&file);
+                return Err(token_err(reason));
+            }
+        };
+        let (client, t, path) = (self.hub_client.clone(), target.clone(), file.clone());
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        let task = tokio::spawn(async move {
+            let mut after = wi::renew_after(lifetime);
+            loop {
+                tokio::time::sleep(after).await;
+                // The ConfigMap as it is now: a new audience or ServiceAccount applies at the
+                // next renewal.
+                let current = match util::config_map_data(&client, &namespace, &name).await {
+                    Ok(data) => wi::parse(&namespace, &name, data.as_ref()),
+                    Err(e) => Err(wi::ProviderError::Read {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        reason: error_chain(&e),
+                    }),
+                };
+                let minted = match current {
+                    Ok(generic) => wi::mint(&client, &namespace, &name, &generic).await,
+                    Err(e) => Err(e),
+                };
+                after = match minted {
+                    Ok((token, lifetime)) => match wi::write_token(&path, &token) {
+                        Ok(()) => wi::renew_after(lifetime),
+                        Err(e) => {
+                            tracing::warn!(target = %t, error = %e, "writing the renewed token failed");
+                            std::time::Duration::from_secs(30)
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(target = %t, error = %e, "renewing the workload identity token failed");
+                        std::time::Duration::from_secs(30)
+                    }
+                };
+            }
+        });
+        Ok((
+            config,
+            Renewal {
+                task: task.abort_handle(),
+                file,
+            },
+        ))
+    }
+}
+
+/// The directory of the workload identity tokens: private to the hub's user, one per hub
+/// process.
+fn token_dir() -> std::io::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("flotilla-hub-{}-tokens", std::process::id()));
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir)?;
+    Ok(dir)
 }
 
 /// The kubeconfig in a Secret's data, as Flux reads `spec.kubeConfig.secretRef`: `key` when
@@ -369,10 +518,12 @@ impl HubLinks {
             TargetId::Cluster(id) => remote.ok_or_else(|| TargetError::NotConnected {
                 cluster: id.to_string(),
             }),
-            TargetId::KubeConfig { .. } | TargetId::Local => match remote {
-                Some(link) if link.connected() => Ok(link),
-                _ => Ok(self.push.ensure(target).await?),
-            },
+            TargetId::KubeConfig { .. } | TargetId::KubeConfigMap { .. } | TargetId::Local => {
+                match remote {
+                    Some(link) if link.connected() => Ok(link),
+                    _ => Ok(self.push.ensure(target).await?),
+                }
+            }
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   is recorded and sent); and `index_resolve` (a HelmChart's version constraint resolved
 //!   against its repository's index, by the HelmChart controller). Finer buckets than the
 //!   reconcile series: most steps take well under a millisecond or one API round trip;
+//! - `flotilla_hub_values_reads_total{source}`: `valuesFrom` objects read for a reconcile,
+//!   from the values cache (`cache`) or the API (`api`; see `controller::values_cache`);
 //! - `flotilla_hub_queue_depth{controller}`: HelmReleases waiting for a reconcile worker
 //!   (asked for or due, not started; see `controller::queue`), sampled when scraped;
 //! - `flotilla_hub_helmreleases{ready}`: HelmReleases by the status of their `Ready`
@@ -70,6 +72,11 @@ struct ControllerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReadyLabels {
     ready: &'static str,
 }
@@ -116,6 +123,7 @@ pub struct HubMetrics {
     plan_build: Family<StepLabels, Histogram, fn() -> Histogram>,
     queue_depth: Family<ControllerLabels, Gauge>,
     releases: Family<ReadyLabels, Gauge>,
+    values_reads: Family<SourceLabels, Counter>,
     sampler: Arc<std::sync::Mutex<Option<Sampler>>>,
 }
 
@@ -176,6 +184,15 @@ impl HubMetrics {
         for ready in ["True", "False", "Unknown"] {
             let _ = releases.get_or_create(&ReadyLabels { ready });
         }
+        let values_reads = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "flotilla_hub_values_reads",
+            "valuesFrom objects read, from the values cache or the API",
+            values_reads.clone(),
+        );
+        for source in ["cache", "api"] {
+            let _ = values_reads.get_or_create(&SourceLabels { source });
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -191,6 +208,7 @@ impl HubMetrics {
             plan_build,
             queue_depth,
             releases,
+            values_reads,
             sampler: Arc::new(std::sync::Mutex::new(None)),
         }
     }
@@ -228,6 +246,17 @@ impl HubMetrics {
         self.plan_build
             .get_or_create(&StepLabels { step })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts the `valuesFrom` objects of one reconcile: `cached` from the values cache,
+    /// `read` from the API.
+    pub fn values_reads(&self, cached: u64, read: u64) {
+        self.values_reads
+            .get_or_create(&SourceLabels { source: "cache" })
+            .inc_by(cached);
+        self.values_reads
+            .get_or_create(&SourceLabels { source: "api" })
+            .inc_by(read);
     }
 
     /// Records one reconcile of `controller` that ended with `result` after `seconds`.

@@ -112,6 +112,246 @@ async fn the_binary_serves_a_helm_release_and_exits_cleanly_on_sigterm() -> anyh
     Ok(())
 }
 
+/// The value of the series `series` (name and labels exactly as exported) in `metrics`.
+fn series(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split(' ').next()?.parse().ok())
+}
+
+/// Reconciles of the HelmRelease controller by result, from the histogram's `_count` and
+/// from the counter; `None` when the two disagree (a scrape between the two updates).
+fn reconciles(metrics: &str) -> anyhow::Result<Option<[f64; 3]>> {
+    let mut out = [0.0; 3];
+    for (i, result) in ["success", "not_ready", "error"].into_iter().enumerate() {
+        let labels = format!("{{controller=\"helmrelease\",result=\"{result}\"}}");
+        let count = series(
+            metrics,
+            &format!("flotilla_hub_reconcile_duration_seconds_count{labels}"),
+        )
+        .ok_or_else(|| anyhow::anyhow!("no histogram count for {result} in {metrics}"))?;
+        let total = series(metrics, &format!("flotilla_hub_reconciles_total{labels}"))
+            .ok_or_else(|| anyhow::anyhow!("no counter for {result} in {metrics}"))?;
+        let inf = series(
+            metrics,
+            &format!(
+                "flotilla_hub_reconcile_duration_seconds_bucket{{le=\"+Inf\",controller=\"helmrelease\",result=\"{result}\"}}"
+            ),
+        )
+        .or_else(|| {
+            series(
+                metrics,
+                &format!(
+                    "flotilla_hub_reconcile_duration_seconds_bucket{{controller=\"helmrelease\",result=\"{result}\",le=\"+Inf\"}}"
+                ),
+            )
+        })
+        .ok_or_else(|| anyhow::anyhow!("no +Inf bucket for {result} in {metrics}"))?;
+        if count != total || inf != count {
+            return Ok(None);
+        }
+        out[i] = count;
+    }
+    Ok(Some(out))
+}
+
+/// The reconciles the hub's log shows, by result: a plan sent (`success`), a hub condition
+/// (`not_ready`), a failure (`error`).
+fn logged_reconciles(log: &std::path::Path) -> anyhow::Result<[f64; 3]> {
+    let text = std::fs::read_to_string(log)?;
+    let count = |what: &str| text.lines().filter(|l| l.contains(what)).count() as f64;
+    Ok([
+        count("plan sent"),
+        count("HelmRelease not ready"),
+        count("HelmRelease reconcile failed"),
+    ])
+}
+
+#[tokio::test]
+async fn the_binarys_metrics_count_every_reconcile_by_result_and_the_helm_releases_by_ready_state_and_the_queue()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("hub-metrics")).await?;
+    install_crds(&cluster.client().await?).await?;
+    let repo = HelmRepoServer::start(RepoOptions::named("hub-metrics")).await?;
+    repo.publish(&podinfo_chart())?;
+    let artifacts = tempfile::tempdir()?;
+    let logs = tempfile::tempdir()?;
+    let log = logs.path().join("hub.log");
+    let probes = free_addr()?;
+    // Long requeues: once every HelmRelease has settled, nothing reconciles until asked.
+    let mut hub = Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--metrics-addr", &probes])
+        .args(["--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["--artifact-dir"])
+        .arg(artifacts.path())
+        .args(["--concurrency", "1", "--requeue-dependency", "1h"])
+        .args(["--graceful-shutdown-timeout", "20s"])
+        .env("RUST_LOG", "warn,flotilla_hub::controller=debug")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+
+    let result = async {
+        // Before any HelmRelease: probes up, every series there at zero.
+        assert_eq!(get_ok(&probes, "/healthz").await?, "ok");
+        assert_eq!(get_ok(&probes, "/readyz").await?, "ok");
+        let metrics = get_ok(&probes, "/metrics").await?;
+        assert_eq!(reconciles(&metrics)?, Some([0.0; 3]), "{metrics}");
+        assert_eq!(
+            series(&metrics, "flotilla_hub_queue_depth{controller=\"helmrelease\"}"),
+            Some(0.0),
+            "{metrics}"
+        );
+
+        // Two HelmReleases that install, one whose valuesFrom ConfigMap does not exist.
+        for (name, extra) in [
+            ("ok-a", ""),
+            ("ok-b", ""),
+            (
+                "no-values",
+                "  valuesFrom:\n    - kind: ConfigMap\n      name: not-there",
+            ),
+        ] {
+            kubectl_in(
+                cluster.kubeconfig(),
+                &["apply", "-f", "-"],
+                Some(&podinfo_release(&repo.url(), name, extra)),
+            )?;
+        }
+        let hrs: Api<HelmRelease> = Api::namespaced(cluster.client().await?, "default");
+        ready(&hrs, "ok-a").await?;
+        ready(&hrs, "ok-b").await?;
+        common::ready_condition(&hrs, "no-values", "ValuesError", |c| {
+            c.status == flotilla_core::meta::ConditionStatus::False && c.reason == "ValuesError"
+        })
+        .await?;
+
+        // Settled: the same counts in two scrapes two seconds apart, and they are the
+        // reconciles the log shows.
+        let settled = flotilla_tests::wait::until(
+            "the reconcile counts to settle",
+            Duration::from_secs(60),
+            || async {
+                let before = reconciles(&get_ok(&probes, "/metrics").await?)?;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let metrics = get_ok(&probes, "/metrics").await?;
+                let after = reconciles(&metrics)?;
+                Ok((before.is_some() && before == after).then_some(metrics))
+            },
+        )
+        .await?;
+        let [success, not_ready, error] =
+            reconciles(&settled)?.ok_or_else(|| anyhow::anyhow!("{settled}"))?;
+        assert_eq!([success, not_ready, error], logged_reconciles(&log)?);
+        assert!(success >= 2.0, "{settled}");
+        assert!(not_ready >= 1.0, "{settled}");
+        assert_eq!(error, 0.0, "{settled}");
+        for (ready, n) in [("True", 2.0), ("False", 1.0), ("Unknown", 0.0)] {
+            assert_eq!(
+                series(
+                    &settled,
+                    &format!("flotilla_hub_helmreleases{{ready=\"{ready}\"}}")
+                ),
+                Some(n),
+                "Ready={ready} in {settled}"
+            );
+        }
+        assert_eq!(
+            series(&settled, "flotilla_hub_queue_depth{controller=\"helmrelease\"}"),
+            Some(0.0),
+            "{settled}"
+        );
+
+        // A request token: one more reconcile, counted as a success in both series.
+        kubectl_in(
+            cluster.kubeconfig(),
+            &[
+                "annotate",
+                "--overwrite",
+                "helmrelease.helm.flotilla.dev/ok-a",
+                "reconcile.fluxcd.io/requestedAt=metrics-test",
+            ],
+            None,
+        )?;
+        flotilla_tests::wait::until(
+            "the requested reconcile counted",
+            Duration::from_secs(60),
+            || async {
+                let metrics = get_ok(&probes, "/metrics").await?;
+                Ok(reconciles(&metrics)?
+                    .filter(|r| r[0] > success && r[1] == not_ready && r[2] == 0.0)
+                    .map(|r| r[0]))
+            },
+        )
+        .await?;
+
+        // A burst of 20 HelmReleases (each waiting for a dependency that does not exist)
+        // with one worker: the queue fills, then drains to zero.
+        let burst: String = (0..20)
+            .map(|i| {
+                format!(
+                    "apiVersion: helm.flotilla.dev/v1\nkind: HelmRelease\nmetadata:\n  name: waits-{i}\n  namespace: default\nspec:\n  interval: 10m\n  dependsOn:\n    - name: not-there\n  chart:\n    spec:\n      chart: podinfo\n      sourceRef:\n        kind: HelmRepository\n        name: podinfo\n---\n"
+                )
+            })
+            .collect();
+        let poll = {
+            let probes = probes.clone();
+            tokio::spawn(async move {
+                let mut deepest = 0.0f64;
+                let until = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < until && deepest < 2.0 {
+                    if let Ok(r) = reqwest::get(format!("http://{probes}/metrics")).await
+                        && let Ok(text) = r.text().await
+                        && let Some(d) =
+                            series(&text, "flotilla_hub_queue_depth{controller=\"helmrelease\"}")
+                    {
+                        deepest = deepest.max(d);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                deepest
+            })
+        };
+        kubectl_in(cluster.kubeconfig(), &["apply", "-f", "-"], Some(&burst))?;
+        let deepest = poll.await?;
+        assert!(deepest >= 2.0, "the queue depth never rose above {deepest}");
+        let drained = flotilla_tests::wait::until(
+            "the burst to be reconciled",
+            Duration::from_secs(120),
+            || async {
+                let metrics = get_ok(&probes, "/metrics").await?;
+                let depth =
+                    series(&metrics, "flotilla_hub_queue_depth{controller=\"helmrelease\"}");
+                let not_ready = series(&metrics, "flotilla_hub_helmreleases{ready=\"False\"}");
+                Ok((depth == Some(0.0) && not_ready == Some(21.0)).then_some(metrics))
+            },
+        )
+        .await?;
+        assert_eq!(
+            series(&drained, "flotilla_hub_helmreleases{ready=\"True\"}"),
+            Some(2.0),
+            "{drained}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &hub.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hub.try_wait()?.is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if hub.try_wait()?.is_none() {
+        hub.kill()?;
+    }
+    result
+}
+
 /// Starts a `flotilla-hub` replica with leader election on short timings.
 fn replica(cluster: &Cluster, artifacts: &std::path::Path) -> anyhow::Result<std::process::Child> {
     Ok(Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))

@@ -941,3 +941,172 @@ async fn a_helm_release_created_before_its_managed_cluster_reaches_the_agent_as_
     sessions.stop().await;
     Ok(())
 }
+
+fn values_config_map(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: default\ndata:\n  values.yaml: |\n    replicaCount: {replicas}\n"
+    )
+}
+
+/// `replicaCount` of the deployed values of release `name` in `default`.
+fn deployed_replicas(env: &Env, name: &str) -> anyhow::Result<String> {
+    let out = flotilla_tests::tools::helm_in(
+        env.kubeconfig(),
+        &["get", "values", name, "-n", "default", "-o", "json"],
+    )?;
+    let values: serde_json::Value = serde_json::from_str(&out)?;
+    Ok(values["replicaCount"].to_string())
+}
+
+/// `flotilla_hub_values_reads_total{source}` from the hub's metrics.
+fn values_reads(metrics: &flotilla_hub::telemetry::HubMetrics, source: &str) -> f64 {
+    let text = metrics.encode().unwrap_or_default();
+    let series = format!("flotilla_hub_values_reads_total{{source=\"{source}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn values_from_objects_are_served_from_the_cache_between_changes_and_a_value_changed_right_before_a_reconcile_is_planned_at_once()
+-> anyhow::Result<()> {
+    common::init_logging();
+    let cluster =
+        flotilla_tests::Cluster::start(flotilla_tests::ClusterOptions::named("hub-values-cache"))
+            .await?;
+    common::install_crds(&cluster.client().await?).await?;
+    let repo = flotilla_tests::servers::HelmRepoServer::start(
+        flotilla_tests::servers::RepoOptions::named("hub-values-cache"),
+    )
+    .await?;
+    repo.publish_version(&common::podinfo_chart(), "6.5.2")?;
+    let artifacts = tempfile::tempdir()?;
+    let config = common::hub_config(&cluster, artifacts.path());
+    let metrics = config.metrics.clone();
+    let hub = flotilla_hub::run::Hub::start(config).await?;
+    let env = Env {
+        cluster,
+        repo,
+        hub: Some(hub),
+        artifacts,
+        configure: |_| {},
+    };
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let release = |extra: &str| {
+        podinfo_release(
+            &url,
+            "cached",
+            &format!("  valuesFrom:\n  - kind: ConfigMap\n    name: cached-values\n{extra}"),
+        )
+    };
+
+    env.kubectl_apply(&values_config_map("cached-values", 1))?;
+    env.kubectl_apply(&release(""))?;
+    ready(&hrs, "cached").await?;
+    assert_eq!(deployed_replicas(&env, "cached")?, "1");
+
+    // A reconcile the HelmRelease did not ask for (its HelmChart changed): the ConfigMap
+    // comes from the cache, and nothing is upgraded.
+    let api_reads = values_reads(&metrics, "api");
+    let cache_reads = values_reads(&metrics, "cache");
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "--overwrite",
+            "helmchart.source.flotilla.dev/default-cached",
+            "reconcile.fluxcd.io/requestedAt=values-cache-test",
+        ],
+        None,
+    )?;
+    wait::until("a values read from the cache", TIMEOUT, || async {
+        Ok((values_reads(&metrics, "cache") > cache_reads).then_some(()))
+    })
+    .await?;
+    assert_eq!(values_reads(&metrics, "api"), api_reads);
+    assert_eq!(
+        helm_history(env.kubeconfig(), "cached", "default")?.len(),
+        1
+    );
+
+    // The ConfigMap changes: the watch drops the cached data before it reconciles the
+    // HelmRelease, which plans the new value.
+    env.kubectl_apply(&values_config_map("cached-values", 2))?;
+    common::wait_for_history(env.kubeconfig(), "cached", 2).await?;
+    ready(&hrs, "cached").await?;
+    assert_eq!(deployed_replicas(&env, "cached")?, "2");
+
+    // A value changed right before a reconcile request, and right before a spec change:
+    // each reconcile plans the new value at once (one upgrade each, never one with the
+    // old value first).
+    env.kubectl_apply(&values_config_map("cached-values", 3))?;
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "annotate",
+            "--overwrite",
+            "helmrelease.helm.flotilla.dev/cached",
+            "reconcile.fluxcd.io/requestedAt=right-after-the-change",
+        ],
+        None,
+    )?;
+    common::wait_for_history(env.kubeconfig(), "cached", 3).await?;
+    ready(&hrs, "cached").await?;
+    assert_eq!(deployed_replicas(&env, "cached")?, "3");
+    env.kubectl_apply(&format!(
+        "{}---\n{}",
+        values_config_map("cached-values", 4),
+        release("  values:\n    ui:\n      message: spec-changed")
+    ))?;
+    common::wait_for_history(env.kubeconfig(), "cached", 4).await?;
+    ready(&hrs, "cached").await?;
+    assert_eq!(deployed_replicas(&env, "cached")?, "4");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = helm_history(env.kubeconfig(), "cached", "default")?;
+    assert_eq!(history.len(), 4, "one upgrade per change: {history:?}");
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_kube_config_config_map_ref_is_ready_false_naming_the_field_until_its_config_map_names_a_provider_the_hub_serves()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-kubeconfig-cm").await?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "remote",
+        "  kubeConfig:\n    configMapRef:\n      name: workload-identity",
+    ))?;
+    let c = ready_condition(&hrs, "remote", "the missing ConfigMap", |c| {
+        c.status == ConditionStatus::False && c.reason == "RESTClientError"
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "failed to get configmap default/workload-identity: configmaps \"workload-identity\" not found (spec.kubeConfig.configMapRef)"
+    );
+
+    // The ConfigMap appears (the watch reconciles the HelmRelease): a cloud provider is
+    // refused naming the field and key, and nothing is installed.
+    env.kubectl_apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: workload-identity\n  namespace: default\ndata:\n  provider: aws\n  cluster: arn:aws:eks:eu-west-1:000000000000:cluster/edge\n",
+    )?;
+    let c = ready_condition(&hrs, "remote", "the aws provider refused", |c| {
+        c.reason == "RESTClientError" && c.message.contains("'aws'")
+    })
+    .await?;
+    assert!(
+        c.message.starts_with("provider 'aws' is not supported by the Flotilla hub (spec.kubeConfig.configMapRef: ConfigMap 'default/workload-identity', key 'provider')"),
+        "{}",
+        c.message
+    );
+    assert_eq!(c.status, ConditionStatus::False);
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+
+    env.stop().await;
+    Ok(())
+}

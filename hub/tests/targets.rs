@@ -2,7 +2,9 @@
 //! API CRDs, from the Go module `sigs.k8s.io/cluster-api`) whose `<name>-kubeconfig` Secret
 //! points at the edge cluster, and `spec.serviceAccountName` impersonated in the target.
 //! No Cluster API controller runs: the test writes the Cluster's status and kubeconfig
-//! Secret as the providers and Cluster API's controllers would.
+//! Secret as the providers and Cluster API's controllers would. And
+//! `spec.kubeConfig.configMapRef` with provider `generic`: a ServiceAccount token for the
+//! target.
 
 mod common;
 
@@ -274,6 +276,128 @@ async fn service_account_name_is_impersonated_in_the_push_target_forbidden_witho
         None,
     )?;
     assert_eq!(replicas.trim(), "2");
+
+    env.stop().await;
+    Ok(())
+}
+
+/// A `spec.kubeConfig.configMapRef` ConfigMap of provider `generic` for `cluster`: its
+/// API server and CA, the audience its API server accepts (its ServiceAccount issuer), and
+/// `extra` keys.
+fn generic_provider(cluster: &Cluster, extra: &[(&str, &str)]) -> anyhow::Result<String> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
+    let ca_file = kubeconfig
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority.clone())
+        .ok_or_else(|| anyhow::anyhow!("the test kubeconfig names no CA file"))?;
+    let mut data = serde_json::json!({
+        "provider": "generic",
+        "address": cluster.server(),
+        "ca.crt": std::fs::read_to_string(ca_file)?,
+        "audiences": "https://kubernetes.default.svc.cluster.local",
+    });
+    for (k, v) in extra {
+        data[*k] = serde_json::Value::from(*v);
+    }
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "workload-identity", "namespace": "default"},
+        "data": data,
+    })
+    .to_string())
+}
+
+#[tokio::test]
+async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_service_account_which_its_rbac_governs()
+-> anyhow::Result<()> {
+    // The target is the hub's own cluster reached through its address with a token: the
+    // cluster trusts its own ServiceAccount issuer, as a target federated with the hub's
+    // cluster would.
+    let env = Env::start("hub-wi").await?;
+    let hrs = env.helm_releases().await?;
+    let release = |replicas: u32| {
+        podinfo_release(
+            &env.repo.url(),
+            "podinfo-wi",
+            &format!(
+                "  releaseName: podinfo\n  kubeConfig:\n    configMapRef:\n      name: workload-identity\n  values:\n    replicaCount: {replicas}"
+            ),
+        )
+    };
+
+    // Without serviceAccountName the token would be the hub's pod's; the hub runs outside
+    // a pod here.
+    env.kubectl_apply(&generic_provider(&env.cluster, &[])?)?;
+    env.kubectl_apply(&release(1))?;
+    let c = ready_condition(&hrs, "podinfo-wi", "no ServiceAccount", |c| {
+        c.status == ConditionStatus::False && c.reason == "RESTClientError"
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("no ServiceAccount for the token: the hub does not run in a pod")
+            && c.message.contains("key 'serviceAccountName'"),
+        "{}",
+        c.message
+    );
+
+    // A ServiceAccount with no permission: the target answers Forbidden for it, so the
+    // agent's client carries its token (not the hub's credentials).
+    kubectl_in(
+        env.kubeconfig(),
+        &["create", "serviceaccount", "deployer", "-n", "default"],
+        None,
+    )?;
+    env.kubectl_apply(&generic_provider(
+        &env.cluster,
+        &[("serviceAccountName", "deployer")],
+    )?)?;
+    let c = ready_condition(&hrs, "podinfo-wi", "a forbidden Ready=False", |c| {
+        c.status == ConditionStatus::False && c.message.contains("forbidden")
+    })
+    .await?;
+    assert!(
+        c.message.contains("system:serviceaccount:default:deployer"),
+        "the condition names the token's ServiceAccount: {c:?}"
+    );
+    assert!(helm_list(env.kubeconfig())?.is_empty());
+
+    // With RBAC for it, the release installs through the token.
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "deployer-admin",
+            "--clusterrole=cluster-admin",
+            "--serviceaccount=default:deployer",
+        ],
+        None,
+    )?;
+    ready(&hrs, "podinfo-wi").await?;
+    assert_eq!(helm_list(env.kubeconfig())?, vec!["podinfo".to_owned()]);
+    env.kubectl_apply(&release(2))?;
+    wait::until("the upgrade through the token", TIMEOUT, || async {
+        ready(&hrs, "podinfo-wi").await?;
+        let replicas = kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "deployment",
+                "podinfo",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+            None,
+        )?;
+        Ok((replicas.trim() == "2").then_some(()))
+    })
+    .await?;
 
     env.stop().await;
     Ok(())

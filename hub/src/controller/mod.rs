@@ -12,14 +12,19 @@
 //!                      artifact; spec.chartRef: the OCIRepository's or HelmChart's artifact;
 //!                      not ready -> Ready=False SourceNotReady, requeue with jitter
 //! chart             -> from the hub's chart store by digest (ArtifactFailed when missing)
-//! values            -> valuesFrom objects read, composed (ValuesError names the field;
-//!                      nothing is sent, the deployed release stays as it is)
+//! values            -> valuesFrom objects read (from the values cache, see
+//!                      [`values_cache`], unless the HelmRelease's generation or request
+//!                      tokens changed), composed (ValuesError names the field; nothing is
+//!                      sent, the deployed release stays as it is)
 //! target            -> clusterRef: the remote link ("no agent connected for cluster X"
 //!                      until one is); clusterRef kind Cluster: Ready=False
 //!                      ClusterNotFound / ClusterNotInitialized until the Cluster API
 //!                      Cluster's control plane is initialized, then its
 //!                      `<name>-kubeconfig` Secret as a kubeConfig target;
-//!                      kubeConfig / none: a push agent
+//!                      kubeConfig secretRef / none: a push agent;
+//!                      kubeConfig configMapRef: its ConfigMap checked (RESTClientError
+//!                      naming the key), then a push agent with a ServiceAccount token
+//!                      (`workload_identity`, provider `generic`)
 //! plan              -> ReleasePlan with a plan revision that grows when the plan changes
 //!                      (persisted on the object, see below), Command::Upsert
 //! requeue           -> spec.interval with jitter
@@ -50,7 +55,8 @@
 //! change of the HelmRelease (not its status); a change of its HelmChart (by the HelmChart's
 //! owner labels); a change of a referenced OCIRepository, ConfigMap or Secret (through an
 //! index from reference to HelmReleases, [`RefIndex`], filled by each reconcile; the
-//! ConfigMap and Secret watches carry metadata only); a `Deleted` report; a ManagedCluster
+//! ConfigMap and Secret watches carry metadata only, and drop a changed object from the
+//! values cache before they enqueue its users); a `Deleted` report; a ManagedCluster
 //! accepted, deleted or whose agent connects or goes (its HelmReleases by `clusterRef`,
 //! when the hub serves sessions: a HelmRelease created before its cluster is planned the
 //! moment the cluster is accepted, not at its `requeue_dependency`); and `spec.interval`
@@ -58,6 +64,7 @@
 
 pub mod epoch;
 pub mod queue;
+pub mod values_cache;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -210,6 +217,8 @@ pub struct Context {
     pub metrics: crate::telemetry::HubMetrics,
     /// What waits for a reconcile worker (the queue-depth gauge).
     pub queue: Arc<queue::ReconcileQueue>,
+    /// The data of the referenced ConfigMaps and Secrets (see [`values_cache`]).
+    pub values_cache: values_cache::ValuesCache,
     /// The target each HelmRelease was last sent to.
     targets: Mutex<HashMap<ObjectKey, TargetId>>,
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
@@ -253,6 +262,7 @@ impl Context {
             refs: RefIndex::default(),
             metrics: Default::default(),
             queue: Default::default(),
+            values_cache: Default::default(),
             targets: Mutex::new(HashMap::new()),
             revisions: Arc::new(Mutex::new(HashMap::new())),
             plan_floor: 0,
@@ -465,6 +475,7 @@ pub async fn run(
     let cms = by_ref("ConfigMap", ctx.clone());
     let secrets = by_ref("Secret", ctx.clone());
     let hc = by_ref("HelmChart", ctx.clone());
+    let (cm_cache, secret_cache) = (ctx.clone(), ctx.clone());
     let (charts_reader, charts_writer) = reflector::store();
     let _ = ctx.helm_charts.set(charts_reader);
     // ManagedClusters accepted or connecting: their HelmReleases, at once.
@@ -526,6 +537,12 @@ pub async fn run(
                 watcher::Config::default(),
             )
             .default_backoff()
+            // Into the values cache before the mapper enqueues the users of the object.
+            .inspect_ok(move |e| {
+                cm_cache
+                    .values_cache
+                    .observe(ValuesReferenceKind::ConfigMap, e)
+            })
             .touched_objects(),
             move |c| cms(c.namespace(), c.name_any()),
         )
@@ -535,6 +552,11 @@ pub async fn run(
                 watcher::Config::default(),
             )
             .default_backoff()
+            .inspect_ok(move |e| {
+                secret_cache
+                    .values_cache
+                    .observe(ValuesReferenceKind::Secret, e)
+            })
             .touched_objects(),
             move |s| secrets(s.namespace(), s.name_any()),
         )
@@ -794,6 +816,14 @@ async fn plan_and_send(
         };
         refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
     }
+    if let Some(cm) = hr
+        .spec
+        .kube_config
+        .as_ref()
+        .and_then(|k| k.config_map_ref.as_ref())
+    {
+        refs.push(ref_key("ConfigMap", ns, &cm.name));
+    }
     let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
     if let Some(cluster) = capi_cluster {
         refs.push(ref_key(
@@ -823,6 +853,28 @@ async fn plan_and_send(
 
     if let Some(cluster) = capi_cluster {
         cluster_api_gate(ctx, ns, cluster).await.map_err(Ok)?;
+    }
+    if hr.spec.cluster_ref.is_none()
+        && let Some(cm) = hr
+            .spec
+            .kube_config
+            .as_ref()
+            .and_then(|k| k.config_map_ref.as_ref())
+    {
+        // Checked here (as Flux's REST client getter, after the values) so a bad ConfigMap
+        // is a condition naming its key; the push agent reads it again when it starts.
+        let data = util::config_map_data(&ctx.client, ns, &cm.name)
+            .await
+            .map_err(|e| crate::workload_identity::ProviderError::Read {
+                namespace: ns.to_owned(),
+                name: cm.name.clone(),
+                reason: error_chain(&e),
+            });
+        if let Err(e) = data.and_then(|d| crate::workload_identity::parse(ns, &cm.name, d.as_ref()))
+        {
+            return Err(Ok(Stop::new(reason::REST_CLIENT_ERROR, e.to_string())
+                .requeue(ctx.options.requeue_dependency)));
+        }
     }
     let target = target_of(hr).map_err(Ok)?;
     let link = match ctx.links.resolve(&target).await {
@@ -968,9 +1020,16 @@ fn target_of(hr: &HelmRelease) -> Result<TargetId, Stop> {
                 key: s.key.clone().filter(|k| !k.is_empty()),
             });
         }
+        if let Some(c) = &kc.config_map_ref {
+            return Ok(TargetId::KubeConfigMap {
+                namespace: hr.namespace().unwrap_or_default(),
+                name: c.name.clone(),
+            });
+        }
         return Err(Stop::new(
-            reason::REST_CLIENT_ERROR,
-            "spec.kubeConfig.configMapRef is not supported; use spec.kubeConfig.secretRef".into(),
+            INVALID_SPEC,
+            "exactly one of .spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be set"
+                .into(),
         )
         .stalled());
     }
@@ -1451,41 +1510,63 @@ async fn request_reconcile_of_helm_chart(ctx: &Context, hr: &HelmRelease) {
 /// A valuesFrom object read: kind and name, and its data (`None`: not found).
 type ReadObject = (
     (ValuesReferenceKind, String),
-    Option<BTreeMap<String, Vec<u8>>>,
+    Option<Arc<values_cache::Data>>,
 );
 
-/// Reads the valuesFrom objects and composes the values.
+/// Reads the valuesFrom objects (from [`Context::values_cache`] when it may serve this
+/// reconcile, else from the API, refreshing the cache) and composes the values.
 async fn compose_values(
     hr: &HelmRelease,
     key: &ObjectKey,
     ctx: &Context,
 ) -> Result<Value, Result<Stop, ReconcileError>> {
     let ns = key.namespace.as_str();
+    let cache = &ctx.values_cache;
+    let request = values_cache::request_hash(hr);
+    let may_use_cache = cache.may_use(key, request);
     let mut found: Vec<ReadObject> = Vec::new();
+    let (mut hits, mut reads) = (0u64, 0u64);
     for (kind, name) in values::referenced_objects(&hr.spec.values_from) {
-        let data = match kind {
-            ValuesReferenceKind::ConfigMap => util::config_map_data(&ctx.client, ns, name).await,
-            ValuesReferenceKind::Secret => util::secret_data(&ctx.client, ns, name).await,
-        }
-        .map_err(|e| {
-            Ok(Stop::new(
-                reason::VALUES_ERROR,
-                format!(
-                    "could not resolve {} chart values reference '{ns}/{name}': {}",
-                    kind_name(kind),
-                    error_chain(&e)
-                ),
-            )
-            .warning()
-            .requeue(ctx.options.requeue_dependency))
-        })?;
-        found.push(((kind, name.to_owned()), data));
+        let cached = if may_use_cache {
+            cache.get(kind, ns, name)
+        } else {
+            None
+        };
+        let read = match cached {
+            Some(read) => {
+                hits += 1;
+                read
+            }
+            None => {
+                reads += 1;
+                let ticket = cache.begin(kind, ns, name);
+                let read = values_cache::read(&ctx.client, kind, ns, name)
+                    .await
+                    .map_err(|e| {
+                        Ok(Stop::new(
+                            reason::VALUES_ERROR,
+                            format!(
+                                "could not resolve {} chart values reference '{ns}/{name}': {}",
+                                kind_name(kind),
+                                error_chain(&e)
+                            ),
+                        )
+                        .warning()
+                        .requeue(ctx.options.requeue_dependency))
+                    })?;
+                cache.finish(ticket, &read);
+                read
+            }
+        };
+        found.push(((kind, name.to_owned()), read.map(|(_, data)| data)));
     }
+    cache.read_done(key, request);
+    ctx.metrics.values_reads(hits, reads);
     let composed = values::compose(
         key,
         &hr.spec.values_from,
         |kind, name| match found.iter().find(|((k, n), _)| *k == kind && n == name) {
-            Some((_, Some(data))) => Source::Found(data),
+            Some((_, Some(data))) => Source::Found(data.as_ref()),
             _ => Source::NotFound,
         },
         hr.spec.values.as_ref(),
@@ -1727,6 +1808,7 @@ async fn finalize(
     tracing::info!(object = %key, "finalizer removed");
     ctx.book.forget(key);
     ctx.refs.set(key, Vec::new());
+    ctx.values_cache.forget(key);
     ctx.revisions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -1895,8 +1977,14 @@ mod tests {
             "a Cluster API Cluster is reached through its kubeconfig Secret"
         );
         let cm = hr(serde_json::json!({"spec": {"kubeConfig": {"configMapRef": {"name": "wi"}}}}));
-        let stop = target_of(&cm).expect_err("a configMapRef is refused");
-        assert!(stop.stalled && stop.message.contains("configMapRef"));
+        assert_eq!(
+            target_of(&cm).ok(),
+            Some(TargetId::KubeConfigMap {
+                namespace: "default".into(),
+                name: "wi".into(),
+            }),
+            "a configMapRef is served in push mode through its ConfigMap"
+        );
     }
 
     #[test]
