@@ -790,6 +790,12 @@ Flotilla (hub + 2 agents, 3 clusters):
             flux.cpu().as_secs_f64() / ours.cpu().as_secs_f64().max(0.01),
         ));
         out.push_str("  (installs/s: the row's ratio is Flotilla / Flux, the speed-up)\n");
+        if !flux.stalled.is_empty() {
+            out.push_str(&format!(
+                "  (Flux: {} of {n} stalled, never Ready: its time is to the last release settled, its rate counts the Ready ones)\n",
+                flux.stalled.len()
+            ));
+        }
     }
     out.push_str(&format!(
         "Goals (issue 20; the throughput goal is 1000 releases):
@@ -816,7 +822,7 @@ Flotilla (hub + 2 agents, 3 clusters):
                 1000.0 / ours.installs_per_second()
             )
         },
-        flux.map_or("not measured (--skip-flux)".to_owned(), |f| format!(
+        flux.map_or("not measured".to_owned(), |f| format!(
             "{} ({:.1}×)",
             verdict(ours.installs_per_second() >= 10.0 * f.installs_per_second()),
             ours.installs_per_second() / f.installs_per_second()
@@ -858,13 +864,26 @@ pub fn run(root: &Path, args: &BenchFleet) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let ours = runtime.block_on(run_fleet(binaries, &chart, &name, &version, args))?;
     eprintln!("bench-fleet: Flotilla's side done; the fleet is stopped");
-    let flux = if args.skip_flux {
-        None
-    } else {
-        Some(runtime.block_on(run_flux_side(&chart, &name, &version, args))?)
-    };
-    println!("{}", report(&ours, flux.as_ref(), args));
-    Ok(())
+    if args.skip_flux {
+        println!("{}", report(&ours, None, args));
+        return Ok(());
+    }
+    // Flotilla's figures first, so that a Flux side that fails (or is interrupted) after
+    // its long run does not take them with it.
+    eprintln!(
+        "bench-fleet: Flotilla's figures (Flux's follow):\n{}",
+        report(&ours, None, args)
+    );
+    match runtime.block_on(run_flux_side(&chart, &name, &version, args)) {
+        Ok(flux) => {
+            println!("{}", report(&ours, Some(&flux), args));
+            Ok(())
+        }
+        Err(e) => {
+            println!("{}", report(&ours, None, args));
+            Err(e.context("bench-fleet: Flux's side failed (Flotilla's figures are above)"))
+        }
+    }
 }
 
 #[cfg(test)]

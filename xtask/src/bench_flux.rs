@@ -83,8 +83,12 @@ pub struct ProcessFigures {
 pub struct FluxFigures {
     pub releases: usize,
     pub concurrency: u16,
-    /// From the controllers' start to the last HelmRelease Ready=True.
+    /// From the controllers' start to the last HelmRelease Ready=True (or Stalled, when
+    /// some stalled: then the time every release had settled).
     pub all_ready: Duration,
+    /// HelmReleases that Flux gave up on (`Stalled=True`, e.g. an install failed with no
+    /// remediation retries left), with their Ready reason and message; not in the rate.
+    pub stalled: Vec<(String, String)>,
     /// Time to Ready of each release from the controllers' start, sorted.
     pub ready_after: Vec<Duration>,
     pub source_controller: ProcessFigures,
@@ -97,9 +101,10 @@ pub struct FluxFigures {
 }
 
 impl FluxFigures {
-    /// Releases installed and Ready per second, over [`FluxFigures::all_ready`].
+    /// Releases installed and Ready per second, over [`FluxFigures::all_ready`] (stalled
+    /// releases do not count).
     pub fn installs_per_second(&self) -> f64 {
-        self.releases as f64 / self.all_ready.as_secs_f64()
+        (self.releases - self.stalled.len()) as f64 / self.all_ready.as_secs_f64()
     }
 
     /// Peak RSS of both controllers, KiB.
@@ -134,9 +139,20 @@ impl FluxFigures {
             cpu: self.cpu(),
         };
         let secs = self.all_ready.as_secs_f64();
+        let stalled = if self.stalled.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  STALLED (Flux gave up; not in the rate): {} of {}, e.g. {}: {}\n",
+                self.stalled.len(),
+                self.releases,
+                self.stalled[0].0,
+                self.stalled[0].1
+            )
+        };
         format!(
             "  {n} HelmReleases, --concurrent {c} for both controllers
-  time to all Ready (controllers' start to the last Ready=True): {secs:.1} s = {rate:.2} installs/s
+{stalled}  time to all Ready (controllers' start to the last Ready=True): {secs:.1} s = {rate:.2} installs/s
   time to Ready per release: first {first:.1} s, median {p50:.1} s, p99 {p99:.1} s
   {header:<19} {peak:>12} {settled:>16} {cpu:>12}
 {source}
@@ -297,6 +313,27 @@ pub fn is_ready(object: &DynamicObject) -> bool {
         })
 }
 
+/// Whether Flux gave up on a HelmRelease (`Stalled=True` for its current generation): it
+/// will not become Ready without a change, so the run does not wait for it.
+pub fn is_stalled(object: &DynamicObject) -> bool {
+    let status = object.data.get("status");
+    let observed = status
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(serde_json::Value::as_i64);
+    if observed.is_none() || observed != object.metadata.generation {
+        return false;
+    }
+    status
+        .and_then(|s| s.get("conditions"))
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(serde_json::Value::as_str) == Some("Stalled")
+                && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
+        })
+}
+
 /// The Ready condition's reason and message of a HelmRelease, for a timeout's error.
 fn ready_condition(object: &DynamicObject) -> String {
     object
@@ -382,14 +419,15 @@ async fn measure(
     let mut events = watcher::watcher(releases, watcher::Config::default()).boxed();
     let mut ready: std::collections::BTreeMap<String, Duration> = Default::default();
     let mut last_seen: std::collections::BTreeMap<String, String> = Default::default();
+    let mut stalled: std::collections::BTreeMap<String, String> = Default::default();
     let deadline = tokio::time::Instant::now() + timeout;
-    while ready.len() < run.releases {
+    while ready.len() + stalled.len() < run.releases {
         let next = tokio::time::timeout(Duration::from_secs(1), events.next()).await;
         controllers.check_running()?;
         if tokio::time::Instant::now() > deadline {
             let waiting: Vec<String> = last_seen
                 .iter()
-                .filter(|(name, _)| !ready.contains_key(*name))
+                .filter(|(name, _)| !ready.contains_key(*name) && !stalled.contains_key(*name))
                 .take(5)
                 .map(|(name, condition)| format!("{name}: {condition}"))
                 .collect();
@@ -419,8 +457,12 @@ async fn measure(
         };
         let name = object.metadata.name.clone().unwrap_or_default();
         if is_ready(&object) {
+            stalled.remove(&name);
             ready.entry(name).or_insert_with(|| started.elapsed());
+        } else if is_stalled(&object) {
+            stalled.insert(name, ready_condition(&object));
         } else {
+            stalled.remove(&name);
             last_seen.insert(name, ready_condition(&object));
         }
     }
@@ -447,6 +489,7 @@ async fn measure(
         concurrency: run.concurrency,
         all_ready,
         ready_after,
+        stalled: stalled.into_iter().collect(),
         source_controller,
         helm_controller,
         control_plane: PlaneDelta::default(),
