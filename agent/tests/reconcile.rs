@@ -525,9 +525,10 @@ async fn a_templated_chart_is_rendered_with_its_values_installed_and_tested() ->
         reason::TEST_FAILED,
         "the value labelled the test pod to fail"
     );
+    // Flux's text, then the test pod's log (none served here: Helm's "unable to get").
     assert!(
-        msg.ends_with(
-            ": failed early due to stalled resources: [Pod/default/demo-hello-test status: 'Failed']"
+        msg.contains(
+            ": failed early due to stalled resources: [Pod/default/demo-hello-test status: 'Failed']\n\nPOD LOGS: demo-hello-test\n"
         ),
         "{msg}"
     );

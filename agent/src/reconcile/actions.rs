@@ -194,7 +194,15 @@ impl Executor<'_> {
             outcome.inventory = exec.inventory(&last).await;
         }
         if !errors.is_empty() {
-            outcome.error = Some(error::join(&errors));
+            // A failed hook's pod logs follow the message (status and Event), as `helm test
+            // --logs` prints them after the result; the release record's description
+            // (`Display`) holds no log, as Helm's.
+            let mut message = error::join(&errors);
+            for logs in errors.iter().filter_map(ActionError::pod_logs) {
+                message.push_str("\n\n");
+                message.push_str(logs);
+            }
+            outcome.error = Some(message);
             outcome.error_is_transient = errors.iter().all(ActionError::is_transient);
         }
         outcome
@@ -511,6 +519,7 @@ impl Executor<'_> {
                                 object: run.object,
                                 reason,
                                 timed_out: run.timed_out,
+                                logs: run.logs,
                             });
                             break;
                         }
