@@ -21,6 +21,7 @@ use flotilla_chart::release::{
     Hook, HookDeletePolicy as RecordDeletePolicy, HookEvent, HookExecution,
     HookPhase as RecordPhase, Release, Status,
 };
+use flotilla_chart::render::PostRenderHooks;
 use flotilla_chart::time::GoTime;
 use flotilla_chart::{Chart, Values};
 use flotilla_core::duration::GoDuration;
@@ -293,8 +294,11 @@ impl Executor<'_> {
                 .flatten()
                 .map(post_renderer)
                 .collect(),
-            post_render_hooks: self.plan.options.post_render_strategy
-                != Some(PostRenderStrategy::Nohooks),
+            post_render_hooks: match self.plan.options.post_render_strategy {
+                None | Some(PostRenderStrategy::Combined) => PostRenderHooks::Combined,
+                Some(PostRenderStrategy::Separate) => PostRenderHooks::Separate,
+                Some(PostRenderStrategy::Nohooks) => PostRenderHooks::Excluded,
+            },
         };
         let renderer = self.renderer.clone();
         let chart = chart.clone();
