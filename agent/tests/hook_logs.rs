@@ -73,7 +73,7 @@ async fn a_failed_pre_install_hooks_log_follows_the_failure_message_and_event_in
     assert_eq!(msg, logged);
     assert_eq!(
         event_messages(&ctx, reason::INSTALL_FAILED).await?,
-        [logged.clone()]
+        [logged]
     );
     // Helm's record holds its own description, no log.
     let store = SecretStorage::new(ctx.cluster.client().clone(), "default");
