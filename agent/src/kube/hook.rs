@@ -555,7 +555,7 @@ impl ClusterApi {
             if let Err(e) = read_tail(&api, pod, &params, &mut text).await {
                 return format!(
                     "POD LOGS: {pod}\nunable to get pod logs for {pod}: {}",
-                    super::error_chain(&e)
+                    super::error_chain(&ApiFailure(e))
                 );
             }
         }
