@@ -659,3 +659,83 @@ async fn post_renderers_patch_what_is_applied_and_stored_hooks_as_the_strategy_s
     assert!(api.get_opt("broken-plain").await?.is_none());
     Ok(())
 }
+
+/// Helm v4.2's `PostRenderStrategy` as Flux v1.6.3 passes `spec.postRenderStrategy` to it
+/// (`toHelmPostRenderStrategy`; Helm's `renderResources`): `combined` (the default) sends
+/// hooks and templates to the post-renderers in one stream, where kustomize refuses an object
+/// that is both; `separate` sends each group in a stream of its own and stores both
+/// post-rendered; `nohooks` post-renders the templates only. Read back with the real helm.
+#[tokio::test]
+async fn post_render_strategy_separate_post_renders_hooks_apart_so_an_object_in_both_is_no_duplicate_and_nohooks_leaves_hooks_alone()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("opt-prstrategy")).await?;
+    let client = cluster.client().await?;
+    let ctx = Context::new(
+        client.clone(),
+        "default",
+        Arc::new(ChartRenderer::default()),
+    );
+    let renderers = "  postRenderers:
+    - kustomize:
+        patches:
+          - target:
+              kind: ConfigMap
+            patch: |
+              apiVersion: v1
+              kind: ConfigMap
+              metadata:
+                name: any
+              data:
+                patched: by-kustomize";
+    let stored =
+        |name: &str, what: &str| helm(cluster.kubeconfig(), &["get", what, name, "-n", "default"]);
+
+    // combined: one stream holds `comb-shared` twice.
+    let report = run(&ctx, &plan("comb", "shared-object", 1, renderers)).await?;
+    let (r, message) = released(&report);
+    assert_eq!(r, reason::INSTALL_FAILED, "{message}");
+    assert!(
+        message.contains("may not add resource with an already registered id"),
+        "{message}"
+    );
+
+    // separate: each group post-rendered on its own, both stored so.
+    let spec = format!("  postRenderStrategy: separate\n{renderers}");
+    let report = run(&ctx, &plan("sep", "shared-object", 1, &spec)).await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let live = config_map_data(&client, "sep-shared").await?;
+    assert_eq!(
+        (
+            live.get("from").map(String::as_str),
+            live.get("patched").map(String::as_str)
+        ),
+        (Some("template"), Some("by-kustomize"))
+    );
+    let manifest = stored("sep", "manifest")?;
+    assert!(
+        manifest.contains("from: template") && manifest.contains("patched: by-kustomize"),
+        "{manifest}"
+    );
+    let hooks = stored("sep", "hooks")?;
+    assert!(
+        hooks.contains("from: hook") && hooks.contains("patched: by-kustomize"),
+        "{hooks}"
+    );
+    assert_eq!(
+        helm_history(cluster.kubeconfig(), "sep", "default")?,
+        [(1, "deployed".to_owned(), "Install complete".to_owned())]
+    );
+
+    // nohooks: the hook is stored as the chart renders it.
+    let spec = format!("  postRenderStrategy: nohooks\n{renderers}");
+    let report = run(&ctx, &plan("noh", "shared-object", 1, &spec)).await?;
+    assert_eq!(released(&report).0, reason::INSTALL_SUCCEEDED);
+    let manifest = stored("noh", "manifest")?;
+    assert!(manifest.contains("patched: by-kustomize"), "{manifest}");
+    let hooks = stored("noh", "hooks")?;
+    assert!(
+        hooks.contains("from: hook") && !hooks.contains("patched"),
+        "{hooks}"
+    );
+    Ok(())
+}

@@ -205,6 +205,15 @@ async fn a_failing_job_hook_reports_failed_with_the_container_reason() -> anyhow
         "hook-failed was not asked for, so the Job stays"
     );
     assert!(api.get(&hook).await?.is_some());
+    // The Job's pods' logs are asked of the API server (found by the Job's uid); kwok serves
+    // none for a pod without a Logs object, which the block says in Helm's words.
+    let logs = run.logs.unwrap_or_default();
+    assert!(
+        logs.starts_with("POD LOGS: migrate-")
+            && logs.contains("\nunable to get pod logs for migrate-")
+            && logs.contains("no logs found"),
+        "{logs}"
+    );
     Ok(())
 }
 
@@ -232,6 +241,7 @@ spec:
     // The default policy (before-hook-creation) keeps the pod after it succeeded ...
     let first = api.run_hook(&hook, &HookOptions::new(WAIT)).await?;
     assert_eq!((first.phase, first.deleted), (HookPhase::Succeeded, false));
+    assert_eq!(first.logs, None, "only a failed hook's log is read");
     assert!(api.get(&hook).await?.is_some());
     // ... and a second run replaces it, then hook-succeeded removes it.
     let mut options = HookOptions::new(WAIT);
@@ -248,7 +258,14 @@ spec:
 #[tokio::test]
 async fn a_failing_pod_hook_reports_the_container_reason_and_is_deleted_on_hook_failed()
 -> anyhow::Result<()> {
-    let (_cluster, api) = start("pod-hook-fail").await?;
+    let (cluster, api) = start("pod-hook-fail").await?;
+    cluster
+        .serve_pod_log(
+            "default",
+            "check",
+            "GET /healthz\n503 Service Unavailable\n",
+        )
+        .await?;
     let hook = resolved(
         &api,
         "apiVersion: v1
@@ -276,6 +293,11 @@ spec:
         Some("container \"check\" terminated: Error (exit code 1): flotilla.dev/test-outcome=fail")
     );
     assert!(run.deleted);
+    // Its log was read before hook-failed deleted it, in Helm's form.
+    assert_eq!(
+        run.logs.as_deref(),
+        Some("POD LOGS: check\nGET /healthz\n503 Service Unavailable")
+    );
     Ok(())
 }
 

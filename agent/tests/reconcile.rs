@@ -525,9 +525,10 @@ async fn a_templated_chart_is_rendered_with_its_values_installed_and_tested() ->
         reason::TEST_FAILED,
         "the value labelled the test pod to fail"
     );
+    // Flux's text, then the test pod's log (none served here: Helm's "unable to get").
     assert!(
-        msg.ends_with(
-            ": failed early due to stalled resources: [Pod/default/demo-hello-test status: 'Failed']"
+        msg.contains(
+            ": failed early due to stalled resources: [Pod/default/demo-hello-test status: 'Failed']\n\nPOD LOGS: demo-hello-test\n"
         ),
         "{msg}"
     );
@@ -538,5 +539,156 @@ async fn a_templated_chart_is_rendered_with_its_values_installed_and_tested() ->
             .contains("# Source: hello/templates/deployment.yaml")
     );
     assert_eq!(rls.config["testOutcome"], "fail");
+    Ok(())
+}
+
+/// Reconciles until the step is no longer a requeue (at most `max` times); every action run.
+async fn settle(
+    ctx: &Context,
+    p: &PlanFile,
+    max: usize,
+) -> anyhow::Result<(Vec<String>, ReconcileReport)> {
+    let mut actions = Vec::new();
+    for _ in 0..max {
+        let report = run(ctx, p).await?;
+        actions.extend(report.actions.iter().map(|a| (*a).to_owned()));
+        if report.step != Step::Requeue {
+            return Ok((actions, report));
+        }
+    }
+    anyhow::bail!("still requeued after {max} reconciles: {actions:?}")
+}
+
+/// `(version, status, chart name)` of each record of release `name` in `namespace`.
+async fn charts_in_storage(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<(i64, String, String)>> {
+    let store = SecretStorage::new(ctx.cluster.client().clone(), namespace);
+    Ok(store
+        .history(name)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let chart = r
+                .chart
+                .as_ref()
+                .and_then(|c| c.metadata.as_ref())
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            (r.version, status_of(&r).to_string(), chart)
+        })
+        .collect())
+}
+
+async fn deployment_uid(ctx: &Context, namespace: &str) -> anyhow::Result<String> {
+    let api: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(ctx.cluster.client().clone(), namespace);
+    Ok(api.get("demo").await?.metadata.uid.unwrap_or_default())
+}
+
+/// Flux v1.6.3 (`HelmReleaseReconciler.reconcileRelease`, `action.ReleaseTargetChanged`): a
+/// new chart name is a new release target. With `upgrade.chartNameChangeStrategy: Reinstall`
+/// (the default) the old release is uninstalled (its records purged, the status history
+/// cleared) and the new chart installed as revision 1, its objects created anew; with
+/// `InPlaceUpdate` the release is upgraded to revision 2 and its objects kept.
+#[tokio::test]
+async fn a_chart_name_change_reinstalls_the_release_by_default_and_upgrades_it_in_place_with_in_place_update()
+-> anyhow::Result<()> {
+    let (_cluster, ctx) = start("rec-chartname").await?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(ctx.cluster.client().clone());
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({ "metadata": { "name": "inplace" } }))?,
+        )
+        .await?;
+
+    // Reinstall (the default).
+    let (actions, _) = settle(&ctx, &plan("ok", 1, ""), 3).await?;
+    assert_eq!(actions, ["install"]);
+    let before = deployment_uid(&ctx, "default").await?;
+    let (actions, report) = settle(&ctx, &plan("renamed", 2, ""), 3).await?;
+    assert_eq!(actions, ["uninstall", "install"]);
+    assert_eq!(
+        cond(&report, condition::READY),
+        (
+            reason::INSTALL_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm install succeeded for release default/demo.v1 with chart demo-renamed@0.1.0"
+        )
+    );
+    let history: Vec<(u32, String, String)> = report
+        .status
+        .history
+        .iter()
+        .map(|s| (s.version, s.status.clone(), s.chart_name.clone()))
+        .collect();
+    assert_eq!(history, [(1, "deployed".into(), "demo-renamed".into())]);
+    assert_eq!(
+        charts_in_storage(&ctx, "default", "demo").await?,
+        [(1, "deployed".into(), "demo-renamed".into())]
+    );
+    assert_ne!(
+        deployment_uid(&ctx, "default").await?,
+        before,
+        "the uninstall deleted the Deployment and the install created it again"
+    );
+
+    // InPlaceUpdate: an upgrade of the same release.
+    let in_place = |chart: &str, generation: i64| {
+        Hr::new("demo", chart)
+            .namespace("inplace")
+            .generation(generation)
+            .timeout(Some("20s"))
+            .spec("  upgrade:\n    chartNameChangeStrategy: InPlaceUpdate")
+            .plan()
+    };
+    let (actions, _) = settle(&ctx, &in_place("ok", 1), 3).await?;
+    assert_eq!(actions, ["install"]);
+    let before = deployment_uid(&ctx, "inplace").await?;
+    let (actions, report) = settle(&ctx, &in_place("renamed", 2), 3).await?;
+    assert_eq!(actions, ["upgrade"]);
+    assert_eq!(
+        cond(&report, condition::READY),
+        (
+            reason::UPGRADE_SUCCEEDED,
+            ConditionStatus::True,
+            "Helm upgrade succeeded for release inplace/demo.v2 with chart demo-renamed@0.1.0"
+        )
+    );
+    let history: Vec<(u32, String, String)> = report
+        .status
+        .history
+        .iter()
+        .map(|s| (s.version, s.status.clone(), s.chart_name.clone()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (2, "deployed".into(), "demo-renamed".into()),
+            (1, "superseded".into(), "demo".into())
+        ]
+    );
+    assert_eq!(
+        charts_in_storage(&ctx, "inplace", "demo").await?,
+        [
+            (1, "superseded".into(), "demo".into()),
+            (2, "deployed".into(), "demo-renamed".into())
+        ]
+    );
+    assert_eq!(
+        deployment_uid(&ctx, "inplace").await?,
+        before,
+        "upgraded in place: the same Deployment"
+    );
+    let config: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(ctx.cluster.client().clone(), "inplace");
+    assert_eq!(
+        config.get("demo-config").await?.data.unwrap_or_default()["greeting"],
+        "hello from demo-renamed"
+    );
     Ok(())
 }

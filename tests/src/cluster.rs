@@ -9,6 +9,13 @@
 //! Pods move through the lifecycle written in `tests/kwok/stages.yaml`: workload pods become
 //! Ready, Job pods and Helm hook pods succeed, `flotilla.dev/test-outcome: fail` makes them
 //! fail, `flotilla.dev/never-ready: "true"` keeps a pod from ever becoming Ready.
+//!
+//! Pod logs: the fake nodes' kubelet is kwok's server on a loopback port (node address
+//! 127.0.0.1, `daemonEndpoints.kubeletEndpoint.Port`), so `GET pods/{name}/log` goes the real
+//! way, kube-apiserver to the node. kwok runs no containers: what a container printed is
+//! what [`Cluster::serve_pod_log`] gave it (a kwok `Logs` object naming the pod and a file of
+//! CRI log lines); a pod without one has no log, and the API server answers the request with
+//! kwok's error, as it would for a node that cannot serve it.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -25,6 +32,10 @@ use crate::process::{Supervised, tail};
 
 /// The kwok stages: how fake nodes and pods move through their lifecycle.
 const KWOK_STAGES: &str = include_str!("../kwok/stages.yaml");
+
+/// kwok's `Logs` kind (namespaced, named after the pod it serves the log of); written for the
+/// harness with only the fields kwok reads.
+const KWOK_LOGS_CRD: &str = include_str!("../kwok/logs-crd.json");
 
 /// Annotation by which kwok recognises the nodes it manages.
 const KWOK_NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
@@ -227,6 +238,8 @@ impl Cluster {
                 "--enable-priority-and-fairness=false".into(),
                 "--profiling=false".into(),
                 "--event-ttl=1h".into(),
+                // The fake nodes' only address that leads to their kubelet (kwok's server).
+                "--kubelet-preferred-address-types=InternalIP".into(),
                 "--v=0".into(),
             ],
             detached,
@@ -290,6 +303,31 @@ impl Cluster {
             ],
             detached,
         )?;
+        let crds: Api<kube::api::DynamicObject> = Api::all_with(
+            client.clone(),
+            &kube::api::ApiResource {
+                group: "apiextensions.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "apiextensions.k8s.io/v1".into(),
+                kind: "CustomResourceDefinition".into(),
+                plural: "customresourcedefinitions".into(),
+            },
+        );
+        let logs_crd: kube::api::DynamicObject = serde_json::from_str(KWOK_LOGS_CRD)?;
+        crds.create(&PostParams::default(), &logs_crd).await?;
+        self.wait_for("kwok's Logs CRD to be established", deadline, |_| {
+            let crds = crds.clone();
+            async move {
+                let crd = crds.get("logs.kwok.x-k8s.io").await?;
+                Ok(crd.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    }))
+            }
+        })
+        .await?;
         let stages = dir.join("kwok-stages.yaml");
         std::fs::write(&stages, KWOK_STAGES)?;
         self.spawn(
@@ -303,7 +341,10 @@ impl Cluster {
                     "--manage-nodes-with-annotation-selector={}={}",
                     KWOK_NODE_ANNOTATION.0, KWOK_NODE_ANNOTATION.1
                 ),
-                "--node-ip=10.96.0.1".into(),
+                // The address and port the API server reaches the "kubelet" (this server) on.
+                "--node-ip=127.0.0.1".into(),
+                format!("--node-port={kwok_server}"),
+                "--enable-crds=Logs".into(),
                 "--cidr=10.244.0.0/16".into(),
                 "--node-lease-duration-seconds=40".into(),
                 format!("--server-address=127.0.0.1:{kwok_server}"),
@@ -430,6 +471,54 @@ impl Cluster {
     /// `https://127.0.0.1:PORT`.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// Makes every container of pod `namespace/pod` (one that exists now or is created later)
+    /// print `text` (stdout), as the API server's `pods/{pod}/log` serves it: the text goes
+    /// into a file of CRI log lines in the cluster's directory and a kwok `Logs` object of the
+    /// pod's name points kwok's server at it.
+    pub async fn serve_pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        text: &str,
+    ) -> anyhow::Result<()> {
+        let dir = self.dir.join("pod-logs");
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(format!("{namespace}_{pod}.log"));
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let mut cri = String::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let (line, tag, next) = match rest.split_once('\n') {
+                Some((line, next)) => (line, "F", next),
+                None => (rest, "P", ""),
+            };
+            cri.push_str(&format!("{now} stdout {tag} {line}\n"));
+            rest = next;
+        }
+        std::fs::write(&file, cri).with_context(|| format!("writing {}", file.display()))?;
+        let logs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client().await?,
+            namespace,
+            &kube::api::ApiResource {
+                group: "kwok.x-k8s.io".into(),
+                version: "v1alpha1".into(),
+                api_version: "kwok.x-k8s.io/v1alpha1".into(),
+                kind: "Logs".into(),
+                plural: "logs".into(),
+            },
+        );
+        let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": { "name": pod, "namespace": namespace },
+            "spec": { "logs": [{ "logsFile": path_str(&file)? }] },
+        }))?;
+        logs.create(&PostParams::default(), &object)
+            .await
+            .with_context(|| format!("creating kwok Logs {namespace}/{pod}"))?;
+        Ok(())
     }
 
     /// The cluster's directory: kubeconfig, pki/, logs/, etcd/.

@@ -142,6 +142,37 @@ async fn a_job_completes_and_a_job_labelled_to_fail_fails() -> anyhow::Result<()
 }
 
 #[tokio::test]
+async fn a_pod_log_is_served_through_the_api_server_from_kwok_and_a_pod_without_one_has_an_error_instead()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("podlog")).await?;
+    let api: Api<Pod> = Api::namespaced(cluster.client().await?, "default");
+    for name in ["talks", "silent"] {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "spec": { "containers": [{ "name": "main", "image": "example.com/app:1" }] },
+        }))?;
+        api.create(&PostParams::default(), &pod).await?;
+    }
+    cluster
+        .serve_pod_log("default", "talks", "first line\nsecond line\n")
+        .await?;
+    let log = wait::until("the pod's log", TIMEOUT, || async {
+        Ok(api.logs("talks", &Default::default()).await.ok())
+    })
+    .await?;
+    assert_eq!(log, "first line\nsecond line\n");
+    let err = api
+        .logs("silent", &Default::default())
+        .await
+        .expect_err("a pod without a Logs object has no log");
+    assert!(
+        err.to_string().contains("no logs found"),
+        "kwok's answer for a pod without a log: {err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_namespace_deletion_finishes() -> anyhow::Result<()> {
     let cluster = Cluster::start(ClusterOptions::named("namespace")).await?;
     let client = cluster.client().await?;

@@ -4,13 +4,24 @@
 //!
 //! Ordering hooks by weight and event, and persisting `last_run` in the release record, is
 //! the caller's part.
+//!
+//! A failed Pod hook, or the pods of a failed Job hook, come back with their log
+//! ([`HookRun::logs`]), in Helm v4's form (`helm test --logs`: `POD LOGS: <pod>` and what
+//! its containers printed), for the failure message and Event. Each pod's log is cut to
+//! its last [`POD_LOG_CAP`] bytes. A log that cannot be read says so in Helm's words
+//! (`unable to get pod logs for <pod>: <why>`). What a log holds is what the pod printed,
+//! no more: it reaches whoever reads the HelmRelease's status and Events, so a chart whose
+//! hook prints a Secret's value shows it there as `kubectl logs` would; the agent adds
+//! nothing of its own to it and never writes it to its own log.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+};
 use kube::core::ApiResource;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -20,6 +31,22 @@ use super::wait::{Observation, WaitError, watch_objects};
 use super::{
     ApiFailure, ClusterApi, FIELD_MANAGER, HOOK_DELETE_POLICY_ANNOTATION, ObjectRef, Resource,
 };
+
+/// Most bytes of one pod's log kept for a failure message: the end of the log, where the
+/// error usually is. Helm copies the whole log; a HelmRelease condition message holds at most
+/// 32768 bytes (Flux's and our limit) and must keep room for Flux's text, Helm's debug log
+/// and more than one pod, so 4 KiB: about fifty lines of a stack trace or a script's output.
+pub const POD_LOG_CAP: usize = 4096;
+
+/// Lines asked of the API server per container (`tailLines`), so a long log is not read
+/// whole to keep its end: more than [`POD_LOG_CAP`] lines are more than the cap's bytes.
+const POD_LOG_TAIL_LINES: i64 = POD_LOG_CAP as i64 + 1;
+
+/// Room for the line saying the log was cut, within [`POD_LOG_CAP`].
+const CUT_NOTE_ROOM: usize = 64;
+
+/// The line before a cut log's end.
+pub const CUT_NOTE: &str = "[earlier output not shown]";
 
 /// A hook delete policy (`helm.sh/hook-delete-policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +161,9 @@ pub struct HookRun {
     pub timed_out: bool,
     /// Whether a delete policy removed it afterwards.
     pub deleted: bool,
+    /// For a failed Pod hook, or Job hook with pods: their logs, each `POD LOGS: <pod>`
+    /// then what it printed (at most [`POD_LOG_CAP`] bytes of it), blank-line separated.
+    pub logs: Option<String>,
 }
 
 /// Errors running a hook (a hook that runs and fails is not an error: see [`HookRun`]).
@@ -362,14 +392,22 @@ impl ClusterApi {
 
         let (phase, failure, timed_out) = self.watch_hook(&running, options.timeout).await;
         tracing::debug!(hook = %object, phase = phase.as_str(), "hook finished");
+        let completed_at = Some(Timestamp::now());
+        // Before any delete policy removes the pods, as Helm outputs them.
+        let logs = if phase == HookPhase::Failed {
+            self.hook_logs(&running).await
+        } else {
+            None
+        };
         let mut run = HookRun {
             object,
             started_at,
-            completed_at: Some(Timestamp::now()),
+            completed_at,
             phase,
             failure,
             timed_out,
             deleted: false,
+            logs,
         };
         let (policy, wanted) = match phase {
             HookPhase::Failed => (
@@ -483,22 +521,79 @@ impl ClusterApi {
         }
     }
 
+    /// The logs of a failed hook's pods: the Pod itself, or every pod of a Job (Helm's
+    /// `job-name` pods, found here by the Job's uid so an earlier Job's are not taken).
+    async fn hook_logs(&self, hook: &Resource) -> Option<String> {
+        let ns = hook.namespace()?;
+        let pods: Vec<Value> = match hook.kind() {
+            "Pod" => vec![serde_json::to_value(&hook.object).ok()?],
+            "Job" => self
+                .job_pods(hook)
+                .await?
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
+            _ => return None,
+        };
+        let mut blocks = Vec::new();
+        for pod in &pods {
+            let Some(name) = pod.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let containers: Vec<&str> = pod
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+                .unwrap_or_default();
+            blocks.push(self.pod_log(ns, name, &containers).await);
+        }
+        (!blocks.is_empty()).then(|| blocks.join("\n\n"))
+    }
+
+    /// One pod's log as Helm prints it: `POD LOGS: <pod>`, then what each container printed
+    /// (in order, as Helm's hook output copies them one after the other), cut to its end.
+    async fn pod_log(&self, namespace: &str, pod: &str, containers: &[&str]) -> String {
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let mut text = Vec::new();
+        for container in containers {
+            let params = LogParams {
+                container: Some((*container).to_owned()),
+                tail_lines: Some(POD_LOG_TAIL_LINES),
+                ..LogParams::default()
+            };
+            if let Err(e) = read_tail(&api, pod, &params, &mut text).await {
+                return format!(
+                    "POD LOGS: {pod}\nunable to get pod logs for {pod}: {}",
+                    super::error_chain(&ApiFailure(e))
+                );
+            }
+        }
+        let text = String::from_utf8_lossy(&text);
+        format!("POD LOGS: {pod}\n{}", cut_log(&text).trim_end_matches('\n'))
+    }
+
+    /// The pods of a Job (by its uid label).
+    async fn job_pods(&self, job: &Resource) -> Option<Vec<DynamicObject>> {
+        let ns = job.namespace()?;
+        let uid = job.object.metadata.uid.as_deref()?;
+        let pods: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(self.client.clone(), ns, &pod_resource());
+        let selector = format!("batch.kubernetes.io/controller-uid={uid}");
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        Some(list.items)
+    }
+
     /// The failure of a failed pod of a Job (found by the Job's uid label, so pods of an
     /// earlier Job of the same name are not mistaken for it), when one can be found.
     async fn failed_job_pod(&self, job: &Resource) -> Option<String> {
         let ns = job.namespace()?;
         let uid = job.object.metadata.uid.as_deref()?;
-        let pods: kube::Api<DynamicObject> = kube::Api::namespaced_with(
-            self.client.clone(),
-            ns,
-            &ApiResource {
-                group: String::new(),
-                version: "v1".to_owned(),
-                api_version: "v1".to_owned(),
-                kind: "Pod".to_owned(),
-                plural: "pods".to_owned(),
-            },
-        );
+        let pods: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(self.client.clone(), ns, &pod_resource());
         let selector = format!("batch.kubernetes.io/controller-uid={uid}");
         let list = pods
             .list(&ListParams::default().labels(&selector))
@@ -510,6 +605,60 @@ impl ClusterApi {
                 .then(|| format!("pod {}: {}", p.name_any(), pod_failure(&json)))
         })
     }
+}
+
+fn pod_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".to_owned(),
+        api_version: "v1".to_owned(),
+        kind: "Pod".to_owned(),
+        plural: "pods".to_owned(),
+    }
+}
+
+/// Appends a container's log to `out`, keeping at most twice [`POD_LOG_CAP`] bytes of its
+/// end in memory (enough for [`cut_log`] to see that it is longer than the cap).
+async fn read_tail(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &str,
+    params: &LogParams,
+    out: &mut Vec<u8>,
+) -> Result<(), kube::Error> {
+    use futures::AsyncReadExt as _;
+    let mut stream = Box::pin(api.log_stream(pod, params).await?);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(kube::Error::ReadEvents)?;
+        if n == 0 {
+            return Ok(());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if out.len() > 2 * POD_LOG_CAP {
+            out.drain(..out.len() - 2 * POD_LOG_CAP);
+        }
+    }
+}
+
+/// A log cut to at most [`POD_LOG_CAP`] bytes: its end, from the first whole line, after
+/// [`CUT_NOTE`]. A log within the cap is returned as it is.
+pub fn cut_log(log: &str) -> String {
+    if log.len() <= POD_LOG_CAP {
+        return log.to_owned();
+    }
+    let mut start = log.len() - (POD_LOG_CAP - CUT_NOTE_ROOM);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(nl) = log[start..].find('\n')
+        && start + nl + 1 < log.len()
+    {
+        start += nl + 1;
+    }
+    format!("{CUT_NOTE}\n{}", &log[start..])
 }
 
 fn describe_running(kind: &str, obj: &DynamicObject) -> String {
@@ -535,5 +684,35 @@ fn describe_running(kind: &str, obj: &DynamicObject) -> String {
                 .and_then(Value::as_str)
                 .unwrap_or("unknown")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_within_the_cap_is_kept_whole_and_a_longer_one_keeps_its_end_from_a_whole_line() {
+        let short = "one\ntwo\n";
+        assert_eq!(cut_log(short), short);
+        let exact = "x".repeat(POD_LOG_CAP);
+        assert_eq!(cut_log(&exact), exact);
+
+        let long: String = (0..1000).map(|i| format!("line {i:04}\n")).collect();
+        let cut = cut_log(&long);
+        assert!(cut.len() <= POD_LOG_CAP, "{} bytes", cut.len());
+        assert!(cut.ends_with("line 0999\n"), "the end is kept");
+        let (note, rest) = cut.split_once('\n').expect("a note line");
+        assert!(rest.starts_with("line "), "from a whole line: {rest:.20}");
+        assert!(long.ends_with(rest));
+        assert_eq!(note, CUT_NOTE);
+    }
+
+    #[test]
+    fn a_long_log_without_newlines_or_with_multibyte_text_is_cut_on_a_character_boundary() {
+        let long = "é".repeat(POD_LOG_CAP);
+        let cut = cut_log(&long);
+        assert!(cut.len() <= POD_LOG_CAP);
+        assert!(cut.ends_with('é'));
     }
 }

@@ -21,6 +21,7 @@ use flotilla_chart::release::{
     Hook, HookDeletePolicy as RecordDeletePolicy, HookEvent, HookExecution,
     HookPhase as RecordPhase, Release, Status,
 };
+use flotilla_chart::render::PostRenderHooks;
 use flotilla_chart::time::GoTime;
 use flotilla_chart::{Chart, Values};
 use flotilla_core::duration::GoDuration;
@@ -194,7 +195,15 @@ impl Executor<'_> {
             outcome.inventory = exec.inventory(&last).await;
         }
         if !errors.is_empty() {
-            outcome.error = Some(error::join(&errors));
+            // A failed hook's pod logs follow the message (status and Event), as `helm test
+            // --logs` prints them after the result; the release record's description
+            // (`Display`) holds no log, as Helm's.
+            let mut message = error::join(&errors);
+            for logs in errors.iter().filter_map(ActionError::pod_logs) {
+                message.push_str("\n\n");
+                message.push_str(logs);
+            }
+            outcome.error = Some(message);
             outcome.error_is_transient = errors.iter().all(ActionError::is_transient);
         }
         outcome
@@ -285,8 +294,11 @@ impl Executor<'_> {
                 .flatten()
                 .map(post_renderer)
                 .collect(),
-            post_render_hooks: self.plan.options.post_render_strategy
-                != Some(PostRenderStrategy::Nohooks),
+            post_render_hooks: match self.plan.options.post_render_strategy {
+                None | Some(PostRenderStrategy::Combined) => PostRenderHooks::Combined,
+                Some(PostRenderStrategy::Separate) => PostRenderHooks::Separate,
+                Some(PostRenderStrategy::Nohooks) => PostRenderHooks::Excluded,
+            },
         };
         let renderer = self.renderer.clone();
         let chart = chart.clone();
@@ -524,6 +536,7 @@ impl Executor<'_> {
                                 object: run.object,
                                 reason,
                                 timed_out: run.timed_out,
+                                logs: run.logs,
                             });
                             break;
                         }

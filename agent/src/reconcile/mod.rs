@@ -38,11 +38,13 @@
 //!   the action's identity. `upgrade.preserveValues` (Helm's `--reuse-values`),
 //!   `install.replace`, `disableSchemaValidation` and `spec.commonMetadata` are honoured.
 //! - `spec.postRenderers` (kustomize patches and images, `flotilla_chart::postrender`) run
-//!   over the rendered templates, hooks included unless `postRenderStrategy: nohooks`,
-//!   before `spec.commonMetadata`, as helm-controller chains them.
+//!   over the rendered templates, hooks in the same stream (`postRenderStrategy: combined`,
+//!   the default), in one of their own (`separate`) or not at all (`nohooks`), before
+//!   `spec.commonMetadata`, as helm-controller chains them.
+//! - A failed hook's or test pod's log follows the failure message in the status and Event
+//!   (`POD LOGS: <pod>`, capped: `crate::kube::hook`).
 //!
-//! Not here yet: client-side apply and `force`, hook output logs, and the inventory in the
-//! status.
+//! Not here yet: client-side apply and `force`, and the inventory in the status.
 
 // Errors name their object for people; they are built on the failure path only, so their
 // size does not matter.

@@ -48,9 +48,8 @@ pub struct RenderOptions {
     pub skip_schema_validation: bool,
     /// `spec.postRenderers`, run in order over the rendered templates.
     pub post_renderers: Vec<flotilla_chart::postrender::PostRenderer>,
-    /// Whether hooks go through the post-renderers too (`postRenderStrategy` other than
-    /// `nohooks`).
-    pub post_render_hooks: bool,
+    /// How hooks go through the post-renderers (`postRenderStrategy`).
+    pub post_render_hooks: flotilla_chart::render::PostRenderHooks,
 }
 
 /// One file of the chart's `crds/` directory.

@@ -37,7 +37,7 @@ pub use engine::{
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
-    OutputFile, ReleaseRenderError, RenderOptions, RenderedRelease, Stdout, TemplateError,
-    TemplateOptions, TemplateOutput, WriteMode, make_rsa_keys_early, render_release,
+    OutputFile, PostRenderHooks, ReleaseRenderError, RenderOptions, RenderedRelease, Stdout,
+    TemplateError, TemplateOptions, TemplateOutput, WriteMode, make_rsa_keys_early, render_release,
     render_release_post_rendered, template,
 };

@@ -356,19 +356,33 @@ pub fn render_release(
     opts: &RenderOptions,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
-    render_release_post_rendered(chart, user, opts, &[], true, warnings)
+    render_release_post_rendered(chart, user, opts, &[], PostRenderHooks::Combined, warnings)
+}
+
+/// How hooks meet the post-renderers (Helm v4's `PostRenderStrategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PostRenderHooks {
+    /// `combined` (Helm v4's default): every template file goes through them in one stream
+    /// before hooks and manifests are sorted.
+    #[default]
+    Combined,
+    /// `separate` (Helm v4.2): hooks and manifests are sorted first, then each group goes
+    /// through them in a stream of its own (so an object in both is no duplicate), and the
+    /// results are sorted again together.
+    Separate,
+    /// `nohooks` (Helm 3's behaviour): only the non-hook documents go through them, after
+    /// sorting.
+    Excluded,
 }
 
 /// [`render_release`] with post-renderers run over the rendered files (CRDs from `crds/` and
-/// notes never), as Helm v4 does. With `hooks_too` (Helm v4's `combined` strategy) every
-/// template file goes through them before hooks and manifests are sorted; without it (the
-/// `nohooks` strategy, Helm 3's behaviour) only the non-hook documents do, after sorting.
+/// notes never), as Helm v4 does, hooks as `hooks` says.
 pub fn render_release_post_rendered(
     chart: &Chart,
     user: &Values,
     opts: &RenderOptions,
     post_renderers: &[crate::postrender::PostRenderer],
-    hooks_too: bool,
+    hooks: PostRenderHooks,
     warnings: &mut Vec<String>,
 ) -> Result<RenderedRelease, ReleaseRenderError> {
     let sorted = render_sorted(
@@ -377,7 +391,7 @@ pub fn render_release_post_rendered(
         user,
         opts,
         post_renderers,
-        hooks_too,
+        hooks,
         warnings,
     )?;
     let mut manifest = String::new();
@@ -429,7 +443,7 @@ fn render_sorted(
     user: &Values,
     opts: &RenderOptions,
     post_renderers: &[crate::postrender::PostRenderer],
-    hooks_too: bool,
+    hooks: PostRenderHooks,
     warnings: &mut Vec<String>,
 ) -> Result<SortedRelease, ReleaseRenderError> {
     let HandedOver {
@@ -470,13 +484,13 @@ fn render_sorted(
     let root_notes = format!("{}/templates/NOTES.txt", chart.name());
     let notes = files.remove(&root_notes).unwrap_or_default();
     files.retain(|k, _| !k.ends_with("NOTES.txt"));
-    let post_render = |files: &BTreeMap<String, String>| {
+    let post_render = |files: &BTreeMap<String, String>, group: &str| {
         crate::postrender::post_render_files(files, post_renderers).map_err(|e| {
-            ReleaseRenderError::Render(format!("error while running post render on files: {e}"))
+            ReleaseRenderError::Render(format!("error while running post render on {group}: {e}"))
         })
     };
-    if hooks_too && !post_renderers.is_empty() {
-        files = post_render(&files)?;
+    if hooks == PostRenderHooks::Combined && !post_renderers.is_empty() {
+        files = post_render(&files, "files")?;
     }
 
     let mut sorted = sort_manifests(&files, INSTALL_ORDER)
@@ -484,17 +498,25 @@ fn render_sorted(
     // The documents are copies: the rendered files are not needed any more.
     drop(files);
     warnings.extend(std::mem::take(&mut sorted.warnings));
-    if !hooks_too && !post_renderers.is_empty() {
+    if hooks != PostRenderHooks::Combined && !post_renderers.is_empty() {
         // Only the release's own documents, regrouped by the file they came from.
         let mut manifests: BTreeMap<String, String> = BTreeMap::new();
         for m in &sorted.manifests {
-            let text = manifests.entry(m.name.clone()).or_default();
-            if !text.is_empty() {
-                text.push_str("\n---\n");
-            }
-            text.push_str(&m.content);
+            append_document(&mut manifests, &m.name, &m.content);
         }
-        let rendered = post_render(&manifests)?;
+        let mut rendered = post_render(&manifests, "manifests")?;
+        if hooks == PostRenderHooks::Separate {
+            // The hooks in a stream of their own, then everything sorted together, as Helm's
+            // `renderResources` does.
+            let mut hook_files: BTreeMap<String, String> = BTreeMap::new();
+            for h in &sorted.hooks {
+                append_document(&mut hook_files, &h.path, &h.manifest);
+            }
+            for (path, text) in post_render(&hook_files, "hooks")? {
+                append_document(&mut rendered, &path, &text);
+            }
+            sorted.hooks.clear();
+        }
         let resorted = sort_manifests(&rendered, INSTALL_ORDER)
             .map_err(|e| ReleaseRenderError::Render(e.to_string()))?;
         warnings.extend(resorted.warnings);
@@ -507,6 +529,16 @@ fn render_sorted(
         hooks: sorted.hooks,
         notes,
     })
+}
+
+/// Adds a document to the text of file `path` (`---`-separated, as Helm joins a file's
+/// documents when it regroups them).
+fn append_document(files: &mut BTreeMap<String, String>, path: &str, document: &str) {
+    let text = files.entry(path.to_owned()).or_default();
+    if !text.is_empty() {
+        text.push_str("\n---\n");
+    }
+    text.push_str(document);
 }
 
 fn io_error_text(op: &str, path: &str, e: &std::io::Error) -> String {
@@ -791,7 +823,7 @@ fn render_chart(
         &user,
         &render_opts,
         &opts.post_renderers,
-        true,
+        PostRenderHooks::Combined,
         &mut warnings,
     ) {
         Ok(r) => r,

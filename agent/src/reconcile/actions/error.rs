@@ -166,6 +166,10 @@ pub enum ActionError {
         reason: String,
         /// It did not finish in time.
         timed_out: bool,
+        /// The hook's pods' logs (`POD LOGS: <pod>` blocks, capped), for the failure
+        /// message and Event: not in `Display`, which also makes the failed record's
+        /// description (Helm's holds no log); [`ActionError::pod_logs`] gives them.
+        logs: Option<String>,
     },
     /// A hook could not be run.
     #[error("failed {event}: {}", error_chain(.error))]
@@ -232,6 +236,16 @@ pub(super) fn join(errors: &[ActionError]) -> String {
 }
 
 impl ActionError {
+    /// The pod logs of a failed hook (this error's, or the first of an uninstall's that has
+    /// them), in Helm's form, to follow the message in the status and Event.
+    pub fn pod_logs(&self) -> Option<&str> {
+        match self {
+            ActionError::HookFailed { logs, .. } => logs.as_deref(),
+            ActionError::Uninstall { errors } => errors.iter().find_map(ActionError::pod_logs),
+            _ => None,
+        }
+    }
+
     /// A short, bounded name for the failure (a metric label).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -413,6 +427,7 @@ mod tests {
                     object: object("Pod", "web-migrate"),
                     reason: "container \"migrate\" terminated: Error (exit code 1)".into(),
                     timed_out: false,
+                    logs: None,
                 },
                 "failed pre-install: failed early due to stalled resources: [Pod/default/web-migrate status: 'Failed']",
                 "hook_failed",
@@ -424,6 +439,7 @@ mod tests {
                     object: object("Job", "web-migrate"),
                     reason: "timed out".into(),
                     timed_out: true,
+                    logs: None,
                 },
                 "pre-upgrade hooks failed: timeout waiting for: [Job/default/web-migrate status: 'InProgress']",
                 "hook_failed",
@@ -435,6 +451,7 @@ mod tests {
                     object: object("Pod", "web-test"),
                     reason: "container \"test\" terminated: Error (exit code 1)".into(),
                     timed_out: false,
+                    logs: None,
                 },
                 "failed early due to stalled resources: [Pod/default/web-test status: 'Failed']",
                 "hook_failed",
@@ -536,6 +553,7 @@ mod tests {
                             object: object("Job", "web-cleanup"),
                             reason: "failed".into(),
                             timed_out: false,
+                            logs: Some("POD LOGS: web-cleanup\nboom".into()),
                         },
                     ],
                 },
@@ -581,5 +599,29 @@ mod tests {
             format!("creating namespace apps: {kube_text}")
         );
         assert_eq!((error.kind(), error.is_transient()), ("namespace", false));
+    }
+
+    #[test]
+    fn a_failed_hooks_pod_logs_stay_out_of_the_message_and_are_found_through_an_uninstall() {
+        let failed = ActionError::HookFailed {
+            event: HookEvent::Test,
+            object: object("Pod", "web-test"),
+            reason: "failed".into(),
+            timed_out: false,
+            logs: Some("POD LOGS: web-test\nassertion failed".into()),
+        };
+        assert!(!failed.to_string().contains("POD LOGS"));
+        assert_eq!(
+            failed.pod_logs(),
+            Some("POD LOGS: web-test\nassertion failed")
+        );
+        let uninstall = ActionError::Uninstall {
+            errors: vec![ActionError::DriftNotDetected, failed],
+        };
+        assert_eq!(
+            uninstall.pod_logs(),
+            Some("POD LOGS: web-test\nassertion failed")
+        );
+        assert_eq!(ActionError::DriftNotDetected.pod_logs(), None);
     }
 }
