@@ -1,5 +1,6 @@
 //! Flux fidelity of what the agent leaves behind, against real local clusters: the
-//! `status.inventory` of its releases, and releases the plain helm CLI (the reference helm
+//! `status.inventory` of its releases, the origin labels of the stored manifest, hooks and
+//! chart CRDs, and releases the plain helm CLI (the reference helm
 //! v4, without `--force-conflicts`) upgrades and rolls back as if helm had made them. Each
 //! test starts its own cluster.
 
@@ -7,9 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
-use flotilla_agent::kube::FIELD_MANAGER;
 use flotilla_agent::kube::apply::{ApplyOptions, ReleaseRef};
 use flotilla_agent::kube::manifest::parse_manifest;
+use flotilla_agent::kube::{
+    FIELD_MANAGER, ORIGIN_FIELD_MANAGER, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+};
 use flotilla_agent::reconcile::delete_release;
 use flotilla_agent::reconcile::render::{ChartRenderer, LiteralRenderer};
 use flotilla_core::meta::{ConditionStatus, condition, reason};
@@ -18,6 +21,7 @@ use flotilla_core::status::ResourceInventory;
 use flotilla_tests::tools;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
 
 use common::{Hr, run};
@@ -254,6 +258,155 @@ async fn objects_an_earlier_agent_applied_as_flotilla_become_helms_on_the_next_a
     assert_eq!(
         cms.get("settings").await?.data.unwrap_or_default()["a"],
         "2"
+    );
+    Ok(())
+}
+
+/// The labels of every object of a manifest (`helm get manifest` or `helm get hooks`), as
+/// `kind/name -> (origin name, origin namespace)`.
+fn origin_labels(manifest: &str) -> anyhow::Result<Vec<(String, Option<String>, Option<String>)>> {
+    Ok(parse_manifest(manifest)?
+        .into_iter()
+        .map(|o| {
+            let labels = o.object.metadata.labels.unwrap_or_default();
+            (
+                format!(
+                    "{}/{}",
+                    o.gvk.kind,
+                    o.object.metadata.name.unwrap_or_default()
+                ),
+                labels.get(OWNER_NAME_LABEL).cloned(),
+                labels.get(OWNER_NAMESPACE_LABEL).cloned(),
+            )
+        })
+        .collect())
+}
+
+fn labelled(objects: &[&str], name: &str) -> Vec<(String, Option<String>, Option<String>)> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                (*o).to_owned(),
+                Some(name.to_owned()),
+                Some("default".to_owned()),
+            )
+        })
+        .collect()
+}
+
+/// The live ConfigMap's origin labels and whether the origin manager applied them.
+async fn live_origin(
+    cms: &Api<ConfigMap>,
+    name: &str,
+) -> anyhow::Result<(Option<String>, Option<String>, bool)> {
+    let live = cms.get(name).await?;
+    let labels = live.metadata.labels.unwrap_or_default();
+    let by_origin_manager = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .any(|e| e.manager.as_deref() == Some(ORIGIN_FIELD_MANAGER));
+    Ok((
+        labels.get(OWNER_NAME_LABEL).cloned(),
+        labels.get(OWNER_NAMESPACE_LABEL).cloned(),
+        by_origin_manager,
+    ))
+}
+
+#[tokio::test]
+async fn the_stored_manifest_and_hooks_carry_the_origin_labels_a_plain_helm_upgrade_keeps_them_live_and_chart_crds_get_only_them()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = common::start("fid-origin", Arc::new(ChartRenderer::default())).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client().await?, "default");
+
+    // Flux's OriginLabels post-renderer runs last: it wins over commonMetadata's value of
+    // the same key, and goes over hooks too (postRenderStrategy unset: Helm 4's combined).
+    let web = Hr::new("web", "with-hook")
+        .spec("  commonMetadata:\n    labels:\n      helm.flotilla.dev/name: not-this\n      tier: common")
+        .plan();
+    assert_eq!(run(&ctx, &web).await?.actions, ["install"]);
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/web-plain"], "web"),
+        "{manifest}"
+    );
+    assert!(manifest.contains("tier: common"), "{manifest}");
+    let hooks = tools::helm_in(&kubeconfig, &["get", "hooks", "web"])?;
+    assert_eq!(
+        origin_labels(&hooks)?,
+        labelled(&["ConfigMap/web-hooked"], "web"),
+        "{hooks}"
+    );
+    let origin = (Some("web".to_owned()), Some("default".to_owned()), true);
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+
+    // A plain helm upgrade renders without Flux's post-renderer: its manifest has no origin
+    // labels (as under Flux), yet the live object keeps them, as Flux's (another manager's).
+    let chart = common::charts().join("with-hook");
+    let chart = chart.to_str().expect("the repo path is UTF-8");
+    tools::helm_in(&kubeconfig, &["upgrade", "web", chart, "--reuse-values"])?;
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        [("ConfigMap/web-plain".to_owned(), None, None)],
+        "{manifest}"
+    );
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+
+    // helm rollback to the agent's revision restores its manifest, labels included.
+    tools::helm_in(&kubeconfig, &["rollback", "web", "1"])?;
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web", "--revision", "3"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/web-plain"], "web"),
+        "{manifest}"
+    );
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+
+    // With postRenderStrategy nohooks, hooks are not post-rendered: no origin labels stored.
+    let quiet = Hr::new("quiet", "with-hook")
+        .spec("  postRenderStrategy: nohooks")
+        .plan();
+    assert_eq!(run(&ctx, &quiet).await?.actions, ["install"]);
+    let hooks = tools::helm_in(&kubeconfig, &["get", "hooks", "quiet"])?;
+    assert_eq!(
+        origin_labels(&hooks)?,
+        [("ConfigMap/quiet-hooked".to_owned(), None, None)],
+        "{hooks}"
+    );
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "quiet"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/quiet-plain"], "quiet"),
+        "{manifest}"
+    );
+
+    // A chart's crds/ get the origin labels (Flux's setOriginVisitor) and none of Helm's
+    // release metadata, which Helm and Flux do not put on them.
+    let widgets = Hr::new("widgets", "with-crd").plan();
+    assert_eq!(run(&ctx, &widgets).await?.actions, ["install"]);
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client().await?);
+    let crd = crds.get("widgets.example.flotilla.dev").await?;
+    let labels = crd.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (OWNER_NAME_LABEL, "widgets"),
+            (OWNER_NAMESPACE_LABEL, "default")
+        ],
+        "{labels:?}"
+    );
+    let annotations = crd.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("meta.helm.sh/")),
+        "{annotations:?}"
     );
     Ok(())
 }
