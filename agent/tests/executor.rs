@@ -691,7 +691,7 @@ async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> 
     let live = cms.get("settings").await?;
     let data = live.data.unwrap_or_default();
     assert_eq!(data.keys().collect::<Vec<_>>(), ["kept"]);
-    let managers: Vec<(String, String)> = live
+    let mut managers: Vec<(String, String)> = live
         .metadata
         .managed_fields
         .unwrap_or_default()
@@ -703,12 +703,13 @@ async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> 
             )
         })
         .collect();
+    managers.sort();
     // helm's client-side entry is gone; the owner labels are also the origin manager's.
     assert_eq!(
         managers,
         [
-            (FIELD_MANAGER.to_owned(), "Apply".to_owned()),
-            (ORIGIN_FIELD_MANAGER.to_owned(), "Apply".to_owned())
+            (ORIGIN_FIELD_MANAGER.to_owned(), "Apply".to_owned()),
+            (FIELD_MANAGER.to_owned(), "Apply".to_owned())
         ]
     );
     Ok(())

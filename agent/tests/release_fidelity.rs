@@ -187,20 +187,33 @@ async fn plain_helm_rollback_and_upgrade_operate_an_agent_release_and_the_agent_
     tools::helm_in(&kubeconfig, &["rollback", "demo", "4"])?;
     assert_eq!(replicas(&deployments).await?, all(3));
 
-    // Every server-side applied field of the Deployments is helm's.
+    // Every server-side applied field of the Deployments is helm's, but for the owner
+    // labels, which the origin manager holds too.
+    let origin_only = serde_json::json!({"f:metadata": {"f:labels": {
+        format!("f:{OWNER_NAME_LABEL}"): {},
+        format!("f:{OWNER_NAMESPACE_LABEL}"): {},
+    }}});
     for d in deployments
         .list(&ListParams::default().labels("app.kubernetes.io/instance=demo"))
         .await?
     {
-        let appliers: Vec<_> = d
+        let mut appliers: Vec<_> = d
             .metadata
             .managed_fields
             .unwrap_or_default()
             .into_iter()
             .filter(|e| e.operation.as_deref() == Some("Apply"))
-            .map(|e| e.manager.unwrap_or_default())
+            .map(|e| (e.manager.unwrap_or_default(), e.fields_v1.map(|f| f.0)))
             .collect();
-        assert_eq!(appliers, [FIELD_MANAGER], "{:?}", d.metadata.name);
+        appliers.sort_by(|a, b| a.0.cmp(&b.0));
+        let names: Vec<&str> = appliers.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(
+            names,
+            [ORIGIN_FIELD_MANAGER, FIELD_MANAGER],
+            "{:?}",
+            d.metadata.name
+        );
+        assert_eq!(appliers[0].1.as_ref(), Some(&origin_only));
     }
     Ok(())
 }
