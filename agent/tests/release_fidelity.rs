@@ -275,9 +275,12 @@ async fn objects_an_earlier_agent_applied_as_flotilla_become_helms_on_the_next_a
     Ok(())
 }
 
-/// The labels of every object of a manifest (`helm get manifest` or `helm get hooks`), as
-/// `kind/name -> (origin name, origin namespace)`.
-fn origin_labels(manifest: &str) -> anyhow::Result<Vec<(String, Option<String>, Option<String>)>> {
+/// `kind/name` of an object and its two origin labels.
+type Origin = (String, Option<String>, Option<String>);
+
+/// The origin labels of every object of a manifest (`helm get manifest` or `helm get
+/// hooks`).
+fn origin_labels(manifest: &str) -> anyhow::Result<Vec<Origin>> {
     Ok(parse_manifest(manifest)?
         .into_iter()
         .map(|o| {
@@ -295,7 +298,7 @@ fn origin_labels(manifest: &str) -> anyhow::Result<Vec<(String, Option<String>, 
         .collect())
 }
 
-fn labelled(objects: &[&str], name: &str) -> Vec<(String, Option<String>, Option<String>)> {
+fn labelled(objects: &[&str], name: &str) -> Vec<Origin> {
     objects
         .iter()
         .map(|o| {
@@ -356,6 +359,13 @@ async fn the_stored_manifest_and_hooks_carry_the_origin_labels_a_plain_helm_upgr
     );
     let origin = (Some("web".to_owned()), Some("default".to_owned()), true);
     assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+    let hook = cms
+        .get("web-hooked")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(hook.get(OWNER_NAME_LABEL).map(String::as_str), Some("web"));
 
     // A plain helm upgrade renders without Flux's post-renderer: its manifest has no origin
     // labels (as under Flux), yet the live object keeps them, as Flux's (another manager's).
@@ -380,7 +390,8 @@ async fn the_stored_manifest_and_hooks_carry_the_origin_labels_a_plain_helm_upgr
     );
     assert_eq!(live_origin(&cms, "web-plain").await?, origin);
 
-    // With postRenderStrategy nohooks, hooks are not post-rendered: no origin labels stored.
+    // With postRenderStrategy nohooks, hooks are not post-rendered: no origin labels, stored
+    // or live.
     let quiet = Hr::new("quiet", "with-hook")
         .spec("  postRenderStrategy: nohooks")
         .plan();
@@ -391,6 +402,9 @@ async fn the_stored_manifest_and_hooks_carry_the_origin_labels_a_plain_helm_upgr
         [("ConfigMap/quiet-hooked".to_owned(), None, None)],
         "{hooks}"
     );
+    let live_hook = cms.get("quiet-hooked").await?;
+    let hook = live_hook.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(hook.get(OWNER_NAME_LABEL), None, "{:?}", live_hook.metadata);
     let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "quiet"])?;
     assert_eq!(
         origin_labels(&manifest)?,

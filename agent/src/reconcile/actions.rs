@@ -119,6 +119,12 @@ impl Executor<'_> {
         }
     }
 
+    /// Whether hooks go through the post-renderers (`postRenderStrategy` other than
+    /// `nohooks`).
+    fn post_render_hooks(&self) -> bool {
+        self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks)
+    }
+
     /// `spec.maxHistory` (default 5; 0 or less keeps every record).
     fn max_history(&self) -> usize {
         usize::try_from(self.plan.options.max_history.unwrap_or(5)).unwrap_or(0)
@@ -288,8 +294,7 @@ impl Executor<'_> {
                 .flatten()
                 .map(post_renderer)
                 .collect(),
-            post_render_hooks: self.plan.options.post_render_strategy
-                != Some(PostRenderStrategy::Nohooks),
+            post_render_hooks: self.post_render_hooks(),
         };
         let renderer = self.renderer.clone();
         let chart = chart.clone();
@@ -299,7 +304,7 @@ impl Executor<'_> {
                 .await
                 .map_err(|error| ActionError::RenderStopped { error })?
                 .map_err(|error| ActionError::Render { error })?;
-        let hooks_too = self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks);
+        let hooks_too = self.post_render_hooks();
         if let Some(metadata) = &self.plan.options.common_metadata {
             apply_common_metadata(&mut rendered, metadata, hooks_too)?;
         }
@@ -493,7 +498,9 @@ impl Executor<'_> {
             };
             records.update(rls).await?;
             let options = HookOptions {
-                owner: Some(self.owner()),
+                // Flux's origin labels reach hooks through its post-renderer, which
+                // `nohooks` keeps them from.
+                owner: self.post_render_hooks().then(|| self.owner()),
                 defer_succeeded_deletion: true,
                 ..HookOptions::new(timeout)
             };
