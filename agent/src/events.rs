@@ -2,8 +2,9 @@
 //! with Flux's reasons, types, messages and annotations), posted to the workload cluster.
 //!
 //! Each event is a `core/v1` Event about the plan's HelmRelease (`involvedObject`:
-//! `helm.toolkit.fluxcd.io/v2` `HelmRelease` `namespace/name`, and its `uid` when the plan
-//! knows it), from component `flotilla-agent`, as client-go's recorder writes them: `count`,
+//! `helm.flotilla.dev/v1` `HelmRelease` `namespace/name`, and its `uid` when the plan
+//! knows it: the group and version of Flotilla's HelmRelease CRD, the object the plan was
+//! made from, as Flux's Events name `helm.toolkit.fluxcd.io/v2`, its own), from component `flotilla-agent`, as client-go's recorder writes them: `count`,
 //! `firstTimestamp` and `lastTimestamp`, and a repeat of the same event (same object and
 //! uid, type, reason and message) counted on the existing Event (`count` + 1, a new
 //! `lastTimestamp`) rather than posted again. The Event's name is derived from that key, so
@@ -34,8 +35,9 @@ use crate::kube::ApiFailure;
 
 /// The component events are reported by.
 pub const COMPONENT: &str = "flotilla-agent";
-/// The API version events name their HelmRelease with.
-pub const HELM_RELEASE_API_VERSION: &str = "helm.toolkit.fluxcd.io/v2";
+/// The API version events name their HelmRelease with: that of Flotilla's HelmRelease CRD
+/// (`flotilla_api::HelmRelease`), whatever API version a plan file was written with.
+pub const HELM_RELEASE_API_VERSION: &str = "helm.flotilla.dev/v1";
 /// New-style Events allow this many bytes of message.
 const NOTE_LENGTH_LIMIT: usize = 1024;
 
@@ -273,6 +275,15 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_name_the_api_version_of_flotillas_helm_release_crd() {
+        use kube::Resource as _;
+        assert_eq!(
+            HELM_RELEASE_API_VERSION,
+            flotilla_api::HelmRelease::api_version(&())
+        );
+    }
 
     #[test]
     fn the_tenth_distinct_message_of_a_group_within_the_window_is_combined() {

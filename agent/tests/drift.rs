@@ -654,7 +654,7 @@ async fn events_about_a_helm_release_of_a_namespace_the_cluster_lacks_go_to_the_
     assert_eq!(event["involvedObject"]["namespace"], "flux-system");
     assert_eq!(
         event["involvedObject"]["apiVersion"],
-        "helm.toolkit.fluxcd.io/v2"
+        "helm.flotilla.dev/v1"
     );
     assert_eq!(event["source"]["component"], "flotilla-agent");
     assert_eq!(

@@ -73,7 +73,7 @@ async fn events_name_the_helmrelease_uid_and_repeats_are_counted_per_uid() -> an
     assert_eq!(e.involved_object.uid.as_deref(), Some(first_uid));
     assert_eq!(
         e.involved_object.api_version.as_deref(),
-        Some("helm.toolkit.fluxcd.io/v2")
+        Some("helm.flotilla.dev/v1")
     );
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     assert_eq!(e.count, Some(2), "{e:#?}");

@@ -10,8 +10,8 @@ use flotilla_agent::kube::impersonate::service_account_client;
 use flotilla_agent::kube::manifest::parse_manifest;
 use flotilla_agent::kube::wait::{WaitError, WaitOptions};
 use flotilla_agent::kube::{
-    ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_NAME_LABEL, RELEASE_NAME_ANNOTATION,
-    Resource, error_chain,
+    ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, ORIGIN_FIELD_MANAGER, OWNER_NAME_LABEL,
+    RELEASE_NAME_ANNOTATION, Resource, error_chain,
 };
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -713,14 +713,27 @@ async fn fields_helm_set_client_side_and_dropped_from_the_chart_are_pruned() -> 
     let live = cms.get("settings").await?;
     let data = live.data.unwrap_or_default();
     assert_eq!(data.keys().collect::<Vec<_>>(), ["kept"]);
-    let managers: Vec<String> = live
+    let mut managers: Vec<(String, String)> = live
         .metadata
         .managed_fields
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|e| e.manager)
+        .map(|e| {
+            (
+                e.manager.unwrap_or_default(),
+                e.operation.unwrap_or_default(),
+            )
+        })
         .collect();
-    assert_eq!(managers, [FIELD_MANAGER]);
+    managers.sort();
+    // helm's client-side entry is gone; the owner labels are also the origin manager's.
+    assert_eq!(
+        managers,
+        [
+            (ORIGIN_FIELD_MANAGER.to_owned(), "Apply".to_owned()),
+            (FIELD_MANAGER.to_owned(), "Apply".to_owned())
+        ]
+    );
     Ok(())
 }
 

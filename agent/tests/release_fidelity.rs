@@ -1,5 +1,6 @@
 //! Flux fidelity of what the agent leaves behind, against real local clusters: the
-//! `status.inventory` of its releases, and releases the plain helm CLI (the reference helm
+//! `status.inventory` of its releases, the origin labels of the stored manifest, hooks and
+//! chart CRDs, and releases the plain helm CLI (the reference helm
 //! v4, without `--force-conflicts`) upgrades and rolls back as if helm had made them. Each
 //! test starts its own cluster.
 
@@ -7,9 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
-use flotilla_agent::kube::FIELD_MANAGER;
 use flotilla_agent::kube::apply::{ApplyOptions, ReleaseRef};
 use flotilla_agent::kube::manifest::parse_manifest;
+use flotilla_agent::kube::{
+    FIELD_MANAGER, ORIGIN_FIELD_MANAGER, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+};
 use flotilla_agent::reconcile::delete_release;
 use flotilla_agent::reconcile::render::{ChartRenderer, LiteralRenderer};
 use flotilla_core::meta::{ConditionStatus, condition, reason};
@@ -18,6 +21,7 @@ use flotilla_core::status::ResourceInventory;
 use flotilla_tests::tools;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
 
 use common::{Hr, run};
@@ -183,20 +187,33 @@ async fn plain_helm_rollback_and_upgrade_operate_an_agent_release_and_the_agent_
     tools::helm_in(&kubeconfig, &["rollback", "demo", "4"])?;
     assert_eq!(replicas(&deployments).await?, all(3));
 
-    // Every server-side applied field of the Deployments is helm's.
+    // Every server-side applied field of the Deployments is helm's, but for the owner
+    // labels, which the origin manager holds too.
+    let origin_only = serde_json::json!({"f:metadata": {"f:labels": {
+        format!("f:{OWNER_NAME_LABEL}"): {},
+        format!("f:{OWNER_NAMESPACE_LABEL}"): {},
+    }}});
     for d in deployments
         .list(&ListParams::default().labels("app.kubernetes.io/instance=demo"))
         .await?
     {
-        let appliers: Vec<_> = d
+        let mut appliers: Vec<_> = d
             .metadata
             .managed_fields
             .unwrap_or_default()
             .into_iter()
             .filter(|e| e.operation.as_deref() == Some("Apply"))
-            .map(|e| e.manager.unwrap_or_default())
+            .map(|e| (e.manager.unwrap_or_default(), e.fields_v1.map(|f| f.0)))
             .collect();
-        assert_eq!(appliers, [FIELD_MANAGER], "{:?}", d.metadata.name);
+        appliers.sort_by(|a, b| a.0.cmp(&b.0));
+        let names: Vec<&str> = appliers.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(
+            names,
+            [ORIGIN_FIELD_MANAGER, FIELD_MANAGER],
+            "{:?}",
+            d.metadata.name
+        );
+        assert_eq!(appliers[0].1.as_ref(), Some(&origin_only));
     }
     Ok(())
 }
@@ -254,6 +271,169 @@ async fn objects_an_earlier_agent_applied_as_flotilla_become_helms_on_the_next_a
     assert_eq!(
         cms.get("settings").await?.data.unwrap_or_default()["a"],
         "2"
+    );
+    Ok(())
+}
+
+/// `kind/name` of an object and its two origin labels.
+type Origin = (String, Option<String>, Option<String>);
+
+/// The origin labels of every object of a manifest (`helm get manifest` or `helm get
+/// hooks`).
+fn origin_labels(manifest: &str) -> anyhow::Result<Vec<Origin>> {
+    Ok(parse_manifest(manifest)?
+        .into_iter()
+        .map(|o| {
+            let labels = o.object.metadata.labels.unwrap_or_default();
+            (
+                format!(
+                    "{}/{}",
+                    o.gvk.kind,
+                    o.object.metadata.name.unwrap_or_default()
+                ),
+                labels.get(OWNER_NAME_LABEL).cloned(),
+                labels.get(OWNER_NAMESPACE_LABEL).cloned(),
+            )
+        })
+        .collect())
+}
+
+fn labelled(objects: &[&str], name: &str) -> Vec<Origin> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                (*o).to_owned(),
+                Some(name.to_owned()),
+                Some("default".to_owned()),
+            )
+        })
+        .collect()
+}
+
+/// The live ConfigMap's origin labels and whether the origin manager applied them.
+async fn live_origin(
+    cms: &Api<ConfigMap>,
+    name: &str,
+) -> anyhow::Result<(Option<String>, Option<String>, bool)> {
+    let live = cms.get(name).await?;
+    let labels = live.metadata.labels.unwrap_or_default();
+    let by_origin_manager = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .any(|e| e.manager.as_deref() == Some(ORIGIN_FIELD_MANAGER));
+    Ok((
+        labels.get(OWNER_NAME_LABEL).cloned(),
+        labels.get(OWNER_NAMESPACE_LABEL).cloned(),
+        by_origin_manager,
+    ))
+}
+
+#[tokio::test]
+async fn the_stored_manifest_and_hooks_carry_the_origin_labels_a_plain_helm_upgrade_keeps_them_live_and_chart_crds_get_only_them()
+-> anyhow::Result<()> {
+    let (cluster, ctx) = common::start("fid-origin", Arc::new(ChartRenderer::default())).await?;
+    let kubeconfig = cluster.kubeconfig().to_owned();
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client().await?, "default");
+
+    // Flux's OriginLabels post-renderer runs last: it wins over commonMetadata's value of
+    // the same key, and goes over hooks too (postRenderStrategy unset: Helm 4's combined).
+    let web = Hr::new("web", "with-hook")
+        .spec("  commonMetadata:\n    labels:\n      helm.flotilla.dev/name: not-this\n      tier: common")
+        .plan();
+    assert_eq!(run(&ctx, &web).await?.actions, ["install"]);
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/web-plain"], "web"),
+        "{manifest}"
+    );
+    assert!(manifest.contains("tier: common"), "{manifest}");
+    let hooks = tools::helm_in(&kubeconfig, &["get", "hooks", "web"])?;
+    assert_eq!(
+        origin_labels(&hooks)?,
+        labelled(&["ConfigMap/web-hooked"], "web"),
+        "{hooks}"
+    );
+    let origin = (Some("web".to_owned()), Some("default".to_owned()), true);
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+    let hook = cms
+        .get("web-hooked")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(hook.get(OWNER_NAME_LABEL).map(String::as_str), Some("web"));
+
+    // A plain helm upgrade renders without Flux's post-renderer: its manifest has no origin
+    // labels (as under Flux), yet the live object keeps them, as Flux's (another manager's).
+    let chart = common::charts().join("with-hook");
+    let chart = chart.to_str().expect("the repo path is UTF-8");
+    tools::helm_in(&kubeconfig, &["upgrade", "web", chart, "--reuse-values"])?;
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        [("ConfigMap/web-plain".to_owned(), None, None)],
+        "{manifest}"
+    );
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+
+    // helm rollback to the agent's revision restores its manifest, labels included.
+    tools::helm_in(&kubeconfig, &["rollback", "web", "1"])?;
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "web", "--revision", "3"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/web-plain"], "web"),
+        "{manifest}"
+    );
+    assert_eq!(live_origin(&cms, "web-plain").await?, origin);
+
+    // With postRenderStrategy nohooks, hooks are not post-rendered: no origin labels, stored
+    // or live.
+    let quiet = Hr::new("quiet", "with-hook")
+        .spec("  postRenderStrategy: nohooks")
+        .plan();
+    assert_eq!(run(&ctx, &quiet).await?.actions, ["install"]);
+    let hooks = tools::helm_in(&kubeconfig, &["get", "hooks", "quiet"])?;
+    assert_eq!(
+        origin_labels(&hooks)?,
+        [("ConfigMap/quiet-hooked".to_owned(), None, None)],
+        "{hooks}"
+    );
+    let live_hook = cms.get("quiet-hooked").await?;
+    let hook = live_hook.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(hook.get(OWNER_NAME_LABEL), None, "{:?}", live_hook.metadata);
+    let manifest = tools::helm_in(&kubeconfig, &["get", "manifest", "quiet"])?;
+    assert_eq!(
+        origin_labels(&manifest)?,
+        labelled(&["ConfigMap/quiet-plain"], "quiet"),
+        "{manifest}"
+    );
+
+    // A chart's crds/ get the origin labels (Flux's setOriginVisitor) and none of Helm's
+    // release metadata, which Helm and Flux do not put on them.
+    let widgets = Hr::new("widgets", "with-crd").plan();
+    assert_eq!(run(&ctx, &widgets).await?.actions, ["install"]);
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client().await?);
+    let crd = crds.get("widgets.example.flotilla.dev").await?;
+    let labels = crd.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (OWNER_NAME_LABEL, "widgets"),
+            (OWNER_NAMESPACE_LABEL, "default")
+        ],
+        "{labels:?}"
+    );
+    let annotations = crd.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("meta.helm.sh/")),
+        "{annotations:?}"
     );
     Ok(())
 }

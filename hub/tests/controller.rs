@@ -433,9 +433,10 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_targe
         helm_list(env.kubeconfig())?.is_empty(),
         "nothing is installed in the hub's cluster"
     );
-    // The edge agent's Events are relayed onto the HelmRelease in the hub's cluster.
-    wait::until("the relayed InstallSucceeded Event", TIMEOUT, || async {
-        let reasons = kubectl_in(
+    // The edge agent's Events are relayed onto the HelmRelease in the hub's cluster, naming
+    // its real API version (Flux's name `helm.toolkit.fluxcd.io/v2`, its own).
+    let relayed = wait::until("the relayed InstallSucceeded Event", TIMEOUT, || async {
+        let events = kubectl_in(
             env.kubeconfig(),
             &[
                 "get",
@@ -445,13 +446,19 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_targe
                 "--field-selector",
                 "involvedObject.name=podinfo-edge,involvedObject.kind=HelmRelease",
                 "-o",
-                "jsonpath={.items[*].reason}",
+                "jsonpath={range .items[*]}{.reason} {.involvedObject.apiVersion}{\"\\n\"}{end}",
             ],
             None,
         )?;
-        Ok(reasons.contains("InstallSucceeded").then_some(()))
+        Ok(events
+            .lines()
+            .any(|l| l.starts_with("InstallSucceeded "))
+            .then_some(events))
     })
     .await?;
+    for line in relayed.lines() {
+        assert!(line.ends_with(" helm.flotilla.dev/v1"), "{relayed}");
+    }
 
     // A registered cluster with no connected agent: a clear condition, nothing else.
     env.kubectl_apply(&podinfo_release(

@@ -36,9 +36,9 @@ use super::discovery::{DiscoveryError, no_match};
 use super::manifest::{KindOrder, ManifestObject};
 use super::wait::{WaitError, WaitOptions};
 use super::{
-    ApiFailure, ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_NAME_LABEL,
-    OWNER_NAMESPACE_LABEL, ObjectRef, PREVIOUS_FIELD_MANAGERS, RELEASE_NAME_ANNOTATION,
-    RELEASE_NAMESPACE_ANNOTATION, Resource,
+    ApiFailure, ClusterApi, FIELD_MANAGER, MANAGED_BY_LABEL, ORIGIN_FIELD_MANAGER,
+    OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, ObjectRef, PREVIOUS_FIELD_MANAGERS,
+    RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Resource,
 };
 
 /// The Helm release objects belong to.
@@ -77,6 +77,10 @@ pub struct ApplyOptions {
     pub owner: Option<HelmReleaseRef>,
     /// Helm's `--take-ownership`: adopt existing objects that lack the release's metadata.
     pub take_ownership: bool,
+    /// Whether Helm's release metadata (the `managed-by` label, the release annotations)
+    /// goes on every object (default). Not for a chart's `crds/`: Helm and Flux create those
+    /// as they are written, Flux adding only its origin labels ([`owner`](Self::owner)).
+    pub release_metadata: bool,
     /// The field manager (default [`FIELD_MANAGER`]).
     pub field_manager: String,
     /// How long to wait for a CRD applied earlier in the same call to serve its kind.
@@ -146,6 +150,7 @@ impl ApplyOptions {
             release,
             owner: None,
             take_ownership: false,
+            release_metadata: true,
             field_manager: FIELD_MANAGER.to_owned(),
             crd_timeout: Duration::from_secs(60),
             csa_managers: vec!["helm".to_owned(), "helm-controller".to_owned()],
@@ -346,16 +351,17 @@ impl std::error::Error for ApplyFailure {
     }
 }
 
-/// The object with Helm's release metadata and Flotilla's owner labels added (what is sent to
-/// the API server; the stored manifest stays as rendered).
+/// The object with Helm's release metadata (unless [`ApplyOptions::release_metadata`] is off)
+/// and Flotilla's owner labels added: what is sent to the API server (the stored manifest
+/// carries the owner labels already, added by the executor's last post-render step, but not
+/// Helm's metadata, as Helm stores it).
 pub fn with_release_metadata(object: &DynamicObject, options: &ApplyOptions) -> DynamicObject {
-    let mut object = object.clone();
+    let mut object = with_owner_labels(object, options.owner.as_ref());
+    if !options.release_metadata {
+        return object;
+    }
     let labels = object.labels_mut();
     labels.insert(MANAGED_BY_LABEL.to_owned(), "Helm".to_owned());
-    if let Some(owner) = &options.owner {
-        labels.insert(OWNER_NAME_LABEL.to_owned(), owner.name.clone());
-        labels.insert(OWNER_NAMESPACE_LABEL.to_owned(), owner.namespace.clone());
-    }
     let annotations = object.annotations_mut();
     annotations.insert(
         RELEASE_NAME_ANNOTATION.to_owned(),
@@ -432,6 +438,29 @@ pub fn other_owner(live: &DynamicObject, ours: &HelmReleaseRef) -> Option<String
         namespace.map_or("?", String::as_str),
         name.map_or("?", String::as_str)
     ))
+}
+
+/// Whether [`ORIGIN_FIELD_MANAGER`] applied both owner labels of `object`.
+fn owns_origin_labels(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| {
+            e.manager.as_deref() == Some(ORIGIN_FIELD_MANAGER)
+                && e.operation.as_deref() == Some("Apply")
+        })
+        .any(|e| {
+            let labels = e
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:metadata"))
+                .and_then(|m| m.get("f:labels"));
+            [OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL]
+                .iter()
+                .all(|l| labels.is_some_and(|ls| ls.get(format!("f:{l}")).is_some()))
+        })
 }
 
 fn check_existing(
@@ -708,6 +737,12 @@ impl ClusterApi {
             }
             Err(e) => return Err(apply_error(resource, e)),
         };
+        let applied = match &options.owner {
+            Some(owner) if !owns_origin_labels(&applied) => {
+                self.apply_origin_labels(resource, owner).await?
+            }
+            _ => applied,
+        };
         tracing::debug!(object = %resource.object_ref(), created = live.is_none(), "object applied");
         Ok((with_object(resource, applied), live.is_some()))
     }
@@ -815,6 +850,31 @@ impl ClusterApi {
             .map_err(|e| apply_error(resource, e))?;
         tracing::debug!(object = %resource.object_ref(), "object patched (client-side apply)");
         Ok((with_object(resource, patched), true))
+    }
+
+    /// Applies the owner labels alone with [`ORIGIN_FIELD_MANAGER`], so they stay when the
+    /// helm CLI's manager applies a manifest without them (a plain `helm upgrade`), as
+    /// Flux's do (owned by `helm-controller`, which the helm CLI is not).
+    async fn apply_origin_labels(
+        &self,
+        resource: &Resource,
+        owner: &HelmReleaseRef,
+    ) -> Result<DynamicObject, ApplyError> {
+        let api = resource.api(&self.client);
+        let mut body = DynamicObject::new(&resource.name(), &resource.api_resource);
+        body.metadata.namespace = None;
+        let labels = body.labels_mut();
+        labels.insert(OWNER_NAME_LABEL.to_owned(), owner.name.clone());
+        labels.insert(OWNER_NAMESPACE_LABEL.to_owned(), owner.namespace.clone());
+        api.patch(
+            &resource.name(),
+            &PatchParams::apply(ORIGIN_FIELD_MANAGER)
+                .force()
+                .validation_strict(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| apply_error(resource, e))
     }
 
     /// Hands the fields of earlier client-side managers to the apply manager (see

@@ -2,6 +2,15 @@
 //!
 //! A lookup that misses the cache asks the API server for that group-version again, so kinds
 //! added by a CRD applied moments ago become resolvable as soon as the API server serves them.
+//!
+//! This is why `spec.persistentClient` changes nothing here. In Flux (helm-controller
+//! v1.6.3, `internal/kube/client.go`) it only decides whether the discovery client and
+//! REST mapper of one reconciliation are kept between the steps of its Helm actions (true,
+//! the default) or made anew for each; kept ones may miss a kind a template CRD added
+//! moments ago (a post-install hook of that kind then fails, the trade-off its API doc
+//! names). This cache is kept, as `true` keeps it, and never answers "no such kind" from
+//! memory, as `false` never does: both settings behave as `false` would where they differ,
+//! without its cost, so the agent reads the field and does not act on it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

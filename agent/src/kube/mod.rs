@@ -63,6 +63,11 @@ use kube::Client;
 /// `kube.ManagedFieldsManager`, set to `helm-controller`; the agent forces conflicts, as
 /// Flux does for server-side applies.
 pub const FIELD_MANAGER: &str = "helm";
+/// The field manager that also applies the owner labels ([`OWNER_NAME_LABEL`],
+/// [`OWNER_NAMESPACE_LABEL`]) of release objects, once per object: a plain `helm upgrade`
+/// (manager [`FIELD_MANAGER`], a chart rendered without them) would otherwise remove them,
+/// where Flux's stay (its manager, `helm-controller`, is not the helm CLI's).
+pub const ORIGIN_FIELD_MANAGER: &str = "flotilla-origin";
 /// The field manager of the agent's own objects (its controller-state Secrets).
 pub const AGENT_FIELD_MANAGER: &str = "flotilla";
 /// Field managers earlier agents applied release objects with; their fields are handed to

@@ -40,7 +40,10 @@ use crate::kube::delete::{DeleteOptions, Propagation, removed_objects};
 use crate::kube::hook::{HookOptions, HookPhase};
 use crate::kube::manifest::{ManifestObject, parse_manifest};
 use crate::kube::wait::{WaitError, WaitOptions};
-use crate::kube::{ApiFailure, ClusterApi, ClusterLookup, Resource, error_chain};
+use crate::kube::{
+    ApiFailure, ClusterApi, ClusterLookup, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Resource,
+    error_chain,
+};
 use crate::storage::observation::{RecordError, observation_of};
 use crate::storage::transitions::{
     INSTALL_COMPLETE, INSTALL_UNDERWAY, PREPARING_UPGRADE, Rollback, SUPERSEDED_BY_NEW_RELEASE,
@@ -115,6 +118,12 @@ impl Executor<'_> {
             name: self.plan.object.name.to_string(),
             namespace: self.plan.object.namespace.to_string(),
         }
+    }
+
+    /// Whether hooks go through the post-renderers (`postRenderStrategy` other than
+    /// `nohooks`).
+    fn post_render_hooks(&self) -> bool {
+        self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks)
     }
 
     /// `spec.maxHistory` (default 5; 0 or less keeps every record).
@@ -308,11 +317,11 @@ impl Executor<'_> {
                 .await
                 .map_err(|error| ActionError::RenderStopped { error })?
                 .map_err(|error| ActionError::Render { error })?;
+        let hooks_too = self.post_render_hooks();
         if let Some(metadata) = &self.plan.options.common_metadata {
-            let hooks_too =
-                self.plan.options.post_render_strategy != Some(PostRenderStrategy::Nohooks);
             apply_common_metadata(&mut rendered, metadata, hooks_too)?;
         }
+        apply_origin_labels(&mut rendered, &self.owner(), hooks_too)?;
         Ok(rendered)
     }
 
@@ -467,6 +476,8 @@ impl Executor<'_> {
                 ..ClientSideApply::default()
             },
         );
+        // As Flux's `setOriginVisitor`: the origin labels and nothing of Helm's.
+        options.release_metadata = false;
         let report = self
             .cluster
             .apply(&wanted, &options)
@@ -512,7 +523,9 @@ impl Executor<'_> {
             };
             records.update(rls).await?;
             let options = HookOptions {
-                owner: Some(self.owner()),
+                // Flux's origin labels reach hooks through its post-renderer, which
+                // `nohooks` keeps them from.
+                owner: self.post_render_hooks().then(|| self.owner()),
                 defer_succeeded_deletion: true,
                 server_side,
                 ..HookOptions::new(timeout)
@@ -1120,6 +1133,44 @@ fn apply_common_metadata(
                 set_common_metadata(doc, metadata)
             })
             .map_err(|message| ActionError::CommonMetadata {
+                hook: Some(hook.name.clone()),
+                message,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Flux's `OriginLabels` post-renderer, run last (after `spec.postRenderers` and
+/// `spec.commonMetadata`, so it wins a label key they share): the owner labels
+/// ([`OWNER_NAME_LABEL`], [`OWNER_NAMESPACE_LABEL`]: Flux's `helm.toolkit.fluxcd.io/name`
+/// and `/namespace` under Flotilla's group) set on every rendered object, hooks included
+/// unless the post-render strategy is `nohooks`. The stored manifest carries them, so
+/// `helm get manifest` shows them and a plain `helm rollback` to the revision keeps them.
+fn apply_origin_labels(
+    rendered: &mut Rendered,
+    owner: &HelmReleaseRef,
+    hooks_too: bool,
+) -> Result<(), ActionError> {
+    let origin = CommonMetadata {
+        labels: BTreeMap::from([
+            (OWNER_NAME_LABEL.to_owned(), owner.name.clone()),
+            (OWNER_NAMESPACE_LABEL.to_owned(), owner.namespace.clone()),
+        ]),
+        annotations: BTreeMap::new(),
+    };
+    rendered.manifest =
+        super::render::map_manifest(&rendered.manifest, |doc| set_common_metadata(doc, &origin))
+            .map_err(|message| ActionError::OriginLabels {
+                hook: None,
+                message,
+            })?;
+    if hooks_too {
+        for hook in &mut rendered.hooks {
+            hook.manifest = super::render::map_document(&hook.manifest, |doc| {
+                set_common_metadata(doc, &origin)
+            })
+            .map_err(|message| ActionError::OriginLabels {
                 hook: Some(hook.name.clone()),
                 message,
             })?;

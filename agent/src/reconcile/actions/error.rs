@@ -56,6 +56,14 @@ pub enum ActionError {
         /// Why.
         message: String,
     },
+    /// The HelmRelease's owner labels could not be set on a rendered document.
+    #[error("post-render origin labels: {}{message}", hook_prefix(.hook))]
+    OriginLabels {
+        /// The hook whose manifest it was; `None`: the release manifest.
+        hook: Option<String>,
+        /// Why.
+        message: String,
+    },
     /// A manifest (rendered, stored, of a hook or a CRD) is not a list of Kubernetes
     /// objects.
     #[error("{}", error_chain(.error))]
@@ -252,7 +260,7 @@ impl ActionError {
             ActionError::DriftNotDetected => "drift_not_detected",
             ActionError::Capabilities { .. } => "capabilities",
             ActionError::Render { .. } | ActionError::RenderStopped { .. } => "render",
-            ActionError::CommonMetadata { .. } => "post_render",
+            ActionError::CommonMetadata { .. } | ActionError::OriginLabels { .. } => "post_render",
             ActionError::Manifest { .. } => "manifest",
             ActionError::Discovery { .. } => "discovery",
             ActionError::Storage { .. } => "storage",
@@ -303,6 +311,7 @@ impl ActionError {
             | ActionError::Render { .. }
             | ActionError::RenderStopped { .. }
             | ActionError::CommonMetadata { .. }
+            | ActionError::OriginLabels { .. }
             | ActionError::Manifest { .. }
             | ActionError::NameInUse { .. }
             | ActionError::ReleaseNotFound { .. }
