@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use flotilla_agent::kube::FIELD_MANAGER;
+use flotilla_agent::kube::{FIELD_MANAGER, ORIGIN_FIELD_MANAGER};
 use flotilla_agent::reconcile::render::ChartRenderer;
 use flotilla_agent::storage::SecretStorage;
 use flotilla_tests::tools;
@@ -112,6 +112,10 @@ fn managers(
         .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
         // The Deployment controller writes its revision annotation when it gets to it.
         .filter(|e| e.manager.as_deref() != Some("kube-controller-manager"))
+        // The agent's origin labels (filtered from the labels below) have a manager of their
+        // own under server-side apply, which the helm CLI's release does not have
+        // (agent/tests/release_fidelity.rs checks it).
+        .filter(|e| e.manager.as_deref() != Some(ORIGIN_FIELD_MANAGER))
         .map(|e| {
             (
                 e.manager.unwrap_or_default(),
