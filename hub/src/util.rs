@@ -31,21 +31,7 @@ pub async fn secret_data(
     name: &str,
 ) -> Result<Option<BTreeMap<String, Vec<u8>>>, KubeError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    Ok(api.get_opt(name).await?.map(|s| {
-        let mut data: BTreeMap<String, Vec<u8>> = s
-            .string_data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect();
-        data.extend(
-            s.data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0)),
-        );
-        data
-    }))
+    Ok(api.get_opt(name).await?.map(secret_bytes))
 }
 
 /// The `.data` of ConfigMap `namespace/name` as bytes, `None` when it does not exist.
@@ -55,13 +41,36 @@ pub async fn config_map_data(
     name: &str,
 ) -> Result<Option<BTreeMap<String, Vec<u8>>>, KubeError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    Ok(api.get_opt(name).await?.map(|c| {
-        c.data
+    Ok(api.get_opt(name).await?.map(config_map_bytes))
+}
+
+/// A Secret's data by key, decoded: `stringData` (as the API server would merge it), then
+/// `data` over it.
+pub fn secret_bytes(secret: Secret) -> BTreeMap<String, Vec<u8>> {
+    let mut data: BTreeMap<String, Vec<u8>> = secret
+        .string_data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    data.extend(
+        secret
+            .data
             .unwrap_or_default()
             .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect()
-    }))
+            .map(|(k, v)| (k, v.0)),
+    );
+    data
+}
+
+/// A ConfigMap's `.data` by key, as bytes.
+pub fn config_map_bytes(config_map: ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    config_map
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect()
 }
 
 /// An error and its sources, joined with `: ` (Kubernetes errors carry the API server's

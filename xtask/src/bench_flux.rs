@@ -295,27 +295,18 @@ async fn create_objects(client: &kube::Client, run: &FluxRun<'_>) -> anyhow::Res
 
 /// Whether a HelmRelease is Ready=True for its current generation.
 pub fn is_ready(object: &DynamicObject) -> bool {
-    let status = object.data.get("status");
-    let observed = status
-        .and_then(|s| s.get("observedGeneration"))
-        .and_then(serde_json::Value::as_i64);
-    if observed.is_none() || observed != object.metadata.generation {
-        return false;
-    }
-    status
-        .and_then(|s| s.get("conditions"))
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.get("type").and_then(serde_json::Value::as_str) == Some("Ready")
-                && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
-        })
+    condition_true(object, "Ready")
 }
 
 /// Whether Flux gave up on a HelmRelease (`Stalled=True` for its current generation): it
 /// will not become Ready without a change, so the run does not wait for it.
 pub fn is_stalled(object: &DynamicObject) -> bool {
+    condition_true(object, "Stalled")
+}
+
+/// Whether the HelmRelease's status is for its current generation and has condition `kind`
+/// True.
+fn condition_true(object: &DynamicObject, kind: &str) -> bool {
     let status = object.data.get("status");
     let observed = status
         .and_then(|s| s.get("observedGeneration"))
@@ -329,7 +320,7 @@ pub fn is_stalled(object: &DynamicObject) -> bool {
         .into_iter()
         .flatten()
         .any(|c| {
-            c.get("type").and_then(serde_json::Value::as_str) == Some("Stalled")
+            c.get("type").and_then(serde_json::Value::as_str) == Some(kind)
                 && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
         })
 }
@@ -593,6 +584,23 @@ mod tests {
             ready_condition(&release(1, 1, "False")),
             "False InstallSucceeded: done"
         );
+    }
+
+    #[test]
+    fn a_release_is_stalled_only_when_stalled_is_true_for_its_generation() {
+        let stalled = |generation: i64, observed: i64, status: &str| {
+            let mut r = release(generation, observed, "False");
+            r.data["status"]["conditions"]
+                .as_array_mut()
+                .expect("conditions")
+                .push(serde_json::json!({ "type": "Stalled", "status": status, "reason": "RetriesExceeded" }));
+            r
+        };
+        assert!(is_stalled(&stalled(1, 1, "True")));
+        assert!(!is_ready(&stalled(1, 1, "True")));
+        assert!(!is_stalled(&stalled(2, 1, "True")), "an older generation's");
+        assert!(!is_stalled(&stalled(1, 1, "False")));
+        assert!(!is_stalled(&release(1, 1, "True")));
     }
 
     #[test]

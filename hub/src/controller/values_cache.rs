@@ -248,32 +248,14 @@ pub async fn read(
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
             api.get_opt(name).await?.map(|c| {
                 let rv = c.resource_version().unwrap_or_default();
-                let data = c
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect();
-                (rv, Arc::new(data))
+                (rv, Arc::new(crate::util::config_map_bytes(c)))
             })
         }
         ValuesReferenceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
             api.get_opt(name).await?.map(|s| {
                 let rv = s.resource_version().unwrap_or_default();
-                let mut data: Data = s
-                    .string_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect();
-                data.extend(
-                    s.data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0)),
-                );
-                (rv, Arc::new(data))
+                (rv, Arc::new(crate::util::secret_bytes(s)))
             })
         }
     })
