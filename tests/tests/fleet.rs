@@ -67,6 +67,17 @@ async fn until_release(
     }
 }
 
+/// `kubectl patch --type merge` of object `kind/name` in [`NS`] on the hub's cluster.
+fn merge_patch(fleet: &Fleet, kind: &str, name: &str, patch: &str) -> anyhow::Result<String> {
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch", kind, name, "-n", NS, "--type", "merge", "-p", patch,
+        ],
+        None,
+    )
+}
+
 fn condition_of<'a>(hr: &'a HelmRelease, ty: &str) -> Option<&'a flotilla_core::meta::Condition> {
     hr.status.as_ref()?.conditions.get_condition(ty)
 }
@@ -178,20 +189,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     );
 
     // A values change upgrades hello-a only.
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "helmrelease",
-            "hello-a",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"values":{"message":"changed on the hub"}}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "helmrelease",
+        "hello-a",
+        r#"{"spec":{"values":{"message":"changed on the hub"}}}"#,
     )?;
     ready(&fleet, "hello-a").await?;
     assert_eq!(statuses(&history(&a)?), ["superseded", "deployed"]);
@@ -199,20 +201,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     assert_eq!(history(&b)?.len(), 1);
 
     // A valuesFrom ConfigMap change upgrades hello-b.
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "configmap",
-            "hello-b-values",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"data":{"values.yaml":"message: from the ConfigMap\nreplicaCount: 2\n"}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "configmap",
+        "hello-b-values",
+        r#"{"data":{"values.yaml":"message: from the ConfigMap\nreplicaCount: 2\n"}}"#,
     )?;
     until_history_len(&b, 2).await?;
     ready(&fleet, "hello-b").await?;
@@ -328,20 +321,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     assert_eq!(history(&b)?.len(), revisions_b);
     // `warn`: Flux's Drifted condition and Warning Event name the change; nothing is
     // corrected, Ready stays True and no Helm revision is made.
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "helmrelease",
-            "hello-b",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"driftDetection":{"mode":"warn"}}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "helmrelease",
+        "hello-b",
+        r#"{"spec":{"driftDetection":{"mode":"warn"}}}"#,
     )?;
     let hr_b = until_release(&fleet, "hello-b", "Drifted=True in warn mode", |hr| {
         condition_of(hr, condition::DRIFTED).is_some_and(|c| c.status == ConditionStatus::True)
@@ -383,20 +367,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
 
     // Suspend: a values change is not acted on until resumed.
     fleet.flotilla(&["suspend", "hr", "hello-a", "-n", NS])?;
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "helmrelease",
-            "hello-a",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"values":{"message":"while suspended"}}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "helmrelease",
+        "hello-a",
+        r#"{"spec":{"values":{"message":"while suspended"}}}"#,
     )?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
@@ -414,20 +389,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     // cluster, and a change made meanwhile on the hub reaches it once, with one revision.
     fleet.kill_agent("workload-b")?;
     let revisions_b = history(&b)?.len();
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "helmrelease",
-            "hello-b",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"values":{"message":"after a restart"}}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "helmrelease",
+        "hello-b",
+        r#"{"spec":{"values":{"message":"after a restart"}}}"#,
     )?;
     fleet.restart_agent("workload-b").await?;
     until_history_len(&b, revisions_b + 1).await?;
@@ -541,20 +507,11 @@ spec:
 
     // An upgrade whose test fails is rolled back: revisions deployed (1), failed (2) and the
     // rollback's deployed (3); the status says so.
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "helmrelease",
-            "early",
-            "-n",
-            NS,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"values":{"tests":{"podLabels":{"flotilla.dev/test-outcome":"fail"}}}}}"#,
-        ],
-        None,
+    merge_patch(
+        &fleet,
+        "helmrelease",
+        "early",
+        r#"{"spec":{"values":{"tests":{"podLabels":{"flotilla.dev/test-outcome":"fail"}}}}}"#,
     )?;
     let hr = until_release(&fleet, "early", "remediated by rollback", |hr| {
         condition_of(hr, condition::REMEDIATED).is_some_and(|c| c.status == ConditionStatus::True)

@@ -590,16 +590,8 @@ impl ClusterApi {
     /// The failure of a failed pod of a Job (found by the Job's uid label, so pods of an
     /// earlier Job of the same name are not mistaken for it), when one can be found.
     async fn failed_job_pod(&self, job: &Resource) -> Option<String> {
-        let ns = job.namespace()?;
-        let uid = job.object.metadata.uid.as_deref()?;
-        let pods: kube::Api<DynamicObject> =
-            kube::Api::namespaced_with(self.client.clone(), ns, &pod_resource());
-        let selector = format!("batch.kubernetes.io/controller-uid={uid}");
-        let list = pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?;
-        list.items.iter().find_map(|p| {
+        let pods = self.job_pods(job).await?;
+        pods.iter().find_map(|p| {
             let json = serde_json::to_value(p).ok()?;
             (json.pointer("/status/phase") == Some(&Value::from("Failed")))
                 .then(|| format!("pod {}: {}", p.name_any(), pod_failure(&json)))
