@@ -4,7 +4,9 @@
 //! [`write`] reads the object first so a condition keeps its transition time while its
 //! state holds; a [`heartbeat`] (the time and the plans held, nothing else) is one patch
 //! without the read: a connected fleet's steady state costs one write per cluster per
-//! heartbeat interval, not a read and a write.
+//! heartbeat interval, not a read and a write. Heartbeats are bookkeeping: they draw on one
+//! hub-wide [`WriteBudget`], so a thousand sessions changing `plansHeld` together (a rollout)
+//! spread their writes out instead of competing with the HelmRelease controller's.
 
 use flotilla_api::ManagedCluster;
 use flotilla_api::fleet::{AgentConnection, ConnectionState, condition};
@@ -57,6 +59,49 @@ pub fn at(unix_secs: u64) -> Timestamp {
     );
     // The format above is always a valid RFC 3339 timestamp.
     Timestamp::new(text).expect("a formatted UTC time is a valid timestamp")
+}
+
+/// A token bucket of heartbeat writes shared by every session of the hub: `rate` writes a
+/// second, at most `rate` in a burst. A session that finds it empty leaves its heartbeat to
+/// its next status tick (the field is for people and tools; the hub's own liveness is the
+/// session).
+#[derive(Debug)]
+pub struct WriteBudget {
+    rate: f64,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl WriteBudget {
+    /// A full bucket of `rate` writes a second (at least one).
+    pub fn new(rate: f64) -> Self {
+        let rate = if rate.is_finite() { rate.max(1.0) } else { 1.0 };
+        Self {
+            rate,
+            state: std::sync::Mutex::new((rate, std::time::Instant::now())),
+        }
+    }
+
+    /// Takes one write if the bucket holds one.
+    pub fn try_take(&self) -> bool {
+        self.try_take_at(std::time::Instant::now())
+    }
+
+    fn try_take_at(&self, now: std::time::Instant) -> bool {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (tokens, last) = &mut *state;
+        let refill = now.saturating_duration_since(*last).as_secs_f64() * self.rate;
+        *tokens = (*tokens + refill).min(self.rate);
+        *last = now.max(*last);
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Writes `status.lastHeartbeatTime` (now) and `status.plansHeld` of ManagedCluster `name`
@@ -196,4 +241,39 @@ async fn try_write(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::WriteBudget;
+
+    #[test]
+    fn the_heartbeat_budget_allows_its_rate_in_a_burst_then_refills_at_that_rate() {
+        let budget = WriteBudget::new(20.0);
+        let start = Instant::now();
+        let burst = (0..100).filter(|_| budget.try_take_at(start)).count();
+        assert_eq!(burst, 20, "a full bucket holds one second of writes");
+        assert!(!budget.try_take_at(start + Duration::from_millis(10)));
+        // Half a second refills ten.
+        let later = start + Duration::from_millis(500);
+        assert_eq!((0..100).filter(|_| budget.try_take_at(later)).count(), 10);
+        // Never more than the bucket, however long it waited.
+        let much_later = later + Duration::from_secs(3600);
+        assert_eq!(
+            (0..100).filter(|_| budget.try_take_at(much_later)).count(),
+            20
+        );
+        // A clock read earlier than the last one takes nothing back.
+        assert!(!budget.try_take_at(later));
+    }
+
+    #[test]
+    fn a_heartbeat_budget_below_one_write_a_second_still_writes() {
+        for rate in [0.0, -3.0, f64::NAN] {
+            let budget = WriteBudget::new(rate);
+            assert!(budget.try_take_at(Instant::now()), "rate {rate}");
+        }
+    }
 }

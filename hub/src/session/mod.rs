@@ -111,13 +111,17 @@ pub struct SessionConfig {
     /// Silence after which a session is ended (also the wait for the Hello).
     pub heartbeat_timeout: Duration,
     /// How often a session looks whether the ManagedCluster's `plansHeld` changed (written
-    /// at once, with the heartbeat, when it did).
+    /// then, with the heartbeat, when it did and the heartbeat budget allows); each session
+    /// at its own random phase.
     pub status_interval: Duration,
     /// The longest `status.lastHeartbeatTime` of a connected cluster goes unwritten. The
     /// hub's own view of liveness is the session (held in memory: pings both ways, ended
     /// past `heartbeat_timeout`); the field is for people and tools reading the object, so
     /// it is written seldom: with 1,000 clusters every 5 min that is 3.3 writes/s.
     pub heartbeat_write_interval: Duration,
+    /// Heartbeat writes a second across all sessions ([`cluster_status::WriteBudget`]); a
+    /// session over budget writes at a later status tick.
+    pub heartbeat_writes_per_second: f64,
 }
 
 impl Default for SessionConfig {
@@ -131,6 +135,7 @@ impl Default for SessionConfig {
             heartbeat_timeout: Duration::from_secs(35),
             status_interval: Duration::from_secs(30),
             heartbeat_write_interval: Duration::from_secs(300),
+            heartbeat_writes_per_second: 20.0,
         }
     }
 }
@@ -195,6 +200,9 @@ impl SessionHub {
             client.clone(),
             config.namespace.clone(),
         ));
+        let heartbeats = Arc::new(cluster_status::WriteBudget::new(
+            config.heartbeat_writes_per_second,
+        ));
         let service = server::HubService {
             stopping: stopping_rx,
             charts,
@@ -205,6 +213,7 @@ impl SessionHub {
             links: links.clone(),
             sessions: Arc::new(AtomicU64::new(0)),
             redemptions,
+            heartbeats,
         };
         let tls = ServerTlsConfig::new()
             .identity(Identity::from_pem(

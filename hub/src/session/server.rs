@@ -67,6 +67,8 @@ pub struct HubService {
     pub(crate) charts: Arc<dyn super::ChartArchives>,
     /// Token redemptions, written together.
     pub(crate) redemptions: Arc<tokens::Redemptions>,
+    /// The heartbeat writes all sessions share.
+    pub(crate) heartbeats: Arc<super::cluster_status::WriteBudget>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -380,8 +382,13 @@ impl Session {
         let mut stopping = self.service.stopping.clone();
         let mut ping = tokio::time::interval(config.heartbeat_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut status_tick = tokio::time::interval(config.status_interval);
-        status_tick.tick().await;
+        // Each session ticks at its own phase: sessions started together (a connect
+        // storm) do not all look at their plans held, and write, at the same moment.
+        let mut status_tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + config.status_interval.mul_f64(fastrand::f64()),
+            config.status_interval,
+        );
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = tokio::time::Instant::now();
         let mut nonce = 0u64;
         loop {
@@ -438,10 +445,12 @@ impl Session {
                 }
                 _ = status_tick.tick() => {
                     // Liveness is this session; the object hears of it when the plans held
-                    // changed, and otherwise every `heartbeat_write_interval`.
+                    // changed, and otherwise every `heartbeat_write_interval`, as the hub's
+                    // heartbeat budget allows (else at a later tick).
                     let plans = i64::try_from(self.mailbox.held_count()).ok();
-                    if plans != plans_written
-                        || heartbeat_written.elapsed() >= config.heartbeat_write_interval
+                    if (plans != plans_written
+                        || heartbeat_written.elapsed() >= config.heartbeat_write_interval)
+                        && self.service.heartbeats.try_take()
                     {
                         cluster_status::heartbeat(&api, cluster.as_str(), plans).await;
                         plans_written = plans;
