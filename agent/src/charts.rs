@@ -662,6 +662,29 @@ impl<F: ArchiveFetcher> CachedCharts<F> {
         Ok(digest)
     }
 
+    /// Puts an archive the hub sent along with a plan in the cache, once it is checked to
+    /// be the archive of `digest` and to load as a chart (kept in memory too: its plan is
+    /// reconciled next). An archive already on disk is left as it is.
+    pub async fn put(&self, digest: &ChartDigest, bytes: Vec<u8>) -> Result<(), ChartError> {
+        if lock(&self.disk.index).contains(digest) {
+            return Ok(());
+        }
+        let disk = self.disk.clone();
+        let d = digest.clone();
+        let chart = blocking(digest, move || {
+            let chart = verify_and_load(&d, &bytes)?;
+            if bytes.len() as u64 <= disk.max_bytes {
+                disk.write(&d, &bytes)
+                    .map_err(|e| ChartError::io(disk.path(&d), e))?;
+            }
+            Ok(chart)
+        })
+        .await?;
+        lock(&self.loaded).insert(digest.clone(), Arc::new(chart));
+        tracing::debug!(digest = %digest, "chart received with its plan");
+        Ok(())
+    }
+
     /// A hit in the loaded charts (which counts as a use of the archive on disk).
     fn loaded_hit(&self, digest: &ChartDigest) -> Option<Arc<Chart>> {
         let chart = lock(&self.loaded).get(digest)?;
@@ -1132,6 +1155,40 @@ mod tests {
         );
         assert!(cache.cached_digests().is_empty());
         assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    }
+
+    #[tokio::test]
+    async fn an_archive_put_by_the_session_is_checked_kept_and_served_without_a_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = hello_archive("0.1.0");
+        let b = hello_archive("0.2.0");
+        let junk = b"not a chart".to_vec();
+        let (da, db, dj) = (
+            ChartDigest::of_bytes(&a),
+            ChartDigest::of_bytes(&b),
+            ChartDigest::of_bytes(&junk),
+        );
+        let cache = CachedCharts::new(dir.path().to_owned(), 1 << 20, Served::default()).unwrap();
+
+        // Bytes that are not the archive of the digest, or no chart: refused, not kept.
+        let err = cache.put(&da, b.clone()).await.unwrap_err();
+        assert!(
+            matches!(&err, ChartError::DigestMismatch { expected, actual } if *expected == da && *actual == db),
+            "{err:?}"
+        );
+        let err = cache.put(&dj, junk).await.unwrap_err();
+        assert_eq!(err.kind(), "load");
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+
+        cache.put(&da, a.clone()).await.unwrap();
+        assert_eq!(cache.cached_digests(), vec![da.clone()]);
+        assert_eq!(std::fs::read(dir.path().join(file_name(&da))).unwrap(), a);
+        let chart = cache.get(&da).await.unwrap();
+        assert_eq!(chart.metadata.version, "0.1.0");
+        assert_eq!(cache.fetcher().calls(), 0, "served from what was put");
+        // Put again: left as it is.
+        cache.put(&da, a).await.unwrap();
+        assert_eq!(cache.cached_digests(), vec![da]);
     }
 
     #[tokio::test]

@@ -1,9 +1,10 @@
 //! The `flotilla-agent` binary joined to a hub, as an operator runs it, on real local
 //! clusters: `flotilla-agent join` registers with a bootstrap token and the CA pin, runs the
-//! plan the hub sends through its link (fetching its chart with `GetChart`) and reports
-//! back; killed with SIGKILL and started
+//! plan the hub sends through its link (its chart's archive sent along, into the agent's
+//! cache) and reports back; killed with SIGKILL and started
 //! again with `flotilla-agent run` (no token), it reconnects with the identity kept in its
-//! cluster and still holds the plan; SIGTERM exits 0. Its debug logs hold no token, key or
+//! cluster, still holds the plan, and its Hello lists the cached chart, so a new plan on
+//! that chart comes without the archive; SIGTERM exits 0. Its debug logs hold no token, key or
 //! plan value.
 
 mod common;
@@ -124,7 +125,7 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     Api::<Namespace>::all(mgmt.clone())
         .create(&PostParams::default(), &ns)
         .await?;
-    // The chart is on the hub only: the agent fetches it with GetChart.
+    // The chart is on the hub only: it goes to the agent with the plan.
     let dir = tempfile::tempdir()?;
     let cache = dir.path().join("charts");
     let file = Hr::new("demo", "ok")
@@ -214,7 +215,13 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         .trim_start_matches("sha256:");
     assert!(
         cache.join(format!("{hex}.tgz")).exists(),
-        "the chart fetched from the hub is in the agent's cache"
+        "the chart sent by the hub is in the agent's cache"
+    );
+    let sent = hub.charts_sent();
+    assert_eq!(
+        (sent.with_plan(), sent.by_get_chart()),
+        (1, 0),
+        "the archive went with the plan, no GetChart"
     );
 
     // SIGKILL, then `run` with no token: the identity is in the cluster.
@@ -232,6 +239,27 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
             .iter()
             .any(|h| h.object == key && h.revision == file.plan.revision)
     );
+    // A new revision on the same chart: the restarted agent's Hello listed it, so the
+    // plan goes without the archive and the agent reconciles it from its cache.
+    let mut next = file.plan.clone();
+    next.revision = flotilla_core::ids::PlanRevision::new(file.plan.revision.get() + 1);
+    link.send(AgentCommand::Upsert(Box::new(next.clone())))?;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let Some(r) = reports.recv().await else {
+                anyhow::bail!("the report sink closed");
+            };
+            if let Report::Status(s) = r.report
+                && s.object.key() == key
+                && s.plan_revision == next.revision
+                && s.status.conditions.is_true(condition::READY)
+            {
+                return Ok(());
+            }
+        }
+    })
+    .await??;
+    assert_eq!((sent.with_plan(), sent.by_get_chart()), (1, 0));
 
     // SIGTERM: exits 0.
     flotilla_tests::process::terminate(child.id());

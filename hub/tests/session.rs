@@ -16,10 +16,10 @@ use flotilla_agent::session::{
 use flotilla_api::ManagedCluster;
 use flotilla_api::fleet::condition as fleet_condition;
 use flotilla_core::agent::{Command, Report};
-use flotilla_core::ids::ClusterId;
+use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{Links as _, TargetId, TargetReport};
-use flotilla_hub::session::{NoArchives, SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{ChartArchives, NoArchives, SessionConfig, SessionHub, tokens};
 use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -146,23 +146,38 @@ fn config(lifetime: Duration) -> SessionConfig {
     }
 }
 
-/// A hub on the management cluster `mgmt`, serving on loopback.
+/// A hub on the management cluster `mgmt`, serving on loopback, with no chart archives.
 async fn hub(
     mgmt: &kube::Client,
     lifetime: Duration,
+) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+    hub_with(mgmt, lifetime, Arc::new(NoArchives)).await
+}
+
+/// The hub's chart archives, by digest.
+#[derive(Debug)]
+struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
+
+impl ChartArchives for Archives {
+    fn archive<'a>(
+        &'a self,
+        digest: &'a ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        Box::pin(async move { self.0.get(digest).cloned() })
+    }
+}
+
+/// A hub serving `archives` with `GetChart`.
+async fn hub_with(
+    mgmt: &kube::Client,
+    lifetime: Duration,
+    archives: Arc<dyn ChartArchives>,
 ) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
     install_managed_cluster_crd(mgmt).await?;
     namespace(mgmt, HUB_NAMESPACE).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let hub = SessionHub::start(
-        mgmt.clone(),
-        config(lifetime),
-        listener,
-        tx,
-        Arc::new(NoArchives),
-    )
-    .await?;
+    let hub = SessionHub::start(mgmt.clone(), config(lifetime), listener, tx, archives).await?;
     Ok((hub, rx))
 }
 
@@ -191,20 +206,19 @@ fn refused(result: Result<Identity, SessionError>) -> String {
     }
 }
 
-/// A session opened by hand with `identity`'s certificate: the Hello sent, the inbound
-/// stream returned.
-async fn raw_session(
+type RawSession = (
+    mpsc::Sender<v1::AgentMessage>,
+    tonic::Streaming<v1::HubMessage>,
+);
+
+/// A session opened by hand with `identity`'s certificate and `hello`: the Hello sent, the
+/// inbound stream returned.
+async fn open_session(
     identity: &Identity,
     cert_pem: &str,
     key_pem: &str,
-    cluster_uid: &str,
-) -> Result<
-    (
-        mpsc::Sender<v1::AgentMessage>,
-        tonic::Streaming<v1::HubMessage>,
-    ),
-    String,
-> {
+    hello: v1::Hello,
+) -> Result<RawSession, String> {
     let config = agent_session::tls::session_config(&identity.ca_pem, cert_pem, key_pem)
         .map_err(|e| e.to_string())?;
     let channel = agent_session::tls::channel(&identity.hub, config)
@@ -212,18 +226,73 @@ async fn raw_session(
         .map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(16);
     tx.send(v1::AgentMessage {
-        kind: Some(agent_message::Kind::Hello(v1::Hello {
-            cluster_uid: cluster_uid.to_owned(),
-            ..v1::Hello::default()
-        })),
+        kind: Some(agent_message::Kind::Hello(hello)),
     })
     .await
     .map_err(|e| e.to_string())?;
-    let mut inbound = HubClient::new(channel)
+    let inbound = HubClient::new(channel)
         .session(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
         .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
         .into_inner();
+    Ok((tx, inbound))
+}
+
+/// The plans a session receives before the hub says the resync is complete (pings
+/// skipped).
+async fn resync_upserts(
+    inbound: &mut tonic::Streaming<v1::HubMessage>,
+) -> Result<Vec<v1::PlanUpsert>, String> {
+    let mut upserts = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
+            Ok(Ok(Some(v1::HubMessage { kind: Some(kind) }))) => match kind {
+                hub_message::Kind::PlanUpsert(u) => upserts.push(u),
+                hub_message::Kind::ResyncComplete(_) => return Ok(upserts),
+                hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_) => {}
+                other => return Err(format!("unexpected {other:?}")),
+            },
+            Ok(Ok(other)) => return Err(format!("expected a plan, got {other:?}")),
+            Ok(Err(s)) => return Err(format!("{:?}: {}", s.code(), s.message())),
+            Err(_) => return Err("no ResyncComplete".into()),
+        }
+    }
+}
+
+/// The next plan a session receives (pings skipped).
+async fn next_upsert(
+    inbound: &mut tonic::Streaming<v1::HubMessage>,
+) -> anyhow::Result<v1::PlanUpsert> {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| anyhow::anyhow!("no plan within 10 s"))??;
+        match m.and_then(|m| m.kind) {
+            Some(hub_message::Kind::PlanUpsert(u)) => return Ok(u),
+            Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_)) => {}
+            other => anyhow::bail!("expected a plan, got {other:?}"),
+        }
+    }
+}
+
+/// A session opened by hand with `identity`'s certificate and an empty Hello: the Hello
+/// sent, the inbound stream returned once the resync completed.
+async fn raw_session(
+    identity: &Identity,
+    cert_pem: &str,
+    key_pem: &str,
+    cluster_uid: &str,
+) -> Result<RawSession, String> {
+    let (tx, mut inbound) = open_session(
+        identity,
+        cert_pem,
+        key_pem,
+        v1::Hello {
+            cluster_uid: cluster_uid.to_owned(),
+            ..v1::Hello::default()
+        },
+    )
+    .await?;
     // The resync of an empty Hello: ResyncComplete first.
     match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
         Ok(Ok(Some(v1::HubMessage {
@@ -973,5 +1042,202 @@ chart:
     proxy_task.abort();
     hub.stop().await;
     drop(mgmt_cluster);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_and_never_one_its_hello_lists_nor_one_too_large()
+-> anyhow::Result<()> {
+    logs();
+    let cluster = Cluster::start(ClusterOptions::named("session-charts")).await?;
+    let client = cluster.client().await?;
+    // Chart X: a real chart archive, small. Chart Y: larger than one GetChart chunk.
+    let text = |name: &str| {
+        format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  interval: 1h\nchart:\n  path: ok\n"
+        )
+    };
+    let charts_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/charts");
+    let parse = |name: &str| -> anyhow::Result<plan_file::PlanFile> {
+        Ok(plan_file::parse(
+            std::path::Path::new("plan.yaml"),
+            &text(name),
+            &charts_dir,
+        )?)
+    };
+    let a = parse("a")?;
+    let x = a.plan.chart.digest.clone();
+    let big: Vec<u8> = (0..300u32 << 10).map(|i| (i % 251) as u8).collect();
+    let y = ChartDigest::of_bytes(&big);
+    let archives = Archives(
+        [
+            (x.clone(), Arc::new(a.archive.clone())),
+            (y.clone(), Arc::new(big.clone())),
+        ]
+        .into(),
+    );
+    let (hub, _reports) = hub_with(&client, Duration::from_secs(3600), Arc::new(archives)).await?;
+    let sent = hub.charts_sent();
+    let pin = hub.ca().pin().to_string();
+    let auto = token(
+        &client,
+        tokens::TokenOptions {
+            auto_accept: true,
+            uses: Some(1),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let edge =
+        agent_session::join(&client, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
+    let uid = agent_session::cluster_uid(&client).await?;
+    let edge_id = ClusterId::new("edge")?;
+    let links = hub.links();
+    let link = wait::until("edge's link", TIMEOUT, || async {
+        Ok(links.link(&TargetId::Cluster(edge_id.clone())))
+    })
+    .await?;
+    // Three plans while no agent is connected: a and c on chart X, b on chart Y.
+    let mut b = parse("b")?.plan;
+    b.chart.digest = y.clone();
+    let c = parse("c")?.plan;
+    for plan in [&a.plan, &b, &c] {
+        link.send(Command::Upsert(Box::new(plan.clone())))?;
+    }
+    let hello = |cached: &[&ChartDigest]| v1::Hello {
+        cluster_uid: uid.clone(),
+        cached_chart_digests: cached.iter().map(|d| d.to_string()).collect(),
+        ..v1::Hello::default()
+    };
+    let by_name = |upserts: Vec<v1::PlanUpsert>| -> std::collections::BTreeMap<String, usize> {
+        upserts
+            .into_iter()
+            .map(|u| {
+                let name = u
+                    .plan
+                    .and_then(|p| p.object)
+                    .map(|o| o.name)
+                    .unwrap_or_default();
+                (name, u.chart_archive.len())
+            })
+            .collect()
+    };
+
+    // Session 1, a Hello listing no chart: X goes once, with the first of its plans; Y,
+    // too large, goes with none (GetChart).
+    let (tx, mut inbound) = open_session(&edge, &edge.cert_pem, &edge.key_pem, hello(&[]))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let upserts = resync_upserts(&mut inbound)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let first = upserts
+        .iter()
+        .find(|u| {
+            u.plan
+                .as_ref()
+                .is_some_and(|p| p.object.as_ref().is_some_and(|o| o.name == "a"))
+        })
+        .expect("plan a sent");
+    assert_eq!(
+        first.chart_archive.as_ref(),
+        a.archive.as_slice(),
+        "chart X's archive, whole"
+    );
+    assert_eq!(
+        by_name(upserts),
+        [
+            ("a".to_owned(), a.archive.len()),
+            ("b".to_owned(), 0),
+            ("c".to_owned(), 0)
+        ]
+        .into()
+    );
+    assert_eq!((sent.with_plan(), sent.by_get_chart()), (1, 0));
+    // Y fetched with GetChart, to its end: a new plan on Y comes without it.
+    let channel = agent_session::tls::channel(
+        &edge.hub,
+        agent_session::tls::session_config(&edge.ca_pem, &edge.cert_pem, &edge.key_pem)?,
+    )
+    .await?;
+    let mut stream = HubClient::new(channel)
+        .get_chart(v1::GetChartRequest {
+            digest: y.to_string(),
+            offset: 0,
+        })
+        .await?
+        .into_inner();
+    let mut fetched = Vec::new();
+    while let Some(chunk) = stream.message().await? {
+        fetched.extend_from_slice(&chunk.data);
+    }
+    assert_eq!(fetched, big);
+    wait::until("the GetChart transfer counted", TIMEOUT, || async {
+        Ok((sent.by_get_chart() == 1).then_some(()))
+    })
+    .await?;
+    let mut b2 = b.clone();
+    b2.revision = PlanRevision::new(b.revision.get() + 1);
+    link.send(Command::Upsert(Box::new(b2.clone())))?;
+    assert_eq!(
+        next_upsert(&mut inbound).await?.chart_archive.len(),
+        0,
+        "Y was served"
+    );
+    drop((tx, inbound));
+
+    // Session 2, a Hello listing Y only (its cache lost X): the hub's memory of what it
+    // sent gives way to the Hello; X goes again, once.
+    let (tx, mut inbound) = open_session(&edge, &edge.cert_pem, &edge.key_pem, hello(&[&y]))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let upserts = by_name(
+        resync_upserts(&mut inbound)
+            .await
+            .map_err(anyhow::Error::msg)?,
+    );
+    assert_eq!(
+        upserts.values().filter(|n| **n > 0).count(),
+        1,
+        "{upserts:?}"
+    );
+    assert_eq!(upserts["b"], 0);
+    assert_eq!(sent.with_plan(), 2);
+    drop((tx, inbound));
+
+    // Session 3, a Hello listing both: no archive at all.
+    let (tx, mut inbound) = open_session(&edge, &edge.cert_pem, &edge.key_pem, hello(&[&x, &y]))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let upserts = by_name(
+        resync_upserts(&mut inbound)
+            .await
+            .map_err(anyhow::Error::msg)?,
+    );
+    assert_eq!(upserts.len(), 3);
+    assert!(upserts.values().all(|n| *n == 0), "{upserts:?}");
+    assert_eq!(sent.with_plan(), 2);
+    drop((tx, inbound));
+
+    // A Hello with a malformed digest is refused, naming it.
+    let mut bad = hello(&[&x]);
+    bad.cached_chart_digests.push("md5:0123".into());
+    let (_tx, mut inbound) = open_session(&edge, &edge.cert_pem, &edge.key_pem, bad)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let refused = loop {
+        match inbound.message().await {
+            Err(s) => break s,
+            Ok(Some(_)) => {}
+            Ok(None) => anyhow::bail!("the session ended without an error"),
+        }
+    };
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("hello.cachedChartDigests[1]"),
+        "{}",
+        refused.message()
+    );
+    hub.stop().await;
     Ok(())
 }

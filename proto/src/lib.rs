@@ -11,6 +11,9 @@
 pub mod convert;
 pub mod session;
 
+/// The shared byte buffer of `bytes` fields sent to many peers (`PlanUpsert.chart_archive`).
+pub use prost::bytes::Bytes;
+
 /// Messages and the `Hub` service of `flotilla.agent.v1`.
 #[allow(
     missing_docs,
@@ -54,6 +57,7 @@ mod tests {
         let message = v1::HubMessage {
             kind: Some(hub_message::Kind::PlanUpsert(v1::PlanUpsert {
                 plan: Some(plan()),
+                chart_archive: prost::bytes::Bytes::from_static(b"\x1f\x8b archive"),
             })),
         };
         let bytes = message.encode_to_vec();

@@ -285,6 +285,8 @@ fn generate(root: &Path, out_dir: &Path) -> anyhow::Result<()> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Shared, not copied, when one archive goes to many sessions.
+        .bytes(".flotilla.agent.v1.PlanUpsert.chart_archive")
         .emit_rerun_if_changed(false)
         .out_dir(out_dir)
         .compile_fds(descriptors)?;

@@ -35,11 +35,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut signals = Signals::new()?;
     let client = ctx.cluster.client().clone();
-    let fetcher = charts.fetcher().clone();
+    let cache = charts.clone();
     let (agent, mut reports) = Agent::start(ctx, charts, options).await?;
     health.set_ready(true);
     if let Some(mut session) = session {
-        session.options.charts = Some(fetcher);
+        session.options.charts = Some(cache);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(crate::session::run(
             client,

@@ -14,9 +14,10 @@
 //!   plans held (revisions and status digests), applies what the hub sends (plans become
 //!   [`Command::Upsert`], deletions [`Command::Delete`]; each acknowledged, or rejected with
 //!   the field at fault), forwards the runtime's reports, answers and sends pings, and
-//!   renews its certificate over the session two thirds into its lifetime; the chart
-//!   cache fetches missing archives over the same connection ([`charts::HubCharts`],
-//!   `GetChart`). With the hub
+//!   renews its certificate over the session two thirds into its lifetime; the Hello
+//!   lists the chart archives in the cache, a plan may come with its chart's archive (put
+//!   in the cache once its digest is checked), and the chart cache fetches missing
+//!   archives over the same connection ([`charts::HubCharts`], `GetChart`). With the hub
 //!   away the runtime goes on reconciling on its own; after reconnecting, the statuses the
 //!   hub lacks (by digest) are sent again.
 //!
@@ -448,8 +449,9 @@ pub struct SessionOptions {
     /// for a hub that answers and fails, not for one that is away, so that an agent is back
     /// within moments of the hub.
     pub unreachable_retry: Duration,
-    /// The chart cache's fetcher, given the session's connection for `GetChart`.
-    pub charts: Option<charts::HubCharts>,
+    /// The chart cache: its digests go in the Hello, archives sent with plans go into it,
+    /// and its fetcher is given the session's connection for `GetChart`.
+    pub charts: Option<Arc<crate::cmd::ChartCache>>,
     /// Told of every plan this agent acknowledges, when the ack is sent (a benchmark's
     /// measure of "acknowledged by the agent"; `None` in the agent).
     pub acked: Option<mpsc::UnboundedSender<PlanAcked>>,
@@ -485,6 +487,9 @@ impl Default for SessionOptions {
 
 type Latest = Arc<Mutex<BTreeMap<ObjectKey, StatusReport>>>;
 
+/// The most chart digests a Hello lists (the hub remembers as many).
+const MAX_HELLO_CHARTS: usize = 1024;
+
 /// How often an agent whose certificate expired looks for a new one in its identity Secret.
 const EXPIRED_RECHECK: Duration = Duration::from_secs(60);
 
@@ -502,7 +507,7 @@ pub async fn run<C: AgentCluster>(
     stop: CancellationToken,
 ) {
     if let Some(charts) = &options.charts {
-        charts.enable();
+        charts.fetcher().enable();
     }
     let latest: Latest = Arc::new(Mutex::new(BTreeMap::new()));
     let (live_tx, mut live_rx) = mpsc::unbounded_channel();
@@ -556,7 +561,7 @@ pub async fn run<C: AgentCluster>(
         let outcome = tokio::select! {
             outcome = session.connect_once(&mut live_rx) => {
                 if let Some(charts) = &session.options.charts {
-                    charts.disconnect();
+                    charts.fetcher().disconnect();
                 }
                 outcome
             }
@@ -674,8 +679,22 @@ impl<C: AgentCluster> Session<C> {
             kubernetes_version,
             api_versions: Vec::new(),
             held_plans: self.agent.held().into_iter().map(Into::into).collect(),
-            cached_chart_digests: Vec::new(),
+            cached_chart_digests: self.cached_chart_digests(),
         }
+    }
+
+    /// The cache's archives for the Hello: the [`MAX_HELLO_CHARTS`] most recently used.
+    fn cached_chart_digests(&self) -> Vec<String> {
+        let Some(charts) = &self.options.charts else {
+            return Vec::new();
+        };
+        let digests = charts.cached_digests();
+        let skip = digests.len().saturating_sub(MAX_HELLO_CHARTS);
+        digests
+            .into_iter()
+            .skip(skip)
+            .map(|d| d.to_string())
+            .collect()
     }
 
     async fn connect_once(
@@ -689,7 +708,7 @@ impl<C: AgentCluster> Session<C> {
         )?;
         let channel = tls::channel(&self.identity.hub, config).await?;
         if let Some(charts) = &self.options.charts {
-            charts.connect(channel.clone());
+            charts.fetcher().connect(channel.clone());
         }
         let (tx, rx) = mpsc::channel::<v1::AgentMessage>(64);
         let hello = self.hello().await;
@@ -811,6 +830,7 @@ impl<C: AgentCluster> Session<C> {
         };
         match kind {
             hub_message::Kind::PlanUpsert(upsert) => {
+                let archive = upsert.chart_archive;
                 let wire = upsert.plan.unwrap_or_default();
                 let object = wire.object.clone();
                 let revision = wire.revision;
@@ -818,6 +838,15 @@ impl<C: AgentCluster> Session<C> {
                     Ok(plan) => {
                         let key = plan.object.key();
                         tracing::debug!(object = %key, revision, "plan received");
+                        // Its chart, when the hub sent it along: cached before the runtime
+                        // looks for it. One that fails its check is dropped; the runtime
+                        // fetches the chart with GetChart as it would have.
+                        if !archive.is_empty()
+                            && let Some(charts) = &self.options.charts
+                            && let Err(e) = charts.put(&plan.chart.digest, archive.to_vec()).await
+                        {
+                            tracing::warn!(object = %key, revision, error = %e, "the chart sent with a plan was not cached");
+                        }
                         // A plan the runtime already holds at this revision is a no-op for
                         // it (no report): a hub that lost track (restarted) still needs the
                         // status, so it is sent again.

@@ -13,6 +13,11 @@
 //! revisions, deletions it still holds), and lists the statuses the hub wants again (held
 //! plans whose status digest differs from the last status the hub forwarded).
 //!
+//! The mailbox also remembers which chart archives the agent holds, as far as the hub knows
+//! (its Hello's cached digests, then every archive sent with a plan or served by `GetChart`):
+//! a hint, so a plan whose chart the agent lacks carries the archive and one it has does
+//! not. An agent whose cache lost an archive still fetches it with `GetChart`.
+//!
 //! Reports from a cluster are forwarded to the [`ReportSink`] tagged with the cluster the
 //! session's certificate names, never with anything the agent says, and only for
 //! HelmReleases this cluster was given: a cluster cannot report for another's releases.
@@ -23,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use flotilla_core::agent::{Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report};
 use flotilla_core::digest::Digest;
-use flotilla_core::ids::ClusterId;
+use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::plan::ReleasePlan;
 use tokio::sync::Notify;
 
@@ -56,7 +61,13 @@ struct State {
     reconcile: BTreeSet<ObjectKey>,
     held: BTreeMap<ObjectKey, HeldPlan>,
     status_digests: BTreeMap<ObjectKey, Digest>,
+    /// Chart archives the agent holds, as far as the hub knows (at most
+    /// [`MAX_AGENT_CHARTS`]).
+    agent_charts: BTreeSet<ChartDigest>,
 }
+
+/// The most chart digests a mailbox remembers its agent holding.
+pub const MAX_AGENT_CHARTS: usize = 1024;
 
 /// The link of one registered cluster.
 #[derive(Debug)]
@@ -125,13 +136,16 @@ impl Mailbox {
     /// The Hello of a new session: records what the agent holds, marks pending what
     /// differs and returns the HelmReleases whose status the hub wants again. Deletions of
     /// releases the agent does not hold are confirmed at once (forwarded as
-    /// [`Report::Deleted`], outcome `Forgotten`).
-    pub fn resync(&self, held: Vec<HeldPlan>) -> Vec<ObjectKey> {
+    /// [`Report::Deleted`], outcome `Forgotten`). `cached_charts` are the chart archives
+    /// the agent says it holds (the last [`MAX_AGENT_CHARTS`] are kept).
+    pub fn resync(&self, held: Vec<HeldPlan>, cached_charts: Vec<ChartDigest>) -> Vec<ObjectKey> {
         let mut confirmed = Vec::new();
         let mut wanted = Vec::new();
         {
             let mut s = self.lock();
             s.held = held.into_iter().map(|h| (h.object.clone(), h)).collect();
+            let skip = cached_charts.len().saturating_sub(MAX_AGENT_CHARTS);
+            s.agent_charts = cached_charts.into_iter().skip(skip).collect();
             s.pending.clear();
             let State {
                 desired,
@@ -260,6 +274,23 @@ impl Mailbox {
             .desired
             .values()
             .any(|d| matches!(d, Desired::Plan(p) if p.chart.digest == *digest))
+    }
+
+    /// Whether the agent holds the chart archive `digest`, as far as the hub knows.
+    pub fn agent_has_chart(&self, digest: &ChartDigest) -> bool {
+        self.lock().agent_charts.contains(digest)
+    }
+
+    /// The agent was sent (with a plan, or by `GetChart`) the chart archive `digest`.
+    pub fn agent_got_chart(&self, digest: &ChartDigest) {
+        let mut s = self.lock();
+        if s.agent_charts.insert(digest.clone()) && s.agent_charts.len() > MAX_AGENT_CHARTS {
+            // A hint: forgetting one costs at most an archive sent again.
+            let forget = s.agent_charts.iter().find(|d| *d != digest).cloned();
+            if let Some(forget) = forget {
+                s.agent_charts.remove(&forget);
+            }
+        }
     }
 
     /// How many plans the agent holds, as the hub last heard.
@@ -461,6 +492,28 @@ mod tests {
     }
 
     #[test]
+    fn the_charts_an_agent_holds_come_from_its_hello_and_what_it_was_sent_and_stay_bounded() {
+        let (m, _rx) = mailbox();
+        let digest = |i: usize| ChartDigest::of_bytes(format!("archive {i}").as_bytes());
+        assert!(!m.agent_has_chart(&digest(0)));
+        // A Hello listing more than the bound keeps the most recently used (the last).
+        let listed: Vec<ChartDigest> = (0..MAX_AGENT_CHARTS + 5).map(digest).collect();
+        m.resync(Vec::new(), listed);
+        assert!(!m.agent_has_chart(&digest(4)));
+        assert!(m.agent_has_chart(&digest(5)));
+        assert!(m.agent_has_chart(&digest(MAX_AGENT_CHARTS + 4)));
+        // One sent since: known, and the set stays at its bound.
+        let sent = digest(MAX_AGENT_CHARTS + 100);
+        m.agent_got_chart(&sent);
+        assert!(m.agent_has_chart(&sent));
+        assert_eq!(m.lock().agent_charts.len(), MAX_AGENT_CHARTS);
+        // The next session's Hello is the truth again (its cache may have lost some).
+        m.resync(Vec::new(), vec![digest(1)]);
+        assert!(m.agent_has_chart(&digest(1)));
+        assert!(!m.agent_has_chart(&sent));
+    }
+
+    #[test]
     fn a_resync_sends_exactly_what_differs_and_asks_for_unknown_statuses() {
         let (m, mut rx) = mailbox();
         let (same, older, missing) = (plan("same", 3), plan("older", 5), plan("missing", 1));
@@ -480,11 +533,14 @@ mod tests {
         m.send(Command::Delete(gone.clone())).unwrap();
         m.send(Command::Delete(still_held.clone())).unwrap();
         let digest = flotilla_core::agent::status_digest(&HelmReleaseStatus::default());
-        let wanted = m.resync(vec![
-            held(&same, 3, Some(digest)),
-            held(&older, 4, None),
-            held(&plan("held", 1), 1, None),
-        ]);
+        let wanted = m.resync(
+            vec![
+                held(&same, 3, Some(digest)),
+                held(&older, 4, None),
+                held(&plan("held", 1), 1, None),
+            ],
+            Vec::new(),
+        );
         assert_eq!(wanted, vec![same.object.key()]);
         let mut sent = Vec::new();
         while let Some(o) = m.next_outgoing() {

@@ -92,6 +92,26 @@ impl ChartArchives for StoredArchives {
     }
 }
 
+/// How many chart archives the hub has sent agents, and how: with a plan (the agent held
+/// no copy, as far as the hub knew) or by `GetChart`.
+#[derive(Debug, Default)]
+pub struct ChartsSent {
+    with_plan: AtomicU64,
+    by_get_chart: AtomicU64,
+}
+
+impl ChartsSent {
+    /// Archives sent inside a `PlanUpsert`.
+    pub fn with_plan(&self) -> u64 {
+        self.with_plan.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `GetChart` transfers served to their end.
+    pub fn by_get_chart(&self) -> u64 {
+        self.by_get_chart.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// How long [`SessionHub::start`] waits for the first list of ManagedClusters.
 const REGISTRY_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -165,6 +185,7 @@ pub struct SessionHub {
     stopping: tokio::sync::watch::Sender<bool>,
     server: JoinHandle<()>,
     watch: JoinHandle<()>,
+    charts_sent: Arc<ChartsSent>,
 }
 
 impl SessionHub {
@@ -203,6 +224,7 @@ impl SessionHub {
         let heartbeats = Arc::new(cluster_status::WriteBudget::new(
             config.heartbeat_writes_per_second,
         ));
+        let charts_sent = Arc::new(ChartsSent::default());
         let service = server::HubService {
             stopping: stopping_rx,
             charts,
@@ -214,6 +236,8 @@ impl SessionHub {
             sessions: Arc::new(AtomicU64::new(0)),
             redemptions,
             heartbeats,
+            inline: Arc::new(server::InlineArchives::default()),
+            charts_sent: charts_sent.clone(),
         };
         let tls = ServerTlsConfig::new()
             .identity(Identity::from_pem(
@@ -249,7 +273,13 @@ impl SessionHub {
             stopping,
             server,
             watch,
+            charts_sent,
         })
+    }
+
+    /// How many chart archives went to agents, and how.
+    pub fn charts_sent(&self) -> Arc<ChartsSent> {
+        self.charts_sent.clone()
     }
 
     /// The links of registered clusters (the controller's `Links` for

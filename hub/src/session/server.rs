@@ -17,6 +17,9 @@
 //!   moments of its ManagedCluster being un-accepted or deleted.
 //! - **GetChart**: an archive by digest, in 256 KiB chunks from a given offset (an
 //!   interrupted transfer resumes where it stopped); only charts of the cluster's own plans.
+//!   A plan whose chart the agent holds no copy of, as far as the hub knows (its Hello's
+//!   cached digests, archives sent since), carries the archive when it fits in one chunk:
+//!   no round trip for the common small chart ([`InlineArchives`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use std::time::SystemTime;
 use flotilla_api::ManagedCluster;
 use flotilla_api::fleet::ConnectionState;
 use flotilla_core::agent::HeldPlan;
-use flotilla_core::ids::ClusterId;
+use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::meta::ConditionStatus;
 use flotilla_proto::session::{key_ref, report_from_message};
 use flotilla_proto::v1::hub_server::Hub;
@@ -53,6 +56,63 @@ const OUTGOING_CAPACITY: usize = 16;
 /// Size of a `GetChart` chunk.
 const CHART_CHUNK: usize = 256 << 10;
 
+/// The largest chart archive sent with a plan: one `GetChart` chunk.
+pub const INLINE_CHART_MAX: usize = CHART_CHUNK;
+
+/// How many archives [`InlineArchives`] keeps.
+const INLINE_ARCHIVES: usize = 64;
+
+/// The chart archives sent with plans, kept in memory once read (at most
+/// [`INLINE_ARCHIVES`] of at most [`INLINE_CHART_MAX`] bytes: 16 MiB), so a chart version
+/// going to a thousand agents is read once and its bytes shared by every message. An
+/// archive too large to send with a plan is remembered as such.
+#[derive(Debug, Default)]
+pub(crate) struct InlineArchives {
+    entries:
+        std::sync::Mutex<std::collections::VecDeque<(ChartDigest, Option<flotilla_proto::Bytes>)>>,
+}
+
+impl InlineArchives {
+    /// The archive `digest`, when the hub holds it and it is small enough to go with a plan.
+    async fn get(
+        &self,
+        charts: &dyn super::ChartArchives,
+        digest: &ChartDigest,
+    ) -> Option<flotilla_proto::Bytes> {
+        let hit = self
+            .lock()
+            .iter()
+            .find(|(d, _)| d == digest)
+            .map(|(_, bytes)| bytes.clone());
+        if let Some(hit) = hit {
+            return hit;
+        }
+        // Not held (yet) by the hub: not remembered, the agent's GetChart will tell.
+        let archive = charts.archive(digest).await?;
+        let bytes = (archive.len() <= INLINE_CHART_MAX)
+            .then(|| flotilla_proto::Bytes::copy_from_slice(&archive));
+        let mut entries = self.lock();
+        if !entries.iter().any(|(d, _)| d == digest) {
+            if entries.len() >= INLINE_ARCHIVES {
+                entries.pop_front();
+            }
+            entries.push_back((digest.clone(), bytes.clone()));
+        }
+        bytes
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::VecDeque<(ChartDigest, Option<flotilla_proto::Bytes>)>,
+    > {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The `Hub` service.
 #[derive(Clone)]
 pub struct HubService {
@@ -69,6 +129,10 @@ pub struct HubService {
     pub(crate) redemptions: Arc<tokens::Redemptions>,
     /// The heartbeat writes all sessions share.
     pub(crate) heartbeats: Arc<super::cluster_status::WriteBudget>,
+    /// Chart archives sent with plans.
+    pub(crate) inline: Arc<InlineArchives>,
+    /// How many archives went out, and how.
+    pub(crate) charts_sent: Arc<super::ChartsSent>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -240,10 +304,11 @@ impl HubService {
     }
 }
 
-fn outgoing_message(o: Outgoing) -> v1::HubMessage {
+fn outgoing_message(o: Outgoing, chart_archive: flotilla_proto::Bytes) -> v1::HubMessage {
     let kind = match o {
         Outgoing::Upsert(plan) => hub_message::Kind::PlanUpsert(v1::PlanUpsert {
             plan: Some((*plan).clone().into()),
+            chart_archive,
         }),
         Outgoing::Delete(d) => hub_message::Kind::PlanDelete(d.into()),
         Outgoing::Reconcile(key) => hub_message::Kind::Reconcile(v1::ReconcileRequest {
@@ -272,6 +337,30 @@ impl Session {
 
     async fn end(&self, status: Status) {
         let _ = self.tx.send(Err(status)).await;
+    }
+
+    /// The message for `o`: an upsert carries its chart archive when the agent holds no
+    /// copy, as far as the hub knows, and it is small enough.
+    async fn message(&self, o: Outgoing) -> v1::HubMessage {
+        let mut archive = flotilla_proto::Bytes::new();
+        if let Outgoing::Upsert(plan) = &o {
+            let digest = &plan.chart.digest;
+            if !self.mailbox.agent_has_chart(digest)
+                && let Some(bytes) = self
+                    .service
+                    .inline
+                    .get(self.service.charts.as_ref(), digest)
+                    .await
+            {
+                archive = bytes;
+                self.mailbox.agent_got_chart(digest);
+                self.service
+                    .charts_sent
+                    .with_plan
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        outgoing_message(o, archive)
     }
 
     async fn run(self, mut inbound: Streaming<v1::AgentMessage>) {
@@ -341,17 +430,27 @@ impl Session {
                 }
             }
         }
+        let mut cached = Vec::with_capacity(hello.cached_chart_digests.len());
+        for (i, d) in hello.cached_chart_digests.into_iter().enumerate() {
+            match ChartDigest::new(d) {
+                Ok(d) => cached.push(d),
+                Err(e) => {
+                    return self
+                        .end(Status::invalid_argument(format!(
+                            "hello.cachedChartDigests[{i}]: {e}"
+                        )))
+                        .await;
+                }
+            }
+        }
         self.mailbox.attach(self.id);
-        let wanted = self.mailbox.resync(held);
+        let wanted = self.mailbox.resync(held, cached);
         tracing::info!(cluster = %cluster, session = self.id, held = self.mailbox.held_count(), "session up");
         // The difference, then ResyncComplete, then `Connected` on the ManagedCluster: the
         // agent's plans do not wait for the API server.
         while let Some(o) = self.mailbox.next_outgoing() {
-            if self
-                .send(outgoing_message(o).kind.expect("built with a kind"))
-                .await
-                .is_err()
-            {
+            let message = self.message(o).await;
+            if self.tx.send(Ok(message)).await.is_err() {
                 return self.finish(&api).await;
             }
         }
@@ -397,7 +496,7 @@ impl Session {
             loop {
                 match self.tx.try_reserve() {
                     Ok(permit) => match self.mailbox.next_outgoing() {
-                        Some(o) => permit.send(Ok(outgoing_message(o))),
+                        Some(o) => permit.send(Ok(self.message(o).await)),
                         None => break,
                     },
                     Err(mpsc::error::TrySendError::Full(())) => {
@@ -621,16 +720,16 @@ impl Hub for HubService {
         let digest = flotilla_core::ids::ChartDigest::new(request.digest)
             .map_err(|e| Status::invalid_argument(format!("digest: {e}")))?;
         // A cluster gets the charts of its own plans only.
-        let given = self
+        let mailbox = self
             .links
             .mailbox(&identity.cluster)
-            .is_some_and(|m| m.needs_chart(&digest));
-        if !given {
+            .filter(|m| m.needs_chart(&digest));
+        let Some(mailbox) = mailbox else {
             return Err(Status::not_found(format!(
                 "chart {digest}: not in a plan of cluster {}",
                 identity.cluster
             )));
-        }
+        };
         let archive = self.charts.archive(&digest).await.ok_or_else(|| {
             Status::not_found(format!("chart {digest}: the hub does not hold it"))
         })?;
@@ -642,6 +741,7 @@ impl Hub for HubService {
             )));
         }
         let (tx, rx) = mpsc::channel(4);
+        let sent = self.charts_sent.clone();
         tokio::spawn(async move {
             let total_size = archive.len() as u64;
             let mut first = true;
@@ -658,6 +758,8 @@ impl Hub for HubService {
                 }
                 at = end;
                 if at >= archive.len() {
+                    mailbox.agent_got_chart(&digest);
+                    sent.by_get_chart.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
             }

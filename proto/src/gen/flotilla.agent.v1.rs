@@ -141,6 +141,8 @@ pub struct Hello {
     pub api_versions: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(message, repeated, tag = "5")]
     pub held_plans: ::prost::alloc::vec::Vec<HeldPlan>,
+    /// `sha256:<hex>` of chart archives in the agent's cache, most recently used last (at
+    /// most 1,024): the hub sends no archive the agent already holds.
     #[prost(string, repeated, tag = "6")]
     pub cached_chart_digests: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
@@ -232,6 +234,12 @@ pub struct ObjectRef {
 pub struct PlanUpsert {
     #[prost(message, optional, tag = "1")]
     pub plan: ::core::option::Option<ReleasePlan>,
+    /// The chart archive of `plan.chart.digest`, sent with the plan when the hub knows of no
+    /// copy at the agent (not in its Hello's cached_chart_digests, not sent or served since)
+    /// and it fits in one GetChart chunk (256 KiB): the agent caches it without a GetChart
+    /// round trip, after checking its digest. Empty otherwise: GetChart by digest.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub chart_archive: ::prost::bytes::Bytes,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct PlanDelete {
