@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_core::agent::{Command as AgentCommand, DeleteOutcome, DeleteRequest, Report};
-use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
+use flotilla_core::ids::{ClusterId, PlanRevision};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_core::plan::ReleasePlan;
 use flotilla_hub::link::{AgentLink, Links as _, TargetId, TargetReport};
-use flotilla_hub::session::{ChartArchives, SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{MemoryArchives, SessionConfig, SessionHub, tokens};
 use flotilla_tests::{Cluster, tools};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
@@ -38,19 +38,6 @@ const APPS: &str = "apps";
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 type Reports = tokio::sync::mpsc::UnboundedReceiver<TargetReport>;
-
-/// The hub's chart archives, by digest.
-#[derive(Debug)]
-struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
-
-impl ChartArchives for Archives {
-    fn archive<'a>(
-        &'a self,
-        digest: &'a ChartDigest,
-    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
-        Box::pin(async move { self.0.get(digest).cloned() })
-    }
-}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -223,12 +210,7 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
         .generation(2)
         .spec(&spec("bonjour"))
         .plan();
-    let archives = Arc::new(Archives(
-        [&v1, &v2]
-            .iter()
-            .map(|f| (f.plan.chart.digest.clone(), Arc::new(f.archive.clone())))
-            .collect(),
-    ));
+    let archives = Arc::new(MemoryArchives::of([v1.archive.clone(), v2.archive.clone()]));
     let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
     let hub = SessionHub::start(
         mgmt.clone(),

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use flotilla_api::ManagedCluster;
 use flotilla_core::agent::{Command as AgentCommand, Report};
-use flotilla_core::ids::{ChartDigest, ClusterId};
+use flotilla_core::ids::ClusterId;
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{AgentLink, Links as _, TargetId};
-use flotilla_hub::session::{ChartArchives, SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{MemoryArchives, SessionConfig, SessionHub, tokens};
 use flotilla_tests::{Cluster, wait};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -29,19 +29,6 @@ use common::{Hr, collect};
 
 const MARKER: &str = "flotilla-process-marker-51d0";
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The hub's chart archives, by digest.
-#[derive(Debug)]
-struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
-
-impl ChartArchives for Archives {
-    fn archive<'a>(
-        &'a self,
-        digest: &'a ChartDigest,
-    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
-        Box::pin(async move { self.0.get(digest).cloned() })
-    }
-}
 
 async fn install_managed_cluster_crd(client: &kube::Client) -> anyhow::Result<()> {
     let crd = flotilla_api::crd::all()
@@ -132,13 +119,7 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         .interval("1h")
         .spec(&format!("  values:\n    marker: {MARKER}\n"))
         .plan();
-    let archives = Arc::new(Archives(
-        [(
-            file.plan.chart.digest.clone(),
-            Arc::new(file.archive.clone()),
-        )]
-        .into(),
-    ));
+    let archives = Arc::new(MemoryArchives::of([file.archive.clone()]));
     let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
     let hub = SessionHub::start(
         mgmt.clone(),

@@ -19,7 +19,9 @@ use flotilla_core::agent::{Command, Report};
 use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_hub::link::{Links as _, TargetId, TargetReport};
-use flotilla_hub::session::{ChartArchives, NoArchives, SessionConfig, SessionHub, tokens};
+use flotilla_hub::session::{
+    ChartArchives, MemoryArchives, NoArchives, SessionConfig, SessionHub, tokens,
+};
 use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -154,19 +156,6 @@ async fn hub(
     hub_with(mgmt, lifetime, Arc::new(NoArchives)).await
 }
 
-/// The hub's chart archives, by digest.
-#[derive(Debug)]
-struct Archives(std::collections::HashMap<ChartDigest, Arc<Vec<u8>>>);
-
-impl ChartArchives for Archives {
-    fn archive<'a>(
-        &'a self,
-        digest: &'a ChartDigest,
-    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
-        Box::pin(async move { self.0.get(digest).cloned() })
-    }
-}
-
 /// A hub serving `archives` with `GetChart`.
 async fn hub_with(
     mgmt: &kube::Client,
@@ -197,6 +186,19 @@ async fn token(mgmt: &kube::Client, options: tokens::TokenOptions) -> anyhow::Re
     Ok(tokens::create(mgmt.clone(), HUB_NAMESPACE, &options)
         .await?
         .expose())
+}
+
+/// An auto-accepting token good for `uses` joins (any number when `None`).
+async fn auto_token(mgmt: &kube::Client, uses: Option<u32>) -> anyhow::Result<String> {
+    token(
+        mgmt,
+        tokens::TokenOptions {
+            auto_accept: true,
+            uses,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 fn refused(result: Result<Identity, SessionError>) -> String {
@@ -320,14 +322,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     }
 
     // Auto-accepted: the certificate comes back at once and names the cluster.
-    let auto = token(
-        &mgmt,
-        tokens::TokenOptions {
-            auto_accept: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let auto = auto_token(&mgmt, None).await?;
     let identity =
         agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "auto", "auto")).await?;
     assert_eq!(identity.cluster, "auto");
@@ -406,15 +401,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         .await,
     );
     assert!(message.contains("expired"), "{message}");
-    let once = token(
-        &mgmt,
-        tokens::TokenOptions {
-            uses: Some(1),
-            auto_accept: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let once = auto_token(&mgmt, Some(1)).await?;
     agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-1", "used-1")).await?;
     let message = refused(
         agent_session::join(&mgmt, &join_options(&hub, &once, &pin, "used-2", "used-2")).await,
@@ -552,15 +539,7 @@ async fn a_plan_sent_through_the_hubs_link_reaches_the_agent_on_its_cluster_its_
     let (hub, mut reports) = hub(&mgmt, Duration::from_secs(24)).await?;
     let pin = hub.ca().pin().to_string();
     namespace(&work, "other").await?;
-    let auto = token(
-        &mgmt,
-        tokens::TokenOptions {
-            auto_accept: true,
-            uses: Some(2),
-            ..Default::default()
-        },
-    )
-    .await?;
+    let auto = auto_token(&mgmt, Some(2)).await?;
     let edge =
         agent_session::join(&work, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
     let other =
@@ -816,15 +795,7 @@ async fn forty_clusters_redeeming_one_token_at_once_each_spend_one_use_a_wrong_s
     let mgmt_cluster = Cluster::start(ClusterOptions::named("session-redeem")).await?;
     let mgmt = mgmt_cluster.client().await?;
     namespace(&mgmt, HUB_NAMESPACE).await?;
-    let presented = token(
-        &mgmt,
-        tokens::TokenOptions {
-            uses: Some(40),
-            auto_accept: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let presented = auto_token(&mgmt, Some(40)).await?;
     let id = presented.split('.').next().unwrap_or_default().to_owned();
     let wrong = format!("{id}.0000000000000000");
     let redemptions = Arc::new(tokens::Redemptions::new(mgmt.clone(), HUB_NAMESPACE));
@@ -936,14 +907,7 @@ async fn an_agent_whose_hub_stops_answering_drops_the_session_within_its_heartbe
     let mgmt = mgmt_cluster.client().await?;
     let (hub, _reports) = hub(&mgmt, Duration::from_secs(3600)).await?;
     let pin = hub.ca().pin().to_string();
-    let auto = token(
-        &mgmt,
-        tokens::TokenOptions {
-            auto_accept: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let auto = auto_token(&mgmt, None).await?;
     let mut identity =
         agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "quiet", "default")).await?;
     // The session goes through the proxy (the certificate's SAN 127.0.0.1 still holds).
@@ -1069,25 +1033,11 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
     let x = a.plan.chart.digest.clone();
     let big: Vec<u8> = (0..300u32 << 10).map(|i| (i % 251) as u8).collect();
     let y = ChartDigest::of_bytes(&big);
-    let archives = Archives(
-        [
-            (x.clone(), Arc::new(a.archive.clone())),
-            (y.clone(), Arc::new(big.clone())),
-        ]
-        .into(),
-    );
+    let archives = MemoryArchives::of([a.archive.clone(), big.clone()]);
     let (hub, _reports) = hub_with(&client, Duration::from_secs(3600), Arc::new(archives)).await?;
     let sent = hub.charts_sent();
     let pin = hub.ca().pin().to_string();
-    let auto = token(
-        &client,
-        tokens::TokenOptions {
-            auto_accept: true,
-            uses: Some(1),
-            ..Default::default()
-        },
-    )
-    .await?;
+    let auto = auto_token(&client, Some(1)).await?;
     let edge =
         agent_session::join(&client, &join_options(&hub, &auto, &pin, "edge", "default")).await?;
     let uid = agent_session::cluster_uid(&client).await?;

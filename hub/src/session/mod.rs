@@ -67,6 +67,33 @@ impl ChartArchives for NoArchives {
     }
 }
 
+/// Archives held in memory, by their sha256 (tests, and programs embedding the hub that
+/// hold their charts themselves).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryArchives(std::collections::HashMap<flotilla_core::ids::ChartDigest, Arc<Vec<u8>>>);
+
+impl MemoryArchives {
+    /// The archives `archives`, each found by its own digest.
+    pub fn of(archives: impl IntoIterator<Item = Vec<u8>>) -> Self {
+        Self(
+            archives
+                .into_iter()
+                .map(|a| (flotilla_core::ids::ChartDigest::of_bytes(&a), Arc::new(a)))
+                .collect(),
+        )
+    }
+}
+
+impl ChartArchives for MemoryArchives {
+    fn archive<'a>(
+        &'a self,
+        digest: &'a flotilla_core::ids::ChartDigest,
+    ) -> futures::future::BoxFuture<'a, Option<Arc<Vec<u8>>>> {
+        let found = self.0.get(digest).cloned();
+        Box::pin(async move { found })
+    }
+}
+
 /// The archives of the hub's chart store (`<dir>/<hex digest>.tgz`, as
 /// `flotilla_agent::charts::CachedCharts` keeps them): what `GetChart` serves in the hub
 /// binary. The agent checks the digest of what it receives.
