@@ -21,11 +21,9 @@ use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_core::plan::ReleasePlan;
 use flotilla_hub::link::{AgentLink, Links as _, TargetId, TargetReport};
 use flotilla_hub::session::{MemoryArchives, SessionConfig, SessionHub, tokens};
-use flotilla_tests::{Cluster, tools};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
+use flotilla_tests::{Cluster, rbac, tools};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{AuthInfo, Kubeconfig, NamedAuthInfo};
 
 use common::{Hr, collect};
 
@@ -45,43 +43,12 @@ fn workspace() -> PathBuf {
 
 /// The chart's ServiceAccount and RBAC, rendered by the reference helm.
 fn chart_rbac() -> anyhow::Result<String> {
-    let chart = workspace().join("deploy/charts/flotilla-agent");
-    let values = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/deploy-rbac-values.yaml");
-    let out = Command::new(tools::helm()?)
-        .arg("template")
-        .arg("flotilla-agent")
-        .arg(&chart)
-        .args(["--namespace", NAMESPACE, "--values"])
-        .arg(&values)
-        .args([
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/rbac.yaml",
-        ])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "helm template: {}", tools::text(&out));
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-/// A kubeconfig for the cluster of `admin` that authenticates with `token` only.
-fn token_kubeconfig(admin: &Path, token: &str, path: &Path) -> anyhow::Result<()> {
-    let mut config = Kubeconfig::read_from(admin)?;
-    config.auth_infos = vec![NamedAuthInfo {
-        name: "service-account".to_owned(),
-        auth_info: Some(AuthInfo {
-            token: Some(token.to_owned().into()),
-            ..AuthInfo::default()
-        }),
-        other: Default::default(),
-    }];
-    for context in &mut config.contexts {
-        if let Some(c) = context.context.as_mut() {
-            c.user = Some("service-account".to_owned());
-        }
-    }
-    std::fs::write(path, serde_json::to_string(&config)?)?;
-    Ok(())
+    rbac::chart_rbac(
+        &workspace().join("deploy/charts/flotilla-agent"),
+        "flotilla-agent",
+        NAMESPACE,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/deploy-rbac-values.yaml"),
+    )
 }
 
 fn agent(
@@ -263,44 +230,18 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
         !rbac.contains("cluster-admin"),
         "the test's values replace cluster-admin:\n{rbac}"
     );
-    tools::kubectl_in(
-        &admin,
-        &["apply", "--server-side", "--field-manager=test", "-f", "-"],
-        Some(&rbac),
-    )?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(work.clone(), NAMESPACE)
-        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await?
-        .status
-        .expect("a TokenRequest answer has a status")
-        .token;
     let dir = tempfile::tempdir()?;
     let sa_kubeconfig = dir.path().join("service-account.kubeconfig");
-    token_kubeconfig(&admin, &token, &sa_kubeconfig)?;
     // The kubeconfig is the ServiceAccount, and what the chart does not grant is refused.
-    let whoami = tools::run_ok(
-        &tools::kubectl()?,
-        &[
-            "auth",
-            "whoami",
-            "-o",
-            "jsonpath={.status.userInfo.username}",
-        ],
+    rbac::service_account_kubeconfig(
+        &admin,
+        &work,
+        &rbac,
+        NAMESPACE,
+        SERVICE_ACCOUNT,
         &sa_kubeconfig,
-        None,
-    )?;
-    anyhow::ensure!(
-        whoami == format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"),
-        "{whoami}"
-    );
+    )
+    .await?;
     let denied = tools::run(&tools::kubectl()?, &["get", "nodes"], &sa_kubeconfig, None)?;
     anyhow::ensure!(
         !denied.status.success() && tools::text(&denied).contains("forbidden"),

@@ -169,6 +169,7 @@ async fn main() -> anyhow::Result<()> {
             let mut session_config = SessionConfig {
                 namespace: args.hub_namespace.clone(),
                 client_cert_lifetime: args.agent_cert_lifetime.get(),
+                metrics: config.metrics.clone(),
                 ..SessionConfig::default()
             };
             if !args.grpc_sans.is_empty() {

@@ -20,7 +20,13 @@
 //!   (asked for or due, not started; see `controller::queue`), sampled when scraped;
 //! - `flotilla_hub_helmreleases{ready}`: HelmReleases by the status of their `Ready`
 //!   condition (`True`, `False`, `Unknown`; `Unknown` too when there is none yet), from the
-//!   controller's cache, sampled when scraped.
+//!   controller's cache, sampled when scraped;
+//! - `flotilla_hub_agent_sessions`: agent sessions up (their Hello accepted);
+//! - `flotilla_hub_chart_archives_sent_total{how}`: chart archives sent to agents, `with_plan`
+//!   (inside a plan, the agent holding no copy as far as the hub knew) or by `get_chart`
+//!   (a `GetChart` transfer served to its end);
+//! - `flotilla_hub_cluster_heartbeat_writes_total{result}`: ManagedCluster heartbeat writes
+//!   due, `written` or `deferred` to a later status tick by the hub-wide budget.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -81,6 +87,34 @@ struct ReadyLabels {
     ready: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HowLabels {
+    how: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    result: &'static str,
+}
+
+/// How a chart archive went to an agent (`flotilla_hub_chart_archives_sent_total{how}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartSent {
+    /// Inside a `PlanUpsert`.
+    WithPlan,
+    /// A `GetChart` transfer served to its end.
+    GetChart,
+}
+
+impl ChartSent {
+    fn label(self) -> &'static str {
+        match self {
+            ChartSent::WithPlan => "with_plan",
+            ChartSent::GetChart => "get_chart",
+        }
+    }
+}
+
 /// The values of the gauges sampled at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sample {
@@ -124,6 +158,9 @@ pub struct HubMetrics {
     queue_depth: Family<ControllerLabels, Gauge>,
     releases: Family<ReadyLabels, Gauge>,
     values_reads: Family<SourceLabels, Counter>,
+    sessions: Gauge,
+    charts_sent: Family<HowLabels, Counter>,
+    heartbeat_writes: Family<WriteLabels, Counter>,
     sampler: Arc<std::sync::Mutex<Option<Sampler>>>,
 }
 
@@ -193,6 +230,30 @@ impl HubMetrics {
         for source in ["cache", "api"] {
             let _ = values_reads.get_or_create(&SourceLabels { source });
         }
+        let sessions = Gauge::default();
+        registry.register(
+            "flotilla_hub_agent_sessions",
+            "Agent sessions up (their Hello accepted)",
+            sessions.clone(),
+        );
+        let charts_sent = Family::<HowLabels, Counter>::default();
+        registry.register(
+            "flotilla_hub_chart_archives_sent",
+            "Chart archives sent to agents, with a plan or by GetChart",
+            charts_sent.clone(),
+        );
+        for how in [ChartSent::WithPlan, ChartSent::GetChart] {
+            let _ = charts_sent.get_or_create(&HowLabels { how: how.label() });
+        }
+        let heartbeat_writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "flotilla_hub_cluster_heartbeat_writes",
+            "ManagedCluster heartbeat writes due, written or deferred by the hub-wide budget",
+            heartbeat_writes.clone(),
+        );
+        for result in ["written", "deferred"] {
+            let _ = heartbeat_writes.get_or_create(&WriteLabels { result });
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -209,8 +270,47 @@ impl HubMetrics {
             queue_depth,
             releases,
             values_reads,
+            sessions,
+            charts_sent,
+            heartbeat_writes,
             sampler: Arc::new(std::sync::Mutex::new(None)),
         }
+    }
+
+    /// An agent session came up (`up`) or ended.
+    pub fn session(&self, up: bool) {
+        if up {
+            self.sessions.inc();
+        } else {
+            self.sessions.dec();
+        }
+    }
+
+    /// Agent sessions up.
+    pub fn sessions(&self) -> i64 {
+        self.sessions.get()
+    }
+
+    /// Counts one chart archive sent to an agent.
+    pub fn chart_sent(&self, how: ChartSent) {
+        self.charts_sent
+            .get_or_create(&HowLabels { how: how.label() })
+            .inc();
+    }
+
+    /// Chart archives sent to agents so far, `how`.
+    pub fn charts_sent(&self, how: ChartSent) -> u64 {
+        self.charts_sent
+            .get_or_create(&HowLabels { how: how.label() })
+            .get()
+    }
+
+    /// Counts one ManagedCluster heartbeat write that was due: `written`, or deferred.
+    pub fn heartbeat_write(&self, written: bool) {
+        let result = if written { "written" } else { "deferred" };
+        self.heartbeat_writes
+            .get_or_create(&WriteLabels { result })
+            .inc();
     }
 
     /// Sets what fills the queue-depth and releases-by-Ready gauges at each scrape (the

@@ -15,11 +15,8 @@ use std::time::Duration;
 
 use flotilla_api::HelmRelease;
 use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
-use flotilla_tests::{Cluster, ClusterOptions, tools, wait};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, PostParams};
-use kube::config::{AuthInfo, Kubeconfig, NamedAuthInfo};
+use flotilla_tests::{Cluster, ClusterOptions, rbac, tools, wait};
+use kube::api::Api;
 
 use common::{install_crds, podinfo_chart, podinfo_release, ready};
 
@@ -29,41 +26,12 @@ const SERVICE_ACCOUNT: &str = "flotilla-hub";
 /// The chart's ServiceAccount and RBAC, rendered by the reference helm.
 fn chart_rbac() -> anyhow::Result<String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(tools::helm()?)
-        .arg("template")
-        .arg("flotilla-hub")
-        .arg(manifest.join("../deploy/charts/flotilla-hub"))
-        .args(["--namespace", NAMESPACE, "--values"])
-        .arg(manifest.join("tests/deploy-rbac-values.yaml"))
-        .args([
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/rbac.yaml",
-        ])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "helm template: {}", tools::text(&out));
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-/// A kubeconfig for the cluster of `admin` that authenticates with `token` only.
-fn token_kubeconfig(admin: &Path, token: &str, path: &Path) -> anyhow::Result<()> {
-    let mut config = Kubeconfig::read_from(admin)?;
-    config.auth_infos = vec![NamedAuthInfo {
-        name: "service-account".to_owned(),
-        auth_info: Some(AuthInfo {
-            token: Some(token.to_owned().into()),
-            ..AuthInfo::default()
-        }),
-        other: Default::default(),
-    }];
-    for context in &mut config.contexts {
-        if let Some(c) = context.context.as_mut() {
-            c.user = Some("service-account".to_owned());
-        }
-    }
-    std::fs::write(path, serde_json::to_string(&config)?)?;
-    Ok(())
+    rbac::chart_rbac(
+        &manifest.join("../deploy/charts/flotilla-hub"),
+        "flotilla-hub",
+        NAMESPACE,
+        &manifest.join("tests/deploy-rbac-values.yaml"),
+    )
 }
 
 #[tokio::test]
@@ -81,43 +49,17 @@ async fn the_hub_under_the_charts_service_account_and_rbac_installs_upgrades_and
         !rbac.contains("cluster-admin"),
         "the test's values replace cluster-admin:\n{rbac}"
     );
-    tools::kubectl_in(
-        &admin,
-        &["apply", "--server-side", "--field-manager=test", "-f", "-"],
-        Some(&rbac),
-    )?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await?
-        .status
-        .expect("a TokenRequest answer has a status")
-        .token;
     let dir = tempfile::tempdir()?;
     let sa_kubeconfig = dir.path().join("service-account.kubeconfig");
-    token_kubeconfig(&admin, &token, &sa_kubeconfig)?;
-    let whoami = tools::run_ok(
-        &tools::kubectl()?,
-        &[
-            "auth",
-            "whoami",
-            "-o",
-            "jsonpath={.status.userInfo.username}",
-        ],
+    rbac::service_account_kubeconfig(
+        &admin,
+        &client,
+        &rbac,
+        NAMESPACE,
+        SERVICE_ACCOUNT,
         &sa_kubeconfig,
-        None,
-    )?;
-    anyhow::ensure!(
-        whoami == format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"),
-        "{whoami}"
-    );
+    )
+    .await?;
 
     // The hub as the chart runs it (the flags of templates/deployment.yaml that this
     // binary has), logs in a file.

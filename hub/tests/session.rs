@@ -22,6 +22,7 @@ use flotilla_hub::link::{Links as _, TargetId, TargetReport};
 use flotilla_hub::session::{
     ChartArchives, MemoryArchives, NoArchives, SessionConfig, SessionHub, tokens,
 };
+use flotilla_hub::telemetry::ChartSent;
 use flotilla_proto::v1::{self, agent_message, hub_client::HubClient, hub_message};
 use flotilla_tests::{Cluster, ClusterOptions, wait};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -1035,7 +1036,13 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
     let y = ChartDigest::of_bytes(&big);
     let archives = MemoryArchives::of([a.archive.clone(), big.clone()]);
     let (hub, _reports) = hub_with(&client, Duration::from_secs(3600), Arc::new(archives)).await?;
-    let sent = hub.charts_sent();
+    let metrics = hub.metrics().clone();
+    let sent = || {
+        (
+            metrics.charts_sent(ChartSent::WithPlan),
+            metrics.charts_sent(ChartSent::GetChart),
+        )
+    };
     let pin = hub.ca().pin().to_string();
     let auto = auto_token(&client, Some(1)).await?;
     let edge =
@@ -1103,7 +1110,7 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
         ]
         .into()
     );
-    assert_eq!((sent.with_plan(), sent.by_get_chart()), (1, 0));
+    assert_eq!(sent(), (1, 0));
     // Y fetched with GetChart, to its end: a new plan on Y comes without it.
     let channel = agent_session::tls::channel(
         &edge.hub,
@@ -1123,7 +1130,7 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
     }
     assert_eq!(fetched, big);
     wait::until("the GetChart transfer counted", TIMEOUT, || async {
-        Ok((sent.by_get_chart() == 1).then_some(()))
+        Ok((sent().1 == 1).then_some(()))
     })
     .await?;
     let mut b2 = b.clone();
@@ -1152,7 +1159,7 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
         "{upserts:?}"
     );
     assert_eq!(upserts["b"], 0);
-    assert_eq!(sent.with_plan(), 2);
+    assert_eq!(sent().0, 2);
     drop((tx, inbound));
 
     // Session 3, a Hello listing both: no archive at all.
@@ -1166,7 +1173,11 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
     );
     assert_eq!(upserts.len(), 3);
     assert!(upserts.values().all(|n| *n == 0), "{upserts:?}");
-    assert_eq!(sent.with_plan(), 2);
+    assert_eq!(sent().0, 2);
+    wait::until("the earlier sessions counted down", TIMEOUT, || async {
+        Ok((metrics.sessions() == 1).then_some(()))
+    })
+    .await?;
     drop((tx, inbound));
 
     // A Hello with a malformed digest is refused, naming it.

@@ -179,6 +179,75 @@ async fn one_index_fetch_per_interval_serves_every_chart_a_new_version_is_picked
     Ok(())
 }
 
+#[tokio::test]
+async fn a_restarted_hub_keeps_its_helm_charts_ready_while_it_loads_their_repositorys_index_again()
+-> anyhow::Result<()> {
+    let mut env = Env::start("hub-index-restart").await?;
+    let hello = workspace_root().join("tests/charts/hello");
+    env.repo.publish(&hello)?;
+    let client = env.cluster.client().await?;
+    let charts: Api<HelmChart> = Api::namespaced(client, "default");
+    // The repository behind a proxy that can hold each new connection a while: the
+    // restarted hub's index then arrives seconds after its HelmCharts are first reconciled.
+    let upstream: std::net::SocketAddr = env.repo.url().trim_start_matches("http://").parse()?;
+    let (delay, delayed) = tokio::sync::watch::channel(Duration::ZERO);
+    let proxy = delaying_proxy(upstream, delayed).await?;
+    env.kubectl_apply(&repository(&format!("http://{proxy}")))?;
+    let names = ["any", "minor", "range"];
+    for (name, version) in names.iter().zip(["*", "0.1.*", ">=0.1.0 <1.0.0"]) {
+        env.kubectl_apply(&chart(name, version))?;
+    }
+    for name in names {
+        chart_at(&charts, name, "0.1.0").await?;
+    }
+
+    // Indexes live in the hub's memory: a new hub holds none until its HelmRepository
+    // controller fetched it again. Its HelmCharts must not turn Ready=False meanwhile
+    // (their HelmReleases would follow): they wait for the index.
+    delay.send_replace(Duration::from_secs(3));
+    env.restart_hub().await?;
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < Duration::from_secs(6) {
+        for name in names {
+            let status = charts.get(name).await?.status.unwrap_or_default();
+            let ready = status.conditions.get_condition(condition::READY).cloned();
+            assert!(
+                status.conditions.is_true(condition::READY),
+                "HelmChart {name} after the hub's restart, {:?} in: {ready:?}",
+                watched.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And once the index is there they resolve against it: a new version is taken.
+    env.repo.publish_version(&hello, "0.2.0")?;
+    chart_at(&charts, "any", "0.2.0").await?;
+    env.stop().await;
+    Ok(())
+}
+
+/// A TCP proxy to `upstream` on loopback that holds each new connection for the current
+/// `delay` before connecting it.
+async fn delaying_proxy(
+    upstream: std::net::SocketAddr,
+    delay: tokio::sync::watch::Receiver<Duration>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut down, _)) = listener.accept().await {
+            let wait = *delay.borrow();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                if let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
 /// `tests/charts/hello` copied into `dir` with a `values-prod.yaml` beside its values.
 fn hello_with_values_files(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
     let source = workspace_root().join("tests/charts/hello");

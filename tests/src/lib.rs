@@ -16,6 +16,7 @@ pub mod flux;
 pub mod image;
 pub mod pki;
 pub mod process;
+pub mod rbac;
 pub mod servers;
 pub mod tools;
 pub mod wait;

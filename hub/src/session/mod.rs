@@ -119,26 +119,6 @@ impl ChartArchives for StoredArchives {
     }
 }
 
-/// How many chart archives the hub has sent agents, and how: with a plan (the agent held
-/// no copy, as far as the hub knew) or by `GetChart`.
-#[derive(Debug, Default)]
-pub struct ChartsSent {
-    with_plan: AtomicU64,
-    by_get_chart: AtomicU64,
-}
-
-impl ChartsSent {
-    /// Archives sent inside a `PlanUpsert`.
-    pub fn with_plan(&self) -> u64 {
-        self.with_plan.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// `GetChart` transfers served to their end.
-    pub fn by_get_chart(&self) -> u64 {
-        self.by_get_chart.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
 /// How long [`SessionHub::start`] waits for the first list of ManagedClusters.
 const REGISTRY_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -169,6 +149,9 @@ pub struct SessionConfig {
     /// Heartbeat writes a second across all sessions ([`cluster_status::WriteBudget`]); a
     /// session over budget writes at a later status tick.
     pub heartbeat_writes_per_second: f64,
+    /// Where the sessions count (`flotilla_hub_agent_sessions`, chart archives sent,
+    /// heartbeat writes): the hub's `/metrics` in the binary.
+    pub metrics: crate::telemetry::HubMetrics,
 }
 
 impl Default for SessionConfig {
@@ -183,6 +166,7 @@ impl Default for SessionConfig {
             status_interval: Duration::from_secs(30),
             heartbeat_write_interval: Duration::from_secs(300),
             heartbeat_writes_per_second: 20.0,
+            metrics: crate::telemetry::HubMetrics::new(),
         }
     }
 }
@@ -212,7 +196,7 @@ pub struct SessionHub {
     stopping: tokio::sync::watch::Sender<bool>,
     server: JoinHandle<()>,
     watch: JoinHandle<()>,
-    charts_sent: Arc<ChartsSent>,
+    metrics: crate::telemetry::HubMetrics,
 }
 
 impl SessionHub {
@@ -251,7 +235,7 @@ impl SessionHub {
         let heartbeats = Arc::new(cluster_status::WriteBudget::new(
             config.heartbeat_writes_per_second,
         ));
-        let charts_sent = Arc::new(ChartsSent::default());
+        let metrics = config.metrics.clone();
         let service = server::HubService {
             stopping: stopping_rx,
             charts,
@@ -264,7 +248,6 @@ impl SessionHub {
             redemptions,
             heartbeats,
             inline: Arc::new(server::InlineArchives::default()),
-            charts_sent: charts_sent.clone(),
         };
         let tls = ServerTlsConfig::new()
             .identity(Identity::from_pem(
@@ -300,13 +283,13 @@ impl SessionHub {
             stopping,
             server,
             watch,
-            charts_sent,
+            metrics,
         })
     }
 
-    /// How many chart archives went to agents, and how.
-    pub fn charts_sent(&self) -> Arc<ChartsSent> {
-        self.charts_sent.clone()
+    /// The metrics the sessions count into ([`SessionConfig::metrics`]).
+    pub fn metrics(&self) -> &crate::telemetry::HubMetrics {
+        &self.metrics
     }
 
     /// The links of registered clusters (the controller's `Links` for

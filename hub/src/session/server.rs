@@ -49,6 +49,7 @@ use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
 use super::pki::{ClusterIdentity, HubCa};
 use super::registry::Registry;
 use super::tokens::{self, TokenError};
+use crate::telemetry::ChartSent;
 
 /// Capacity of a session's outgoing queue (messages built, not yet written).
 const OUTGOING_CAPACITY: usize = 16;
@@ -131,8 +132,6 @@ pub struct HubService {
     pub(crate) heartbeats: Arc<super::cluster_status::WriteBudget>,
     /// Chart archives sent with plans.
     pub(crate) inline: Arc<InlineArchives>,
-    /// How many archives went out, and how.
-    pub(crate) charts_sent: Arc<super::ChartsSent>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -354,10 +353,7 @@ impl Session {
             {
                 archive = bytes;
                 self.mailbox.agent_got_chart(digest);
-                self.service
-                    .charts_sent
-                    .with_plan
-                    .fetch_add(1, Ordering::Relaxed);
+                self.service.config.metrics.chart_sent(ChartSent::WithPlan);
             }
         }
         outgoing_message(o, archive)
@@ -444,6 +440,8 @@ impl Session {
             }
         }
         self.mailbox.attach(self.id);
+        // Counted down in `finish`, which every path from here on ends with.
+        config.metrics.session(true);
         let wanted = self.mailbox.resync(held, cached);
         tracing::info!(cluster = %cluster, session = self.id, held = self.mailbox.held_count(), "session up");
         // The difference, then ResyncComplete, then `Connected` on the ManagedCluster: the
@@ -547,13 +545,16 @@ impl Session {
                     // changed, and otherwise every `heartbeat_write_interval`, as the hub's
                     // heartbeat budget allows (else at a later tick).
                     let plans = i64::try_from(self.mailbox.held_count()).ok();
-                    if (plans != plans_written
-                        || heartbeat_written.elapsed() >= config.heartbeat_write_interval)
-                        && self.service.heartbeats.try_take()
-                    {
-                        cluster_status::heartbeat(&api, cluster.as_str(), plans).await;
-                        plans_written = plans;
-                        heartbeat_written = tokio::time::Instant::now();
+                    let due = plans != plans_written
+                        || heartbeat_written.elapsed() >= config.heartbeat_write_interval;
+                    if due {
+                        let allowed = self.service.heartbeats.try_take();
+                        config.metrics.heartbeat_write(allowed);
+                        if allowed {
+                            cluster_status::heartbeat(&api, cluster.as_str(), plans).await;
+                            plans_written = plans;
+                            heartbeat_written = tokio::time::Instant::now();
+                        }
                     }
                 }
                 () = async { let _ = stopping.wait_for(|s| *s).await; } => {
@@ -577,6 +578,7 @@ impl Session {
     }
 
     async fn finish(&self, api: &Api<ManagedCluster>) {
+        self.service.config.metrics.session(false);
         let was_attached = self.mailbox.is_attached(self.id);
         self.mailbox.detach(self.id);
         tracing::info!(cluster = %self.identity.cluster, session = self.id, "session down");
@@ -741,7 +743,7 @@ impl Hub for HubService {
             )));
         }
         let (tx, rx) = mpsc::channel(4);
-        let sent = self.charts_sent.clone();
+        let metrics = self.config.metrics.clone();
         tokio::spawn(async move {
             let total_size = archive.len() as u64;
             let mut first = true;
@@ -759,7 +761,7 @@ impl Hub for HubService {
                 at = end;
                 if at >= archive.len() {
                     mailbox.agent_got_chart(&digest);
-                    sent.by_get_chart.fetch_add(1, Ordering::Relaxed);
+                    metrics.chart_sent(ChartSent::GetChart);
                     return;
                 }
             }

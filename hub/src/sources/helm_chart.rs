@@ -21,7 +21,9 @@
 //!   `Stalled=True` when only a spec change can fix it).
 //!
 //! A HelmChart is reconciled when it changes, when its HelmRepository changes (a new index),
-//! and every `spec.interval`. The current artifact is kept, without a download, while the
+//! when this hub loads its repository's index (after a start, when the repository's status
+//! does not change; until then a HelmChart whose repository is Ready waits without touching
+//! its status), and every `spec.interval`. The current artifact is kept, without a download, while the
 //! source resolves to its revision and the store holds it. A failed fetch keeps the last
 //! artifact (`FetchFailed=True`, `Ready=False`).
 
@@ -57,6 +59,10 @@ pub const INVALID_CHART_REFERENCE: &str = "InvalidChartReference";
 pub const CHART_PACKAGE_SUCCEEDED: &str = "ChartPackageSucceeded";
 /// `BuildFailed`: the chart could not be built (values files).
 pub const BUILD_FAILED: &str = "BuildFailed";
+/// The backstop retry of a HelmChart waiting for its repository's index to be loaded (the
+/// load itself triggers it at once).
+const INDEX_LOADING_RETRY: Duration = Duration::from_secs(5);
+
 /// Reason of an HTTP HelmRepository without an index yet (Flux's `NoSourceArtifact`).
 pub const NO_SOURCE_ARTIFACT: &str = "NoSourceArtifact";
 /// Reason of a source that has no artifact to resolve from yet.
@@ -119,22 +125,37 @@ pub async fn run(
     let api: Api<HelmChart> = Api::all(ctx.client.clone());
     let controller = Controller::new(api, watcher::Config::default());
     let store = controller.store();
+    let charts_of = move |ns: &str, name: &str| {
+        store
+            .state()
+            .into_iter()
+            .filter(|c| {
+                c.namespace().as_deref() == Some(ns)
+                    && c.spec.source_ref.kind == SourceKind::HelmRepository
+                    && c.spec.source_ref.name == name
+            })
+            .map(|c| ObjectRef::from_obj(&*c))
+            .collect::<Vec<_>>()
+    };
+    let on_repository = charts_of.clone();
+    // An index loaded or changed in this process: after a hub restart the repositories'
+    // statuses do not change (same artifact), so their watch says nothing.
+    let loaded = futures::stream::unfold(ctx.indexes.loaded(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(key) => return Some((key, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .flat_map(move |(ns, name)| futures::stream::iter(charts_of(&ns, &name)));
     let repos: Api<HelmRepository> = Api::all(ctx.client.clone());
     controller
         .watches(repos, watcher::Config::default(), move |repo| {
-            let ns = repo.namespace().unwrap_or_default();
-            let name = repo.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|c| {
-                    c.namespace().as_deref() == Some(ns.as_str())
-                        && c.spec.source_ref.kind == SourceKind::HelmRepository
-                        && c.spec.source_ref.name == name
-                })
-                .map(|c| ObjectRef::from_obj(&*c))
-                .collect::<Vec<_>>()
+            on_repository(&repo.namespace().unwrap_or_default(), &repo.name_any())
         })
+        .reconcile_on(loaded)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -160,6 +181,10 @@ struct Failure {
     condition: Option<&'static str>,
     /// Only a change of the HelmChart can fix it (Flux's `Stalled`).
     stalled: bool,
+    /// Not a failure: the repository is Ready with an index this hub has not loaded yet
+    /// (it just started). The status is left as it is; the chart is reconciled when the
+    /// index arrives ([`Indexes::loaded`]).
+    loading: bool,
 }
 
 impl Failure {
@@ -169,6 +194,7 @@ impl Failure {
             message,
             condition: None,
             stalled: false,
+            loading: false,
         }
     }
 
@@ -220,6 +246,10 @@ async fn reconcile(
             status.url = Some(pulled.artifact.url.clone());
             status.artifact = Some(pulled.artifact);
             Some(pulled.message)
+        }
+        Err(f) if f.loading => {
+            tracing::debug!(chart = %object, message = %f.message, "waiting for the repository's index");
+            return Ok(Action::requeue(INDEX_LOADING_RETRY));
         }
         Err(f) => {
             tracing::warn!(chart = %object, reason = f.reason, message = %f.message, "chart not pulled");
@@ -386,6 +416,21 @@ async fn source(chart: &HelmChart, ctx: &ChartContext) -> Result<Source, Failure
         }
     };
     if repository.spec.type_ != Some(HelmRepositoryType::Oci) {
+        // A suspended repository is not fetched: its index will not come.
+        let ready = !repository.spec.suspend
+            && repository
+                .status
+                .as_ref()
+                .is_some_and(|s| s.artifact.is_some() && s.conditions.is_true(condition::READY));
+        if ready {
+            return Err(Failure {
+                loading: true,
+                ..Failure::new(
+                    NO_SOURCE_ARTIFACT,
+                    format!("the index of HelmRepository '{ns}/{name}' is not loaded yet"),
+                )
+            });
+        }
         return Err(Failure::fetch(
             NO_SOURCE_ARTIFACT,
             format!("no artifact available for HelmRepository source '{name}'"),
@@ -654,6 +699,7 @@ fn build_failure(e: ValuesFilesError) -> Failure {
         message: e.to_string(),
         condition: Some(BUILD_FAILED),
         stalled: e.is_persistent(),
+        loading: false,
     }
 }
 

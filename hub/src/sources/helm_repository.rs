@@ -62,13 +62,32 @@ pub struct HeldIndex {
     fetched: Instant,
 }
 
-/// The indexes of every HTTP repository, by `namespace/name`.
-#[derive(Debug, Default)]
+/// The indexes of every HTTP repository, by `namespace/name`. Indexes live in memory: a
+/// hub that starts holds none until the HelmRepository controller fetched each again, and
+/// [`Indexes::loaded`] tells when one arrives or changes (the HelmChart controller reconciles
+/// that repository's charts then, even when the repository's status did not change).
+#[derive(Debug)]
 pub struct Indexes {
     held: RwLock<HashMap<SourceKey, Arc<HeldIndex>>>,
+    loaded: tokio::sync::broadcast::Sender<SourceKey>,
+}
+
+impl Default for Indexes {
+    fn default() -> Self {
+        Self {
+            held: RwLock::default(),
+            loaded: tokio::sync::broadcast::channel(256).0,
+        }
+    }
 }
 
 impl Indexes {
+    /// The repositories whose index was loaded or changed from now on (a receiver that
+    /// lags skips some: their charts are reconciled at their next requeue anyway).
+    pub fn loaded(&self) -> tokio::sync::broadcast::Receiver<SourceKey> {
+        self.loaded.subscribe()
+    }
+
     /// The index held for repository `namespace/name`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<HeldIndex>> {
         self.held
@@ -79,10 +98,15 @@ impl Indexes {
     }
 
     fn put(&self, key: SourceKey, index: Arc<HeldIndex>) {
-        self.held
+        let revision = index.revision.clone();
+        let previous = self
+            .held
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, index);
+            .insert(key.clone(), index);
+        if previous.is_none_or(|p| p.revision != revision) {
+            let _ = self.loaded.send(key);
+        }
     }
 
     fn remove(&self, key: &SourceKey) {
