@@ -280,6 +280,39 @@ impl Fleet {
         format!("127.0.0.1:{}", self.metrics_port)
     }
 
+    /// The hub's `/metrics` text (one plain HTTP/1.1 GET).
+    pub fn hub_metrics(&self) -> anyhow::Result<String> {
+        use std::io::{Read as _, Write as _};
+        let addr = self.hub_metrics_addr();
+        let mut stream = std::net::TcpStream::connect(&addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .with_context(|| format!("GET http://{addr}/metrics: no HTTP response"))?;
+        anyhow::ensure!(
+            head.starts_with("HTTP/1.1 200"),
+            "GET http://{addr}/metrics: {}",
+            head.lines().next().unwrap_or_default()
+        );
+        Ok(body.to_owned())
+    }
+
+    /// The value of `series` (name and labels exactly as exported) in the hub's metrics.
+    pub fn hub_metric(&self, series: &str) -> anyhow::Result<Option<f64>> {
+        Ok(self.hub_metrics()?.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|v| v.strip_prefix(' '))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        }))
+    }
+
     /// The hub's CA pin (`sha256:<hex>`).
     pub fn ca_pin(&self) -> &str {
         &self.ca_pin

@@ -155,6 +155,17 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
         version_b.starts_with("0.1.0+") && version_b.len() == "0.1.0+".len() + 12,
         "{version_b}"
     );
+    // The hub counts what the sessions did: two agents up, each chart archive sent along
+    // with its first plan (the agents held none), none fetched with GetChart.
+    assert_eq!(fleet.hub_metric("flotilla_hub_agent_sessions")?, Some(2.0));
+    assert_eq!(
+        fleet.hub_metric("flotilla_hub_chart_archives_sent_total{how=\"with_plan\"}")?,
+        Some(2.0)
+    );
+    assert_eq!(
+        fleet.hub_metric("flotilla_hub_chart_archives_sent_total{how=\"get_chart\"}")?,
+        Some(0.0)
+    );
     let tested = condition_of(&hr_a, condition::TEST_SUCCESS).expect("hello-a runs its tests");
     assert_eq!(tested.status, ConditionStatus::True, "{tested:?}");
     assert!(condition_of(&hr_b, condition::TEST_SUCCESS).is_none());
