@@ -138,7 +138,7 @@ pub async fn run(
             .collect::<Vec<_>>()
     };
     let on_repository = charts_of.clone();
-    // An index loaded or changed in this process: after a hub restart the repositories'
+    // An index loaded for the first time in this process: after a hub restart the repositories'
     // statuses do not change (same artifact), so their watch says nothing.
     let loaded = futures::stream::unfold(ctx.indexes.loaded(), |mut rx| async move {
         loop {

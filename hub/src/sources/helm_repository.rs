@@ -64,8 +64,8 @@ pub struct HeldIndex {
 
 /// The indexes of every HTTP repository, by `namespace/name`. Indexes live in memory: a
 /// hub that starts holds none until the HelmRepository controller fetched each again, and
-/// [`Indexes::loaded`] tells when one arrives or changes (the HelmChart controller reconciles
-/// that repository's charts then, even when the repository's status did not change).
+/// [`Indexes::loaded`] tells when one first arrives (the HelmChart controller reconciles that
+/// repository's charts then, though the repository's status did not change).
 #[derive(Debug)]
 pub struct Indexes {
     held: RwLock<HashMap<SourceKey, Arc<HeldIndex>>>,
@@ -82,8 +82,8 @@ impl Default for Indexes {
 }
 
 impl Indexes {
-    /// The repositories whose index was loaded or changed from now on (a receiver that
-    /// lags skips some: their charts are reconciled at their next requeue anyway).
+    /// The repositories whose index is loaded for the first time from now on (a receiver
+    /// that lags skips some: their charts are reconciled at their next requeue anyway).
     pub fn loaded(&self) -> tokio::sync::broadcast::Receiver<SourceKey> {
         self.loaded.subscribe()
     }
@@ -98,13 +98,14 @@ impl Indexes {
     }
 
     fn put(&self, key: SourceKey, index: Arc<HeldIndex>) {
-        let revision = index.revision.clone();
         let previous = self
             .held
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), index);
-        if previous.is_none_or(|p| p.revision != revision) {
+        // A new revision changes the repository's status, whose watch reconciles the
+        // charts: only a first load (a hub that started) is told here.
+        if previous.is_none() {
             let _ = self.loaded.send(key);
         }
     }
