@@ -85,6 +85,10 @@ struct Args {
     /// agents renew theirs over the session two thirds into it.
     #[arg(long, default_value = "24h")]
     agent_cert_lifetime: GoDuration,
+    /// ManagedCluster heartbeat writes a second, across all agent sessions (at least 1): a
+    /// session over this budget writes its heartbeat at a later status tick.
+    #[arg(long, default_value_t = 20)]
+    heartbeat_writes_per_second: u32,
 }
 
 /// The shortest `--agent-cert-lifetime`: an agent must be able to renew (two thirds in)
@@ -106,6 +110,10 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(
         args.interval_jitter_percentage < 100,
         "--interval-jitter-percentage must be below 100"
+    );
+    anyhow::ensure!(
+        args.heartbeat_writes_per_second >= 1,
+        "--heartbeat-writes-per-second must be at least 1"
     );
     anyhow::ensure!(
         args.agent_cert_lifetime.get() >= MIN_AGENT_CERT_LIFETIME,
@@ -169,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
             let mut session_config = SessionConfig {
                 namespace: args.hub_namespace.clone(),
                 client_cert_lifetime: args.agent_cert_lifetime.get(),
+                heartbeat_writes_per_second: f64::from(args.heartbeat_writes_per_second),
                 metrics: config.metrics.clone(),
                 ..SessionConfig::default()
             };
