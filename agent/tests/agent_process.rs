@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,23 +70,12 @@ fn wait_for(
 
 /// The metrics text of the agent listening on `addr`.
 fn scrape(addr: &str) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    anyhow::ensure!(response.starts_with("HTTP/1.1 200"), "{response}");
-    Ok(response)
+    flotilla_tests::http::get(addr, "/metrics")
 }
 
 /// The value of a sample line `name value` in a metrics text.
 fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    flotilla_tests::http::sample(text, name)
 }
 
 #[tokio::test]

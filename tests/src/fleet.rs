@@ -280,37 +280,14 @@ impl Fleet {
         format!("127.0.0.1:{}", self.metrics_port)
     }
 
-    /// The hub's `/metrics` text (one plain HTTP/1.1 GET).
+    /// The hub's `/metrics` text.
     pub fn hub_metrics(&self) -> anyhow::Result<String> {
-        use std::io::{Read as _, Write as _};
-        let addr = self.hub_metrics_addr();
-        let mut stream = std::net::TcpStream::connect(&addr)?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .with_context(|| format!("GET http://{addr}/metrics: no HTTP response"))?;
-        anyhow::ensure!(
-            head.starts_with("HTTP/1.1 200"),
-            "GET http://{addr}/metrics: {}",
-            head.lines().next().unwrap_or_default()
-        );
-        Ok(body.to_owned())
+        crate::http::get(&self.hub_metrics_addr(), "/metrics")
     }
 
     /// The value of `series` (name and labels exactly as exported) in the hub's metrics.
     pub fn hub_metric(&self, series: &str) -> anyhow::Result<Option<f64>> {
-        Ok(self.hub_metrics()?.lines().find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|v| v.strip_prefix(' '))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        }))
+        Ok(crate::http::sample(&self.hub_metrics()?, series))
     }
 
     /// The hub's CA pin (`sha256:<hex>`).
@@ -704,7 +681,7 @@ impl Drop for Fleet {
 }
 
 /// The token and the CA pin of the join command `flotilla token create` prints.
-fn parse_join_command(printed: &str) -> anyhow::Result<(String, String)> {
+pub fn parse_join_command(printed: &str) -> anyhow::Result<(String, String)> {
     let words: Vec<&str> = printed.split_whitespace().collect();
     let after = |flag: &str| {
         words
@@ -737,4 +714,19 @@ fn path_str(path: &Path) -> anyhow::Result<String> {
     path.to_str()
         .map(str::to_owned)
         .with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_join_command;
+
+    #[test]
+    fn the_token_and_pin_are_read_from_the_printed_join_command() {
+        let printed = "flotilla-agent join --hub https://127.0.0.1:1 --token abcdef.0123456789abcdef --ca-hash sha256:00";
+        assert_eq!(
+            parse_join_command(printed).unwrap(),
+            ("abcdef.0123456789abcdef".into(), "sha256:00".into())
+        );
+        assert!(parse_join_command("flotilla-agent join --hub x").is_err());
+    }
 }

@@ -13,6 +13,7 @@ pub mod conformance;
 pub mod crds;
 pub mod fleet;
 pub mod flux;
+pub mod http;
 pub mod image;
 pub mod pki;
 pub mod process;

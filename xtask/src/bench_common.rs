@@ -1,7 +1,8 @@
-//! What the cluster benchmarks share (`bench-agent`, `bench-flux`): the releases they
-//! create, figures of a process read from `/proc/<pid>`, the machine's load, and what the
-//! installs cost the local cluster's control plane (its processes' CPU time and the API
-//! server's requests by verb).
+//! What the cluster benchmarks share (`bench-agent`, `bench-flux`, `bench-fleet`,
+//! `bench-sessions`): the releases they create, figures of a process read from
+//! `/proc/<pid>`, the machine's load, what the installs cost the local cluster's control
+//! plane (its processes' CPU time and the API server's requests by verb), the bench
+//! namespace, and a watch of the HelmReleases that turn Ready.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -312,6 +313,56 @@ impl PlaneDelta {
         }
         out
     }
+}
+
+/// Creates namespace `name` (present already is fine).
+pub async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))?;
+    match api
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).context(format!("creating the namespace {name}")),
+    }
+}
+
+/// Watches the HelmReleases (`resource`) of `namespace` and calls `on_ready` with each one
+/// seen Ready (`bench_flux::is_ready`) and the moment it was seen, until the task is
+/// aborted. Watch errors are printed under `bench` and the watch goes on.
+pub fn watch_ready_releases(
+    client: kube::Client,
+    namespace: &str,
+    resource: &kube::discovery::ApiResource,
+    bench: &'static str,
+    mut on_ready: impl FnMut(&kube::api::DynamicObject, std::time::Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt as _;
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client, namespace, resource);
+    tokio::spawn(async move {
+        let mut events =
+            kube::runtime::watcher::watcher(api, kube::runtime::watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let object = match event {
+                Ok(
+                    kube::runtime::watcher::Event::Apply(o)
+                    | kube::runtime::watcher::Event::InitApply(o),
+                ) => o,
+                Ok(_) => continue,
+                Err(e) => {
+                    eprintln!("{bench}: watch of the HelmReleases: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            if crate::bench_flux::is_ready(&object) {
+                on_ready(&object, std::time::Instant::now());
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -43,14 +43,14 @@ use flotilla_tests::cluster::{Cluster, ClusterOptions};
 use flotilla_tests::fleet::{Fleet, FleetOptions};
 use flotilla_tests::servers::{HelmRepoServer, RepoOptions};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::runtime::watcher;
 
 use crate::bench_common::{
-    ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib, release_name,
+    self, ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib, release_name,
     release_values,
 };
 use crate::bench_flux::{
@@ -214,24 +214,12 @@ struct RevisionBoard {
 
 /// Watches the hub's HelmReleases in [`NAMESPACE`] into `board` until the task is aborted.
 fn watch_ready(client: kube::Client, board: Arc<Mutex<ReadyBoard>>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client, NAMESPACE, &helm_release_resource());
-        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = events.next().await {
-            let object = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-                Ok(_) => continue,
-                Err(e) => {
-                    eprintln!("bench-fleet: watch of the HelmReleases: {e}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            if !crate::bench_flux::is_ready(&object) {
-                continue;
-            }
-            let now = Instant::now();
+    bench_common::watch_ready_releases(
+        client,
+        NAMESPACE,
+        &helm_release_resource(),
+        "bench-fleet",
+        move |object, now| {
             let name = object.metadata.name.clone().unwrap_or_default();
             let generation = object.metadata.generation.unwrap_or_default();
             let mut board = board.lock().expect("the ready board is not poisoned");
@@ -240,8 +228,8 @@ fn watch_ready(client: kube::Client, board: Arc<Mutex<ReadyBoard>>) -> tokio::ta
             if generation > entry.0 {
                 *entry = (generation, now);
             }
-        }
-    })
+        },
+    )
 }
 
 /// Watches the Helm storage Secrets in [`NAMESPACE`] of a workload cluster into `board`.
@@ -282,17 +270,6 @@ fn watch_revisions(
             }
         }
     })
-}
-
-/// Creates namespace `name` (present already is fine).
-async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))?;
-    match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).context(format!("creating the namespace {name}")),
-    }
 }
 
 /// Fails when process `pid` (named `name`) has exited.
@@ -350,11 +327,11 @@ async fn measure_fleet(
     let n = args.releases;
     fleet.repo.publish(chart)?;
     let hub = fleet.mgmt.client().await?;
-    ensure_namespace(&hub, NAMESPACE).await?;
+    bench_common::ensure_namespace(&hub, NAMESPACE).await?;
     let mut workload_clients = Vec::new();
     for workload in &fleet.workloads {
         let client = workload.cluster.client().await?;
-        ensure_namespace(&client, NAMESPACE).await?;
+        bench_common::ensure_namespace(&client, NAMESPACE).await?;
         workload_clients.push(client);
     }
     let repositories: Api<DynamicObject> =

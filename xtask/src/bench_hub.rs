@@ -34,7 +34,7 @@
 //! its `/metrics` (`flotilla_hub_plan_build_seconds`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -233,23 +233,7 @@ fn histograms(metrics: &str, name: &str, key_label: &str) -> BTreeMap<String, Hi
 
 /// `GET path` from the hub's probe server at `addr`: the body of a 200 answer.
 fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("an HTTP answer without a header end")?;
-    anyhow::ensure!(
-        head.starts_with("HTTP/1.1 200"),
-        "GET {path}: {}",
-        head.lines().next().unwrap_or_default()
-    );
-    Ok(body.to_owned())
+    flotilla_tests::http::get(addr, path)
 }
 
 fn free_addr() -> anyhow::Result<String> {

@@ -61,14 +61,15 @@ use flotilla_core::status::{HelmReleaseStatus, ReleaseAction};
 use flotilla_tests::bins::{self, Binaries, Progress};
 use flotilla_tests::fleet::{EXAMPLE_CHART, Fleet, FleetOptions};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench_common::{ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib};
+use crate::bench_common::{
+    self, ControlPlane, PlaneDelta, cpu_time, load_average, mib, proc_status_kib,
+};
 
 /// Options of `cargo xtask bench-sessions`.
 #[derive(Debug, clap::Args)]
@@ -425,23 +426,12 @@ fn watch_clusters(client: kube::Client, board: SharedHub) -> tokio::task::JoinHa
 
 /// Watches the HelmReleases in [`NAMESPACE`] into `board` until aborted.
 fn watch_releases(client: kube::Client, board: SharedHub) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client, NAMESPACE, &helm_release_resource());
-        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = events.next().await {
-            let object = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-                Ok(_) => continue,
-                Err(e) => {
-                    eprintln!("bench-sessions: watch of the HelmReleases: {e}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            if !crate::bench_flux::is_ready(&object) {
-                continue;
-            }
+    bench_common::watch_ready_releases(
+        client,
+        NAMESPACE,
+        &helm_release_resource(),
+        "bench-sessions",
+        move |object, now| {
             let version = object
                 .data
                 .pointer("/status/lastAttemptedRevision")
@@ -454,34 +444,9 @@ fn watch_releases(client: kube::Client, board: SharedHub) -> tokio::task::JoinHa
                 .expect("the hub board is not poisoned")
                 .ready_at_version
                 .entry((name, version))
-                .or_insert_with(Instant::now);
-        }
-    })
-}
-
-/// Creates namespace `name` (present already is fine).
-async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))?;
-    match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).context(format!("creating the namespace {name}")),
-    }
-}
-
-/// The token and the CA pin of the join command `flotilla token create` printed.
-fn parse_join_command(printed: &str) -> anyhow::Result<(String, String)> {
-    let words: Vec<&str> = printed.split_whitespace().collect();
-    let after = |flag: &str| {
-        words
-            .iter()
-            .position(|w| *w == flag)
-            .and_then(|i| words.get(i + 1))
-            .map(|w| (*w).to_owned())
-            .with_context(|| format!("`flotilla token create` printed no {flag}"))
-    };
-    Ok((after("--token")?, after("--ca-hash")?))
+                .or_insert(now);
+        },
+    )
 }
 
 /// Figures of one phase.
@@ -601,7 +566,7 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
     let timeout = Duration::from_secs(args.timeout_secs);
     let hub_pid = fleet.hub_pid().context("the hub runs")?;
     let client = fleet.mgmt.client().await?;
-    ensure_namespace(&client, NAMESPACE).await?;
+    bench_common::ensure_namespace(&client, NAMESPACE).await?;
     let repositories: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), NAMESPACE, &helm_repository_resource());
     let repository: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -625,7 +590,7 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
         "--ttl",
         "2h",
     ])?;
-    let (token, pin) = parse_join_command(&printed)?;
+    let (token, pin) = flotilla_tests::fleet::parse_join_command(&printed)?;
     let hub = HubAddress::parse(&fleet.hub_url()).context("the hub's URL")?;
     let ca_pin = CaPin::parse(&pin).context("the CA pin `flotilla token create` printed")?;
 
@@ -1027,14 +992,5 @@ mod tests {
         assert_eq!(quantile(&d, 0.5), Duration::from_millis(51));
         assert_eq!(quantile(&d, 0.99), Duration::from_millis(99));
         assert_eq!(quantile(&[], 0.5), Duration::ZERO);
-    }
-
-    #[test]
-    fn the_token_and_pin_are_read_from_the_printed_join_command() {
-        let printed = "flotilla-agent join --hub https://127.0.0.1:1 --token abcdef.0123456789abcdef --ca-hash sha256:00";
-        assert_eq!(
-            parse_join_command(printed).unwrap(),
-            ("abcdef.0123456789abcdef".into(), "sha256:00".into())
-        );
     }
 }
