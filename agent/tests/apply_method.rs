@@ -60,6 +60,28 @@ fn helm(kubeconfig: &Path, args: &[&str], values: &str) -> anyhow::Result<String
 
 /// What another client does between releases: a label and a data key on the ConfigMap (with
 /// `kubectl label` and `kubectl patch`), an env var on the Deployment (`kubectl set env`).
+/// Release `agent` installed by the agent and `byhelm` by the helm CLI, both without
+/// server-side apply, from [`INSTALL_VALUES`].
+async fn install_client_side(
+    ctx: &flotilla_agent::reconcile::Context,
+    kubeconfig: &Path,
+    chart: &str,
+) -> anyhow::Result<()> {
+    let install = plan(
+        "agent",
+        1,
+        INSTALL_VALUES,
+        "  install:\n    serverSideApply: false\n",
+    );
+    assert_eq!(run(ctx, &install.plan()).await?.actions, ["install"]);
+    helm(
+        kubeconfig,
+        &["install", "byhelm", chart, "--server-side=false"],
+        INSTALL_VALUES,
+    )?;
+    Ok(())
+}
+
 fn other_client_changes(kubeconfig: &Path, release: &str) -> anyhow::Result<()> {
     let config = format!("configmap/{release}-config");
     tools::kubectl_in(kubeconfig, &["label", &config, "team=ops"], None)?;
@@ -193,18 +215,7 @@ async fn client_side_apply_records_csa_prunes_what_the_chart_dropped_keeps_other
 
     // Install without server-side apply: created with POST, the writes are helm's Update
     // operations, the record says csa.
-    let install = plan(
-        "agent",
-        1,
-        INSTALL_VALUES,
-        "  install:\n    serverSideApply: false\n",
-    );
-    assert_eq!(run(&ctx, &install.plan()).await?.actions, ["install"]);
-    helm(
-        &kubeconfig,
-        &["install", "byhelm", &chart, "--server-side=false"],
-        INSTALL_VALUES,
-    )?;
+    install_client_side(&ctx, &kubeconfig, &chart).await?;
     let installed = shape(&client, "agent").await?;
     assert_eq!(
         installed.config_managers,
@@ -305,18 +316,7 @@ async fn upgrade_force_replaces_objects_of_a_client_side_release_and_is_ignored_
     let client = cluster.client().await?;
     let chart = chart();
 
-    let install = plan(
-        "agent",
-        1,
-        INSTALL_VALUES,
-        "  install:\n    serverSideApply: false\n",
-    );
-    assert_eq!(run(&ctx, &install.plan()).await?.actions, ["install"]);
-    helm(
-        &kubeconfig,
-        &["install", "byhelm", &chart, "--server-side=false"],
-        INSTALL_VALUES,
-    )?;
+    install_client_side(&ctx, &kubeconfig, &chart).await?;
     other_client_changes(&kubeconfig, "agent")?;
     other_client_changes(&kubeconfig, "byhelm")?;
 
@@ -369,18 +369,7 @@ async fn a_remediating_rollback_resolves_auto_against_the_revision_it_returns_to
     let client = cluster.client().await?;
     let chart = chart();
 
-    let install = plan(
-        "agent",
-        1,
-        INSTALL_VALUES,
-        "  install:\n    serverSideApply: false\n",
-    );
-    assert_eq!(run(&ctx, &install.plan()).await?.actions, ["install"]);
-    helm(
-        &kubeconfig,
-        &["install", "byhelm", &chart, "--server-side=false"],
-        INSTALL_VALUES,
-    )?;
+    install_client_side(&ctx, &kubeconfig, &chart).await?;
     other_client_changes(&kubeconfig, "agent")?;
     other_client_changes(&kubeconfig, "byhelm")?;
 

@@ -18,8 +18,8 @@ use kube::ResourceExt as _;
 use kube::api::DeleteParams;
 
 use common::{
-    Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition, seed_podinfo,
-    wait_for_history,
+    Env, TIMEOUT, helm_list, podinfo_release, podinfo_replicas, ready, ready_condition,
+    seed_podinfo, wait_for_history,
 };
 
 #[tokio::test]
@@ -119,20 +119,8 @@ async fn the_seed_podinfo_example_becomes_ready_upgrades_on_values_chart_version
             .map(String::as_str),
         Some("2")
     );
-    let replicas = kubectl_in(
-        env.kubeconfig(),
-        &[
-            "get",
-            "deployment",
-            "podinfo",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        None,
-    )?;
-    assert_eq!(replicas.trim(), "3");
+    let replicas = podinfo_replicas(env.kubeconfig())?;
+    assert_eq!(replicas, "3");
 
     // A new chart version in the repository, fetched at once on a request token: the
     // HelmChart takes it and the release is upgraded to it.

@@ -17,7 +17,7 @@ use flotilla_tests::{Cluster, ClusterOptions, wait};
 use kube::ResourceExt as _;
 use kube::api::DeleteParams;
 
-use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition};
+use common::{Env, TIMEOUT, helm_list, podinfo_release, podinfo_replicas, ready, ready_condition};
 
 /// The kubeconfig Secret Cluster API writes for Cluster `name` (type, label and key `value`
 /// as its kubeconfig controller writes them), holding the kubeconfig of `edge`.
@@ -262,20 +262,8 @@ async fn service_account_name_is_impersonated_in_the_push_target_forbidden_witho
     env.kubectl_apply(&release(2))?;
     ready(&hrs, "podinfo-sa").await?;
     assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
-    let replicas = kubectl_in(
-        edge.kubeconfig(),
-        &[
-            "get",
-            "deployment",
-            "podinfo",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        None,
-    )?;
-    assert_eq!(replicas.trim(), "2");
+    let replicas = podinfo_replicas(edge.kubeconfig())?;
+    assert_eq!(replicas, "2");
 
     env.stop().await;
     Ok(())
@@ -382,20 +370,8 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
     env.kubectl_apply(&release(2))?;
     wait::until("the upgrade through the token", TIMEOUT, || async {
         ready(&hrs, "podinfo-wi").await?;
-        let replicas = kubectl_in(
-            env.kubeconfig(),
-            &[
-                "get",
-                "deployment",
-                "podinfo",
-                "-n",
-                "default",
-                "-o",
-                "jsonpath={.spec.replicas}",
-            ],
-            None,
-        )?;
-        Ok((replicas.trim() == "2").then_some(()))
+        let replicas = podinfo_replicas(env.kubeconfig())?;
+        Ok((replicas == "2").then_some(()))
     })
     .await?;
 

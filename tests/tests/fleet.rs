@@ -106,6 +106,24 @@ fn config_message(kubeconfig: &Path) -> anyhow::Result<String> {
     )
 }
 
+/// The field at `path` (a JSONPath body such as `.spec.replicas`) of Deployment
+/// `hello/hello` in the cluster of `kubeconfig`.
+fn hello_deployment(kubeconfig: &Path, path: &str) -> anyhow::Result<String> {
+    kubectl_in(
+        kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            &format!("jsonpath={{{path}}}"),
+        ],
+        None,
+    )
+}
+
 async fn until_history_len(
     kubeconfig: &Path,
     len: usize,
@@ -173,21 +191,9 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     assert_eq!(statuses(&history(&b)?), ["deployed"]);
     assert_eq!(config_message(&a)?, "Hello from workload-a");
     assert_eq!(config_message(&b)?, "Hello from workload-b");
-    let replicas = kubectl_in(
-        &b,
-        &[
-            "get",
-            "deployment",
-            "hello",
-            "-n",
-            "hello",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        None,
-    )?;
     assert_eq!(
-        replicas, "2",
+        hello_deployment(&b, ".spec.replicas")?,
+        "2",
         "hello-b's replicaCount comes from its ConfigMap"
     );
     // Each cluster holds only its own release.
@@ -294,21 +300,7 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     // Drift in the other two modes, on hello-b (workload-b). `disabled` (hello-b's default):
     // a change by hand is not looked at.
     let revisions_b = history(&b)?.len();
-    let deployment_b = |field: &str| {
-        kubectl_in(
-            &b,
-            &[
-                "get",
-                "deployment",
-                "hello",
-                "-n",
-                "hello",
-                "-o",
-                &format!("jsonpath={{{field}}}"),
-            ],
-            None,
-        )
-    };
+    let deployment_b = |field: &str| hello_deployment(&b, field);
     kubectl_in(
         &b,
         &[

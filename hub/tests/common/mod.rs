@@ -249,3 +249,23 @@ pub fn init_logging() {
             .try_init();
     });
 }
+
+/// `spec.replicas` of Deployment `podinfo` in namespace `default` of the cluster of
+/// `kubeconfig`.
+pub fn podinfo_replicas(kubeconfig: &Path) -> anyhow::Result<String> {
+    Ok(kubectl_in(
+        kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "podinfo",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )?
+    .trim()
+    .to_owned())
+}
