@@ -405,6 +405,9 @@ fn to_json(obj: &kube::api::DynamicObject, resource: &Resource) -> Result<Value,
     Ok(v)
 }
 
+/// How many times [`diff_object`] reads an object and dry-runs it to see one version.
+const SAME_VERSION_ATTEMPTS: u32 = 3;
+
 async fn diff_object(
     cluster: &ClusterApi,
     resource: Resource,
@@ -424,16 +427,31 @@ async fn diff_object(
     if paths.iter().any(String::is_empty) {
         return Ok(result(DiffType::Exclude, Vec::new()));
     }
-    let live = cluster.get(&resource).await.map_err(|e| error_chain(&e))?;
-    if live.as_ref().is_some_and(excluded) {
-        return Ok(result(DiffType::Exclude, Vec::new()));
-    }
-    let dry = match cluster.dry_run_apply(&resource, options).await {
-        Ok(d) => d,
-        Err(crate::kube::apply::ApplyError::Apply { source, .. }) => {
-            return Err(dry_run_error(&resource, &source));
+    // The live read and the dry run are two requests: when a controller writes the object
+    // between them (a Deployment's revision annotation after a rollout), the dry run saw a
+    // newer version than the read and their difference is that write, not drift. The pair is
+    // read again until both saw the same resourceVersion, a few times at most.
+    let mut attempts = 0;
+    let (live, dry) = loop {
+        attempts += 1;
+        let live = cluster.get(&resource).await.map_err(|e| error_chain(&e))?;
+        if live.as_ref().is_some_and(excluded) {
+            return Ok(result(DiffType::Exclude, Vec::new()));
         }
-        Err(e) => return Err(error_chain(&e)),
+        let dry = match cluster.dry_run_apply(&resource, options).await {
+            Ok(d) => d,
+            Err(crate::kube::apply::ApplyError::Apply { source, .. }) => {
+                return Err(dry_run_error(&resource, &source));
+            }
+            Err(e) => return Err(error_chain(&e)),
+        };
+        let same_version = match &live {
+            Some(live) => live.metadata.resource_version == dry.metadata.resource_version,
+            None => true,
+        };
+        if same_version || attempts >= SAME_VERSION_ATTEMPTS {
+            break (live, dry);
+        }
     };
     if dry
         .metadata
