@@ -69,17 +69,11 @@ spec:
 "
     );
     kubectl(kubeconfig, &["apply", "-f", "-"], Some(&crd))?;
-    kubectl(
+    tools::wait_established(
         kubeconfig,
-        &[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{plural}.late.flotilla.dev"),
-            "--timeout=30s",
-        ],
-        None,
-    )?;
-    Ok(())
+        &[&format!("crd/{plural}.late.flotilla.dev")],
+        Duration::from_secs(30),
+    )
 }
 
 /// Waits (up to 10 s) until the API server's own discovery serves `kind` in

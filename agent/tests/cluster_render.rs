@@ -70,15 +70,10 @@ async fn capabilities_and_lookup_come_from_the_cluster_as_helm_install_sees_them
     let cluster = Cluster::start(ClusterOptions::named("render-cluster")).await?;
     let kubeconfig = cluster.kubeconfig().to_owned();
     kubectl_apply(&kubeconfig, WIDGETS)?;
-    kubectl_in(
+    tools::wait_established(
         &kubeconfig,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/widgets.example.com",
-            "--timeout=30s",
-        ],
-        None,
+        &["crd/widgets.example.com"],
+        std::time::Duration::from_secs(30),
     )?;
     kubectl_apply(
         &kubeconfig,

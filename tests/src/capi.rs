@@ -37,15 +37,9 @@ pub fn install_crds(kubeconfig: &Path) -> anyhow::Result<()> {
         ],
         None,
     )?;
-    kubectl_in(
+    crate::tools::wait_established(
         kubeconfig,
-        &[
-            "wait",
-            "--for=condition=established",
-            "--timeout=120s",
-            "crd/clusters.cluster.x-k8s.io",
-        ],
-        None,
-    )?;
-    Ok(())
+        &["crd/clusters.cluster.x-k8s.io"],
+        std::time::Duration::from_secs(120),
+    )
 }

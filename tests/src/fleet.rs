@@ -185,16 +185,10 @@ impl Fleet {
             None,
         )?;
         create_namespace(mgmt.kubeconfig(), HUB_NAMESPACE)?;
-        kubectl_in(
+        crate::tools::wait_established(
             mgmt.kubeconfig(),
-            &[
-                "wait",
-                "--for=condition=established",
-                "--timeout=60s",
-                "crd",
-                "--all",
-            ],
-            None,
+            &["crd", "--all"],
+            std::time::Duration::from_secs(60),
         )?;
 
         let workloads = options

@@ -91,16 +91,10 @@ pub fn install_crds(cluster: &Cluster) -> anyhow::Result<()> {
             None,
         )
         .with_context(|| format!("installing the CRDs of {module}"))?;
-        kubectl_in(
+        crate::tools::wait_established(
             cluster.kubeconfig(),
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=120s",
-                "-f",
-                bases,
-            ],
-            None,
+            &["-f", bases],
+            std::time::Duration::from_secs(120),
         )
         .with_context(|| format!("waiting for the CRDs of {module}"))?;
     }

@@ -120,6 +120,36 @@ pub fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyh
     run_ok(&kubectl()?, args, kubeconfig, stdin)
 }
 
+/// `kubectl wait --for=condition=Established --timeout=T <targets>` (CRD names, `-f DIR` or
+/// `crd --all`) for CRDs just applied. kubectl's wait fails at once ("`.status.conditions
+/// accessor error: <nil>`") on a CRD whose status the API server has not written yet; that
+/// answer is asked again until `timeout`.
+pub fn wait_established(
+    kubeconfig: &Path,
+    targets: &[&str],
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout_arg = format!("--timeout={}s", left.as_secs().max(1));
+        let mut args = vec!["wait", "--for=condition=Established", timeout_arg.as_str()];
+        args.extend_from_slice(targets);
+        let out = run(&kubectl()?, &args, kubeconfig, None)?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let printed = text(&out);
+        let not_yet = printed.contains(".status.conditions accessor error");
+        anyhow::ensure!(
+            not_yet && std::time::Instant::now() < deadline,
+            "kubectl {}: {printed}",
+            args.join(" ")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 /// `helm history NAME -n NAMESPACE` as (revision, status, description), oldest first.
 pub fn helm_history(
     kubeconfig: &Path,

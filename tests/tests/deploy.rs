@@ -226,16 +226,10 @@ async fn the_rendered_charts_and_the_kustomize_bases_pass_a_server_side_dry_run(
         ],
         None,
     )?;
-    tools::kubectl_in(
+    tools::wait_established(
         &kubeconfig,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ],
-        None,
+        &["crd", "--all"],
+        std::time::Duration::from_secs(60),
     )?;
     for ns in [NAMESPACE, "flotilla-agents"] {
         tools::kubectl_in(&kubeconfig, &["create", "namespace", ns], None)?;
