@@ -212,7 +212,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
     let options = AgentOptions {
         concurrency: usize::from(common.concurrency),
         shutdown_grace: common.shutdown_grace.get(),
-        metrics: Some(metrics),
+        metrics: Some(metrics.clone()),
         ..AgentOptions::default()
     };
     let charts = cmd::chart_cache(common.chart_cache.as_deref())?;
@@ -234,6 +234,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
                     identity: identity?,
                     options: SessionOptions {
                         namespace: namespace.clone(),
+                        metrics: Some(metrics),
                         ..SessionOptions::default()
                     },
                 }),
@@ -271,6 +272,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
                     namespace: namespace.clone(),
                     heartbeat_interval: heartbeat_interval.get(),
                     heartbeat_timeout: heartbeat_interval.get() * 7 / 2,
+                    metrics: Some(metrics),
                     ..SessionOptions::default()
                 },
             };

@@ -1,7 +1,7 @@
 //! The `flotilla-agent` binary joined to a hub, as an operator runs it, on real local
 //! clusters: `flotilla-agent join` registers with a bootstrap token and the CA pin, runs the
 //! plan the hub sends through its link (its chart's archive sent along, into the agent's
-//! cache) and reports back; killed with SIGKILL and started
+//! cache, and counted in its metrics) and reports back; killed with SIGKILL and started
 //! again with `flotilla-agent run` (no token), it reconnects with the identity kept in its
 //! cluster, still holds the plan, and its Hello lists the cached chart, so a new plan on
 //! that chart comes without the archive; SIGTERM exits 0. Its debug logs hold no token, key or
@@ -67,6 +67,30 @@ fn agent(
         .spawn()?;
     let logs = collect(child.stderr.take().expect("piped"));
     Ok((child, logs))
+}
+
+/// The agent's chart archives received with plans, from its `/metrics` (the address it
+/// logged when started with `--metrics-addr 127.0.0.1:0`): (cached, rejected).
+fn charts_received(logs: &Arc<Mutex<String>>) -> anyhow::Result<(f64, f64)> {
+    let address = {
+        let logs = logs.lock().expect("not poisoned");
+        let line = logs
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .ok_or_else(|| anyhow::anyhow!("the agent logged no metrics address"))?;
+        // A text log line: `... serving /metrics address=127.0.0.1:PORT`.
+        line.split_whitespace()
+            .find_map(|field| field.strip_prefix("address="))
+            .ok_or_else(|| anyhow::anyhow!("no address in {line}"))?
+            .to_owned()
+    };
+    let text = flotilla_tests::http::get(&address, "/metrics")?;
+    let series = |result: &str| {
+        let name = format!("flotilla_agent_chart_archives_received_total{{result=\"{result}\"}}");
+        flotilla_tests::http::sample(&text, &name)
+            .ok_or_else(|| anyhow::anyhow!("no {name} in\n{text}"))
+    };
+    Ok((series("cached")?, series("rejected")?))
 }
 
 async fn connected(
@@ -167,6 +191,8 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
             "edge",
             "--heartbeat-interval",
             "1s",
+            "--metrics-addr",
+            "127.0.0.1:0",
         ],
     )?;
     let edge = ClusterId::new("edge")?;
@@ -211,6 +237,11 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         (1, 0),
         "the archive went with the plan, no GetChart"
     );
+    assert_eq!(
+        charts_received(&join_logs)?,
+        (1.0, 0.0),
+        "the agent counts the archive it checked and cached"
+    );
 
     // SIGKILL, then `run` with no token: the identity is in the cluster.
     child.kill()?;
@@ -220,7 +251,17 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         Ok((!mailbox.connected()).then_some(()))
     })
     .await?;
-    let (mut child, run_logs) = agent(&kubeconfig, &cache, &["run", "--namespace", "default"])?;
+    let (mut child, run_logs) = agent(
+        &kubeconfig,
+        &cache,
+        &[
+            "run",
+            "--namespace",
+            "default",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    )?;
     let link = connected(&hub, &edge, &mut child, &run_logs).await?;
     assert!(
         link.held()
@@ -248,6 +289,11 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     })
     .await??;
     assert_eq!(sent(), (1, 0));
+    assert_eq!(
+        charts_received(&run_logs)?,
+        (0.0, 0.0),
+        "the restarted agent received no archive"
+    );
 
     // SIGTERM: exits 0.
     flotilla_tests::process::terminate(child.id());

@@ -51,6 +51,7 @@ pub use identity::Identity;
 pub use tls::{CaPin, HubAddress};
 
 use crate::runtime::{AgentHandle, Reports};
+use crate::telemetry::ChartReceived;
 
 /// Why joining or a session failed.
 #[derive(Debug, thiserror::Error)]
@@ -455,6 +456,8 @@ pub struct SessionOptions {
     /// Told of every plan this agent acknowledges, when the ack is sent (a benchmark's
     /// measure of "acknowledged by the agent"; `None` in the agent).
     pub acked: Option<mpsc::UnboundedSender<PlanAcked>>,
+    /// The agent's metrics: chart archives received with plans are counted there.
+    pub metrics: Option<crate::telemetry::Metrics>,
 }
 
 /// A plan the session acknowledged to the hub ([`SessionOptions::acked`]).
@@ -481,6 +484,7 @@ impl Default for SessionOptions {
             unreachable_retry: Duration::from_secs(1),
             charts: None,
             acked: None,
+            metrics: None,
         }
     }
 }
@@ -843,9 +847,20 @@ impl<C: AgentCluster> Session<C> {
                         // fetches the chart with GetChart as it would have.
                         if !archive.is_empty()
                             && let Some(charts) = &self.options.charts
-                            && let Err(e) = charts.put(&plan.chart.digest, archive.to_vec()).await
                         {
-                            tracing::warn!(object = %key, revision, error = %e, "the chart sent with a plan was not cached");
+                            let received = match charts
+                                .put(&plan.chart.digest, archive.to_vec())
+                                .await
+                            {
+                                Ok(()) => ChartReceived::Cached,
+                                Err(e) => {
+                                    tracing::warn!(object = %key, revision, error = %e, "the chart sent with a plan was not cached");
+                                    ChartReceived::Rejected
+                                }
+                            };
+                            if let Some(metrics) = &self.options.metrics {
+                                metrics.chart_received(received);
+                            }
                         }
                         // A plan the runtime already holds at this revision is a no-op for
                         // it (no report): a hub that lost track (restarted) still needs the

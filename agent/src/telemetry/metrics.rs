@@ -37,6 +37,33 @@ struct ErrorLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReceivedLabels {
+    result: &'static str,
+}
+
+/// What became of a chart archive the hub sent along with a plan
+/// ([`Metrics::chart_received`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChartReceived {
+    /// Checked against the plan's digest, loaded and written to the chart cache.
+    Cached,
+    /// Dropped (wrong digest, not a chart, or the cache could not keep it): the runtime
+    /// fetches the chart with `GetChart` instead.
+    Rejected,
+}
+
+impl ChartReceived {
+    const ALL: [ChartReceived; 2] = [ChartReceived::Cached, ChartReceived::Rejected];
+
+    fn label(self) -> &'static str {
+        match self {
+            ChartReceived::Cached => "cached",
+            ChartReceived::Rejected => "rejected",
+        }
+    }
+}
+
 fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS)
 }
@@ -54,6 +81,7 @@ fn reconcile_histogram() -> Histogram {
 /// | `flotilla_agent_drift_detected_total` | counter | | [`drift_detected`](Self::drift_detected) |
 /// | `flotilla_agent_drift_corrected_total` | counter | | [`drift_corrected`](Self::drift_corrected) |
 /// | `flotilla_agent_reconcile_errors_total` | counter | `kind` (a reconcile error's `kind()`) | [`reconcile_error`](Self::reconcile_error) |
+/// | `flotilla_agent_chart_archives_received_total` | counter | `result` (`cached`, `rejected`) | [`chart_received`](Self::chart_received) |
 ///
 /// Label values come from the runtime's fixed vocabularies, never from user input: each
 /// distinct value is a series kept for the life of the process.
@@ -67,6 +95,7 @@ pub struct Metrics {
     drift_detected: Counter,
     drift_corrected: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
+    charts_received: Family<ReceivedLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -133,6 +162,17 @@ impl Metrics {
             "Reconcile errors, by kind",
             reconcile_errors.clone(),
         );
+        let charts_received = Family::<ReceivedLabels, Counter>::default();
+        registry.register(
+            "flotilla_agent_chart_archives_received",
+            "Chart archives the hub sent along with plans, by what became of them",
+            charts_received.clone(),
+        );
+        for received in ChartReceived::ALL {
+            let _ = charts_received.get_or_create(&ReceivedLabels {
+                result: received.label(),
+            });
+        }
         for result in RECONCILE_RESULTS {
             let _ = reconcile_duration.get_or_create(&ResultLabels {
                 result: result.to_owned(),
@@ -147,6 +187,7 @@ impl Metrics {
             drift_detected,
             drift_corrected,
             reconcile_errors,
+            charts_received,
         }
     }
 
@@ -198,6 +239,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one chart archive received with a plan, by what became of it.
+    pub fn chart_received(&self, received: ChartReceived) {
+        self.charts_received
+            .get_or_create(&ReceivedLabels {
+                result: received.label(),
+            })
+            .inc();
+    }
+
     /// The OpenMetrics text exposition of every series, ending in `# EOF`.
     ///
     /// # Errors
@@ -238,6 +288,7 @@ mod tests {
             ("flotilla_agent_plans_held", "gauge"),
             ("flotilla_agent_drift_detected", "counter"),
             ("flotilla_agent_drift_corrected", "counter"),
+            ("flotilla_agent_chart_archives_received", "counter"),
         ] {
             let type_line = format!("# TYPE {name} {kind}\n");
             assert!(text.contains(&type_line), "no `{type_line}` in\n{text}");
@@ -252,6 +303,8 @@ mod tests {
             "flotilla_agent_plans_held 0",
             "flotilla_agent_drift_detected_total 0",
             "flotilla_agent_drift_corrected_total 0",
+            r#"flotilla_agent_chart_archives_received_total{result="cached"} 0"#,
+            r#"flotilla_agent_chart_archives_received_total{result="rejected"} 0"#,
         ] {
             assert!(has(&samples, line), "no `{line}` in {samples:#?}");
         }
@@ -292,6 +345,9 @@ mod tests {
         runtime_clone.reconcile_error("render");
         runtime_clone.reconcile_error("render");
         runtime_clone.reconcile_error("timeout");
+        runtime_clone.chart_received(ChartReceived::Cached);
+        runtime_clone.chart_received(ChartReceived::Cached);
+        runtime_clone.chart_received(ChartReceived::Rejected);
 
         let text = metrics.encode().expect("encodes");
         for type_line in [
@@ -312,6 +368,8 @@ mod tests {
             "flotilla_agent_drift_corrected_total 1",
             r#"flotilla_agent_reconcile_errors_total{kind="render"} 2"#,
             r#"flotilla_agent_reconcile_errors_total{kind="timeout"} 1"#,
+            r#"flotilla_agent_chart_archives_received_total{result="cached"} 2"#,
+            r#"flotilla_agent_chart_archives_received_total{result="rejected"} 1"#,
         ] {
             assert!(has(&samples, line), "no `{line}` in {samples:#?}");
         }

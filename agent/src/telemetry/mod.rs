@@ -34,4 +34,4 @@ mod metrics;
 
 pub use http::{Health, serve};
 pub use logging::{LogFormat, LoggingError, init_logging};
-pub use metrics::Metrics;
+pub use metrics::{ChartReceived, Metrics};
