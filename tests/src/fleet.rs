@@ -674,6 +674,24 @@ impl Drop for Fleet {
     }
 }
 
+/// `kubectl get -o jsonpath=TEMPLATE` (e.g. `{.spec.replicas}`) of the example's Deployment,
+/// `hello/hello`, in the cluster of `kubeconfig`.
+pub fn hello_deployment(kubeconfig: &Path, template: &str) -> anyhow::Result<String> {
+    kubectl_in(
+        kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            &format!("jsonpath={template}"),
+        ],
+        None,
+    )
+}
+
 /// The token and the CA pin of the join command `flotilla token create` prints.
 pub fn parse_join_command(printed: &str) -> anyhow::Result<(String, String)> {
     let words: Vec<&str> = printed.split_whitespace().collect();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use flotilla_api::HelmRelease;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
 use flotilla_tests::bins::{self, Progress};
-use flotilla_tests::fleet::{Fleet, FleetOptions};
+use flotilla_tests::fleet::{Fleet, FleetOptions, hello_deployment};
 use flotilla_tests::tools::{helm_history, helm_in, kubectl_in};
 use flotilla_tests::wait;
 use kube::api::Api;
@@ -106,24 +106,6 @@ fn config_message(kubeconfig: &Path) -> anyhow::Result<String> {
     )
 }
 
-/// The field at `path` (a JSONPath body such as `.spec.replicas`) of Deployment
-/// `hello/hello` in the cluster of `kubeconfig`.
-fn hello_deployment(kubeconfig: &Path, path: &str) -> anyhow::Result<String> {
-    kubectl_in(
-        kubeconfig,
-        &[
-            "get",
-            "deployment",
-            "hello",
-            "-n",
-            "hello",
-            "-o",
-            &format!("jsonpath={{{path}}}"),
-        ],
-        None,
-    )
-}
-
 async fn until_history_len(
     kubeconfig: &Path,
     len: usize,
@@ -192,7 +174,7 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     assert_eq!(config_message(&a)?, "Hello from workload-a");
     assert_eq!(config_message(&b)?, "Hello from workload-b");
     assert_eq!(
-        hello_deployment(&b, ".spec.replicas")?,
+        hello_deployment(&b, "{.spec.replicas}")?,
         "2",
         "hello-b's replicaCount comes from its ConfigMap"
     );
@@ -300,7 +282,6 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     // Drift in the other two modes, on hello-b (workload-b). `disabled` (hello-b's default):
     // a change by hand is not looked at.
     let revisions_b = history(&b)?.len();
-    let deployment_b = |field: &str| hello_deployment(&b, field);
     kubectl_in(
         &b,
         &[
@@ -320,7 +301,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
         "drift detection disabled: no Drifted condition: {:?}",
         hr_b.status
     );
-    assert_eq!(deployment_b(".spec.replicas")?, "5", "disabled: left alone");
+    assert_eq!(
+        hello_deployment(&b, "{.spec.replicas}")?,
+        "5",
+        "disabled: left alone"
+    );
     assert_eq!(history(&b)?.len(), revisions_b);
     // `warn`: Flux's Drifted condition and Warning Event name the change; nothing is
     // corrected, Ready stays True and no Helm revision is made.
@@ -361,7 +346,11 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
         Ok(events.contains(&expected).then_some(()))
     })
     .await?;
-    assert_eq!(deployment_b(".spec.replicas")?, "5", "warn: not corrected");
+    assert_eq!(
+        hello_deployment(&b, "{.spec.replicas}")?,
+        "5",
+        "warn: not corrected"
+    );
     assert_eq!(
         history(&b)?.len(),
         revisions_b,

@@ -22,7 +22,7 @@ use flotilla_api::{HelmRelease, ManagedCluster};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_core::status::HelmReleaseStatus;
 use flotilla_tests::bins::{self, Progress};
-use flotilla_tests::fleet::{AGENT_NAMESPACE, Fleet, FleetOptions};
+use flotilla_tests::fleet::{AGENT_NAMESPACE, Fleet, FleetOptions, hello_deployment};
 use flotilla_tests::tools::{helm_history, kubectl_in};
 use flotilla_tests::wait;
 use k8s_openapi::api::core::v1::Secret;
@@ -85,18 +85,9 @@ fn revisions(kubeconfig: &Path) -> anyhow::Result<Vec<(i64, String, String)>> {
 /// The uid of the Deployment `hello` on a workload cluster, if it exists and is not being
 /// deleted.
 fn deployment_uid(kubeconfig: &Path) -> Option<String> {
-    kubectl_in(
+    hello_deployment(
         kubeconfig,
-        &[
-            "get",
-            "deployment",
-            "hello",
-            "-n",
-            "hello",
-            "-o",
-            "jsonpath={.metadata.uid}{\" \"}{.metadata.deletionTimestamp}",
-        ],
-        None,
+        "{.metadata.uid}{\" \"}{.metadata.deletionTimestamp}",
     )
     .ok()
     .and_then(|out| {

@@ -445,10 +445,9 @@ async fn diff_object(
             }
             Err(e) => return Err(error_chain(&e)),
         };
-        let same_version = match &live {
-            Some(live) => live.metadata.resource_version == dry.metadata.resource_version,
-            None => true,
-        };
+        let same_version = live
+            .as_ref()
+            .is_none_or(|l| l.metadata.resource_version == dry.metadata.resource_version);
         if same_version || attempts >= SAME_VERSION_ATTEMPTS {
             break (live, dry);
         }

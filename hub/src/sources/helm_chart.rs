@@ -23,8 +23,8 @@
 //! A HelmChart is reconciled when it changes, when its HelmRepository changes (a new index),
 //! when this hub loads its repository's index (after a start, when the repository's status
 //! does not change; until then a HelmChart whose repository is Ready waits without touching
-//! its status), and every `spec.interval`. The current artifact is kept, without a download, while the
-//! source resolves to its revision and the store holds it. A failed fetch keeps the last
+//! its status), and every `spec.interval`. The current artifact is kept, without a
+//! download, while the source resolves to its revision and the store holds it. A failed fetch keeps the last
 //! artifact (`FetchFailed=True`, `Ready=False`).
 
 use std::sync::Arc;
