@@ -1105,3 +1105,46 @@ async fn a_kube_config_config_map_ref_is_ready_false_naming_the_field_until_its_
     env.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_change_of_the_kube_config_config_map_reconciles_its_helm_release_at_once_not_at_a_requeue()
+-> anyhow::Result<()> {
+    // Requeues of an hour: only the ConfigMap's watch can reconcile the HelmRelease again.
+    let env = Env::start_with("hub-kubeconfig-cm-watch", |config| {
+        config.requeue_dependency = Duration::from_secs(3600);
+    })
+    .await?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "remote",
+        "  kubeConfig:\n    configMapRef:\n      name: workload-identity",
+    ))?;
+    ready_condition(&hrs, "remote", "the missing ConfigMap", |c| {
+        c.reason == "RESTClientError" && c.message.contains("not found")
+    })
+    .await?;
+    // Let the HelmChart settle, so that none of its changes reconciles the HelmRelease.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let provider = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: workload-identity\n  namespace: default\ndata:\n  provider: {name}\n"
+        )
+    };
+    env.kubectl_apply(&provider("aws"))?;
+    ready_condition(&hrs, "remote", "the ConfigMap created", |c| {
+        c.reason == "RESTClientError" && c.message.contains("'aws'")
+    })
+    .await?;
+    env.kubectl_apply(&provider("azure"))?;
+    let c = ready_condition(&hrs, "remote", "the ConfigMap changed", |c| {
+        c.reason == "RESTClientError" && c.message.contains("'azure'")
+    })
+    .await?;
+    assert_eq!(c.status, ConditionStatus::False);
+
+    env.stop().await;
+    Ok(())
+}
+

@@ -805,34 +805,8 @@ async fn plan_and_send(
         .to_core()
         .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
     let ns = key.namespace.as_str();
-    let mut refs: Vec<String> = values::referenced_objects(&hr.spec.values_from)
-        .into_iter()
-        .map(|(kind, name)| ref_key(kind_name(kind), ns, name))
-        .collect();
-    if let Some(r) = &hr.spec.chart_ref {
-        let kind = match r.kind {
-            ChartRefKind::OCIRepository => "OCIRepository",
-            _ => "HelmChart",
-        };
-        refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
-    }
-    if let Some(cm) = hr
-        .spec
-        .kube_config
-        .as_ref()
-        .and_then(|k| k.config_map_ref.as_ref())
-    {
-        refs.push(ref_key("ConfigMap", ns, &cm.name));
-    }
+    ctx.refs.set(key, references(hr, key));
     let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
-    if let Some(cluster) = capi_cluster {
-        refs.push(ref_key(
-            "Secret",
-            ns,
-            &crate::capi::kubeconfig_secret_name(cluster),
-        ));
-    }
-    ctx.refs.set(key, refs);
 
     // As Flux, before the dependencies: expressions that do not parse stall the object.
     flotilla_agent::cel::HealthChecks::new(&hr.spec.health_check_exprs)
@@ -941,6 +915,62 @@ async fn plan_and_send(
         }));
     }
     Ok(None)
+}
+
+/// The namespace and name of the HelmChart the controller manages for `template` of
+/// HelmRelease `key`: `<ns>-<name>` in the namespace of the template's source.
+fn managed_helm_chart(
+    template: &flotilla_core::spec::HelmChartTemplate,
+    key: &ObjectKey,
+) -> (String, String) {
+    let ns = key.namespace.as_str();
+    let src_ns = template
+        .spec
+        .source_ref
+        .namespace
+        .clone()
+        .unwrap_or_else(|| ns.to_owned());
+    (src_ns, format!("{ns}-{}", key.name))
+}
+
+/// Every object a reconcile of `hr` reads whose change must reconcile it again (the keys
+/// of [`RefIndex`]): its `valuesFrom` ConfigMaps and Secrets, its managed HelmChart or its
+/// `chartRef`, its `kubeConfig.configMapRef` ConfigMap (workload identity) and the
+/// `<cluster>-kubeconfig` Secret of a Cluster API `clusterRef`. One list, set once per
+/// reconcile: a later step must not replace it with a part of it.
+fn references(hr: &HelmRelease, key: &ObjectKey) -> Vec<String> {
+    let ns = key.namespace.as_str();
+    let mut refs: Vec<String> = values::referenced_objects(&hr.spec.values_from)
+        .into_iter()
+        .map(|(kind, name)| ref_key(kind_name(kind), ns, name))
+        .collect();
+    if let Some(template) = &hr.spec.chart {
+        let (src_ns, name) = managed_helm_chart(template, key);
+        refs.push(ref_key("HelmChart", &src_ns, &name));
+    }
+    if let Some(r) = &hr.spec.chart_ref {
+        let kind = match r.kind {
+            ChartRefKind::OCIRepository => "OCIRepository",
+            _ => "HelmChart",
+        };
+        refs.push(ref_key(kind, r.namespace.as_deref().unwrap_or(ns), &r.name));
+    }
+    if let Some(cm) = hr
+        .spec
+        .kube_config
+        .as_ref()
+        .and_then(|k| k.config_map_ref.as_ref())
+    {
+        refs.push(ref_key("ConfigMap", ns, &cm.name));
+    }
+    if let Some(cluster) = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api()) {
+        refs.push(ref_key(
+            "Secret",
+            ns,
+            &crate::capi::kubeconfig_secret_name(cluster),
+        ));
+    }
+    refs
 }
 
 /// The kind of a chart template's source, as Flux names it in messages.
@@ -1163,10 +1193,12 @@ fn source_ready(
     if ready { Ok(()) } else { Err(msg) }
 }
 
-/// The chart artifact: `(digest, version, OCI digest)`.
+/// The chart artifact of a source.
 struct SourceArtifact {
     digest: ChartDigest,
-    oci_digest: Option<String>,
+    /// The artifact revision of an `OCIRepository` (`<tag>@<digest>` or `<digest>`): the
+    /// chart's version gets its digest ([`chart_artifact`]).
+    oci_revision: Option<String>,
     /// `HelmChart 'ns/name'` or `OCIRepository 'ns/name'`, for messages.
     what: String,
 }
@@ -1194,13 +1226,7 @@ async fn source(
         ))
     };
     if let Some(template) = &hr.spec.chart {
-        let src_ns = template
-            .spec
-            .source_ref
-            .namespace
-            .clone()
-            .unwrap_or_else(|| ns.to_owned());
-        let name = format!("{ns}-{}", key.name);
+        let (src_ns, name) = managed_helm_chart(template, key);
         let want = format!("{src_ns}/{name}");
         if !helm_chart.is_empty() && *helm_chart != want {
             delete_helm_chart(ctx, hr, helm_chart).await;
@@ -1300,20 +1326,6 @@ async fn source(
             ctx.book.event(hr, false, reason, &message).await;
         }
         *helm_chart = want.clone();
-        ctx.refs.set(
-            &ObjectKey {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            },
-            {
-                let mut r: Vec<String> = values::referenced_objects(&hr.spec.values_from)
-                    .into_iter()
-                    .map(|(kind, n)| ref_key(kind_name(kind), ns, n))
-                    .collect();
-                r.push(ref_key("HelmChart", &src_ns, &name));
-                r
-            },
-        );
         let what = format!("HelmChart '{want}'");
         let status = hc.status.clone().unwrap_or_default();
         source_ready(
@@ -1328,7 +1340,7 @@ async fn source(
             .map_err(|_| bad_digest(&what, &artifact.digest))?;
         return Ok(SourceArtifact {
             digest,
-            oci_digest: None,
+            oci_revision: None,
             what,
         });
     }
@@ -1375,19 +1387,9 @@ async fn source(
             let artifact = status.artifact.expect("checked by source_ready");
             let digest = ChartDigest::new(artifact.digest.clone())
                 .map_err(|_| bad_digest(&what, &artifact.digest))?;
-            let oci_digest = artifact
-                .revision
-                .rsplit_once('@')
-                .map(|(_, d)| d.to_owned())
-                .or_else(|| {
-                    artifact
-                        .revision
-                        .starts_with("sha256:")
-                        .then(|| artifact.revision.clone())
-                });
             Ok(SourceArtifact {
                 digest,
-                oci_digest,
+                oci_revision: Some(artifact.revision),
                 what,
             })
         }
@@ -1411,7 +1413,7 @@ async fn source(
                 .map_err(|_| bad_digest(&what, &artifact.digest))?;
             Ok(SourceArtifact {
                 digest,
-                oci_digest: None,
+                oci_revision: None,
                 what,
             })
         }
@@ -1475,18 +1477,45 @@ async fn load_chart(
             .requeue(ctx.options.requeue_dependency)));
         }
     };
-    let mut version = chart.metadata.version.clone();
-    if let Some(oci) = &artifact.oci_digest {
-        let hex = oci.trim_start_matches("sha256:");
-        let base = version.split('+').next().unwrap_or_default().to_owned();
-        version = format!("{base}+{}", &hex[..hex.len().min(12)]);
-    }
+    chart_artifact(
+        &chart.metadata.name,
+        &chart.metadata.version,
+        &chart.metadata.app_version,
+        artifact,
+    )
+}
+
+/// The chart as the plan names it: from an `OCIRepository`, its version with the
+/// revision's digest as build metadata, by helm-controller's rule
+/// ([`chart_version_with_digest`](crate::sources::oci::chart_version_with_digest), the one
+/// copy of it), and `ChartMutateError` when the revision does not fit the chart.
+fn chart_artifact(
+    name: &str,
+    version: &str,
+    app_version: &str,
+    artifact: &SourceArtifact,
+) -> Result<ChartArtifact, Result<Stop, ReconcileError>> {
+    let (version, oci_digest) = match &artifact.oci_revision {
+        Some(revision) => {
+            let (version, digest) =
+                crate::sources::oci::chart_version_with_digest(version, revision).map_err(
+                    |e| {
+                        Ok(Stop::new(
+                            reason::CHART_MUTATE_ERROR,
+                            format!("{e} ({})", artifact.what),
+                        ))
+                    },
+                )?;
+            (version, Some(digest))
+        }
+        None => (version.to_owned(), None),
+    };
     Ok(ChartArtifact {
-        name: chart.metadata.name.clone(),
+        name: name.to_owned(),
         version,
-        app_version: Some(chart.metadata.app_version.clone()).filter(|a| !a.is_empty()),
+        app_version: Some(app_version.to_owned()).filter(|a| !a.is_empty()),
         digest: artifact.digest.clone(),
-        oci_digest: artifact.oci_digest.clone(),
+        oci_digest,
     })
 }
 
@@ -1984,6 +2013,105 @@ mod tests {
                 name: "wi".into(),
             }),
             "a configMapRef is served in push mode through its ConfigMap"
+        );
+    }
+
+    fn oci_artifact(revision: &str) -> SourceArtifact {
+        SourceArtifact {
+            digest: ChartDigest::of_bytes(b"chart"),
+            oci_revision: Some(revision.to_owned()),
+            what: "OCIRepository 'default/podinfo'".into(),
+        }
+    }
+
+    #[test]
+    fn an_oci_chart_version_gets_the_revision_digest_printed_canonically_as_helm_controller_does()
+    {
+        let hex = "9933f58f8bf459eb199d59ebc8a05683f3944e1242d9f5467d99aa2cf08a5370";
+        let chart = chart_artifact(
+            "podinfo",
+            "v1.2",
+            "",
+            &oci_artifact(&format!("v1.2.0@sha256:{hex}")),
+        )
+        .ok()
+        .expect("a chart");
+        assert_eq!(chart.version, "1.2.0+9933f58f8bf4");
+        assert_eq!(chart.oci_digest, Some(format!("sha256:{hex}")));
+        assert_eq!(chart.app_version, None);
+        let plain = chart_artifact(
+            "podinfo",
+            "6.5.2",
+            "6.5.2",
+            &SourceArtifact {
+                oci_revision: None,
+                ..oci_artifact("")
+            },
+        )
+        .ok()
+        .expect("a chart");
+        assert_eq!(
+            (plain.version.as_str(), plain.oci_digest, plain.app_version),
+            ("6.5.2", None, Some("6.5.2".to_owned())),
+            "a chart that is not from an OCIRepository keeps its version"
+        );
+    }
+
+    #[test]
+    fn an_oci_revision_whose_digest_is_not_ascii_is_a_chart_mutate_error_not_a_panic() {
+        // The 12th byte falls inside a two-byte character.
+        let revision = "1.2.3@sha256:a\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}";
+        let Err(Ok(stop)) = chart_artifact("podinfo", "1.2.3", "", &oci_artifact(revision)) else {
+            panic!("a revision with a non-ASCII digest is refused");
+        };
+        assert_eq!(stop.reason, reason::CHART_MUTATE_ERROR);
+        assert!(
+            stop.message.starts_with("invalid artifact revision sha256:a")
+                && stop.message.ends_with("(OCIRepository 'default/podinfo')"),
+            "{}",
+            stop.message
+        );
+        let Err(Ok(stop)) = chart_artifact(
+            "podinfo",
+            "1.2.3",
+            "",
+            &oci_artifact("1.2.4@sha256:9933f58f8bf459eb"),
+        ) else {
+            panic!("a tag that is another version is refused");
+        };
+        assert_eq!(
+            stop.message,
+            "artifact revision 1.2.4 does not match chart version 1.2.3 (OCIRepository 'default/podinfo')"
+        );
+    }
+
+    #[test]
+    fn the_references_of_a_helm_release_are_all_it_reads_its_chart_values_config_map_and_cluster_api_secret()
+     {
+        let all = hr(serde_json::json!({"spec": {
+            "valuesFrom": [{"kind": "Secret", "name": "s"}, {"kind": "ConfigMap", "name": "c"}],
+            "kubeConfig": {"configMapRef": {"name": "wi"}},
+        }}));
+        assert_eq!(
+            references(&all, &key("podinfo")),
+            vec![
+                ref_key("Secret", "default", "s"),
+                ref_key("ConfigMap", "default", "c"),
+                ref_key("HelmChart", "default", "default-podinfo"),
+                ref_key("ConfigMap", "default", "wi"),
+            ]
+        );
+        let capi = hr(serde_json::json!({"spec": {
+            "chart": null,
+            "chartRef": {"kind": "OCIRepository", "name": "oci", "namespace": "flux"},
+            "clusterRef": {"kind": "Cluster", "name": "edge"},
+        }}));
+        assert_eq!(
+            references(&capi, &key("podinfo")),
+            vec![
+                ref_key("OCIRepository", "flux", "oci"),
+                ref_key("Secret", "default", "edge-kubeconfig"),
+            ]
         );
     }
 
