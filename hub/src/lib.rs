@@ -57,6 +57,7 @@ pub mod run;
 pub mod session;
 pub mod sources;
 pub mod status;
+pub mod supervisor;
 pub mod telemetry;
 pub mod util;
 pub mod values;

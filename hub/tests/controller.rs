@@ -1148,3 +1148,42 @@ async fn a_change_of_the_kube_config_config_map_reconciles_its_helm_release_at_o
     Ok(())
 }
 
+/// Reconciles of HelmRelease `panics` seen by the fault hook of
+/// [`a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_controller_goes_on`].
+static PANIC_HOOK_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[tokio::test]
+async fn a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_controller_goes_on()
+-> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    // The test hook runs at the start of every reconcile: the first two of `panics` panic.
+    let env = Env::start_with("hub-panic", |config| {
+        config.reconcile_fault = Some(flotilla_hub::controller::ReconcileFault(
+            std::sync::Arc::new(|hr: &flotilla_api::HelmRelease| {
+                if hr.name_any() == "panics" && PANIC_HOOK_CALLS.fetch_add(1, Ordering::SeqCst) < 2
+                {
+                    panic!("a fault injected into the reconcile");
+                }
+            }),
+        ));
+    })
+    .await?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "panics",
+        "  releaseName: panics",
+    ))?;
+    // Retried with backoff after each panic, then planned and installed.
+    ready(&hrs, "panics").await?;
+    assert!(PANIC_HOOK_CALLS.load(Ordering::SeqCst) >= 3);
+    // The controller goes on with other objects.
+    env.kubectl_apply(&podinfo_release(&env.repo.url(), "calm", "  releaseName: calm"))?;
+    ready(&hrs, "calm").await?;
+    let mut installed = helm_list(env.kubeconfig())?;
+    installed.sort();
+    assert_eq!(installed, vec!["calm".to_owned(), "panics".to_owned()]);
+
+    env.stop().await;
+    Ok(())
+}

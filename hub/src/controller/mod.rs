@@ -73,6 +73,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_agent::charts::{CachedCharts, ChartError, NoFetcher};
+use flotilla_agent::runtime::queue::Backoff;
 use flotilla_api::fleet::ConnectionState;
 use flotilla_api::source::{Artifact, LocalHelmChartSourceReference};
 use flotilla_api::{HelmChart, HelmChartSpec, HelmRelease, ManagedCluster, OCIRepository};
@@ -137,6 +138,23 @@ pub struct ControllerOptions {
     /// agent connects, reconciles its HelmReleases at once instead of at their
     /// `requeue_dependency`.
     pub watch_managed_clusters: bool,
+    /// The retry delays of a HelmRelease whose reconciles fail ([`ReconcileError`]):
+    /// exponential per object, capped, with jitter; a success resets its count.
+    pub backoff: Backoff,
+    /// A test hook run at the start of every reconcile, on the real reconcile path (a
+    /// panic it raises is caught as any other: [`ReconcileError::Panicked`]). `None`
+    /// outside tests; no flag of the binary sets it.
+    pub fault: Option<ReconcileFault>,
+}
+
+/// The hook of [`ControllerOptions::fault`].
+#[derive(Clone)]
+pub struct ReconcileFault(pub Arc<dyn Fn(&HelmRelease) + Send + Sync>);
+
+impl std::fmt::Debug for ReconcileFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReconcileFault")
+    }
 }
 
 impl Default for ControllerOptions {
@@ -146,6 +164,12 @@ impl Default for ControllerOptions {
             requeue_dependency: Duration::from_secs(30),
             jitter: 0.05,
             watch_managed_clusters: false,
+            backoff: Backoff {
+                base: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+                jitter: 0.1,
+            },
+            fault: None,
         }
     }
 }
@@ -234,6 +258,11 @@ pub struct Context {
     /// apply returned. A reconcile whose HelmChart would be the same, and finds it in the
     /// watch's store at that generation, skips the apply: one API write less per reconcile.
     applied_charts: Mutex<HashMap<String, (u64, i64)>>,
+    /// Consecutive failed reconciles per HelmRelease (the backoff of [`error_policy`]).
+    failures: Mutex<HashMap<ObjectKey, u32>>,
+    /// The background annotation writes ([`record_revision_later`]), owned here and
+    /// waited for when the controller stops.
+    background: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for Context {
@@ -269,6 +298,8 @@ impl Context {
             revision_writers: Arc::new(tokio::sync::Semaphore::new(REVISION_WRITERS)),
             helm_charts: std::sync::OnceLock::new(),
             applied_charts: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+            background: tokio_util::task::TaskTracker::new(),
         }
     }
 }
@@ -301,6 +332,14 @@ pub enum ReconcileError {
     /// The status could not be written.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
+    /// The reconcile panicked (caught: the controller goes on, the object is retried).
+    #[error("HelmRelease {object}: the reconcile panicked: {message}")]
+    Panicked {
+        /// The HelmRelease.
+        object: String,
+        /// The panic's message.
+        message: String,
+    },
     /// The target's link is closed.
     #[error("HelmRelease {object}: {source}")]
     Link {
@@ -319,10 +358,12 @@ impl ReconcileError {
             ReconcileError::Kube { .. } => "kube",
             ReconcileError::Status(_) => "status",
             ReconcileError::Link { .. } => "link_closed",
+            ReconcileError::Panicked { .. } => "panicked",
         }
     }
 
-    /// Whether a retry may help (always: these are API and link failures).
+    /// Whether a retry may help (always: API and link failures, and a panic, retried with
+    /// backoff as the agent retries its own).
     pub fn is_transient(&self) -> bool {
         true
     }
@@ -370,7 +411,7 @@ fn unchanged_helm_chart(
     let (hash, generation) = *ctx
         .applied_charts
         .lock()
-        .expect("applied_charts lock")
+        .unwrap_or_else(|p| p.into_inner())
         .get(want)?;
     if hash != desired {
         return None;
@@ -492,6 +533,7 @@ pub async fn run(
         futures::stream::pending().boxed()
     };
     let (cluster_users, cluster_queue) = (reader.clone(), ctx.queue.clone());
+    let background = ctx.background.clone();
     Controller::for_stream(stream, reader)
         .watches_stream(clusters, move |mc: ManagedCluster| {
             let name = mc.name_any();
@@ -572,6 +614,14 @@ pub async fn run(
             }
         })
         .await;
+    // The annotation writes under way finish (each is one API call).
+    background.close();
+    if tokio::time::timeout(Duration::from_secs(10), background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("plan-revision annotation writes still running at shutdown");
+    }
 }
 
 /// The gauges of `/metrics` sampled from the controller: its queue depth and the
@@ -599,14 +649,41 @@ fn sample(
     sample
 }
 
-/// [`reconcile`], timed and counted by result.
+/// [`reconcile`], in its span, timed and counted by result, its panics caught (as the
+/// agent's runtime catches its own: a panic becomes [`ReconcileError::Panicked`], retried
+/// with backoff, and the controller goes on with the other objects).
 async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    ctx.queue.started(&ObjectRef::from_obj(&*hr));
+    use futures::FutureExt as _;
+    use tracing::Instrument as _;
+    let object = ObjectRef::from_obj(&*hr);
+    ctx.queue.started(&object);
     let started = std::time::Instant::now();
+    let span = tracing::info_span!(
+        "reconcile",
+        object = %format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any()),
+        generation = hr.metadata.generation.unwrap_or_default(),
+    );
+    let key = key_of(&hr);
     let mut label = "success";
-    let result = reconcile(hr, ctx.clone(), &mut label).await;
-    if result.is_err() {
-        label = "error";
+    let result = std::panic::AssertUnwindSafe(reconcile(hr.clone(), ctx.clone(), &mut label))
+        .catch_unwind()
+        .instrument(span)
+        .await
+        .unwrap_or_else(|panic| {
+            Err(ReconcileError::Panicked {
+                object: format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any()),
+                message: crate::supervisor::panic_message(&*panic),
+            })
+        });
+    match (&result, &key) {
+        (Err(_), _) => label = "error",
+        (Ok(_), Some(key)) => {
+            ctx.failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(key);
+        }
+        (Ok(_), None) => {}
     }
     ctx.metrics
         .observe("helmrelease", label, started.elapsed().as_secs_f64());
@@ -614,14 +691,28 @@ async fn measured(hr: Arc<HelmRelease>, ctx: Arc<Context>) -> Result<Action, Rec
 }
 
 fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let failures = match key_of(&hr) {
+        Some(key) => {
+            let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+            let n = failures.entry(key).or_default();
+            *n = n.saturating_add(1);
+            *n
+        }
+        None => 1,
+    };
+    let after = ctx
+        .options
+        .backoff
+        .delay_jittered(failures, &mut fastrand::Rng::new());
     tracing::warn!(
         object = %format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any()),
         kind = e.kind(),
+        failures,
+        retry_after = ?after,
         error = %error_chain(e),
         "HelmRelease reconcile failed"
     );
-    ctx.queue
-        .requeue(&ObjectRef::from_obj(&*hr), Duration::from_secs(5))
+    ctx.queue.requeue(&ObjectRef::from_obj(&*hr), after)
 }
 
 /// The outcome of a step that stops the reconcile with a hub condition.
@@ -691,6 +782,9 @@ async fn reconcile(
     let Some(key) = key_of(&hr) else {
         return Ok(Action::await_change());
     };
+    if let Some(fault) = &ctx.options.fault {
+        (fault.0)(&hr);
+    }
     if hr.metadata.deletion_timestamp.is_some() {
         return finalize(&hr, &key, &ctx).await;
     }
@@ -1296,7 +1390,7 @@ async fn source(
                 if let Some(generation) = hc.metadata.generation {
                     ctx.applied_charts
                         .lock()
-                        .expect("applied_charts lock")
+                        .unwrap_or_else(|p| p.into_inner())
                         .insert(want.clone(), (desired, generation));
                 }
                 hc
@@ -1688,7 +1782,7 @@ fn record_revision_later(ctx: &Context, key: &ObjectKey, revision: u64, digest: 
         ctx.revision_writers.clone(),
         key.clone(),
     );
-    tokio::spawn(async move {
+    ctx.background.spawn(async move {
         let Ok(_permit) = writers.acquire_owned().await else {
             return;
         };
@@ -1839,6 +1933,10 @@ async fn finalize(
     ctx.refs.set(key, Vec::new());
     ctx.values_cache.forget(key);
     ctx.revisions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    ctx.failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(key);
