@@ -138,7 +138,11 @@ async fn main() -> anyhow::Result<()> {
     config.supervisor = supervisor.clone();
     let probes_stop = CancellationToken::new();
     let probes = tokio::spawn(supervisor.critical("probe-server", {
-        let (addr, ready, stop) = (args.metrics_addr, supervisor.readiness(), probes_stop.clone());
+        let (addr, ready, stop) = (
+            args.metrics_addr,
+            supervisor.readiness(),
+            probes_stop.clone(),
+        );
         async move {
             if let Err(e) = telemetry::serve(addr, metrics, ready, stop).await {
                 tracing::error!(error = %e, "the probe server failed");

@@ -187,9 +187,8 @@ impl Hub {
             remote: config.remote.clone(),
         });
         let supervisor = config.supervisor.clone();
-        let writer = tokio::spawn(
-            supervisor.critical("status-writer", book.clone().run(report_rx)),
-        );
+        let writer =
+            tokio::spawn(supervisor.critical("status-writer", book.clone().run(report_rx)));
         let stop = CancellationToken::new();
         let grace = config.agent.shutdown_grace;
         let indexes = Arc::new(Indexes::default());
@@ -197,30 +196,32 @@ impl Hub {
         controllers.spawn(supervisor.critical(
             "helmrepository-controller",
             helm_repository::run(
-            Arc::new(RepositoryContext {
-                client: client.clone(),
-                indexes: indexes.clone(),
-                limits: Limits::default(),
-                jitter: config.jitter,
-                default_interval: config.default_interval,
-            }),
-            config.concurrency,
-            stop.clone().cancelled_owned(),
-        )));
+                Arc::new(RepositoryContext {
+                    client: client.clone(),
+                    indexes: indexes.clone(),
+                    limits: Limits::default(),
+                    jitter: config.jitter,
+                    default_interval: config.default_interval,
+                }),
+                config.concurrency,
+                stop.clone().cancelled_owned(),
+            ),
+        ));
         controllers.spawn(supervisor.critical(
             "helmchart-controller",
             helm_chart::run(
-            Arc::new(ChartContext {
-                client: client.clone(),
-                indexes,
-                charts: charts.clone(),
-                jitter: config.jitter,
-                metrics: config.metrics.clone(),
-                oci_limits: Default::default(),
-            }),
-            config.concurrency,
-            stop.clone().cancelled_owned(),
-        )));
+                Arc::new(ChartContext {
+                    client: client.clone(),
+                    indexes,
+                    charts: charts.clone(),
+                    jitter: config.jitter,
+                    metrics: config.metrics.clone(),
+                    oci_limits: Default::default(),
+                }),
+                config.concurrency,
+                stop.clone().cancelled_owned(),
+            ),
+        ));
         // The OCIRepository reconciler ends only when aborted: it stops with the others.
         let oci = oci_repository::run(
             client.clone(),

@@ -32,9 +32,18 @@ pub enum End {
     Panicked(String),
 }
 
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Returned => f.write_str("it returned"),
+            End::Panicked(message) => write!(f, "it panicked: {message}"),
+        }
+    }
+}
+
 /// A critical task that ended while the process was not stopping.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("critical task {task} ended: {}", match end { End::Returned => "it returned".to_owned(), End::Panicked(m) => format!("it panicked: {m}") })]
+#[error("critical task {task} ended: {end}")]
 pub struct TaskEnded {
     /// The task's name (a constant: `helmrelease-controller`, `session-server`, ...).
     pub task: &'static str,

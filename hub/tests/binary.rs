@@ -555,8 +555,9 @@ async fn a_leader_election_lease_taken_by_another_holder_turns_readiness_off_and
     assert_eq!(status.code(), Some(1), "flotilla-hub exited with {status}");
     let text = std::fs::read_to_string(&log)?;
     assert!(
-        text.lines().any(|l| l.contains("a critical task ended; not ready")
-            && l.contains("task=\"leader-election\"")),
+        text.lines()
+            .any(|l| l.contains("a critical task ended; not ready")
+                && l.contains("task=\"leader-election\"")),
         "{text}"
     );
     Ok(())

@@ -1178,7 +1178,11 @@ async fn a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_control
     ready(&hrs, "panics").await?;
     assert!(PANIC_HOOK_CALLS.load(Ordering::SeqCst) >= 3);
     // The controller goes on with other objects.
-    env.kubectl_apply(&podinfo_release(&env.repo.url(), "calm", "  releaseName: calm"))?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "calm",
+        "  releaseName: calm",
+    ))?;
     ready(&hrs, "calm").await?;
     let mut installed = helm_list(env.kubeconfig())?;
     installed.sort();

@@ -222,10 +222,9 @@ impl SessionHub {
         let links = Arc::new(RemoteLinks::new(reports));
         let registry = Arc::new(Registry::new(links.clone()));
         let supervisor = config.supervisor.clone();
-        let watch = tokio::spawn(supervisor.critical(
-            "managedcluster-watch",
-            registry.clone().run(client.clone()),
-        ));
+        let watch = tokio::spawn(
+            supervisor.critical("managedcluster-watch", registry.clone().run(client.clone())),
+        );
         // The ManagedClusters are known before the controllers start and before an agent
         // is answered: otherwise a restarted hub refuses the agents that reconnect first
         // and marks their HelmReleases "no agent connected".
