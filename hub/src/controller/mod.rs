@@ -66,6 +66,7 @@ pub mod epoch;
 pub mod queue;
 pub mod values_cache;
 
+mod decide;
 mod finalizer;
 mod reconcile;
 mod revisions;
@@ -107,6 +108,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+use decide::{Stop, source_ready};
 use finalizer::*;
 use reconcile::*;
 use revisions::*;

@@ -72,65 +72,6 @@ pub(super) fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Co
     ctx.queue.requeue(&ObjectRef::from_obj(&*hr), after)
 }
 
-/// The outcome of a step that stops the reconcile with a hub condition.
-pub(super) struct Stop {
-    pub(super) reason: &'static str,
-    pub(super) message: String,
-    pub(super) stalled: bool,
-    pub(super) requeue: Option<Duration>,
-    /// Post an Event: `Some(true)` a Warning, `Some(false)` a Normal one.
-    pub(super) event: Option<bool>,
-    /// The Event's message when it is not the condition's.
-    pub(super) event_message: Option<String>,
-}
-
-impl Stop {
-    pub(super) fn new(reason: &'static str, message: String) -> Stop {
-        Stop {
-            reason,
-            message,
-            stalled: false,
-            requeue: None,
-            event: None,
-            event_message: None,
-        }
-    }
-
-    /// Flux's terminal `InvalidCELExpression`: `Ready=False` and `Stalled=True` with
-    /// "Reconciliation failed terminally due to configuration error: <err>", a Warning
-    /// Event with the error alone, no requeue until the object changes.
-    pub(super) fn invalid_cel(error: &flotilla_agent::cel::CelError) -> Stop {
-        let mut stop = Stop::new(
-            reason::INVALID_CEL_EXPRESSION,
-            format!("{TERMINAL_ERROR_MESSAGE}: {error}"),
-        )
-        .stalled()
-        .warning();
-        stop.event_message = Some(error.to_string());
-        stop
-    }
-
-    pub(super) fn requeue(mut self, d: Duration) -> Stop {
-        self.requeue = Some(d);
-        self
-    }
-
-    pub(super) fn stalled(mut self) -> Stop {
-        self.stalled = true;
-        self
-    }
-
-    pub(super) fn warning(mut self) -> Stop {
-        self.event = Some(true);
-        self
-    }
-
-    pub(super) fn normal_event(mut self) -> Stop {
-        self.event = Some(false);
-        self
-    }
-}
-
 pub(super) async fn reconcile(
     hr: Arc<HelmRelease>,
     ctx: Arc<Context>,
@@ -142,10 +83,18 @@ pub(super) async fn reconcile(
     if let Some(fault) = &ctx.options.fault {
         (fault.0)(&hr);
     }
-    if hr.metadata.deletion_timestamp.is_some() {
-        return finalize(&hr, &key, &ctx).await;
-    }
-    if !hr.finalizers().iter().any(|f| f == FINALIZER) {
+    let entry = decide::entry(
+        hr.metadata.deletion_timestamp.is_some(),
+        hr.finalizers().iter().any(|f| f == FINALIZER),
+        hr.spec.suspend,
+    );
+    let add_finalizer = match entry {
+        decide::Entry::Finalize => return finalize(&hr, &key, &ctx).await,
+        decide::Entry::Suspended { add_finalizer } | decide::Entry::Reconcile { add_finalizer } => {
+            add_finalizer
+        }
+    };
+    if add_finalizer {
         let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
         let mut finalizers = hr.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
@@ -162,7 +111,7 @@ pub(super) async fn reconcile(
         .await
         .map_err(kube_err(&key, "adding the finalizer"))?;
     }
-    if hr.spec.suspend {
+    if let decide::Entry::Suspended { .. } = entry {
         // Flux does nothing for a suspended object; here the agent holds the plan and would
         // go on reconciling it (interval, drift), so it is told: the plan goes out with
         // `suspend` set when it can be built, and nothing is reported when it cannot.
@@ -195,52 +144,36 @@ pub(super) async fn reconcile(
     let mut helm_chart = helm_chart_before.clone();
     let outcome = plan_and_send(&hr, &key, &ctx, &mut helm_chart).await;
     let interval = hr.spec.interval.get();
-    match outcome {
-        Ok(hub) => {
-            // Not connected yet: look again soon to clear the condition once it is.
-            let after = if hub.is_some() {
-                ctx.options.requeue_dependency
-            } else {
-                jitter(interval, ctx.options.jitter)
-            };
-            ctx.book.set_hub(&hr, &key, hub, helm_chart).await?;
-            Ok(ctx.queue.requeue(&hr_ref(&key), after))
-        }
+    let stop = match outcome {
         Err(Err(e)) => {
             if helm_chart != helm_chart_before {
                 ctx.book.set_hub(&hr, &key, None, helm_chart).await.ok();
             }
-            Err(e)
+            return Err(e);
         }
-        Err(Ok(stop)) => {
-            *label = "not_ready";
-            tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
-            if let Some(warning) = stop.event {
-                let message = stop.event_message.as_deref().unwrap_or(&stop.message);
-                ctx.book.event(&hr, warning, stop.reason, message).await;
-            }
-            ctx.book
-                .set_hub(
-                    &hr,
-                    &key,
-                    Some(HubCondition {
-                        reason: stop.reason.to_owned(),
-                        message: stop.message,
-                        stalled: stop.stalled,
-                        generation,
-                    }),
-                    helm_chart,
-                )
-                .await?;
-            Ok(match stop.requeue {
-                Some(d) => ctx.queue.requeue(&hr_ref(&key), d),
-                None if stop.stalled => Action::await_change(),
-                None => ctx
-                    .queue
-                    .requeue(&hr_ref(&key), jitter(interval, ctx.options.jitter)),
-            })
+        Ok(hub) => Err(hub),
+        Err(Ok(stop)) => Ok(stop),
+    };
+    let after = match &stop {
+        Err(hub) => decide::after(Ok(hub.clone()), generation, ctx.options.requeue_dependency),
+        Ok(stop) => decide::after(Err(stop), generation, ctx.options.requeue_dependency),
+    };
+    if let Ok(stop) = &stop {
+        *label = "not_ready";
+        tracing::info!(object = %key, reason = stop.reason, message = %stop.message, "HelmRelease not ready");
+        if let Some(warning) = stop.event {
+            let message = stop.event_message.as_deref().unwrap_or(&stop.message);
+            ctx.book.event(&hr, warning, stop.reason, message).await;
         }
     }
+    ctx.book.set_hub(&hr, &key, after.hub, helm_chart).await?;
+    Ok(match after.requeue {
+        decide::Requeue::After(d) => ctx.queue.requeue(&hr_ref(&key), d),
+        decide::Requeue::Interval => ctx
+            .queue
+            .requeue(&hr_ref(&key), jitter(interval, ctx.options.jitter)),
+        decide::Requeue::Never => Action::await_change(),
+    })
 }
 
 /// `Ok(hub condition)` once the plan is sent; `Err(Ok(stop))` for a hub-side condition,
@@ -332,7 +265,7 @@ pub(super) async fn plan_and_send(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key.clone(), target.clone());
-    if let Some(previous) = previous.filter(|p| *p != target)
+    if let Some(previous) = decide::target_change(previous.as_ref(), &target).cloned()
         && let Some(old) = ctx.links.link(&previous)
     {
         tracing::info!(object = %key, from = %previous, to = %target, "target changed: the old target uninstalls");
@@ -358,12 +291,10 @@ pub(super) async fn plan_and_send(
     if let TargetId::Cluster(id) = &target
         && !link.connected()
     {
-        return Ok(Some(HubCondition {
-            reason: AGENT_NOT_CONNECTED.into(),
-            message: format!("no agent connected for cluster {id}"),
-            stalled: false,
-            generation: hr.metadata.generation.unwrap_or_default(),
-        }));
+        return Ok(Some(decide::agent_not_connected(
+            id,
+            hr.metadata.generation.unwrap_or_default(),
+        )));
     }
     Ok(None)
 }
@@ -426,55 +357,27 @@ pub(super) async fn dependencies(
             .clone()
             .unwrap_or_else(|| key.namespace.to_string());
         let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), &ns);
-        let not_ready = |message: String| {
-            Stop::new(reason::DEPENDENCY_NOT_READY, message)
-                .requeue(ctx.options.requeue_dependency)
-                .normal_event()
+        let read = match api.get(&dep.name).await {
+            Err(e) => decide::Dependency::Unreadable {
+                error: error_chain(&e),
+            },
+            Ok(d) => match dep.ready_expr.as_deref().filter(|e| !e.is_empty()) {
+                // As Flux without its AdditiveCELDependencyCheck gate: the expression alone
+                // decides.
+                Some(source) => decide::Dependency::Expr(ready_by_expr(hr, &d, source)),
+                None => decide::Dependency::Read {
+                    generation: d.metadata.generation,
+                    observed_generation: d.status.as_ref().map(|s| s.observed_generation),
+                    ready: d
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.conditions.is_true(condition::READY)),
+                },
+            },
         };
-        let d = match api.get(&dep.name).await {
-            Ok(d) => d,
-            Err(e) => {
-                return Err(not_ready(format!(
-                    "unable to get '{ns}/{}' dependency: {}",
-                    dep.name,
-                    error_chain(&e)
-                )));
-            }
-        };
-        if let Some(source) = dep.ready_expr.as_deref().filter(|e| !e.is_empty()) {
-            if !ready_by_expr(hr, &d, source).map_err(|e| match e {
-                ReadyExprError::Terminal(e) => Stop::invalid_cel(&e),
-                ReadyExprError::Evaluate(message) => not_ready(message),
-            })? {
-                return Err(not_ready(format!(
-                    "dependency '{ns}/{}' is not ready according to readyExpr eval",
-                    dep.name
-                )));
-            }
-            // As Flux without its AdditiveCELDependencyCheck gate: the expression alone
-            // decides.
-            continue;
-        }
-        let ready = d.status.as_ref().is_some_and(|s| {
-            d.metadata.generation == Some(s.observed_generation)
-                && s.conditions.is_true(condition::READY)
-        });
-        if !ready {
-            return Err(not_ready(format!(
-                "dependency '{ns}/{}' is not ready",
-                dep.name
-            )));
-        }
+        decide::dependency(&ns, &dep.name, &read, ctx.options.requeue_dependency)?;
     }
     Ok(())
-}
-
-/// Why `readyExpr` gave no answer.
-pub(super) enum ReadyExprError {
-    /// It does not compile: terminal, the error Flux's.
-    Terminal(flotilla_agent::cel::CelError),
-    /// Evaluating it failed (the dependency is not ready; Flux's message).
-    Evaluate(String),
 }
 
 /// `dependsOn[].readyExpr` over `self` (the HelmRelease) and `dep` (the dependency), as
@@ -483,20 +386,23 @@ pub(super) fn ready_by_expr(
     hr: &HelmRelease,
     dep: &HelmRelease,
     source: &str,
-) -> Result<bool, ReadyExprError> {
+) -> Result<bool, decide::ReadyExpr> {
     use flotilla_agent::cel::{CelError, Expression};
     let name = dep.metadata.name.as_deref().unwrap_or_default();
     let expr = Expression::compile_bool(source, &["self", "dep"]).map_err(|e| {
         // Flux wraps it: "failed to evaluate dependency <name>: <err>".
-        ReadyExprError::Terminal(CelError::Dependency {
-            name: name.to_owned(),
-            source: Box::new(e),
-        })
+        decide::ReadyExpr::Terminal(
+            CelError::Dependency {
+                name: name.to_owned(),
+                source: Box::new(e),
+            }
+            .to_string(),
+        )
     })?;
     let json = |o: &HelmRelease| serde_json::to_value(o).unwrap_or(Value::Null);
     let (me, it) = (json(hr), json(dep));
     expr.evaluate_bool(&[("self", &me), ("dep", &it)])
-        .map_err(|e| ReadyExprError::Evaluate(e.to_string()))
+        .map_err(|e| decide::ReadyExpr::Evaluate(e.to_string()))
 }
 
 /// A valuesFrom object read: kind and name, and its data (`None`: not found).

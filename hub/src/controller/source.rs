@@ -57,31 +57,6 @@ pub(super) fn source_kind_name(kind: flotilla_core::spec::SourceKind) -> &'stati
     }
 }
 
-/// Whether a source's status says it is ready; the message when not.
-pub(super) fn source_ready(
-    generation: Option<i64>,
-    observed: i64,
-    conditions: &[Condition],
-    artifact: Option<&Artifact>,
-) -> Result<(), String> {
-    let conditions = conditions.to_vec();
-    let msg = conditions
-        .get_condition(condition::READY)
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    // Flux's rule (generation observed, not stalled, an artifact), and not `Ready=False`
-    // for that generation: a HelmChart whose version no longer resolves keeps its last
-    // artifact, and the HelmRelease says why rather than staying on the old chart silently.
-    let failed = conditions
-        .get_condition(condition::READY)
-        .is_some_and(|c| c.status == flotilla_core::meta::ConditionStatus::False);
-    let ready = generation.unwrap_or_default() == observed
-        && !conditions.is_true(condition::STALLED)
-        && !failed
-        && artifact.is_some();
-    if ready { Ok(()) } else { Err(msg) }
-}
-
 /// The chart artifact of a source.
 pub(super) struct SourceArtifact {
     pub(super) digest: ChartDigest,
@@ -100,13 +75,11 @@ pub(super) async fn source(
 ) -> Result<SourceArtifact, Result<Stop, ReconcileError>> {
     let ns = key.namespace.as_str();
     let not_ready = |what: String, msg: String| {
-        let message = if msg.is_empty() {
-            format!("{what} is not ready")
-        } else {
-            format!("{what} is not ready: {msg}")
-        };
-        Ok(Stop::new(reason::SOURCE_NOT_READY, message)
-            .requeue(jitter(ctx.options.requeue_dependency, ctx.options.jitter)))
+        Ok(decide::source_not_ready(
+            &what,
+            &msg,
+            jitter(ctx.options.requeue_dependency, ctx.options.jitter),
+        ))
     };
     let bad_digest = |what: &str, digest: &str| {
         Ok(Stop::new(
