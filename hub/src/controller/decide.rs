@@ -574,7 +574,8 @@ mod tests {
         let values = Stop::new(reason::VALUES_ERROR, "bad".into()).requeue(REQUEUE);
         let invalid = Stop::new(INVALID_SPEC, "spec.x".into()).stalled();
         let artifact = Stop::new(reason::ARTIFACT_FAILED, "digest".into());
-        let cases: Vec<(&str, Result<Option<HubCondition>, &Stop>, After)> = vec![
+        type Case<'a> = (&'a str, Result<Option<HubCondition>, &'a Stop>, After);
+        let cases: Vec<Case<'_>> = vec![
             (
                 "sent",
                 Ok(None),

@@ -178,7 +178,6 @@ fn an_oci_chart_version_gets_the_revision_digest_printed_canonically_as_helm_con
         "",
         &oci_artifact(&format!("v1.2.0@sha256:{hex}")),
     )
-    .ok()
     .expect("a chart");
     assert_eq!(chart.version, "1.2.0+9933f58f8bf4");
     assert_eq!(chart.oci_digest, Some(format!("sha256:{hex}")));
@@ -192,7 +191,6 @@ fn an_oci_chart_version_gets_the_revision_digest_printed_canonically_as_helm_con
             ..oci_artifact("")
         },
     )
-    .ok()
     .expect("a chart");
     assert_eq!(
         (plain.version.as_str(), plain.oci_digest, plain.app_version),
