@@ -48,16 +48,17 @@
 //!   ManagedCluster admission, resync) and [`session::RemoteLinks`], the
 //!   [`link::Links`] of `TargetId::Cluster` targets.
 
-pub mod capi;
 pub mod controller;
 pub mod leader;
-pub mod link;
 pub mod push;
 pub mod run;
 pub mod session;
 pub mod sources;
 pub mod status;
+pub mod supervisor;
+pub mod targets;
 pub mod telemetry;
 pub mod util;
 pub mod values;
-pub mod workload_identity;
+
+pub use targets::{capi, link, workload_identity};

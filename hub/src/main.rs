@@ -4,13 +4,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use flotilla_core::duration::GoDuration;
 use flotilla_hub::leader::{ElectionTimings, Elector};
 use flotilla_hub::run::{Hub, HubConfig, connect};
 use flotilla_hub::session::{SessionConfig, SessionHub, StoredArchives};
+use flotilla_hub::supervisor::Supervisor;
 use flotilla_hub::telemetry::{self, HubMetrics};
 use tokio_util::sync::CancellationToken;
 
@@ -131,14 +132,23 @@ async fn main() -> anyhow::Result<()> {
     config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
     let metrics = HubMetrics::new();
     config.metrics = metrics.clone();
-    let ready = Arc::new(AtomicBool::new(false));
+    // Every long-lived task reports its end to the supervisor: one ending on its own turns
+    // `/readyz` false and ends the process with an error (see `flotilla_hub::supervisor`).
+    let supervisor = Supervisor::new(Arc::new(AtomicBool::new(false)));
+    config.supervisor = supervisor.clone();
     let probes_stop = CancellationToken::new();
-    let probes = tokio::spawn(telemetry::serve(
-        args.metrics_addr,
-        metrics,
-        ready.clone(),
-        probes_stop.clone(),
-    ));
+    let probes = tokio::spawn(supervisor.critical("probe-server", {
+        let (addr, ready, stop) = (
+            args.metrics_addr,
+            supervisor.readiness(),
+            probes_stop.clone(),
+        );
+        async move {
+            if let Err(e) = telemetry::serve(addr, metrics, ready, stop).await {
+                tracing::error!(error = %e, "the probe server failed");
+            }
+        }
+    }));
     let elector = if args.leader_elect {
         let (_, client) = connect(config.kubeconfig.as_deref()).await?;
         let host = std::env::var("POD_NAME")
@@ -163,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::select! {
             () = elector.acquire() => {}
             () = shutdown_signal() => return Ok(()),
+            ended = supervisor.failed() => return Err(ended.into()),
         }
         Some(elector)
     } else {
@@ -179,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
                 client_cert_lifetime: args.agent_cert_lifetime.get(),
                 heartbeat_writes_per_second: f64::from(args.heartbeat_writes_per_second),
                 metrics: config.metrics.clone(),
+                supervisor: supervisor.clone(),
                 ..SessionConfig::default()
             };
             if !args.grpc_sans.is_empty() {
@@ -199,23 +211,30 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mut hub = Hub::start(config).await?;
-    ready.store(true, Ordering::SeqCst);
-    let lost = async {
+    let hub = Hub::start(config).await?;
+    supervisor.set_ready();
+    // Holding the lease is a critical task too: its end turns readiness off.
+    let lost = supervisor.critical("leader-election", async {
         match &elector {
             Some(e) => e.hold().await,
             None => std::future::pending().await,
         }
-    };
-    tokio::select! {
-        () = shutdown_signal() => tracing::info!("shutting down"),
-        () = hub.wait() => anyhow::bail!("the controllers stopped"),
+    });
+    let failed = tokio::select! {
+        () = shutdown_signal() => {
+            tracing::info!("shutting down");
+            None
+        }
+        ended = supervisor.failed() => Some(ended),
         () = lost => {
             // Another replica may act now: stop at once, as controller-runtime does.
             tracing::error!("leadership lost; exiting");
             std::process::exit(1);
         }
-    }
+    };
+    // What is left stops in order (readiness is off when a task failed); then, after a
+    // failure, the process exits non-zero.
+    supervisor.stopping();
     // The lease is renewed until the in-process agents have finished their actions.
     let lost = async {
         match &elector {
@@ -240,11 +259,12 @@ async fn main() -> anyhow::Result<()> {
         e.release().await;
     }
     probes_stop.cancel();
-    if let Ok(Err(e)) = probes.await {
-        tracing::warn!(error = %e, "the probe server failed");
-    }
+    let _ = probes.await;
     stopped.map_err(|_| anyhow::anyhow!("graceful shutdown timed out"))?;
-    Ok(())
+    match failed {
+        Some(ended) => Err(ended.into()),
+        None => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {

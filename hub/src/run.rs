@@ -24,6 +24,7 @@ use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
 use crate::sources::http::Limits;
 use crate::sources::oci_repository;
 use crate::status::StatusBook;
+use crate::supervisor::Supervisor;
 use crate::util::error_chain;
 
 /// How the hub runs.
@@ -56,6 +57,12 @@ pub struct HubConfig {
     /// no epoch, each new plan revision is written to its HelmRelease before the plan is
     /// sent. Claimed at start; a claim that fails falls back to no epoch, with a warning.
     pub plan_epoch_namespace: Option<String>,
+    /// Where the controllers and the status writer report their end
+    /// ([`crate::supervisor`]); the binary shares one with its probe and session servers.
+    pub supervisor: Supervisor,
+    /// A test hook run at the start of every HelmRelease reconcile
+    /// ([`ControllerOptions::fault`]); `None` (no flag sets it) outside tests.
+    pub reconcile_fault: Option<controller::ReconcileFault>,
     /// The channel every agent's reports go through to the status writer.
     reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
 }
@@ -88,6 +95,8 @@ impl HubConfig {
             remote: None,
             metrics: Default::default(),
             plan_epoch_namespace: None,
+            supervisor: Supervisor::default(),
+            reconcile_fault: None,
             reports: mpsc::unbounded_channel(),
         }
     }
@@ -142,6 +151,7 @@ pub struct Hub {
     writer: tokio::task::JoinHandle<()>,
     push: Arc<PushAgents>,
     grace: Duration,
+    supervisor: Supervisor,
     /// The chart store (shared with the in-process agents).
     pub charts: Arc<CachedCharts<NoFetcher>>,
 }
@@ -176,33 +186,41 @@ impl Hub {
             push: push.clone(),
             remote: config.remote.clone(),
         });
-        let writer = tokio::spawn(book.clone().run(report_rx));
+        let supervisor = config.supervisor.clone();
+        let writer =
+            tokio::spawn(supervisor.critical("status-writer", book.clone().run(report_rx)));
         let stop = CancellationToken::new();
         let grace = config.agent.shutdown_grace;
         let indexes = Arc::new(Indexes::default());
         let mut controllers = JoinSet::new();
-        controllers.spawn(helm_repository::run(
-            Arc::new(RepositoryContext {
-                client: client.clone(),
-                indexes: indexes.clone(),
-                limits: Limits::default(),
-                jitter: config.jitter,
-                default_interval: config.default_interval,
-            }),
-            config.concurrency,
-            stop.clone().cancelled_owned(),
+        controllers.spawn(supervisor.critical(
+            "helmrepository-controller",
+            helm_repository::run(
+                Arc::new(RepositoryContext {
+                    client: client.clone(),
+                    indexes: indexes.clone(),
+                    limits: Limits::default(),
+                    jitter: config.jitter,
+                    default_interval: config.default_interval,
+                }),
+                config.concurrency,
+                stop.clone().cancelled_owned(),
+            ),
         ));
-        controllers.spawn(helm_chart::run(
-            Arc::new(ChartContext {
-                client: client.clone(),
-                indexes,
-                charts: charts.clone(),
-                jitter: config.jitter,
-                metrics: config.metrics.clone(),
-                oci_limits: Default::default(),
-            }),
-            config.concurrency,
-            stop.clone().cancelled_owned(),
+        controllers.spawn(supervisor.critical(
+            "helmchart-controller",
+            helm_chart::run(
+                Arc::new(ChartContext {
+                    client: client.clone(),
+                    indexes,
+                    charts: charts.clone(),
+                    jitter: config.jitter,
+                    metrics: config.metrics.clone(),
+                    oci_limits: Default::default(),
+                }),
+                config.concurrency,
+                stop.clone().cancelled_owned(),
+            ),
         ));
         // The OCIRepository reconciler ends only when aborted: it stops with the others.
         let oci = oci_repository::run(
@@ -211,12 +229,12 @@ impl Hub {
             oci_repository::Options::default(),
         );
         let oci_stop = stop.clone();
-        controllers.spawn(async move {
+        controllers.spawn(supervisor.critical("ocirepository-controller", async move {
             tokio::select! {
                 () = oci => {}
                 () = oci_stop.cancelled() => {}
             }
-        });
+        }));
         let mut ctx = controller::Context::new(
             client,
             links,
@@ -227,6 +245,8 @@ impl Hub {
                 requeue_dependency: config.requeue_dependency,
                 jitter: config.jitter,
                 watch_managed_clusters: config.remote.is_some(),
+                fault: config.reconcile_fault.clone(),
+                ..ControllerOptions::default()
             },
         );
         ctx.metrics = config.metrics.clone();
@@ -244,10 +264,9 @@ impl Hub {
                 }
             }
         }
-        controllers.spawn(controller::run(
-            Arc::new(ctx),
-            trigger_rx,
-            stop.clone().cancelled_owned(),
+        controllers.spawn(supervisor.critical(
+            "helmrelease-controller",
+            controller::run(Arc::new(ctx), trigger_rx, stop.clone().cancelled_owned()),
         ));
         tracing::info!(concurrency = config.concurrency, "hub started");
         Ok(Hub {
@@ -256,6 +275,7 @@ impl Hub {
             writer,
             push,
             grace,
+            supervisor,
             charts,
         })
     }
@@ -263,6 +283,7 @@ impl Hub {
     /// Stops the hub: controllers finish their reconciles, the in-process agents their
     /// Helm actions, and the status writer the last reports.
     pub async fn stop(mut self) {
+        self.supervisor.stopping();
         self.stop.cancel();
         while self.controllers.join_next().await.is_some() {}
         self.push.shutdown();
@@ -280,10 +301,11 @@ impl Hub {
         tracing::info!("hub stopped");
     }
 
-    /// Waits until the controllers end (they end on [`Hub::stop`] or when their watches
-    /// give up).
-    pub async fn wait(&mut self) {
-        while self.controllers.join_next().await.is_some() {}
+    /// Waits until a critical task of the hub's supervisor ([`HubConfig::supervisor`]: the
+    /// controllers, the status writer, and whatever else shares it) ends on its own (a
+    /// failure: they end on [`Hub::stop`] only); the first one that did.
+    pub async fn wait(&mut self) -> crate::supervisor::TaskEnded {
+        self.supervisor.failed().await
     }
 
     /// A handle that stops the hub's controllers when cancelled.

@@ -58,6 +58,9 @@ pub struct HubCondition {
     pub stalled: bool,
     /// The generation the outcome is for.
     pub generation: i64,
+    /// Cleared by the first status report of a cluster's agent (the controller's "no agent
+    /// connected"): the writer needs no knowledge of the controller's reasons.
+    pub cleared_by_agent_report: bool,
 }
 
 /// What the writer knows of one HelmRelease.
@@ -273,9 +276,7 @@ impl StatusBook {
                 // connected" (set while it was away) no longer holds. The controller looks
                 // again and sets what does.
                 if matches!(target, TargetId::Cluster(_))
-                    && e.hub
-                        .as_ref()
-                        .is_some_and(|h| h.reason == crate::controller::AGENT_NOT_CONNECTED)
+                    && e.hub.as_ref().is_some_and(|h| h.cleared_by_agent_report)
                 {
                     e.hub = None;
                     let _ = self.trigger.send(key.clone());
@@ -314,6 +315,7 @@ impl StatusBook {
                         message: error,
                         stalled: true,
                         generation,
+                        cleared_by_agent_report: false,
                     },
                 ));
                 Ok(())
@@ -462,4 +464,154 @@ pub fn key_of(hr: &HelmRelease) -> Option<ObjectKey> {
         namespace: hr.namespace()?.parse().ok()?,
         name: hr.name_any().parse().ok()?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(
+        status: &HelmReleaseStatus,
+        type_: &str,
+    ) -> Option<(ConditionStatus, String, String, i64)> {
+        status.conditions.get_condition(type_).map(|c| {
+            (
+                c.status,
+                c.reason.clone(),
+                c.message.clone(),
+                c.observed_generation,
+            )
+        })
+    }
+
+    /// An agent status: Ready=True, Released=True and Reconciling=True at generation 2.
+    fn agent() -> HelmReleaseStatus {
+        let now = util::now();
+        let mut status = HelmReleaseStatus {
+            observed_generation: 2,
+            ..Default::default()
+        };
+        for (type_, reason) in [
+            (condition::READY, "UpgradeSucceeded"),
+            (condition::RELEASED, "UpgradeSucceeded"),
+            (condition::RECONCILING, "Progressing"),
+        ] {
+            status.conditions.set_condition(
+                type_,
+                ConditionStatus::True,
+                reason,
+                "from the agent".into(),
+                2,
+                &now,
+            );
+        }
+        status
+    }
+
+    fn hub(reason: &str, stalled: bool) -> HubCondition {
+        HubCondition {
+            reason: reason.into(),
+            message: format!("{reason} message"),
+            stalled,
+            generation: 3,
+            cleared_by_agent_report: false,
+        }
+    }
+
+    #[test]
+    fn without_a_hub_condition_the_agents_status_is_written_with_the_hubs_helm_chart() {
+        let e = Entry {
+            agent: agent(),
+            helm_chart: "default/default-podinfo".into(),
+            ..Default::default()
+        };
+        let merged = StatusBook::merged(&e);
+        assert_eq!(merged.helm_chart, "default/default-podinfo");
+        assert_eq!(merged.conditions, e.agent.conditions);
+        assert_eq!(merged.observed_generation, 2);
+    }
+
+    #[test]
+    fn a_hub_condition_overrides_ready_drops_reconciling_and_leaves_the_agents_other_conditions() {
+        let e = Entry {
+            agent: agent(),
+            hub: Some(hub("SourceNotReady", false)),
+            ..Default::default()
+        };
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::READY),
+            Some((
+                ConditionStatus::False,
+                "SourceNotReady".into(),
+                "SourceNotReady message".into(),
+                3
+            ))
+        );
+        assert_eq!(condition(&merged, condition::RECONCILING), None);
+        assert_eq!(condition(&merged, condition::STALLED), None, "not terminal");
+        assert_eq!(
+            condition(&merged, condition::RELEASED).map(|c| c.0),
+            Some(ConditionStatus::True),
+            "Released stays the agent's"
+        );
+    }
+
+    #[test]
+    fn a_terminal_hub_condition_also_sets_stalled() {
+        let e = Entry {
+            agent: agent(),
+            hub: Some(hub("InvalidSpec", true)),
+            ..Default::default()
+        };
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::STALLED),
+            Some((
+                ConditionStatus::True,
+                "InvalidSpec".into(),
+                "InvalidSpec message".into(),
+                3
+            ))
+        );
+    }
+
+    #[test]
+    fn a_rejected_plan_stands_when_the_hub_has_no_condition_and_the_hubs_wins_over_it() {
+        let rejected = (PlanRevision::new(4), hub(PLAN_REJECTED, true));
+        let e = Entry {
+            agent: agent(),
+            rejected: Some(rejected.clone()),
+            ..Default::default()
+        };
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::READY).map(|c| c.1),
+            Some(PLAN_REJECTED.to_owned())
+        );
+        assert!(merged.conditions.is_true(condition::STALLED));
+        let e = Entry {
+            agent: agent(),
+            rejected: Some(rejected),
+            hub: Some(hub("ValuesError", false)),
+            ..Default::default()
+        };
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::READY).map(|c| c.1),
+            Some("ValuesError".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_suspended_generation_counts_as_observed_never_lowering_it() {
+        let mut e = Entry {
+            agent: agent(),
+            suspended: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(StatusBook::merged(&e).observed_generation, 5);
+        e.suspended = Some(1);
+        assert_eq!(StatusBook::merged(&e).observed_generation, 2);
+    }
 }

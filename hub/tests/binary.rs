@@ -490,3 +490,108 @@ async fn of_two_replicas_one_acts_and_the_standby_takes_over_when_the_leader_is_
     }
     result
 }
+
+/// Waits (at most 60 s) for `child` to exit; its status.
+async fn exit_of(child: &mut std::process::Child) -> anyhow::Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            child.kill()?;
+            anyhow::bail!("flotilla-hub did not exit within 60s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_leader_election_lease_taken_by_another_holder_turns_readiness_off_and_the_hub_exits_non_zero()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("hub-lease-taken")).await?;
+    install_crds(&cluster.client().await?).await?;
+    let artifacts = tempfile::tempdir()?;
+    let logs = tempfile::tempdir()?;
+    let log = logs.path().join("hub.log");
+    let probes = free_addr()?;
+    let mut hub = Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--metrics-addr", &probes])
+        .args(["--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["--artifact-dir"])
+        .arg(artifacts.path())
+        .args(["--leader-elect", "--leader-election-namespace", "default"])
+        .args(["--leader-election-lease-duration", "4s"])
+        .args(["--leader-election-renew-deadline", "3s"])
+        .args(["--leader-election-retry-period", "1s"])
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let result = async {
+        assert_eq!(get_ok(&probes, "/readyz").await?, "ok");
+        // Another identity writes itself into the Lease: the leader's next renewal finds it.
+        kubectl_in(
+            cluster.kubeconfig(),
+            &[
+                "patch",
+                "lease",
+                "flotilla-hub-leader-election",
+                "-n",
+                "default",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"holderIdentity":"intruder_0"}}"#,
+            ],
+            None,
+        )?;
+        anyhow::Ok(())
+    }
+    .await;
+    let status = exit_of(&mut hub).await?;
+    result?;
+    assert_eq!(status.code(), Some(1), "flotilla-hub exited with {status}");
+    let text = std::fs::read_to_string(&log)?;
+    assert!(
+        text.lines()
+            .any(|l| l.contains("a critical task ended; not ready")
+                && l.contains("task=\"leader-election\"")),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_probe_server_that_cannot_listen_ends_the_hub_with_an_error_naming_it()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::named("hub-probe-taken")).await?;
+    install_crds(&cluster.client().await?).await?;
+    let artifacts = tempfile::tempdir()?;
+    let logs = tempfile::tempdir()?;
+    let log = logs.path().join("hub.log");
+    // The probe address is taken: the probe server ends as soon as it starts.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let mut hub = Command::new(env!("CARGO_BIN_EXE_flotilla-hub"))
+        .args(["--metrics-addr", &taken.local_addr()?.to_string()])
+        .args(["--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["--artifact-dir"])
+        .arg(artifacts.path())
+        .args(["--graceful-shutdown-timeout", "20s"])
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let status = exit_of(&mut hub).await?;
+    drop(taken);
+    assert!(!status.success(), "flotilla-hub exited with {status}");
+    let text = std::fs::read_to_string(&log)?;
+    assert!(
+        text.contains("critical task probe-server ended: it returned"),
+        "{text}"
+    );
+    Ok(())
+}

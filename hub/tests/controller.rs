@@ -1105,3 +1105,89 @@ async fn a_kube_config_config_map_ref_is_ready_false_naming_the_field_until_its_
     env.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_change_of_the_kube_config_config_map_reconciles_its_helm_release_at_once_not_at_a_requeue()
+-> anyhow::Result<()> {
+    // Requeues of an hour: only the ConfigMap's watch can reconcile the HelmRelease again.
+    let env = Env::start_with("hub-kubeconfig-cm-watch", |config| {
+        config.requeue_dependency = Duration::from_secs(3600);
+    })
+    .await?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "remote",
+        "  kubeConfig:\n    configMapRef:\n      name: workload-identity",
+    ))?;
+    ready_condition(&hrs, "remote", "the missing ConfigMap", |c| {
+        c.reason == "RESTClientError" && c.message.contains("not found")
+    })
+    .await?;
+    // Let the HelmChart settle, so that none of its changes reconciles the HelmRelease.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let provider = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: workload-identity\n  namespace: default\ndata:\n  provider: {name}\n"
+        )
+    };
+    env.kubectl_apply(&provider("aws"))?;
+    ready_condition(&hrs, "remote", "the ConfigMap created", |c| {
+        c.reason == "RESTClientError" && c.message.contains("'aws'")
+    })
+    .await?;
+    env.kubectl_apply(&provider("azure"))?;
+    let c = ready_condition(&hrs, "remote", "the ConfigMap changed", |c| {
+        c.reason == "RESTClientError" && c.message.contains("'azure'")
+    })
+    .await?;
+    assert_eq!(c.status, ConditionStatus::False);
+
+    env.stop().await;
+    Ok(())
+}
+
+/// Reconciles of HelmRelease `panics` seen by the fault hook of
+/// [`a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_controller_goes_on`].
+static PANIC_HOOK_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[tokio::test]
+async fn a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_controller_goes_on()
+-> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    // The test hook runs at the start of every reconcile: the first two of `panics` panic.
+    let env = Env::start_with("hub-panic", |config| {
+        config.reconcile_fault = Some(flotilla_hub::controller::ReconcileFault(
+            std::sync::Arc::new(|hr: &flotilla_api::HelmRelease| {
+                if hr.name_any() == "panics" && PANIC_HOOK_CALLS.fetch_add(1, Ordering::SeqCst) < 2
+                {
+                    panic!("a fault injected into the reconcile");
+                }
+            }),
+        ));
+    })
+    .await?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "panics",
+        "  releaseName: panics",
+    ))?;
+    // Retried with backoff after each panic, then planned and installed.
+    ready(&hrs, "panics").await?;
+    assert!(PANIC_HOOK_CALLS.load(Ordering::SeqCst) >= 3);
+    // The controller goes on with other objects.
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "calm",
+        "  releaseName: calm",
+    ))?;
+    ready(&hrs, "calm").await?;
+    let mut installed = helm_list(env.kubeconfig())?;
+    installed.sort();
+    assert_eq!(installed, vec!["calm".to_owned(), "panics".to_owned()]);
+
+    env.stop().await;
+    Ok(())
+}

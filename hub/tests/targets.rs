@@ -378,3 +378,46 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
     env.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_cluster_api_kubeconfig_secret_appearing_reconciles_its_helm_release_at_once_not_at_a_requeue()
+-> anyhow::Result<()> {
+    // Requeues of an hour: only the Secret's watch can reconcile the HelmRelease again. The
+    // Cluster's kubeconfig points at the hub's own cluster.
+    let env = Env::start_with("hub-capi-watch", |config| {
+        config.requeue_dependency = std::time::Duration::from_secs(3600);
+    })
+    .await?;
+    flotilla_tests::capi::install_crds(env.kubeconfig())?;
+    let hrs = env.helm_releases().await?;
+    env.kubectl_apply(&capi_cluster("edge", &env.cluster)?)?;
+    set_cluster_status(
+        &env,
+        "edge",
+        serde_json::json!({
+            "phase": "Provisioned",
+            "initialization": {
+                "infrastructureProvisioned": true,
+                "controlPlaneInitialized": true,
+            },
+        }),
+    )?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-capi",
+        "  releaseName: podinfo\n  clusterRef:\n    kind: Cluster\n    name: edge",
+    ))?;
+    ready_condition(&hrs, "podinfo-capi", "no kubeconfig Secret", |c| {
+        c.status == ConditionStatus::False && c.reason == "RESTClientError"
+    })
+    .await?;
+    // Let the HelmChart settle, so that none of its changes reconciles the HelmRelease.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+
+    env.kubectl_apply(&capi_kubeconfig_secret("edge", &env.cluster)?)?;
+    ready(&hrs, "podinfo-capi").await?;
+    assert_eq!(helm_list(env.kubeconfig())?, vec!["podinfo".to_owned()]);
+
+    env.stop().await;
+    Ok(())
+}

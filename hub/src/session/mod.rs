@@ -152,6 +152,9 @@ pub struct SessionConfig {
     /// Where the sessions count (`flotilla_hub_agent_sessions`, chart archives sent,
     /// heartbeat writes): the hub's `/metrics` in the binary.
     pub metrics: crate::telemetry::HubMetrics,
+    /// Where the server and its ManagedCluster watch report their end
+    /// ([`crate::supervisor`]): the binary's, shared with its controllers.
+    pub supervisor: crate::supervisor::Supervisor,
 }
 
 impl Default for SessionConfig {
@@ -167,6 +170,7 @@ impl Default for SessionConfig {
             heartbeat_write_interval: Duration::from_secs(300),
             heartbeat_writes_per_second: 20.0,
             metrics: crate::telemetry::HubMetrics::new(),
+            supervisor: Default::default(),
         }
     }
 }
@@ -197,6 +201,7 @@ pub struct SessionHub {
     server: JoinHandle<()>,
     watch: JoinHandle<()>,
     metrics: crate::telemetry::HubMetrics,
+    supervisor: crate::supervisor::Supervisor,
 }
 
 impl SessionHub {
@@ -216,7 +221,10 @@ impl SessionHub {
         let server_cert = ca.server_certificate(&config.server_sans)?;
         let links = Arc::new(RemoteLinks::new(reports));
         let registry = Arc::new(Registry::new(links.clone()));
-        let watch = tokio::spawn(registry.clone().run(client.clone()));
+        let supervisor = config.supervisor.clone();
+        let watch = tokio::spawn(
+            supervisor.critical("managedcluster-watch", registry.clone().run(client.clone())),
+        );
         // The ManagedClusters are known before the controllers start and before an agent
         // is answered: otherwise a restarted hub refuses the agents that reconnect first
         // and marks their HelmReleases "no agent connected".
@@ -262,7 +270,7 @@ impl SessionHub {
             .map_err(StartError::Tls)?
             .layer(server::IdentityLayer::new(registry.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
+        let server = tokio::spawn(supervisor.critical("session-server", async move {
             let incoming = TcpListenerStream::new(listener);
             if let Err(e) = server
                 .serve_with_incoming_shutdown(HubServer::new(service), incoming, async {
@@ -272,7 +280,7 @@ impl SessionHub {
             {
                 tracing::error!(error = %e, "the session server stopped");
             }
-        });
+        }));
         tracing::info!(%addr, pin = %ca.pin(), "serving agent sessions");
         Ok(Self {
             links,
@@ -284,6 +292,7 @@ impl SessionHub {
             server,
             watch,
             metrics,
+            supervisor,
         })
     }
 
@@ -315,6 +324,8 @@ impl SessionHub {
 
     /// Stops serving (sessions end) and watching.
     pub async fn stop(mut self) {
+        // The process is stopping: the server's end is no failure.
+        self.supervisor.stopping();
         self.stopping.send_replace(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
