@@ -35,6 +35,7 @@ pub use engine::{
     render_on_two_threads,
 };
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
+pub(crate) use funcs::add_serialisation;
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
     OutputFile, PostRenderHooks, ReleaseRenderError, RenderOptions, RenderedRelease, Stdout,
