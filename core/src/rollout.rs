@@ -89,7 +89,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::meta::{Condition, ConditionStatus, Conditions as _, Timestamp, condition};
+use crate::meta::{ConditionStatus, Conditions as _, Timestamp, condition};
 use crate::selector::LabelSelector;
 use crate::set::{
     FINAL_WAVE_NAME, FailedCluster, FailureReason, GateType, HelmReleaseSetSpec,
@@ -915,7 +915,9 @@ fn conditions_for(
         )
     };
     let mut out = Vec::new();
-    let (ready, progressing, paused): (ConditionReport, ConditionReport, ConditionReport);
+    let ready;
+    let progressing;
+    let paused;
     let mut reconciling = None;
     let mut stalled = None;
     match phase {

@@ -102,7 +102,7 @@ impl IntOrPercent {
     fn parse(s: &str) -> Option<IntOrPercent> {
         if let Some(p) = s.strip_suffix('%') {
             let p: u8 = p.parse().ok()?;
-            (p <= 100 && !p.to_string().is_empty()).then_some(IntOrPercent::Percent(p))
+            (p <= 100).then_some(IntOrPercent::Percent(p))
         } else {
             s.parse().ok().map(IntOrPercent::Count)
         }
@@ -379,26 +379,25 @@ pub struct HelmReleaseTemplate {
 #[cfg(feature = "schema")]
 fn template_spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<HelmReleaseSpec>();
-    if let Some(props) = schema
-        .get_mut("properties")
-        .and_then(Value::as_object_mut)
-    {
-        props.remove("clusterRef");
-        props.remove("kubeConfig");
+    if let Some(obj) = schema.as_object_mut() {
+        if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+            props.remove("clusterRef");
+            props.remove("kubeConfig");
+        }
+        if let Some(rules) = obj
+            .get_mut("x-kubernetes-validations")
+            .and_then(Value::as_array_mut)
+        {
+            rules.retain(|r| {
+                let rule = r["rule"].as_str().unwrap_or_default();
+                !rule.contains("clusterRef") && !rule.contains("kubeConfig")
+            });
+        }
+        obj.insert(
+            "description".into(),
+            "A HelmRelease spec (helm.flotilla.dev/v1) without clusterRef and kubeConfig.".into(),
+        );
     }
-    if let Some(rules) = schema
-        .get_mut("x-kubernetes-validations")
-        .and_then(Value::as_array_mut)
-    {
-        rules.retain(|r| {
-            let rule = r["rule"].as_str().unwrap_or_default();
-            !rule.contains("clusterRef") && !rule.contains("kubeConfig")
-        });
-    }
-    schema.insert(
-        "description".into(),
-        "A HelmRelease spec (helm.flotilla.dev/v1) without clusterRef and kubeConfig.".into(),
-    );
     schema
 }
 
