@@ -4,7 +4,6 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::meta::Conditions as _;
 
 const T0: i64 = 1_780_000_000;
 
