@@ -169,7 +169,10 @@ impl ClusterContext {
 fn strip(mut obj: serde_json::Value) -> serde_json::Value {
     if let Some(m) = obj.as_object_mut() {
         m.remove("status");
-        if let Some(meta) = m.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+        if let Some(meta) = m
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
             for key in ["managedFields", "resourceVersion", "generation"] {
                 meta.remove(key);
             }
@@ -274,7 +277,11 @@ mod tests {
             .unwrap()
             .render(&ctx, Budget::default())
             .unwrap_err();
-        assert!(err.to_string().contains("map has no entry for key \"status\""), "{err}");
+        assert!(
+            err.to_string()
+                .contains("map has no entry for key \"status\""),
+            "{err}"
+        );
         let root = ctx.to_json();
         assert!(root["Cluster"]["metadata"].get("resourceVersion").is_none());
         assert!(root["Cluster"]["metadata"].get("managedFields").is_none());
@@ -289,7 +296,10 @@ mod tests {
         );
         let err = render("a: {{ .ClusterLabels.region ").unwrap_err();
         assert!(matches!(err, ValuesTemplateError::Parse(_)));
-        assert!(err.to_string().starts_with("template: valuesTemplate:1:"), "{err}");
+        assert!(
+            err.to_string().starts_with("template: valuesTemplate:1:"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -314,14 +324,19 @@ mod tests {
             );
         }
         let err = render("a: {{ .Files.Get \"x\" }}").unwrap_err();
-        assert!(err.to_string().contains("map has no entry for key \"Files\""), "{err}");
+        assert!(
+            err.to_string()
+                .contains("map has no entry for key \"Files\""),
+            "{err}"
+        );
     }
 
     #[test]
     fn an_endless_range_stops_at_the_step_budget() {
         let err = render("{{ range $i := until 10000000 }}{{ end }}").unwrap_err();
         assert!(
-            err.to_string().contains("exceeded maximum number of execution steps (100000)"),
+            err.to_string()
+                .contains("exceeded maximum number of execution steps (100000)"),
             "{err}"
         );
         let err = render("{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}")
@@ -333,7 +348,8 @@ mod tests {
     fn huge_output_stops_at_the_output_budget() {
         let err = render("a: {{ repeat 2000000 \"x\" }}").unwrap_err();
         assert!(
-            err.to_string().contains("output exceeds the limit of 1048576 bytes"),
+            err.to_string()
+                .contains("output exceeds the limit of 1048576 bytes"),
             "{err}"
         );
         let small = Budget {
@@ -344,15 +360,26 @@ mod tests {
             .unwrap()
             .render(&edge(), small)
             .unwrap_err();
-        assert!(err.to_string().contains("output exceeds the limit of 10 bytes"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("output exceeds the limit of 10 bytes"),
+            "{err}"
+        );
     }
 
     #[test]
     fn output_that_is_not_a_yaml_map_is_refused() {
         for text in ["- a\n- b\n", "a: [1\n", "just text"] {
             let err = render(text).unwrap_err();
-            assert!(matches!(err, ValuesTemplateError::NotValues(_)), "{text}: {err}");
-            assert!(err.to_string().starts_with("valuesTemplate: the rendered values"), "{err}");
+            assert!(
+                matches!(err, ValuesTemplateError::NotValues(_)),
+                "{text}: {err}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with("valuesTemplate: the rendered values"),
+                "{err}"
+            );
         }
     }
 }

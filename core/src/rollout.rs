@@ -654,8 +654,11 @@ pub fn decide(plan: &RolloutPlan, observed: &[ClusterObservation], now: &Timesta
     if let Some(back) = rollback_to.filter(|_| aborting) {
         // The newest wave with clusters still at the update revision first, a wave at a
         // time, within the wave's concurrency.
-        let still_updated =
-            |v: &WaveView<'_>| v.members.iter().any(|m| m.class != Class::Paused && at_revision(m.obs, update));
+        let still_updated = |v: &WaveView<'_>| {
+            v.members
+                .iter()
+                .any(|m| m.class != Class::Paused && at_revision(m.obs, update))
+        };
         for (i, v) in views.iter().enumerate() {
             states[i] = if still_updated(v) {
                 WaveState::RollingBack
@@ -811,7 +814,7 @@ pub fn decide(plan: &RolloutPlan, observed: &[ClusterObservation], now: &Timesta
         summary.ready += t.ready as u32;
         summary.failed += (t.failed + t.render_failed) as u32;
         summary.timed_out += t.timed_out as u32;
-        summary.pending += (t.pending) as u32;
+        summary.pending += t.pending as u32;
         summary.paused += (t.size - t.active) as u32;
         for m in &v.members {
             if !m.obs.reachable {
@@ -855,9 +858,11 @@ pub fn decide(plan: &RolloutPlan, observed: &[ClusterObservation], now: &Timesta
             ready: t.ready as u32,
             failed: t.failures() as u32,
             in_flight: t.in_flight as u32,
-            soak_until: (states[i] == WaveState::Soaking)
-                .then(|| t.soak_until(v.plan).map(Timestamp::from_unix_seconds))
-                .flatten(),
+            soak_until: if states[i] == WaveState::Soaking {
+                t.soak_until(v.plan).map(Timestamp::from_unix_seconds)
+            } else {
+                None
+            },
         });
     }
     d.timed_out.sort();
@@ -924,42 +929,96 @@ fn conditions_for(
         Phase::NoClusters => {
             let m = "No cluster matches the set".to_owned();
             ready = cond(condition::READY, True, reason::NO_CLUSTERS, m.clone());
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::NO_CLUSTERS, m);
-            paused = cond(conditions::ROLLOUT_PAUSED, False, reason::NOT_PAUSED, "Rollout is not paused".into());
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::NO_CLUSTERS,
+                m,
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                False,
+                reason::NOT_PAUSED,
+                "Rollout is not paused".into(),
+            );
         }
         Phase::Complete => {
-            let m = format!("Revision {u} is rolled out to {} clusters, {} ready", s.desired, s.ready);
+            let m = format!(
+                "Revision {u} is rolled out to {} clusters, {} ready",
+                s.desired, s.ready
+            );
             ready = cond(condition::READY, True, reason::ROLLOUT_COMPLETE, m.clone());
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::ROLLOUT_COMPLETE, m);
-            paused = cond(conditions::ROLLOUT_PAUSED, False, reason::NOT_PAUSED, "Rollout is not paused".into());
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::ROLLOUT_COMPLETE,
+                m,
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                False,
+                reason::NOT_PAUSED,
+                "Rollout is not paused".into(),
+            );
         }
         Phase::Progressing { wave, soaking } => {
             let (r, m) = if *soaking {
                 (
                     reason::WAVE_SOAKING,
-                    format!("Rolling out revision {u}: {} is complete and soaking", wave_msg(*wave)),
+                    format!(
+                        "Rolling out revision {u}: {} is complete and soaking",
+                        wave_msg(*wave)
+                    ),
                 )
             } else {
-                (reason::PROGRESSING, format!("Rolling out revision {u}: {}", wave_msg(*wave)))
+                (
+                    reason::PROGRESSING,
+                    format!("Rolling out revision {u}: {}", wave_msg(*wave)),
+                )
             };
             ready = cond(condition::READY, False, r, m.clone());
             reconciling = Some(cond(condition::RECONCILING, True, r, m.clone()));
             progressing = cond(conditions::ROLLOUT_PROGRESSING, True, r, m);
-            paused = cond(conditions::ROLLOUT_PAUSED, False, reason::NOT_PAUSED, "Rollout is not paused".into());
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                False,
+                reason::NOT_PAUSED,
+                "Rollout is not paused".into(),
+            );
         }
         Phase::AwaitingApproval { wave } => {
             let m = format!(
                 "Wave {} is complete; the next wave waits for approval of revision {u}",
                 views[*wave].plan.name
             );
-            ready = cond(condition::READY, False, reason::AWAITING_APPROVAL, m.clone());
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::AWAITING_APPROVAL, m.clone());
-            paused = cond(conditions::ROLLOUT_PAUSED, True, reason::AWAITING_APPROVAL, m);
+            ready = cond(
+                condition::READY,
+                False,
+                reason::AWAITING_APPROVAL,
+                m.clone(),
+            );
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::AWAITING_APPROVAL,
+                m.clone(),
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                True,
+                reason::AWAITING_APPROVAL,
+                m,
+            );
         }
         Phase::Paused => {
             let m = format!("Rollout of revision {u} is paused (spec.rollout.paused)");
             ready = cond(condition::READY, False, reason::ROLLOUT_PAUSED, m.clone());
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::ROLLOUT_PAUSED, m.clone());
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::ROLLOUT_PAUSED,
+                m.clone(),
+            );
             paused = cond(conditions::ROLLOUT_PAUSED, True, reason::ROLLOUT_PAUSED, m);
         }
         Phase::Breached { wave, no_previous } => {
@@ -974,31 +1033,87 @@ fn conditions_for(
             if *no_previous {
                 m.push_str(" (no previous revision to roll back to)");
             }
-            ready = cond(condition::READY, False, reason::MAX_FAILURES_EXCEEDED, m.clone());
-            stalled = Some(cond(condition::STALLED, True, reason::MAX_FAILURES_EXCEEDED, m.clone()));
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::MAX_FAILURES_EXCEEDED, m.clone());
-            paused = cond(conditions::ROLLOUT_PAUSED, True, reason::MAX_FAILURES_EXCEEDED, m);
+            ready = cond(
+                condition::READY,
+                False,
+                reason::MAX_FAILURES_EXCEEDED,
+                m.clone(),
+            );
+            stalled = Some(cond(
+                condition::STALLED,
+                True,
+                reason::MAX_FAILURES_EXCEEDED,
+                m.clone(),
+            ));
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::MAX_FAILURES_EXCEEDED,
+                m.clone(),
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                True,
+                reason::MAX_FAILURES_EXCEEDED,
+                m,
+            );
         }
         Phase::RollingBack { wave } => {
-            let back = plan.current_revision.as_ref().map_or("", SetRevision::as_str);
+            let back = plan
+                .current_revision
+                .as_ref()
+                .map_or("", SetRevision::as_str);
             let m = format!(
                 "Rollout of revision {u} aborted; rolling wave {} back to revision {back}",
                 views[*wave].plan.name
             );
             ready = cond(condition::READY, False, reason::ROLLING_BACK, m.clone());
-            reconciling = Some(cond(condition::RECONCILING, True, reason::ROLLING_BACK, m.clone()));
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::ROLLOUT_ABORTED, m);
-            paused = cond(conditions::ROLLOUT_PAUSED, False, reason::NOT_PAUSED, "Rollout is not paused".into());
+            reconciling = Some(cond(
+                condition::RECONCILING,
+                True,
+                reason::ROLLING_BACK,
+                m.clone(),
+            ));
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::ROLLOUT_ABORTED,
+                m,
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                False,
+                reason::NOT_PAUSED,
+                "Rollout is not paused".into(),
+            );
         }
         Phase::RolledBack => {
-            let back = plan.current_revision.as_ref().map_or("", SetRevision::as_str);
+            let back = plan
+                .current_revision
+                .as_ref()
+                .map_or("", SetRevision::as_str);
             let m = format!(
                 "Rollout of revision {u} aborted after failures; clusters are back on revision {back}"
             );
             ready = cond(condition::READY, False, reason::ROLLOUT_ABORTED, m.clone());
-            stalled = Some(cond(condition::STALLED, True, reason::ROLLOUT_ABORTED, m.clone()));
-            progressing = cond(conditions::ROLLOUT_PROGRESSING, False, reason::ROLLOUT_ABORTED, m);
-            paused = cond(conditions::ROLLOUT_PAUSED, False, reason::NOT_PAUSED, "Rollout is not paused".into());
+            stalled = Some(cond(
+                condition::STALLED,
+                True,
+                reason::ROLLOUT_ABORTED,
+                m.clone(),
+            ));
+            progressing = cond(
+                conditions::ROLLOUT_PROGRESSING,
+                False,
+                reason::ROLLOUT_ABORTED,
+                m,
+            );
+            paused = cond(
+                conditions::ROLLOUT_PAUSED,
+                False,
+                reason::NOT_PAUSED,
+                "Rollout is not paused".into(),
+            );
         }
     }
     let failures = s.failed + s.timed_out;
@@ -1009,7 +1124,12 @@ fn conditions_for(
             reason::ROLLOUT_ABORTED,
             format!("Rollout of revision {u} aborted; {failures} clusters failed"),
         ),
-        _ if failures == 0 => cond(conditions::ROLLOUT_DEGRADED, False, reason::NO_FAILURES, "No cluster failed".into()),
+        _ if failures == 0 => cond(
+            conditions::ROLLOUT_DEGRADED,
+            False,
+            reason::NO_FAILURES,
+            "No cluster failed".into(),
+        ),
         Phase::Breached { .. } => cond(
             conditions::ROLLOUT_DEGRADED,
             True,
@@ -1019,7 +1139,11 @@ fn conditions_for(
         _ => cond(
             conditions::ROLLOUT_DEGRADED,
             True,
-            if s.failed == 0 { reason::PROGRESS_DEADLINE_EXCEEDED } else { reason::CLUSTERS_FAILED },
+            if s.failed == 0 {
+                reason::PROGRESS_DEADLINE_EXCEEDED
+            } else {
+                reason::CLUSTERS_FAILED
+            },
             format!("{} clusters failed, {} timed out", s.failed, s.timed_out),
         ),
     };

@@ -177,8 +177,7 @@ fn name_part_ok(s: &str) -> bool {
         && b.len() <= 63
         && b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -187,8 +186,8 @@ fn check_key(field: &str, key: &str) -> Result<(), SelectorError> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    let prefix_ok = prefix
-        .is_none_or(|p| crate::ids::check_dns1123_subdomain("label key prefix", p).is_ok());
+    let prefix_ok =
+        prefix.is_none_or(|p| crate::ids::check_dns1123_subdomain("label key prefix", p).is_ok());
     if prefix_ok && name_part_ok(name) {
         Ok(())
     } else {
@@ -250,7 +249,11 @@ mod tests {
         ];
         for (selector, on_eu, on_bare) in cases {
             assert_eq!(selector.matches(&eu), on_eu, "{selector:?} on eu");
-            assert_eq!(selector.matches(&bare), on_bare, "{selector:?} on no labels");
+            assert_eq!(
+                selector.matches(&bare),
+                on_bare,
+                "{selector:?} on no labels"
+            );
         }
     }
 
@@ -266,12 +269,30 @@ mod tests {
     #[test]
     fn invalid_selectors_are_refused_naming_the_field() {
         let cases = [
-            (expr("region", In, &[]), "matchExpressions[0].values: must be specified"),
-            (expr("region", Exists, &["x"]), "matchExpressions[0].values: may not"),
-            (expr("-bad", Exists, &[]), "matchExpressions[0].key: invalid label key \"-bad\""),
-            (expr("Ex.com/x", Exists, &[]), "invalid label key \"Ex.com/x\""),
-            (expr("a", In, &["b c"]), "matchExpressions[0].values[0]: invalid label value"),
-            (LabelSelector::labels([("a", "x".repeat(64))]), "matchLabels[\"a\"]: invalid label value"),
+            (
+                expr("region", In, &[]),
+                "matchExpressions[0].values: must be specified",
+            ),
+            (
+                expr("region", Exists, &["x"]),
+                "matchExpressions[0].values: may not",
+            ),
+            (
+                expr("-bad", Exists, &[]),
+                "matchExpressions[0].key: invalid label key \"-bad\"",
+            ),
+            (
+                expr("Ex.com/x", Exists, &[]),
+                "invalid label key \"Ex.com/x\"",
+            ),
+            (
+                expr("a", In, &["b c"]),
+                "matchExpressions[0].values[0]: invalid label value",
+            ),
+            (
+                LabelSelector::labels([("a", "x".repeat(64))]),
+                "matchLabels[\"a\"]: invalid label value",
+            ),
         ];
         for (selector, want) in cases {
             let err = selector.validate().unwrap_err().to_string();

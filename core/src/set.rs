@@ -237,7 +237,10 @@ pub struct Wave {
     /// Name of the wave, unique in the set.
     #[cfg_attr(
         feature = "schema",
-        schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+        schemars(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
     )]
     pub name: String,
     /// The clusters of the wave, among those the set selects; a cluster belongs to the
@@ -409,7 +412,10 @@ pub struct TargetCustomization {
     /// Name of the customization, for status and messages.
     #[cfg_attr(
         feature = "schema",
-        schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+        schemars(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
     )]
     pub name: String,
     /// The clusters it applies to (`{}`: all).
@@ -463,11 +469,33 @@ pub struct HelmReleaseSetSpec {
     pub cluster_selector: Option<LabelSelector>,
     /// ManagedClusters targeted by name, whatever their labels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "schema", schemars(length(max = 10000), inner(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))))]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(max = 10000),
+            inner(
+                length(min = 1, max = 253),
+                regex(
+                    pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+                )
+            )
+        )
+    )]
     pub cluster_names: Vec<String>,
     /// ManagedClusters never targeted, even when selected or named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "schema", schemars(length(max = 10000), inner(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))))]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(max = 10000),
+            inner(
+                length(min = 1, max = 253),
+                regex(
+                    pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+                )
+            )
+        )
+    )]
     pub exclude_clusters: Vec<String>,
     /// The HelmRelease each cluster gets.
     pub template: HelmReleaseTemplate,

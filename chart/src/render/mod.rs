@@ -34,8 +34,8 @@ pub use engine::{
     Engine, ReleaseOptions, RenderError, leave_allocations_to_exit, parallel_render_counts,
     render_on_two_threads,
 };
-pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub(crate) use funcs::add_serialisation;
+pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
     OutputFile, PostRenderHooks, ReleaseRenderError, RenderOptions, RenderedRelease, Stdout,

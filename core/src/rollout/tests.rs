@@ -60,7 +60,13 @@ fn cluster(name: &str, ring: &str) -> ClusterObservation {
         availability: Availability::Active,
         reachable: true,
         render_error: None,
-        child: Some(child(c(), T0 - 3600, ChildHealth::Ready { since: ts(T0 - 3000) })),
+        child: Some(child(
+            c(),
+            T0 - 3600,
+            ChildHealth::Ready {
+                since: ts(T0 - 3000),
+            },
+        )),
     }
 }
 
@@ -114,12 +120,17 @@ const C: &str = "aaaaaaaaaa";
 #[test]
 fn never_more_than_max_concurrency_in_flight_in_a_wave() {
     let p = plan(vec![wave("canary", Some("canary"), 3, 0), final_wave()]);
-    let mut obs: Vec<_> = (0..10).map(|i| cluster(&format!("c{i}"), "canary")).collect();
+    let mut obs: Vec<_> = (0..10)
+        .map(|i| cluster(&format!("c{i}"), "canary"))
+        .collect();
     obs[4] = at_u(obs[4].clone(), T0 - 60, ChildHealth::Progressing);
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(
         promoted(&d),
-        [("c0", U, PromotionKind::Update), ("c1", U, PromotionKind::Update)]
+        [
+            ("c0", U, PromotionKind::Update),
+            ("c1", U, PromotionKind::Update)
+        ]
     );
     assert_eq!(state_of(&d, "canary"), WaveState::Progressing);
     // The in-flight cluster's deadline is when the clock changes the decision.
@@ -180,16 +191,30 @@ fn nothing_is_promoted_after_a_breach_with_pause() {
     assert!(!d.abort && !d.completed);
     assert_eq!(state_of(&d, "canary"), WaveState::Failed);
     let stalled = condition(&d, "Stalled").unwrap();
-    assert_eq!((stalled.status, stalled.reason), (ConditionStatus::True, reason::MAX_FAILURES_EXCEEDED));
+    assert_eq!(
+        (stalled.status, stalled.reason),
+        (ConditionStatus::True, reason::MAX_FAILURES_EXCEEDED)
+    );
     assert!(
-        stalled.message.contains("Wave canary: 1 of 2 clusters failed, more than maxFailures 0"),
+        stalled
+            .message
+            .contains("Wave canary: 1 of 2 clusters failed, more than maxFailures 0"),
         "{}",
         stalled.message
     );
-    assert_eq!(condition(&d, "RolloutPaused").unwrap().status, ConditionStatus::True);
-    assert_eq!(condition(&d, "RolloutDegraded").unwrap().status, ConditionStatus::True);
+    assert_eq!(
+        condition(&d, "RolloutPaused").unwrap().status,
+        ConditionStatus::True
+    );
+    assert_eq!(
+        condition(&d, "RolloutDegraded").unwrap().status,
+        ConditionStatus::True
+    );
     assert_eq!(d.report.failed_clusters[0].cluster, "c0");
-    assert_eq!(d.report.failed_clusters[0].reason, FailureReason::ReleaseFailed);
+    assert_eq!(
+        d.report.failed_clusters[0].reason,
+        FailureReason::ReleaseFailed
+    );
 }
 
 #[test]
@@ -203,7 +228,10 @@ fn failures_within_max_failures_let_the_wave_complete() {
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(promoted(&d), [("r0", U, PromotionKind::Update)]);
     let degraded = condition(&d, "RolloutDegraded").unwrap();
-    assert_eq!((degraded.status, degraded.reason), (ConditionStatus::True, reason::CLUSTERS_FAILED));
+    assert_eq!(
+        (degraded.status, degraded.reason),
+        (ConditionStatus::True, reason::CLUSTERS_FAILED)
+    );
 }
 
 #[test]
@@ -213,7 +241,12 @@ fn a_paused_cluster_holds_no_slot_and_does_not_block_its_wave() {
     paused.availability = Availability::Paused;
     let mut paused_behind = cluster("b", "eu");
     paused_behind.availability = Availability::Paused;
-    let obs = vec![paused.clone(), paused_behind.clone(), cluster("c", "eu"), cluster("r", "prod")];
+    let obs = vec![
+        paused.clone(),
+        paused_behind.clone(),
+        cluster("c", "eu"),
+        cluster("r", "prod"),
+    ];
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(promoted(&d), [("c", U, PromotionKind::Update)]);
     assert_eq!(d.report.summary.paused, 2);
@@ -254,7 +287,10 @@ fn an_offline_cluster_keeps_its_slot_until_its_deadline_then_times_out() {
     assert_eq!(d.timed_out, ["a"]);
     assert_eq!(promoted(&d), [("b", U, PromotionKind::Update)]);
     assert_eq!(d.report.summary.timed_out, 1);
-    assert_eq!(d.report.failed_clusters[0].reason, FailureReason::ProgressDeadlineExceeded);
+    assert_eq!(
+        d.report.failed_clusters[0].reason,
+        FailureReason::ProgressDeadlineExceeded
+    );
     let degraded = condition(&d, "RolloutDegraded").unwrap();
     assert_eq!(degraded.reason, reason::PROGRESS_DEADLINE_EXCEEDED);
 
@@ -262,7 +298,10 @@ fn an_offline_cluster_keeps_its_slot_until_its_deadline_then_times_out() {
     let strict = plan(vec![wave("eu", None, 1, 0)]);
     let d = decide(&strict, &obs, &ts(T0 + 300));
     assert!(d.promotions.is_empty());
-    assert_eq!(condition(&d, "Stalled").unwrap().reason, reason::MAX_FAILURES_EXCEEDED);
+    assert_eq!(
+        condition(&d, "Stalled").unwrap().reason,
+        reason::MAX_FAILURES_EXCEEDED
+    );
 }
 
 #[test]
@@ -280,11 +319,20 @@ fn clusters_are_promoted_by_name_reachable_first_whatever_the_input_order() {
     let p = plan(vec![wave("eu", None, 3, 0)]);
     let mut offline = cluster("a", "eu");
     offline.reachable = false;
-    let obs = vec![cluster("d", "eu"), offline, cluster("c", "eu"), cluster("b", "eu")];
+    let obs = vec![
+        cluster("d", "eu"),
+        offline,
+        cluster("c", "eu"),
+        cluster("b", "eu"),
+    ];
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(
         promoted(&d),
-        [("b", U, PromotionKind::Update), ("c", U, PromotionKind::Update), ("d", U, PromotionKind::Update)]
+        [
+            ("b", U, PromotionKind::Update),
+            ("c", U, PromotionKind::Update),
+            ("d", U, PromotionKind::Update)
+        ]
     );
     let mut reversed = obs.clone();
     reversed.reverse();
@@ -341,17 +389,26 @@ fn a_manual_gate_waits_for_an_approval_of_the_exact_revision() {
     };
     for approved in [None, Some(C)] {
         let p = RolloutPlan::new(&spec(approved), &status);
-        assert_eq!(p.update_revision, update, "approvals are not part of the revision");
+        assert_eq!(
+            p.update_revision, update,
+            "approvals are not part of the revision"
+        );
         let d = decide(&p, &obs(&p.update_revision), &ts(T0));
         assert!(d.promotions.is_empty(), "{approved:?}: {:?}", d.promotions);
         assert_eq!(state_of(&d, "canary"), WaveState::AwaitingApproval);
         let paused = condition(&d, "RolloutPaused").unwrap();
-        assert_eq!((paused.status, paused.reason), (ConditionStatus::True, reason::AWAITING_APPROVAL));
+        assert_eq!(
+            (paused.status, paused.reason),
+            (ConditionStatus::True, reason::AWAITING_APPROVAL)
+        );
         assert!(condition(&d, "Reconciling").is_none());
     }
     let p = RolloutPlan::new(&spec(Some(update.as_str())), &status);
     let d = decide(&p, &obs(&update), &ts(T0));
-    assert_eq!(promoted(&d), [("r0", update.as_str(), PromotionKind::Update)]);
+    assert_eq!(
+        promoted(&d),
+        [("r0", update.as_str(), PromotionKind::Update)]
+    );
 }
 
 #[test]
@@ -368,7 +425,10 @@ fn all_at_once_is_bounded_by_max_new_per_reconcile_and_never_stops_on_failures()
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(d.promotions.len(), 4);
     assert!(condition(&d, "Stalled").is_none());
-    assert_eq!(condition(&d, "Reconciling").unwrap().status, ConditionStatus::True);
+    assert_eq!(
+        condition(&d, "Reconciling").unwrap().status,
+        ConditionStatus::True
+    );
 }
 
 #[test]
@@ -386,8 +446,14 @@ fn paused_rollout_promotes_nothing() {
     let d = decide(&p, &[cluster("a", "x")], &ts(T0));
     assert!(d.promotions.is_empty());
     let paused = condition(&d, "RolloutPaused").unwrap();
-    assert_eq!((paused.status, paused.reason), (ConditionStatus::True, reason::ROLLOUT_PAUSED));
-    assert_eq!(condition(&d, "Ready").unwrap().status, ConditionStatus::False);
+    assert_eq!(
+        (paused.status, paused.reason),
+        (ConditionStatus::True, reason::ROLLOUT_PAUSED)
+    );
+    assert_eq!(
+        condition(&d, "Ready").unwrap().status,
+        ConditionStatus::False
+    );
 }
 
 /// What the controller's promotions do to the observation.
@@ -400,7 +466,10 @@ fn apply(obs: &mut [ClusterObservation], d: &Decisions, now: i64) {
 
 #[test]
 fn a_restart_resumes_at_the_same_point_and_promotes_nothing_twice() {
-    let p = plan(vec![wave("canary", Some("canary"), 1, 0), wave("rest", None, 2, 0)]);
+    let p = plan(vec![
+        wave("canary", Some("canary"), 1, 0),
+        wave("rest", None, 2, 0),
+    ]);
     let mut obs = vec![
         cluster("c0", "canary"),
         cluster("r0", "prod"),
@@ -416,7 +485,13 @@ fn a_restart_resumes_at_the_same_point_and_promotes_nothing_twice() {
     assert!(again.promotions.is_empty(), "{:?}", again.promotions);
     obs[0].child.as_mut().unwrap().health = ready_since(T0 + 30);
     let next = decide(&p, &obs, &ts(T0 + 60));
-    assert_eq!(promoted(&next), [("r0", U, PromotionKind::Update), ("r1", U, PromotionKind::Update)]);
+    assert_eq!(
+        promoted(&next),
+        [
+            ("r0", U, PromotionKind::Update),
+            ("r1", U, PromotionKind::Update)
+        ]
+    );
     apply(&mut obs, &next, T0 + 60);
     let after = decide(&p, &obs, &ts(T0 + 61));
     assert!(after.promotions.is_empty());
@@ -425,7 +500,10 @@ fn a_restart_resumes_at_the_same_point_and_promotes_nothing_twice() {
 
 #[test]
 fn abort_and_rollback_puts_the_current_revision_back_newest_wave_first_within_budget() {
-    let mut p = plan(vec![wave("canary", Some("canary"), 1, 0), wave("rest", None, 2, 0)]);
+    let mut p = plan(vec![
+        wave("canary", Some("canary"), 1, 0),
+        wave("rest", None, 2, 0),
+    ]);
     p.on_failure = OnFailure::AbortAndRollback;
     let mut obs = vec![
         at_u(cluster("c0", "canary"), T0 - 900, ready_since(T0 - 800)),
@@ -438,17 +516,27 @@ fn abort_and_rollback_puts_the_current_revision_back_newest_wave_first_within_bu
     assert!(d.abort, "the breach starts the abort");
     assert_eq!(
         promoted(&d),
-        [("r0", C, PromotionKind::Rollback), ("r1", C, PromotionKind::Rollback)]
+        [
+            ("r0", C, PromotionKind::Rollback),
+            ("r1", C, PromotionKind::Rollback)
+        ]
     );
     assert_eq!(state_of(&d, "rest"), WaveState::RollingBack);
-    assert_eq!(condition(&d, "Reconciling").unwrap().reason, reason::ROLLING_BACK);
+    assert_eq!(
+        condition(&d, "Reconciling").unwrap().reason,
+        reason::ROLLING_BACK
+    );
 
     // The controller recorded the abort and applied the rollbacks.
     p.aborted = true;
     apply(&mut obs, &d, T0);
     let d = decide(&p, &obs, &ts(T0 + 1));
     assert!(!d.abort);
-    assert!(d.promotions.is_empty(), "two rollbacks in flight fill the wave: {:?}", d.promotions);
+    assert!(
+        d.promotions.is_empty(),
+        "two rollbacks in flight fill the wave: {:?}",
+        d.promotions
+    );
     for o in &mut obs[1..3] {
         o.child.as_mut().unwrap().health = ready_since(T0 + 30);
     }
@@ -474,11 +562,19 @@ fn abort_without_a_previous_revision_pauses() {
     let mut p = plan(vec![wave("canary", Some("canary"), 1, 0), final_wave()]);
     p.on_failure = OnFailure::AbortAndRollback;
     p.current_revision = None;
-    let obs = vec![at_u(cluster("c0", "canary"), T0 - 60, failed()), cluster("r0", "prod")];
+    let obs = vec![
+        at_u(cluster("c0", "canary"), T0 - 60, failed()),
+        cluster("r0", "prod"),
+    ];
     let d = decide(&p, &obs, &ts(T0));
     assert!(!d.abort);
     assert!(d.promotions.is_empty());
-    assert!(condition(&d, "Stalled").unwrap().message.contains("no previous revision"));
+    assert!(
+        condition(&d, "Stalled")
+            .unwrap()
+            .message
+            .contains("no previous revision")
+    );
 }
 
 #[test]
@@ -506,14 +602,24 @@ fn a_cluster_joining_a_wave_not_yet_open_gets_the_current_revision() {
 fn a_render_failure_fails_only_its_cluster_once_its_wave_opens() {
     let p = plan(vec![wave("canary", Some("canary"), 1, 0), final_wave()]);
     let mut bad = cluster("r0", "prod");
-    bad.render_error = Some("template: valuesTemplate:1:3: map has no entry for key \"zone\"".into());
+    bad.render_error =
+        Some("template: valuesTemplate:1:3: map has no entry for key \"zone\"".into());
     let obs = vec![cluster("c0", "canary"), bad.clone()];
     let d = decide(&p, &obs, &ts(T0));
     assert_eq!(promoted(&d), [("c0", U, PromotionKind::Update)]);
-    assert!(condition(&d, "Stalled").is_none(), "a later wave's error does not stop the canary");
-    assert_eq!(d.report.failed_clusters[0].reason, FailureReason::RenderFailed);
+    assert!(
+        condition(&d, "Stalled").is_none(),
+        "a later wave's error does not stop the canary"
+    );
+    assert_eq!(
+        d.report.failed_clusters[0].reason,
+        FailureReason::RenderFailed
+    );
 
-    let obs = vec![at_u(cluster("c0", "canary"), T0 - 60, ready_since(T0 - 1)), bad];
+    let obs = vec![
+        at_u(cluster("c0", "canary"), T0 - 60, ready_since(T0 - 1)),
+        bad,
+    ];
     let d = decide(&p, &obs, &ts(T0));
     assert!(d.promotions.is_empty());
     assert_eq!(state_of(&d, FINAL_WAVE_NAME), WaveState::Failed);
@@ -529,7 +635,10 @@ fn a_complete_rollout_is_ready_and_recorded() {
     let d = decide(&p, &obs, &ts(T0));
     assert!(d.completed && d.promotions.is_empty());
     let ready = condition(&d, "Ready").unwrap();
-    assert_eq!((ready.status, ready.reason), (ConditionStatus::True, reason::ROLLOUT_COMPLETE));
+    assert_eq!(
+        (ready.status, ready.reason),
+        (ConditionStatus::True, reason::ROLLOUT_COMPLETE)
+    );
     assert!(condition(&d, "Reconciling").is_none() && condition(&d, "Stalled").is_none());
     assert_eq!(d.report.current_wave, None);
     let s = d.report.summary;
@@ -553,7 +662,14 @@ fn a_complete_rollout_is_ready_and_recorded() {
 #[test]
 fn the_status_stays_under_64_kib_at_10000_clusters() {
     let waves: Vec<WavePlan> = (0..crate::set::MAX_WAVES)
-        .map(|i| wave(&format!("{i:02}-{}", "w".repeat(60)), Some(&format!("r{i}")), 10, 0))
+        .map(|i| {
+            wave(
+                &format!("{i:02}-{}", "w".repeat(60)),
+                Some(&format!("r{i}")),
+                10,
+                0,
+            )
+        })
         .chain(std::iter::once(final_wave()))
         .collect();
     let p = plan(waves);
@@ -568,7 +684,10 @@ fn the_status_stays_under_64_kib_at_10000_clusters() {
         })
         .collect();
     let d = decide(&p, &obs, &ts(T0));
-    assert_eq!(d.report.failed_clusters.len(), crate::set::MAX_FAILED_CLUSTERS);
+    assert_eq!(
+        d.report.failed_clusters.len(),
+        crate::set::MAX_FAILED_CLUSTERS
+    );
     let mut status = HelmReleaseSetStatus {
         observed_generation: 12,
         current_revision: Some(c()),
@@ -596,7 +715,9 @@ fn health() -> impl Strategy<Value = ChildHealth> {
     prop_oneof![
         Just(ChildHealth::Progressing),
         (0i64..2000).prop_map(|a| ChildHealth::Ready { since: ts(T0 - a) }),
-        Just(ChildHealth::Failed { message: "failed".into() }),
+        Just(ChildHealth::Failed {
+            message: "failed".into()
+        }),
     ]
 }
 
@@ -632,33 +753,43 @@ fn case() -> impl Strategy<Value = Case> {
         1usize..6,
         (0usize..25).prop_flat_map(|n| (0..n).map(observation).collect::<Vec<_>>()),
     )
-        .prop_map(|(waves, all_at_once, paused, abort_on_failure, aborted, max_new, observed)| {
-            let mut ws: Vec<WavePlan> = waves
-                .iter()
-                .enumerate()
-                .map(|(i, &(conc, fail, soak, gate))| WavePlan {
-                    min_soak_time: Duration::from_secs(soak),
-                    gate_open: gate,
-                    manual_gate: !gate,
-                    ..wave(&format!("w{i}"), Some(&i.to_string()), conc, fail)
-                })
-                .collect();
-            ws.push(final_wave());
-            let mut p = plan(ws);
-            if all_at_once {
-                p.strategy = RolloutStrategy::AllAtOnce;
-                p.waves = vec![WavePlan {
-                    max_concurrency: None,
-                    max_failures: None,
-                    ..wave(ALL_AT_ONCE_WAVE_NAME, None, 0, 0)
-                }];
-            }
-            p.paused = paused;
-            p.on_failure = if abort_on_failure { OnFailure::AbortAndRollback } else { OnFailure::Pause };
-            p.aborted = aborted && abort_on_failure && !all_at_once;
-            p.max_new_per_reconcile = max_new;
-            Case { plan: p, observed, now: T0 }
-        })
+        .prop_map(
+            |(waves, all_at_once, paused, abort_on_failure, aborted, max_new, observed)| {
+                let mut ws: Vec<WavePlan> = waves
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(conc, fail, soak, gate))| WavePlan {
+                        min_soak_time: Duration::from_secs(soak),
+                        gate_open: gate,
+                        manual_gate: !gate,
+                        ..wave(&format!("w{i}"), Some(&i.to_string()), conc, fail)
+                    })
+                    .collect();
+                ws.push(final_wave());
+                let mut p = plan(ws);
+                if all_at_once {
+                    p.strategy = RolloutStrategy::AllAtOnce;
+                    p.waves = vec![WavePlan {
+                        max_concurrency: None,
+                        max_failures: None,
+                        ..wave(ALL_AT_ONCE_WAVE_NAME, None, 0, 0)
+                    }];
+                }
+                p.paused = paused;
+                p.on_failure = if abort_on_failure {
+                    OnFailure::AbortAndRollback
+                } else {
+                    OnFailure::Pause
+                };
+                p.aborted = aborted && abort_on_failure && !all_at_once;
+                p.max_new_per_reconcile = max_new;
+                Case {
+                    plan: p,
+                    observed,
+                    now: T0,
+                }
+            },
+        )
 }
 
 fn wave_index(plan: &RolloutPlan, o: &ClusterObservation) -> usize {

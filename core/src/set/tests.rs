@@ -39,7 +39,11 @@ fn child_names_are_set_dash_cluster_or_hashed_dns_labels() {
     assert_eq!(long.len(), 63);
     assert!(long.starts_with("ingress-ccc"), "{long}");
     ids::check_dns1123_label("child", &long).unwrap();
-    assert_eq!(long, child_name("ingress", &"c".repeat(70)), "deterministic");
+    assert_eq!(
+        long,
+        child_name("ingress", &"c".repeat(70)),
+        "deterministic"
+    );
     // A dotted cluster name is not a label: the dots go and a hash keeps it unique.
     let dotted = child_name("ingress", "edge.eu-1");
     ids::check_dns1123_label("child", &dotted).unwrap();
@@ -65,16 +69,19 @@ fn the_revision_is_stable_and_ignores_what_does_not_shape_a_child() {
     other["rollout"]["waves"][0]["approvedRevision"] = r.as_str().into();
     assert_eq!(spec(other).revision(), r);
     // Key order is not either.
-    let reordered: HelmReleaseSetSpec = serde_json::from_str(
-        &serde_json::to_string(&ingress())
-            .unwrap()
-            .replace(r#""replicaCount":2,"kind":"Deployment""#, r#""kind":"Deployment","replicaCount":2"#),
-    )
-    .unwrap();
+    let reordered: HelmReleaseSetSpec =
+        serde_json::from_str(&serde_json::to_string(&ingress()).unwrap().replace(
+            r#""replicaCount":2,"kind":"Deployment""#,
+            r#""kind":"Deployment","replicaCount":2"#,
+        ))
+        .unwrap();
     assert_eq!(reordered.revision(), r);
     // Values, the values template and customizations are.
     for (path, value) in [
-        ("/template/spec/values/controller/replicaCount", serde_json::json!(3)),
+        (
+            "/template/spec/values/controller/replicaCount",
+            serde_json::json!(3),
+        ),
         ("/valuesTemplate", serde_json::json!("a: b\n")),
         ("/template/metadata/labels/team", serde_json::json!("core")),
     ] {
@@ -83,10 +90,12 @@ fn the_revision_is_stable_and_ignores_what_does_not_shape_a_child() {
         assert_ne!(spec(changed).revision(), r, "{path}");
     }
     let mut customized = ingress();
-    customized["targetCustomizations"] =
-        serde_json::json!([{"name": "gpu", "clusterSelector": {"matchLabels": {"gpu": "true"}}, "suspend": true}]);
+    customized["targetCustomizations"] = serde_json::json!([{"name": "gpu", "clusterSelector": {"matchLabels": {"gpu": "true"}}, "suspend": true}]);
     assert_ne!(spec(customized).revision(), r);
-    assert_eq!(r.controller_revision_name("ingress"), format!("ingress-{r}"));
+    assert_eq!(
+        r.controller_revision_name("ingress"),
+        format!("ingress-{r}")
+    );
 }
 
 #[test]
@@ -101,13 +110,23 @@ fn clusters_are_selected_by_labels_or_names_minus_exclusions_sorted() {
     let mut s = spec(ingress());
     s.cluster_names = vec!["lab".into(), "missing".into()];
     s.exclude_clusters = vec!["b-prod".into()];
-    let names: Vec<&str> = select_clusters(&s, &fleet).iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = select_clusters(&s, &fleet)
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     assert_eq!(names, ["a-prod", "lab", "z-prod"]);
     s.cluster_selector = None;
-    let names: Vec<&str> = select_clusters(&s, &fleet).iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = select_clusters(&s, &fleet)
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     assert_eq!(names, ["lab"], "no selector: names only");
     s.cluster_selector = Some(LabelSelector::default());
-    assert_eq!(select_clusters(&s, &fleet).len(), 4, "{{}} selects all, minus the excluded");
+    assert_eq!(
+        select_clusters(&s, &fleet).len(),
+        4,
+        "{{}} selects all, minus the excluded"
+    );
 }
 
 #[test]
@@ -152,9 +171,14 @@ fn the_child_spec_gets_its_cluster_values_and_customization() {
     assert_eq!(child.release_name.as_deref(), Some("ingress"));
     assert_eq!(
         child.values,
-        Some(serde_json::json!({"controller": {"kind": "Deployment", "region": "eu", "replicaCount": 5}}))
+        Some(
+            serde_json::json!({"controller": {"kind": "Deployment", "region": "eu", "replicaCount": 5}})
+        )
     );
-    assert_eq!(child.chart.as_ref().unwrap().spec.version.as_deref(), Some("4.12.0"));
+    assert_eq!(
+        child.chart.as_ref().unwrap().spec.version.as_deref(),
+        Some("4.12.0")
+    );
     assert!(child.suspend);
     let plain = child_spec(&s, "ingress", "edge-1", None, None);
     assert_eq!(plain.values, s.template.spec.values);
@@ -172,10 +196,20 @@ fn int_or_percent_reads_counts_and_percentages() {
         let got: IntOrPercent = serde_json::from_value(json.clone()).unwrap();
         assert_eq!(got, want, "{json}");
     }
-    assert_eq!(serde_json::to_value(IntOrPercent::Percent(25)).unwrap(), "25%");
+    assert_eq!(
+        serde_json::to_value(IntOrPercent::Percent(25)).unwrap(),
+        "25%"
+    );
     assert_eq!(serde_json::to_value(IntOrPercent::Count(2)).unwrap(), 2);
-    for bad in [serde_json::json!(-1), serde_json::json!("101%"), serde_json::json!("x"), serde_json::json!(1.5)] {
-        let err = serde_json::from_value::<IntOrPercent>(bad.clone()).unwrap_err().to_string();
+    for bad in [
+        serde_json::json!(-1),
+        serde_json::json!("101%"),
+        serde_json::json!("x"),
+        serde_json::json!(1.5),
+    ] {
+        let err = serde_json::from_value::<IntOrPercent>(bad.clone())
+            .unwrap_err()
+            .to_string();
         assert!(!err.is_empty(), "{bad}");
     }
     assert_eq!(IntOrPercent::Percent(10).of(25), 2);
@@ -187,18 +221,36 @@ fn validation_names_the_object_and_field() {
     let s = spec(ingress());
     s.validate("fleet/ingress").unwrap();
     let cases = [
-        ("/clusterSelector", serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
-            "HelmReleaseSet fleet/ingress: spec.clusterSelector.matchExpressions[0].values: must be specified"),
-        ("/rollout/waves/1/name", serde_json::json!("canary"),
-            "spec.rollout.waves[1].name: wave \"canary\" is declared twice"),
-        ("/rollout/waves/1/name", serde_json::json!("unmatched"),
-            "spec.rollout.waves[1].name: \"unmatched\" is reserved"),
-        ("/rollout/waves/0/maxConcurrency", serde_json::json!(0),
-            "spec.rollout.waves[0].maxConcurrency: must be at least 1"),
-        ("/template/spec/clusterRef", serde_json::json!({"name": "x"}),
-            "spec.template.spec.clusterRef: must not be set"),
-        ("/excludeClusters", serde_json::json!(["Bad_Name"]),
-            "spec.excludeClusters[0]: cluster name \"Bad_Name\""),
+        (
+            "/clusterSelector",
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            "HelmReleaseSet fleet/ingress: spec.clusterSelector.matchExpressions[0].values: must be specified",
+        ),
+        (
+            "/rollout/waves/1/name",
+            serde_json::json!("canary"),
+            "spec.rollout.waves[1].name: wave \"canary\" is declared twice",
+        ),
+        (
+            "/rollout/waves/1/name",
+            serde_json::json!("unmatched"),
+            "spec.rollout.waves[1].name: \"unmatched\" is reserved",
+        ),
+        (
+            "/rollout/waves/0/maxConcurrency",
+            serde_json::json!(0),
+            "spec.rollout.waves[0].maxConcurrency: must be at least 1",
+        ),
+        (
+            "/template/spec/clusterRef",
+            serde_json::json!({"name": "x"}),
+            "spec.template.spec.clusterRef: must not be set",
+        ),
+        (
+            "/excludeClusters",
+            serde_json::json!(["Bad_Name"]),
+            "spec.excludeClusters[0]: cluster name \"Bad_Name\"",
+        ),
     ];
     for (path, value, want) in cases {
         let mut json = ingress();
@@ -210,7 +262,10 @@ fn validation_names_the_object_and_field() {
                 other[key] = value;
             }
         }
-        let err = spec(json).validate("fleet/ingress").unwrap_err().to_string();
+        let err = spec(json)
+            .validate("fleet/ingress")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{path}: {err}");
     }
 }
