@@ -292,7 +292,7 @@ mod tests {
         let err = render("a: 1\nzone: {{ .ClusterLabels.zone }}\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "template: valuesTemplate:2:22: executing \"valuesTemplate\" at <.ClusterLabels.zone>: map has no entry for key \"zone\""
+            "template: valuesTemplate:2:23: executing \"valuesTemplate\" at <.ClusterLabels.zone>: map has no entry for key \"zone\""
         );
         let err = render("a: {{ .ClusterLabels.region ").unwrap_err();
         assert!(matches!(err, ValuesTemplateError::Parse(_)));

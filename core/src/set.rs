@@ -177,7 +177,6 @@ impl schemars::JsonSchema for IntOrPercent {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "x-kubernetes-int-or-string": true,
-            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
             "pattern": INT_OR_PERCENT_PATTERN,
         })
     }
