@@ -363,9 +363,8 @@ fn clusters_matching_no_wave_go_to_the_final_wave_after_the_declared_ones() {
 
 #[test]
 fn a_manual_gate_waits_for_an_approval_of_the_exact_revision() {
-    let spec = |approved: Option<&str>| {
-        let mut s = HelmReleaseSetSpec::default();
-        s.rollout = Some(crate::set::RolloutSpec {
+    let spec = |approved: Option<&str>| HelmReleaseSetSpec {
+        rollout: Some(crate::set::RolloutSpec {
             waves: vec![Wave {
                 name: "canary".into(),
                 cluster_selector: Some(LabelSelector::labels([("ring", "canary")])),
@@ -374,8 +373,8 @@ fn a_manual_gate_waits_for_an_approval_of_the_exact_revision() {
                 ..Wave::default()
             }],
             ..Default::default()
-        });
-        s
+        }),
+        ..HelmReleaseSetSpec::default()
     };
     let update = spec(None).revision();
     let status = HelmReleaseSetStatus {
