@@ -20,7 +20,9 @@ use schemars::transform::{ReplaceBoolSchemas, ReplaceConstValue, Transform, tran
 use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
-use crate::{HelmChart, HelmRelease, HelmRepository, ManagedCluster, OCIRepository};
+use crate::{
+    HelmChart, HelmRelease, HelmReleaseSet, HelmRepository, ManagedCluster, OCIRepository,
+};
 
 /// Where the generated CRDs are committed, relative to the workspace root.
 pub const CRD_DIR: &str = "deploy/crds";
@@ -60,6 +62,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crd_of::<HelmChart>(),
         crd_of::<OCIRepository>(),
         crd_of::<ManagedCluster>(),
+        crd_of::<HelmReleaseSet>(),
     ]
 }
 

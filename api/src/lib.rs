@@ -5,6 +5,8 @@
 //!   `spec.clusterRef`; spec and status are flotilla-core's types.
 //! - [`source`]: `HelmRepository`, `HelmChart`, `OCIRepository` (`source.flotilla.dev/v1`),
 //!   Flux source v1 field names, with the resolved chart [`source::Artifact`] in the status.
+//! - [`set`]: `HelmReleaseSet` (`helm.flotilla.dev/v1alpha1`), one HelmRelease per matching
+//!   cluster, rolled out in waves; spec and status are flotilla-core's [`flotilla_core::set`].
 //! - [`fleet`]: `ManagedCluster` (`fleet.flotilla.dev/v1`), one per workload cluster.
 //! - [`crd`]: the CRDs ([`crd::all`]) and their YAML, committed under `deploy/crds/`.
 //!
@@ -18,10 +20,12 @@
 pub mod crd;
 pub mod fleet;
 pub mod helm;
+pub mod set;
 pub mod source;
 
 pub use fleet::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
 pub use helm::{HelmRelease, HelmReleaseSpec};
+pub use set::{HelmReleaseSet, HelmReleaseSetSpec};
 pub use source::{
     HelmChart, HelmChartSpec, HelmChartStatus, HelmRepository, HelmRepositorySpec,
     HelmRepositoryStatus, OCIRepository, OCIRepositorySpec, OCIRepositoryStatus,

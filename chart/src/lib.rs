@@ -12,6 +12,8 @@
 //!   [`Warning`]s whose `Display` is Helm's stderr line.
 //! - [`strvals::ValueOptions`] assembles user values from `-f`/`--set*` inputs.
 //! - [`release`] encodes and decodes `sh.helm.release.v1.*` records.
+//! - [`values_template`] renders a HelmReleaseSet's `valuesTemplate` per cluster (strict,
+//!   sandboxed, budgeted).
 //! - [`postrender::post_render`] applies HelmRelease `postRenderers` (kustomize patches and
 //!   images) to a rendered manifest.
 //!
@@ -36,6 +38,7 @@ pub mod semver;
 pub mod strvals;
 pub mod time;
 pub mod values;
+pub mod values_template;
 
 pub use chart::{Chart, File};
 pub use coalesce::{Warning, Warnings};

@@ -13,6 +13,9 @@
 //!   [`observation`]: the release observation behind snapshot digests.
 //! - [`agent`]: the agent runtime's commands, reports and held plans.
 //! - [`duration`], [`meta`]: Go durations, timestamps, object metadata, conditions.
+//! - [`set`]: the HelmReleaseSet API (fleet rollout): spec, status, cluster selection,
+//!   child names, set revisions; [`rollout`]: its pure decision function
+//!   [`rollout::decide`]; [`selector`]: Kubernetes label selectors.
 
 //!
 //! ```
@@ -52,5 +55,8 @@ pub mod meta;
 pub mod observation;
 pub mod plan;
 pub mod release;
+pub mod rollout;
+pub mod selector;
+pub mod set;
 pub mod spec;
 pub mod status;

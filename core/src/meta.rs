@@ -36,6 +36,11 @@ impl Timestamp {
 
     /// The form `metav1.Time` writes: UTC, whole seconds (`2006-01-02T15:04:05Z`).
     pub fn to_kubernetes(&self) -> Timestamp {
+        Timestamp::from_unix_seconds(self.unix_seconds())
+    }
+
+    /// Whole seconds since 1970-01-01T00:00:00Z (the fraction dropped, the offset applied).
+    pub fn unix_seconds(&self) -> i64 {
         let b = self.0.as_bytes();
         let num = |r: std::ops::Range<usize>| -> i64 {
             self.0.get(r).and_then(|s| s.parse().ok()).unwrap_or(0)
@@ -55,8 +60,13 @@ impl Timestamp {
             _ => 0,
         };
         let days = days_from_civil(y, mo, d);
-        let total = days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
-        let (days, rem) = (total.div_euclid(86_400), total.rem_euclid(86_400));
+        days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs
+    }
+
+    /// The timestamp `secs` seconds after 1970-01-01T00:00:00Z, in the form `metav1.Time`
+    /// writes (`2006-01-02T15:04:05Z`).
+    pub fn from_unix_seconds(secs: i64) -> Timestamp {
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
         let (y, mo, d) = civil_from_days(days);
         Timestamp(format!(
             "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",

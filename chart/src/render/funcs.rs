@@ -189,7 +189,7 @@ fn tpl(ctx: &mut flotilla_gotmpl::CallCtx<'_, '_>, a: &[Value]) -> Result<Value,
     }
 }
 
-fn add_serialisation(f: &mut FuncMap) {
+pub(crate) fn add_serialisation(f: &mut FuncMap) {
     let any = || Signature::fixed([ArgType::Any]);
     let string = || Signature::fixed([ArgType::String]);
     f.insert(

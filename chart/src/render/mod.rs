@@ -34,6 +34,7 @@ pub use engine::{
     Engine, ReleaseOptions, RenderError, leave_allocations_to_exit, parallel_render_counts,
     render_on_two_threads,
 };
+pub(crate) use funcs::add_serialisation;
 pub use funcs::{Lookup, MAX_INCLUDE_NESTING};
 pub use objects::{Capabilities, DEFAULT_API_VERSIONS, HelmVersion, KubeVersion};
 pub use template::{
