@@ -129,6 +129,7 @@ async fn the_crds_are_established_and_serve_fluxs_manifests_with_only_the_api_ve
         [
             "helmcharts.source.flotilla.dev",
             "helmreleases.helm.flotilla.dev",
+            "helmreleasesets.helm.flotilla.dev",
             "helmrepositories.source.flotilla.dev",
             "managedclusters.fleet.flotilla.dev",
             "ocirepositories.source.flotilla.dev",
