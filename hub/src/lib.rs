@@ -19,6 +19,8 @@
 //! - [`controller`]: the HelmRelease controller, in Flux's reconcile order.
 //! - [`push`]: in-process agents for the hub's cluster and kubeconfig Secrets, and
 //!   [`push::HubLinks`], which also asks a remote registry.
+//! - [`kubeconfig_policy`]: what a kubeconfig Secret may ask of the hub (no commands, no
+//!   files of the hub's host, no proxy, no unverified TLS unless an opt-in flag says so).
 //! - [`capi`]: Cluster API `Cluster` targets (their kubeconfig Secret, once the control
 //!   plane is initialized).
 //! - [`status`]: the one writer of HelmRelease status.
@@ -49,6 +51,7 @@
 //!   [`link::Links`] of `TargetId::Cluster` targets.
 
 pub mod controller;
+pub mod kubeconfig_policy;
 pub mod leader;
 pub mod push;
 pub mod run;

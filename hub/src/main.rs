@@ -90,6 +90,23 @@ struct Args {
     /// session over this budget writes its heartbeat at a later status tick.
     #[arg(long, default_value_t = 20)]
     heartbeat_writes_per_second: u32,
+    /// Allow `users[].user.exec` and `users[].user.auth-provider` in kubeconfig Secrets
+    /// (spec.kubeConfig.secretRef, Cluster API kubeconfigs): the hub would run the command
+    /// they name. As Flux's flag; restrict the binaries the hub may run (AppArmor, SELinux).
+    #[arg(long)]
+    insecure_kubeconfig_exec: bool,
+    /// Allow `insecure-skip-tls-verify: true` in kubeconfig Secrets (as Flux's flag).
+    #[arg(long)]
+    insecure_kubeconfig_tls: bool,
+    /// Allow file paths in kubeconfig Secrets (`tokenFile`, `client-certificate`,
+    /// `client-key`, `certificate-authority`): the hub would read those files of its own
+    /// host, its ServiceAccount token included.
+    #[arg(long)]
+    insecure_kubeconfig_files: bool,
+    /// Allow `proxy-url` in kubeconfig Secrets: the hub would send its requests to the
+    /// target through the proxy the Secret names.
+    #[arg(long)]
+    insecure_kubeconfig_proxy: bool,
 }
 
 /// The shortest `--agent-cert-lifetime`: an agent must be able to renew (two thirds in)
@@ -130,6 +147,12 @@ async fn main() -> anyhow::Result<()> {
     config.artifact_max_bytes = args.artifact_max_mib << 20;
     config.agent_namespace = args.agent_namespace;
     config.agent.shutdown_grace = args.graceful_shutdown_timeout.get();
+    config.kubeconfig_policy = flotilla_hub::kubeconfig_policy::KubeconfigPolicy {
+        allow_exec: args.insecure_kubeconfig_exec,
+        allow_insecure_tls: args.insecure_kubeconfig_tls,
+        allow_files: args.insecure_kubeconfig_files,
+        allow_proxy: args.insecure_kubeconfig_proxy,
+    };
     let metrics = HubMetrics::new();
     config.metrics = metrics.clone();
     // Every long-lived task reports its end to the supervisor: one ending on its own turns

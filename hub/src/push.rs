@@ -28,6 +28,7 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::kubeconfig_policy::{self, KubeconfigPolicy, Refusal};
 use crate::link::{AgentLink, LinkClosed, Links, ReportSink, TargetId, TargetReport};
 use crate::util::{self, error_chain};
 
@@ -44,15 +45,29 @@ pub enum PushError {
         /// What is wrong.
         reason: String,
     },
-    /// The kubeconfig does not make a client.
-    #[error("kubeConfig Secret {namespace}/{name}: invalid kubeconfig: {reason}")]
+    /// The kubeconfig does not make a client (`reason` quotes nothing of the Secret).
+    #[error("kubeConfig Secret {namespace}/{name} key \"{key}\": invalid kubeconfig: {reason}")]
     InvalidKubeConfig {
         /// Namespace of the Secret.
         namespace: String,
         /// Name of the Secret.
         name: String,
+        /// The key read.
+        key: String,
         /// Why.
         reason: String,
+    },
+    /// The kubeconfig asks for what the hub's [`KubeconfigPolicy`] refuses.
+    #[error("kubeConfig Secret {namespace}/{name} key \"{key}\": {refusal}")]
+    RefusedKubeConfig {
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+        /// The key read.
+        key: String,
+        /// The field refused and why.
+        refusal: Refusal,
     },
     /// The agent runtime did not start (its plan store could not be listed).
     #[error("starting the in-process agent of {target}: {reason}")]
@@ -88,6 +103,7 @@ impl PushError {
         match self {
             PushError::KubeConfigSecret { .. } => "kubeconfig_secret",
             PushError::InvalidKubeConfig { .. } => "invalid_kubeconfig",
+            PushError::RefusedKubeConfig { .. } => "refused_kubeconfig",
             PushError::Start { .. } => "agent_start",
             PushError::Provider(e) => e.kind(),
             PushError::Token { .. } => "token",
@@ -108,6 +124,8 @@ pub struct PushOptions {
     pub agent_namespace: String,
     /// The runtime's options.
     pub agent: AgentOptions,
+    /// What a kubeconfig Secret may ask of the hub (the `--insecure-kubeconfig-*` flags).
+    pub kubeconfig: KubeconfigPolicy,
 }
 
 /// The in-process agent of one target.
@@ -167,6 +185,8 @@ pub struct PushAgents {
     options: PushOptions,
     agents: Mutex<HashMap<TargetId, Arc<PushLink>>>,
     starting: tokio::sync::Mutex<()>,
+    /// The hub's own user name in its cluster, asked once (workload identity refuses it).
+    hub_user: tokio::sync::OnceCell<String>,
 }
 
 impl fmt::Debug for PushAgents {
@@ -196,6 +216,7 @@ impl PushAgents {
             options,
             agents: Mutex::new(HashMap::new()),
             starting: tokio::sync::Mutex::new(()),
+            hub_user: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -257,7 +278,7 @@ impl PushAgents {
             .map_err(|e| start_err(error_chain(&e)))?;
             ensure_namespace(ctx.cluster.client(), &self.options.agent_namespace)
                 .await
-                .map_err(|e| start_err(error_chain(&e)))?;
+                .map_err(start_err)?;
             Agent::start(ctx, self.charts.clone(), self.options.agent.clone())
                 .await
                 .map_err(|e| start_err(error_chain(&e)))
@@ -328,17 +349,31 @@ impl PushAgents {
             .await
             .map_err(|e| secret_err(error_chain(&e)))?
             .ok_or_else(|| secret_err("not found".into()))?;
-        let raw = kubeconfig_bytes(&data, key).map_err(secret_err)?;
+        let key = kubeconfig_key(&data, key).map_err(secret_err)?;
+        let raw = data[key].as_slice();
         let invalid = |reason: String| PushError::InvalidKubeConfig {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            key: key.to_owned(),
             reason,
         };
         let text = std::str::from_utf8(raw).map_err(|_| invalid("not UTF-8".into()))?;
-        let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| invalid(error_chain(&e)))?;
+        // Checked before any client exists: the policy decides what the hub may do for
+        // the Secret's author. No message quotes the Secret (see `kubeconfig_policy`).
+        let kubeconfig =
+            Kubeconfig::from_yaml(text).map_err(|e| invalid(kubeconfig_policy::load_error(&e)))?;
+        self.options
+            .kubeconfig
+            .check(&kubeconfig)
+            .map_err(|refusal| PushError::RefusedKubeConfig {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                key: key.to_owned(),
+                refusal,
+            })?;
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
-            .map_err(|e| invalid(error_chain(&e)))
+            .map_err(|e| invalid(kubeconfig_policy::load_error(&e)))
     }
 }
 
@@ -361,6 +396,17 @@ impl PushAgents {
                 reason: error_chain(&e),
             })?;
         let generic = wi::parse(namespace, name, data.as_ref())?;
+        let hub_user = self
+            .hub_user
+            .get_or_try_init(|| wi::hub_user(&self.hub_client))
+            .await
+            .map_err(|e| wi::ProviderError::HubIdentity {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: util::api_error("creating", "SelfSubjectReview", "for the hub", &e),
+            })?
+            .clone();
+        wi::refuse_hub_identity(namespace, name, &generic, &hub_user)?;
         let (token, lifetime) = wi::mint(&self.hub_client, namespace, name, &generic).await?;
         let token_err = |reason: String| PushError::Token {
             target: target.clone(),
@@ -379,6 +425,8 @@ impl PushAgents {
             }
         };
         let (client, t, path) = (self.hub_client.clone(), target.clone(), file.clone());
+        // The client sends the token to the first address: every renewed token is for it.
+        let audiences = generic.audiences.clone();
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         let task = tokio::spawn(async move {
             let mut after = wi::renew_after(lifetime);
@@ -387,7 +435,11 @@ impl PushAgents {
                 // The ConfigMap as it is now: a new audience or ServiceAccount applies at the
                 // next renewal.
                 let current = match util::config_map_data(&client, &namespace, &name).await {
-                    Ok(data) => wi::parse(&namespace, &name, data.as_ref()),
+                    Ok(data) => wi::parse(&namespace, &name, data.as_ref()).and_then(|mut g| {
+                        wi::refuse_hub_identity(&namespace, &name, &g, &hub_user)?;
+                        g.audiences = audiences.clone();
+                        Ok(g)
+                    }),
                     Err(e) => Err(wi::ProviderError::Read {
                         namespace: namespace.clone(),
                         name: name.clone(),
@@ -437,19 +489,25 @@ fn token_dir() -> std::io::Result<std::path::PathBuf> {
 
 /// The kubeconfig in a Secret's data, as Flux reads `spec.kubeConfig.secretRef`: `key` when
 /// given (and only it), else `value`, else `value.yaml`; `Err` says what is missing.
+#[cfg(test)]
 fn kubeconfig_bytes<'a>(
     data: &'a std::collections::BTreeMap<String, Vec<u8>>,
     key: Option<&str>,
 ) -> Result<&'a [u8], String> {
+    kubeconfig_key(data, key).map(|k| data[k].as_slice())
+}
+
+/// The key of the kubeconfig in a Secret's data (see `kubeconfig_bytes`).
+fn kubeconfig_key<'a>(
+    data: &'a std::collections::BTreeMap<String, Vec<u8>>,
+    key: Option<&str>,
+) -> Result<&'a str, String> {
+    let present = |k: &str| data.get_key_value(k).map(|(k, _)| k.as_str());
     match key.filter(|k| !k.is_empty()) {
-        Some(key) => data
-            .get(key)
-            .map(Vec::as_slice)
+        Some(key) => present(key)
             .ok_or_else(|| format!("has no key '{key}' (spec.kubeConfig.secretRef.key)")),
-        None => data
-            .get("value")
-            .or_else(|| data.get("value.yaml"))
-            .map(Vec::as_slice)
+        None => present("value")
+            .or_else(|| present("value.yaml"))
             .ok_or_else(|| "has neither key 'value' nor 'value.yaml'".to_owned()),
     }
 }
@@ -462,10 +520,14 @@ impl Links for PushAgents {
     }
 }
 
-/// Creates `name` when missing.
-async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error> {
+/// Creates `name` when missing; `Err` is the sentence naming the call that failed.
+async fn ensure_namespace(client: &Client, name: &str) -> Result<(), String> {
     let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(name).await?.is_some() {
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(|e| util::api_error("getting", "Namespace", name, &e))?;
+    if found.is_some() {
         return Ok(());
     }
     let ns = Namespace {
@@ -478,7 +540,7 @@ async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error
     match api.create(&PostParams::default(), &ns).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e),
+        Err(e) => Err(util::api_error("creating", "Namespace", name, &e)),
     }
 }
 

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, ControllerOptions};
+use crate::kubeconfig_policy::KubeconfigPolicy;
 use crate::link::{Links, ReportSink, TargetReport};
 use crate::push::{HubLinks, PushAgents, PushOptions};
 use crate::sources::helm_chart::{self, ChartContext};
@@ -48,6 +49,9 @@ pub struct HubConfig {
     pub agent_namespace: String,
     /// The in-process agents' options.
     pub agent: AgentOptions,
+    /// What a kubeconfig Secret target may ask of the hub (the `--insecure-kubeconfig-*`
+    /// flags; everything refused by default).
+    pub kubeconfig_policy: KubeconfigPolicy,
     /// The remote agents' registry (the session server), when there is one. Its links
     /// forward their agents' reports into [`HubConfig::report_sink`].
     pub remote: Option<Arc<dyn Links>>,
@@ -92,6 +96,7 @@ impl HubConfig {
             artifact_max_bytes: 1 << 30,
             agent_namespace: "flotilla-system".into(),
             agent: AgentOptions::default(),
+            kubeconfig_policy: KubeconfigPolicy::default(),
             remote: None,
             metrics: Default::default(),
             plan_epoch_namespace: None,
@@ -180,6 +185,7 @@ impl Hub {
             PushOptions {
                 agent_namespace: config.agent_namespace.clone(),
                 agent: config.agent.clone(),
+                kubeconfig: config.kubeconfig_policy,
             },
         ));
         let links = Arc::new(HubLinks {

@@ -353,6 +353,9 @@ impl Renderer for ChartRenderer {
                 .unwrap_or_else(|| self.capabilities.clone()),
             include_crds: false,
             skip_schema_validation: options.skip_schema_validation,
+            // The message becomes a condition, an Event and a log line; values may hold
+            // Secret data (valuesFrom Secrets).
+            redact_schema_values: true,
             lookup: options.lookup.clone(),
         };
         let mut log = Vec::new();

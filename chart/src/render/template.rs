@@ -294,6 +294,11 @@ pub struct RenderOptions {
     pub include_crds: bool,
     /// Skip `values.schema.json` validation.
     pub skip_schema_validation: bool,
+    /// Withhold every schema message that would quote a value (see
+    /// [`crate::schema::validate_against_schema_redacted`]): for messages that reach
+    /// conditions, Events and logs, where values may hold Secret data. `helm template`
+    /// quotes them.
+    pub redact_schema_values: bool,
     /// The cluster behind `lookup` (none: empty results, as `helm template`).
     pub lookup: Option<Arc<dyn Lookup>>,
 }
@@ -460,8 +465,12 @@ fn render_sorted(
     warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
     let values = values.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
     if !opts.skip_schema_validation {
-        crate::schema::validate_against_schema(chart, &values)
-            .map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
+        let validated = if opts.redact_schema_values {
+            crate::schema::validate_against_schema_redacted(chart, &values)
+        } else {
+            crate::schema::validate_against_schema(chart, &values)
+        };
+        validated.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
     }
 
     let caps = &opts.capabilities;
@@ -809,6 +818,7 @@ fn render_chart(
         capabilities: caps,
         include_crds: opts.include_crds,
         skip_schema_validation: opts.skip_schema_validation,
+        redact_schema_values: false,
         lookup: None,
     };
     // Only coalescing reads the chart's defaults from here on: they are moved into the values.

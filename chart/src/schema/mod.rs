@@ -47,7 +47,31 @@ pub struct SchemaError(pub String);
 /// reports it. `values` are the coalesced values of `chart`; subcharts are checked against
 /// `values[<subchart name>]`.
 pub fn validate_against_schema(chart: &Chart, values: &Values) -> Result<(), SchemaError> {
-    let text = validate_tree(chart, values);
+    validate_against_schema_as(chart, values, false)
+}
+
+/// The message of a cause withheld by [`validate_against_schema_redacted`].
+pub const WITHHELD: &str =
+    "value does not meet the schema (message withheld: it would quote the value, which may hold Secret data)";
+
+/// [`validate_against_schema`] for messages that reach conditions, Events and logs, where the
+/// values may hold Secret data: a cause whose message quotes any scalar of the value it is
+/// about (the value itself, or a string or number inside it) reads [`WITHHELD`] instead.
+/// Its `- at '/path':` stays, and so do messages that quote nothing of the value (`got
+/// string, want integer`, `missing property 'x'`).
+pub fn validate_against_schema_redacted(
+    chart: &Chart,
+    values: &Values,
+) -> Result<(), SchemaError> {
+    validate_against_schema_as(chart, values, true)
+}
+
+fn validate_against_schema_as(
+    chart: &Chart,
+    values: &Values,
+    redact: bool,
+) -> Result<(), SchemaError> {
+    let text = validate_tree(chart, values, redact);
     if text.is_empty() {
         Ok(())
     } else {
@@ -55,17 +79,17 @@ pub fn validate_against_schema(chart: &Chart, values: &Values) -> Result<(), Sch
     }
 }
 
-fn validate_tree(chart: &Chart, values: &Values) -> String {
+fn validate_tree(chart: &Chart, values: &Values, redact: bool) -> String {
     let mut sb = String::new();
     if let Some(schema) = &chart.schema {
-        if let Err(e) = validate_single(values, schema) {
+        if let Err(e) = validate_single_as(values, schema, redact) {
             sb.push_str(&format!("{}:\n{e}", chart.name()));
         }
     }
     for sub in &chart.dependencies {
         match values.get(sub.name()) {
             None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => sb.push_str(&validate_tree(sub, m)),
+            Some(Value::Object(m)) => sb.push_str(&validate_tree(sub, m, redact)),
             Some(other) => sb.push_str(&format!(
                 "{}:\ninvalid type for values: expected object (map), got {}\n",
                 sub.name(),
@@ -79,6 +103,10 @@ fn validate_tree(chart: &Chart, values: &Values) -> String {
 /// `ValidateAgainstSingleSchema`: the causes text (`- at …` lines, final newline) or the
 /// schema's own parse error.
 pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String> {
+    validate_single_as(values, schema_json, false)
+}
+
+fn validate_single_as(values: &Values, schema_json: &[u8], redact: bool) -> Result<(), String> {
     let schema = J::parse(schema_json).map_err(|e| go_json_syntax_error(schema_json, &e))?;
     let walker = Walker::new(&schema);
     let prep = walker.prepare();
@@ -129,6 +157,13 @@ pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String
     };
     if causes.is_empty() {
         return Ok(());
+    }
+    let mut causes = causes;
+    if redact {
+        let root = Value::Object(values.clone());
+        for c in &mut causes {
+            c.redact(&root);
+        }
     }
     let mut sb = String::new();
     for c in &causes {
@@ -184,6 +219,20 @@ impl Node {
         }
     }
 
+    /// Replaces (here and in every cause) a message quoting a scalar of the instance it is
+    /// about (looked up in `root`; an instance not found counts as quoted) by [`WITHHELD`].
+    fn redact(&mut self, root: &Value) {
+        if let Kind::Msg(m) | Kind::Wrapper(m) = &mut self.kind {
+            let quoted = instance_at(root, &self.loc).is_none_or(|v| quotes_scalar_of(m, v));
+            if quoted {
+                *m = WITHHELD.to_owned();
+            }
+        }
+        for c in &mut self.causes {
+            c.redact(root);
+        }
+    }
+
     fn skip(&self) -> bool {
         matches!(self.kind, Kind::Reference) && self.causes.len() == 1
     }
@@ -206,6 +255,35 @@ impl Node {
         for c in &self.causes {
             c.display(sb, indent);
         }
+    }
+}
+
+/// The value at path `tokens` (object keys, array indices) under `root`.
+fn instance_at<'v>(root: &'v Value, tokens: &[String]) -> Option<&'v Value> {
+    tokens.iter().try_fold(root, |v, t| match v {
+        Value::Object(m) => m.get(t),
+        Value::Array(a) => t.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
+}
+
+/// Whether `message` holds a string or number of `v` (or inside it) in any form a message
+/// prints it: as is, Go-quoted, JSON-quoted, or a number in English form.
+fn quotes_scalar_of(message: &str, v: &Value) -> bool {
+    match v {
+        Value::String(s) => {
+            !s.is_empty()
+                && (message.contains(s.as_str())
+                    || message.contains(&quote(s))
+                    || serde_json::to_string(s).is_ok_and(|j| message.contains(&j)))
+        }
+        Value::Number(n) => {
+            message.contains(&n.to_string())
+                || n.as_f64().is_some_and(|f| message.contains(&localized_number(f)))
+        }
+        Value::Array(a) => a.iter().any(|v| quotes_scalar_of(message, v)),
+        Value::Object(m) => m.values().any(|v| quotes_scalar_of(message, v)),
+        Value::Bool(_) | Value::Null => false,
     }
 }
 
@@ -1802,6 +1880,67 @@ mod tests {
         let w = Walker::new(&j);
         let p = w.prepare();
         p.unresolved.is_none() && p.covered
+    }
+
+    #[test]
+    fn a_redacted_schema_error_quotes_no_scalar_of_the_values_and_keeps_the_rest_of_helm_s_text()
+    {
+        let secret = "hunter2-s3cr3t";
+        let values: Values = serde_json::from_value(serde_json::json!({
+            "password": secret,
+            "port": 8443129,
+            "nested": {"token": secret},
+            "list": [secret],
+            "replicaCount": "many",
+            "mail": "no-at-sign-s3cr3t",
+        }))
+        .expect("values");
+        for schema in [
+            // Our walk alone decides (draft 7, the keywords it walks).
+            r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                "required": ["missing"],
+                "properties": {
+                    "password": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
+                    "port": {"type": "integer", "maximum": 65535},
+                    "nested": {"type": "object", "properties": {"token": {"enum": ["a", "b"]}}},
+                    "list": {"type": "array", "items": {"const": "x"}},
+                    "replicaCount": {"type": "integer"},
+                    "mail": {"type": "string", "format": "email"}}}"#,
+            // The jsonschema crate decides (a keyword the walk does not know), with its own
+            // messages, which quote the instance.
+            r#"{"type": "object", "unevaluatedProperties": false,
+                "properties": {
+                    "password": {"type": "string", "pattern": "^[a-z]+$"},
+                    "port": {"type": "integer", "maximum": 65535},
+                    "nested": {"type": "object", "properties": {"token": {"enum": ["a"]}}},
+                    "list": {"type": "array", "items": {"const": "x"}},
+                    "replicaCount": {"type": "integer"},
+                    "mail": {"type": "string"}}}"#,
+        ] {
+            let plain = validate_single(&values, schema.as_bytes()).expect_err("fails");
+            assert!(
+                plain.contains("s3cr3t") || plain.contains("8,443,129") || plain.contains("8443129"),
+                "Helm's own text quotes values: {plain}"
+            );
+            let redacted =
+                validate_single_as(&values, schema.as_bytes(), true).expect_err("fails");
+            for part in ["s3cr3t", "hunter2", "8443129", "8,443,129", "8.443129"] {
+                assert!(!redacted.contains(part), "{part} in {redacted}");
+            }
+            assert!(redacted.contains(WITHHELD), "{redacted}");
+            assert!(redacted.contains("- at '/password': "), "{redacted}");
+            assert!(redacted.contains("- at '/replicaCount': "), "{redacted}");
+        }
+        // What quotes nothing of the value stays Helm's word for word.
+        let schema = br#"{"$schema": "http://json-schema.org/draft-07/schema#",
+            "required": ["missing"], "properties": {"replicaCount": {"type": "integer"}}}"#;
+        assert_eq!(
+            validate_single_as(&values, schema, true),
+            validate_single(&values, schema)
+        );
+        let e = validate_single_as(&values, schema, true).expect_err("fails");
+        assert!(e.contains("got string, want integer"), "{e}");
+        assert!(e.contains("missing property 'missing'"), "{e}");
     }
 
     #[test]

@@ -7,22 +7,38 @@
 //! - `address`: the target's API server (required for `generic`; `host[:port]` means
 //!   `https://`, only `https` is accepted, the port defaults to 443);
 //! - `ca.crt`: the PEM CA of the API server (optional: the system roots otherwise);
-//! - `audiences`: the token's audiences, one per line (default: the `address` as written);
+//! - `audiences`: Flux's token audiences; the hub fixes the audience itself (below), so
+//!   this key, when set, must name exactly the canonical address;
 //! - `serviceAccountName`: the ServiceAccount, in the HelmRelease's namespace, whose token is
-//!   used (default: the hub's own ServiceAccount, read from its pod's token);
+//!   used (required: the hub never falls back to its own ServiceAccount);
 //! - `cluster`: the cloud cluster resource (cloud providers only).
 //!
 //! The hub serves `generic` (Flux's workload identity federation between Kubernetes
 //! clusters: the target trusts the issuer of the hub cluster's ServiceAccount tokens): it
-//! asks the hub's cluster for a token of the ServiceAccount (`TokenRequest`, the audiences
-//! above, one hour), gives the push agent of the target a client that sends it as a bearer
-//! token, and renews it before it expires. The cloud providers exchange that token with the
+//! asks the hub's cluster for a token of the ServiceAccount (`TokenRequest`, one hour),
+//! gives the push agent of the target a client that sends it as a bearer token, and renews
+//! it before it expires.
+//!
+//! **The audience is the destination.** The token's only audience is the target's address
+//! in Flux's canonical form, `https://<lower-case host>:<port>` ([`cluster_address`]): the
+//! server the token is sent to. A ConfigMap's author therefore cannot ask for a token valid
+//! somewhere else (the hub's own API server, whose default audience is its issuer) and
+//! send it to an address of their choosing: whoever receives the token can use it only
+//! where that address is an accepted audience. The target must accept that audience (a
+//! structured `AuthenticationConfiguration` JWT authenticator for the hub cluster's issuer
+//! with `audiences: [https://host:port]`, or `--api-audiences` for a cluster trusting its
+//! own issuer).
+//!
+//! **Never the hub's identity.** `serviceAccountName` is required, and a ServiceAccount
+//! that is the hub's own identity (as the hub's cluster reports it: `SelfSubjectReview`)
+//! is refused ([`ProviderError::HubServiceAccount`]): a HelmRelease in the hub's namespace
+//! cannot lend the hub's permissions to a target. The cloud providers exchange that token with the
 //! cloud's identity service (AWS STS, Entra ID, GCP STS), which needs the cloud: they are
 //! refused with a `Ready=False` naming the field ([`ProviderError::CloudProvider`]).
 //!
 //! Unlike Flux, `serviceAccountName` needs no feature gate (Flux's
-//! `ObjectLevelWorkloadIdentity`, off by default): the hub's ClusterRole decides who may
-//! mint tokens. Tokens never reach a log, a status or an Event; the push agent's client
+//! `ObjectLevelWorkloadIdentity`, off by default) and is required (Flux falls back to the
+//! controller's own ServiceAccount): the hub's ClusterRole decides who may mint tokens. Tokens never reach a log, a status or an Event; the push agent's client
 //! reads the current one from a file only the hub's user can read (`token_file`, reread
 //! every minute by the client, as a pod's projected token).
 
@@ -59,10 +75,10 @@ pub struct GenericTarget {
     pub address: String,
     /// The API server's CA (PEM), if given.
     pub ca_pem: Option<String>,
-    /// The token's audiences.
+    /// The token's audiences: the address alone (see the module docs).
     pub audiences: Vec<String>,
-    /// The ServiceAccount in the HelmRelease's namespace, if given.
-    pub service_account: Option<String>,
+    /// The ServiceAccount in the HelmRelease's namespace.
+    pub service_account: String,
 }
 
 /// Why a `spec.kubeConfig.configMapRef` gives no target. `Display` is the `Ready=False`
@@ -136,16 +152,50 @@ pub enum ProviderError {
         /// Flux's text.
         reason: String,
     },
-    /// No ServiceAccount to ask a token for.
+    /// No `serviceAccountName`.
     #[error(
-        "no ServiceAccount for the token: the hub does not run in a pod ({POD_TOKEN_FILE}: {reason}); set key 'serviceAccountName' (spec.kubeConfig.configMapRef: ConfigMap '{namespace}/{name}')"
+        "key 'serviceAccountName' is required (spec.kubeConfig.configMapRef: ConfigMap '{namespace}/{name}'): the token is one of a ServiceAccount of namespace {namespace}, never the hub's own"
     )]
     NoServiceAccount {
         /// Namespace of the ConfigMap.
         namespace: String,
         /// Name of the ConfigMap.
         name: String,
-        /// Why the pod's token could not be used.
+    },
+    /// `audiences` names another audience than the target's address.
+    #[error(
+        "key 'audiences' may only name the target's address {address} (spec.kubeConfig.configMapRef: ConfigMap '{namespace}/{name}'): the hub sets the token's audience to the address it sends the token to; remove the key"
+    )]
+    Audience {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+        /// The canonical address.
+        address: String,
+    },
+    /// `serviceAccountName` is the hub's own identity.
+    #[error(
+        "ServiceAccount '{namespace}/{service_account}' is the hub's own (spec.kubeConfig.configMapRef: ConfigMap '{namespace}/{name}', key 'serviceAccountName'): the hub never sends a token of its own identity to a target"
+    )]
+    HubServiceAccount {
+        /// Namespace of the ConfigMap (and the ServiceAccount).
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+        /// The ServiceAccount named.
+        service_account: String,
+    },
+    /// The hub could not learn its own identity (to refuse it).
+    #[error(
+        "the hub could not determine its own identity to refuse it as a token's ServiceAccount: {reason} (spec.kubeConfig.configMapRef: ConfigMap '{namespace}/{name}')"
+    )]
+    HubIdentity {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+        /// The API error.
         reason: String,
     },
     /// The hub's cluster refused the token.
@@ -175,6 +225,9 @@ impl ProviderError {
             Self::MissingAddress { .. } => "missing_address",
             Self::InvalidAddress { .. } => "invalid_address",
             Self::NoServiceAccount { .. } => "no_service_account",
+            Self::Audience { .. } => "audience",
+            Self::HubServiceAccount { .. } => "hub_service_account",
+            Self::HubIdentity { .. } => "hub_identity",
             Self::Token { .. } => "token",
         }
     }
@@ -231,22 +284,69 @@ pub fn parse(
         name: n.clone(),
         reason,
     })?;
-    let mut audiences: Vec<String> = text(AUDIENCES_KEY)
+    let audiences: Vec<String> = text(AUDIENCES_KEY)
         .unwrap_or_default()
         .lines()
         .map(str::trim)
         .filter(|a| !a.is_empty())
         .map(str::to_owned)
         .collect();
-    if audiences.is_empty() {
-        audiences.push(raw);
+    if audiences.iter().any(|a| *a != address) {
+        return Err(ProviderError::Audience {
+            namespace: ns,
+            name: n,
+            address,
+        });
     }
+    let Some(service_account) = text(SERVICE_ACCOUNT_KEY).filter(|s| !s.is_empty()) else {
+        return Err(ProviderError::NoServiceAccount {
+            namespace: ns,
+            name: n,
+        });
+    };
     Ok(GenericTarget {
-        address,
         ca_pem: text(CA_KEY).filter(|c| !c.trim().is_empty()),
-        audiences,
-        service_account: text(SERVICE_ACCOUNT_KEY).filter(|s| !s.is_empty()),
+        audiences: vec![address.clone()],
+        address,
+        service_account,
     })
+}
+
+/// The Kubernetes user name of ServiceAccount `namespace/name`.
+pub fn service_account_user(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// `Err` when `target`'s ServiceAccount (in `namespace`, that of ConfigMap
+/// `namespace/name`) is `hub_user`, the hub's own identity.
+pub fn refuse_hub_identity(
+    namespace: &str,
+    name: &str,
+    target: &GenericTarget,
+    hub_user: &str,
+) -> Result<(), ProviderError> {
+    if service_account_user(namespace, &target.service_account) == hub_user {
+        return Err(ProviderError::HubServiceAccount {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            service_account: target.service_account.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The user name the hub's cluster knows the hub by (`SelfSubjectReview`).
+pub async fn hub_user(hub: &Client) -> Result<String, kube::Error> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(hub.clone());
+    let review = api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await?;
+    Ok(review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .unwrap_or_default())
 }
 
 /// Flux's `ParseClusterAddress`: `https://<lower-case host>:<port>`, `https://` added when
@@ -299,26 +399,15 @@ pub fn token_subject(token: &str) -> Result<(String, String), String> {
     }
 }
 
-/// A token for `target`'s ServiceAccount (`target.service_account` in `namespace`, else the
-/// hub's own), from the hub's cluster; its lifetime.
+/// A token for `target`'s ServiceAccount (in `namespace`), from the hub's cluster; its
+/// lifetime. (ConfigMap `namespace/name` is named in errors.)
 pub async fn mint(
     hub: &Client,
     namespace: &str,
     name: &str,
     target: &GenericTarget,
 ) -> Result<(String, Duration), ProviderError> {
-    let (sa_namespace, sa_name) = match &target.service_account {
-        Some(sa) => (namespace.to_owned(), sa.clone()),
-        None => {
-            let no_sa = |reason: String| ProviderError::NoServiceAccount {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                reason,
-            };
-            let own = std::fs::read_to_string(POD_TOKEN_FILE).map_err(|e| no_sa(e.to_string()))?;
-            token_subject(own.trim()).map_err(no_sa)?
-        }
-    };
+    let (sa_namespace, sa_name) = (namespace.to_owned(), target.service_account.clone());
     let api: Api<ServiceAccount> = Api::namespaced(hub.clone(), &sa_namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -458,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn a_generic_target_has_flux_s_canonical_address_and_audiences_defaulting_to_the_address_as_written()
+    fn a_generic_target_has_flux_s_canonical_address_as_its_only_audience_and_a_required_service_account()
      {
         let t = parse(
             "apps",
@@ -466,29 +555,92 @@ mod tests {
             Some(&data(&[
                 ("provider", "generic"),
                 ("address", "API.Example.com"),
+                ("serviceAccountName", "deployer"),
             ])),
         )
         .expect("a generic target");
         assert_eq!(t.address, "https://api.example.com:443");
-        assert_eq!(t.audiences, vec!["API.Example.com".to_owned()]);
+        assert_eq!(t.audiences, vec!["https://api.example.com:443".to_owned()]);
         assert_eq!(t.ca_pem, None);
-        assert_eq!(t.service_account, None);
+        assert_eq!(t.service_account, "deployer");
         let t = parse(
             "apps",
             "wi",
             Some(&data(&[
                 ("provider", "generic"),
                 ("address", "https://10.0.0.1:6443"),
-                ("audiences", " one\n\n two \n"),
+                ("audiences", " https://10.0.0.1:6443 \n\n"),
                 ("serviceAccountName", "deployer"),
                 ("ca.crt", "PEM"),
             ])),
         )
         .expect("a generic target");
         assert_eq!(t.address, "https://10.0.0.1:6443");
-        assert_eq!(t.audiences, vec!["one".to_owned(), "two".to_owned()]);
-        assert_eq!(t.service_account.as_deref(), Some("deployer"));
+        assert_eq!(t.audiences, vec!["https://10.0.0.1:6443".to_owned()]);
+        assert_eq!(t.service_account, "deployer");
         assert_eq!(t.ca_pem.as_deref(), Some("PEM"));
+    }
+
+    #[test]
+    fn the_audience_is_not_the_config_map_s_choice_and_the_service_account_is_required_and_never_the_hub_s()
+     {
+        let field = "spec.kubeConfig.configMapRef: ConfigMap 'apps/wi'";
+        for audiences in [
+            "https://kubernetes.default.svc.cluster.local",
+            "https://10.0.0.1:6443\nsts.amazonaws.com",
+            "10.0.0.1:6443",
+        ] {
+            assert_eq!(
+                refusal(Some(&[
+                    ("provider", "generic"),
+                    ("address", "10.0.0.1:6443"),
+                    ("audiences", audiences),
+                    ("serviceAccountName", "deployer"),
+                ])),
+                format!(
+                    "key 'audiences' may only name the target's address https://10.0.0.1:6443 ({field}): the hub sets the token's audience to the address it sends the token to; remove the key"
+                ),
+                "{audiences}"
+            );
+        }
+        for sa in [None, Some("")] {
+            let mut pairs = vec![("provider", "generic"), ("address", "10.0.0.1:6443")];
+            if let Some(sa) = sa {
+                pairs.push(("serviceAccountName", sa));
+            }
+            assert_eq!(
+                refusal(Some(&pairs)),
+                format!(
+                    "key 'serviceAccountName' is required ({field}): the token is one of a ServiceAccount of namespace apps, never the hub's own"
+                )
+            );
+        }
+        let t = parse(
+            "apps",
+            "wi",
+            Some(&data(&[
+                ("provider", "generic"),
+                ("address", "10.0.0.1:6443"),
+                ("serviceAccountName", "flotilla-hub"),
+            ])),
+        )
+        .expect("a generic target");
+        assert_eq!(
+            refuse_hub_identity("apps", "wi", &t, "system:serviceaccount:apps:flotilla-hub")
+                .expect_err("the hub's own")
+                .to_string(),
+            format!(
+                "ServiceAccount 'apps/flotilla-hub' is the hub's own ({field}, key 'serviceAccountName'): the hub never sends a token of its own identity to a target"
+            )
+        );
+        for other in [
+            "system:serviceaccount:flotilla-system:flotilla-hub",
+            "system:serviceaccount:apps:flotilla-hub-x",
+            "kubernetes-admin",
+            "",
+        ] {
+            assert_eq!(refuse_hub_identity("apps", "wi", &t, other), Ok(()), "{other}");
+        }
     }
 
     #[test]
