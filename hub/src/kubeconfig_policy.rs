@@ -161,6 +161,8 @@ pub fn load_error(e: &KubeconfigError) -> String {
             format!("{what}-data is missing (a client certificate needs its key, and a key its certificate)")
         }
         LoadDataError::ReadFile(..) => format!("the file of {what} could not be read"),
+        // Variants a newer kube may add.
+        #[allow(unreachable_patterns)]
         _ => format!("{what} could not be loaded"),
     };
     match e {
@@ -194,6 +196,9 @@ pub fn load_error(e: &KubeconfigError) -> String {
         KubeconfigError::ParseCertificates(_) => {
             "certificate-authority-data holds no valid PEM certificate".to_owned()
         }
+        // ReadConfig and FindPath (no file is read here), and what features or a newer kube
+        // add.
+        #[allow(unreachable_patterns)]
         _ => "the kubeconfig could not be loaded".to_owned(),
     }
 }
@@ -393,27 +398,16 @@ users:
 
     #[tokio::test]
     async fn load_errors_keep_the_line_and_column_and_quote_nothing_of_the_secret() {
-        // A YAML error, and a shape error whose kube text quotes the scalar.
-        let cases = [
-            ("clusters: [\n  {name: s3cr3t-marker\n", None),
-            (
-                "apiVersion: v1\nclusters:\n- name: edge\n  cluster: s3cr3t-marker\n",
-                Some("at line 4, column"),
-            ),
-        ];
-        for (text, at) in cases {
+        // A YAML error, and a shape error (a scalar where a map belongs).
+        for text in [
+            "clusters: [\n  {name: s3cr3t-marker\n",
+            "apiVersion: v1\nclusters:\n- name: edge\n  cluster: s3cr3t-marker\n",
+        ] {
             let e = Kubeconfig::from_yaml(text).expect_err("not a kubeconfig");
-            assert!(
-                e.to_string().contains("s3cr3t-marker") || at.is_none(),
-                "kube's own text quotes the document: {e}"
-            );
             let m = load_error(&e);
             assert!(!m.contains("s3cr3t-marker"), "{m}");
             assert!(m.starts_with("not a valid kubeconfig: "), "{m}");
-            assert!(m.contains("at line "), "{m}");
-            if let Some(at) = at {
-                assert!(m.contains(at), "{m}");
-            }
+            assert!(m.contains("at line "), "{m} (kube: {e})");
         }
         // Context errors: kube quotes the names.
         let missing = BASE.replace("current-context: edge", "current-context: s3cr3t-marker");

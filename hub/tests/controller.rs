@@ -387,7 +387,7 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_targe
         flotilla_tests::Cluster::start(flotilla_tests::ClusterOptions::named("hub-push-edge"))
             .await?;
     let hrs = env.helm_releases().await?;
-    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    let kubeconfig = common::inline_kubeconfig(&edge)?;
     let secret = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -1187,6 +1187,122 @@ async fn a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_control
     let mut installed = helm_list(env.kubeconfig())?;
     installed.sort();
     assert_eq!(installed, vec!["calm".to_owned(), "panics".to_owned()]);
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_schema_failure_on_a_value_from_a_secret_quotes_no_part_of_it_in_the_condition_or_the_events()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-schema-secret").await?;
+    let hrs = env.helm_releases().await?;
+    // A chart whose schema refuses the password the Secret gives (the message of the
+    // `pattern` keyword quotes the value in Helm's text).
+    let chart = tempfile::tempdir()?;
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: guarded\nversion: 0.1.0\n",
+    )?;
+    std::fs::write(
+        chart.path().join("values.schema.json"),
+        r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+            "properties": {"auth": {"type": "object", "properties": {
+              "password": {"type": "string", "pattern": "^[a-z]{4}$"},
+              "port": {"type": "integer", "maximum": 65535}}}}}"#,
+    )?;
+    std::fs::create_dir(chart.path().join("templates"))?;
+    std::fs::write(
+        chart.path().join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: guarded\ndata: {}\n",
+    )?;
+    env.repo.publish_version(chart.path(), "0.1.0")?;
+    let password = "Hunter2-s3cr3t-Pa55";
+    env.kubectl_apply(
+        &serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "guarded-auth", "namespace": "default"},
+            "stringData": {"password": password, "port": "7654321"},
+        })
+        .to_string(),
+    )?;
+    env.kubectl_apply(&format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: guarded
+  namespace: default
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: guarded
+  namespace: default
+spec:
+  interval: 10m
+  chart:
+    spec:
+      chart: guarded
+      sourceRef:
+        kind: HelmRepository
+        name: guarded
+  install:
+    remediation:
+      retries: 1
+  valuesFrom:
+  - kind: Secret
+    name: guarded-auth
+    valuesKey: password
+    targetPath: auth.password
+  - kind: Secret
+    name: guarded-auth
+    valuesKey: port
+    targetPath: auth.port
+"#,
+        url = env.repo.url()
+    ))?;
+    let c = ready_condition(&hrs, "guarded", "the schema failure", |c| {
+        c.status == ConditionStatus::False
+            && c.message.contains("values don't meet the specifications")
+    })
+    .await?;
+    assert!(c.message.contains("- at '/auth/password': "), "{}", c.message);
+    assert!(
+        c.message.contains(flotilla_chart::schema::WITHHELD),
+        "{}",
+        c.message
+    );
+    let events = wait::until("the failure's Event", TIMEOUT, || async {
+        let events = kubectl_in(
+            env.kubeconfig(),
+            &[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.name=guarded,involvedObject.kind=HelmRelease",
+                "-o",
+                "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+            ],
+            None,
+        )?;
+        Ok(events
+            .contains("values don't meet the specifications")
+            .then_some(events))
+    })
+    .await?;
+    let hr = hrs.get("guarded").await?;
+    let status = serde_json::to_string(&hr.status)?;
+    for part in ["s3cr3t", "Hunter2", "Pa55", "7654321", "7,654,321"] {
+        assert!(!c.message.contains(part), "{part} in {}", c.message);
+        assert!(!events.contains(part), "{part} in {events}");
+        assert!(!status.contains(part), "{part} in {status}");
+    }
 
     env.stop().await;
     Ok(())

@@ -17,12 +17,15 @@ use flotilla_tests::{Cluster, ClusterOptions, wait};
 use kube::ResourceExt as _;
 use kube::api::DeleteParams;
 
-use common::{Env, TIMEOUT, helm_list, podinfo_release, podinfo_replicas, ready, ready_condition};
+use common::{
+    Env, TIMEOUT, helm_list, inline_kubeconfig, podinfo_release, podinfo_replicas, ready,
+    ready_condition,
+};
 
 /// The kubeconfig Secret Cluster API writes for Cluster `name` (type, label and key `value`
 /// as its kubeconfig controller writes them), holding the kubeconfig of `edge`.
 fn capi_kubeconfig_secret(name: &str, edge: &Cluster) -> anyhow::Result<String> {
-    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    let kubeconfig = inline_kubeconfig(edge)?;
     Ok(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -201,7 +204,7 @@ async fn service_account_name_is_impersonated_in_the_push_target_forbidden_witho
     let (env, edge) = (env?, edge?);
     let hrs = env.helm_releases().await?;
     let url = env.repo.url();
-    let kubeconfig = std::fs::read_to_string(edge.kubeconfig())?;
+    let kubeconfig = inline_kubeconfig(&edge)?;
     env.kubectl_apply(
         &serde_json::json!({
             "apiVersion": "v1",
@@ -270,8 +273,8 @@ async fn service_account_name_is_impersonated_in_the_push_target_forbidden_witho
 }
 
 /// A `spec.kubeConfig.configMapRef` ConfigMap of provider `generic` for `cluster`: its
-/// API server and CA, the audience its API server accepts (its ServiceAccount issuer), and
-/// `extra` keys.
+/// API server and CA, and `extra` keys. (The token's audience is the API server's address,
+/// which the test clusters accept: `--api-audiences`.)
 fn generic_provider(cluster: &Cluster, extra: &[(&str, &str)]) -> anyhow::Result<String> {
     let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
     let ca_file = kubeconfig
@@ -284,7 +287,6 @@ fn generic_provider(cluster: &Cluster, extra: &[(&str, &str)]) -> anyhow::Result
         "provider": "generic",
         "address": cluster.server(),
         "ca.crt": std::fs::read_to_string(ca_file)?,
-        "audiences": "https://kubernetes.default.svc.cluster.local",
     });
     for (k, v) in extra {
         data[*k] = serde_json::Value::from(*v);
@@ -304,7 +306,7 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
     // The target is the hub's own cluster reached through its address with a token: the
     // cluster trusts its own ServiceAccount issuer, as a target federated with the hub's
     // cluster would.
-    let env = Env::start("hub-wi").await?;
+    let mut env = Env::start("hub-wi").await?;
     let hrs = env.helm_releases().await?;
     let release = |replicas: u32| {
         podinfo_release(
@@ -316,21 +318,39 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
         )
     };
 
-    // Without serviceAccountName the token would be the hub's pod's; the hub runs outside
-    // a pod here.
+    // Without serviceAccountName: refused (the hub never falls back to its own identity).
     env.kubectl_apply(&generic_provider(&env.cluster, &[])?)?;
     env.kubectl_apply(&release(1))?;
     let c = ready_condition(&hrs, "podinfo-wi", "no ServiceAccount", |c| {
         c.status == ConditionStatus::False && c.reason == "RESTClientError"
     })
     .await?;
-    assert!(
-        c.message
-            .starts_with("no ServiceAccount for the token: the hub does not run in a pod")
-            && c.message.contains("key 'serviceAccountName'"),
-        "{}",
-        c.message
+    assert_eq!(
+        c.message,
+        "key 'serviceAccountName' is required (spec.kubeConfig.configMapRef: ConfigMap 'default/workload-identity'): the token is one of a ServiceAccount of namespace default, never the hub's own"
     );
+
+    // The audience is not the ConfigMap's choice: one the hub's own API server accepts (its
+    // issuer) would make a token for the hub's cluster, sent to the ConfigMap's address.
+    env.kubectl_apply(&generic_provider(
+        &env.cluster,
+        &[
+            ("serviceAccountName", "deployer"),
+            ("audiences", "https://kubernetes.default.svc.cluster.local"),
+        ],
+    )?)?;
+    let c = ready_condition(&hrs, "podinfo-wi", "the audience refused", |c| {
+        c.status == ConditionStatus::False && c.message.contains("key 'audiences'")
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        format!(
+            "key 'audiences' may only name the target's address {} (spec.kubeConfig.configMapRef: ConfigMap 'default/workload-identity'): the hub sets the token's audience to the address it sends the token to; remove the key",
+            env.cluster.server()
+        )
+    );
+    assert!(helm_list(env.kubeconfig())?.is_empty());
 
     // A ServiceAccount with no permission: the target answers Forbidden for it, so the
     // agent's client carries its token (not the hub's credentials).
@@ -374,6 +394,298 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
         Ok((replicas == "2").then_some(()))
     })
     .await?;
+
+    // The hub's own identity is never lent to a target: a hub running as ServiceAccount
+    // default/flotilla-hub refuses a ConfigMap naming it.
+    kubectl_in(
+        env.kubeconfig(),
+        &["create", "serviceaccount", "flotilla-hub", "-n", "default"],
+        None,
+    )?;
+    kubectl_in(
+        env.kubeconfig(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "flotilla-hub-admin",
+            "--clusterrole=cluster-admin",
+            "--serviceaccount=default:flotilla-hub",
+        ],
+        None,
+    )?;
+    let token = kubectl_in(
+        env.kubeconfig(),
+        &["create", "token", "flotilla-hub", "-n", "default", "--duration=1h"],
+        None,
+    )?;
+    let mut as_hub: serde_json::Value =
+        serde_json::from_str(&inline_kubeconfig(&env.cluster)?)?;
+    as_hub["users"][0]["user"] = serde_json::json!({"token": token.trim()});
+    let dir = tempfile::tempdir()?;
+    let hub_kubeconfig = dir.path().join("hub-as-service-account.kubeconfig");
+    std::fs::write(&hub_kubeconfig, as_hub.to_string())?;
+    env.kubectl_apply(&generic_provider(
+        &env.cluster,
+        &[("serviceAccountName", "flotilla-hub")],
+    )?)?;
+    if let Some(hub) = env.hub.take() {
+        hub.stop().await;
+    }
+    let mut config = common::hub_config(&env.cluster, env.artifacts.path());
+    config.kubeconfig = Some(hub_kubeconfig);
+    env.hub = Some(flotilla_hub::run::Hub::start(config).await?);
+    let c = ready_condition(&hrs, "podinfo-wi", "the hub's own ServiceAccount refused", |c| {
+        c.status == ConditionStatus::False && c.message.contains("the hub's own")
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "ServiceAccount 'default/flotilla-hub' is the hub's own (spec.kubeConfig.configMapRef: ConfigMap 'default/workload-identity', key 'serviceAccountName'): the hub never sends a token of its own identity to a target"
+    );
+
+    env.stop().await;
+    Ok(())
+}
+
+/// A plain TCP server on 127.0.0.1 that records every byte it is sent (request lines and
+/// headers) and answers 404: where a kubeconfig Secret would make the hub send its
+/// requests.
+struct Recorder {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    async fn start() -> anyhow::Result<Recorder> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, n) = (seen.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    let read = tokio::time::timeout(
+                        std::time::Duration::from_secs(5),
+                        stream.read(&mut buf),
+                    )
+                    .await;
+                    if let Ok(Ok(len)) = read {
+                        s.lock().expect("the recorder's lock").extend_from_slice(&buf[..len]);
+                    }
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                });
+            }
+        });
+        Ok(Recorder {
+            port,
+            seen,
+            connections,
+            task,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn seen(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().expect("the recorder's lock")).into_owned()
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A kubeconfig Secret `name` in `default` whose one user is `user`, for `server`.
+fn kubeconfig_secret(name: &str, server: &str, user: serde_json::Value) -> String {
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": {"server": server}}],
+        "users": [{"name": "tenant", "user": user}],
+        "contexts": [{"name": "target", "context": {"cluster": "target", "user": "tenant"}}],
+        "current-context": "target",
+    });
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "default"},
+        "stringData": {"value": kubeconfig.to_string()},
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_kubeconfig_secret_makes_the_hub_neither_send_a_file_of_its_host_nor_run_a_command()
+-> anyhow::Result<()> {
+    let env = Env::start("hub-kc-policy").await?;
+    let hrs = env.helm_releases().await?;
+    let url = env.repo.url();
+    let recorder = Recorder::start().await?;
+    let dir = tempfile::tempdir()?;
+    let token = format!("stolen-hub-token-{}", std::process::id());
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token)?;
+    let marker = dir.path().join("the-exec-plugin-ran");
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+
+    // The attack of issue 29: the hub's file sent as a bearer token to the Secret's server;
+    // a command run by the hub.
+    env.kubectl_apply(&kubeconfig_secret(
+        "kc-token",
+        &recorder.url(),
+        serde_json::json!({"tokenFile": path(&token_file)}),
+    ))?;
+    env.kubectl_apply(&kubeconfig_secret(
+        "kc-exec",
+        &recorder.url(),
+        serde_json::json!({"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "/usr/bin/touch",
+            "args": [path(&marker)],
+            "interactiveMode": "Never",
+        }}),
+    ))?;
+    for (release, secret) in [("podinfo-token", "kc-token"), ("podinfo-exec", "kc-exec")] {
+        env.kubectl_apply(&podinfo_release(
+            &url,
+            release,
+            &format!("  releaseName: {release}\n  kubeConfig:\n    secretRef:\n      name: {secret}"),
+        ))?;
+    }
+    let refused = |field: &'static str| {
+        move |c: &flotilla_core::meta::Condition| {
+            c.status == ConditionStatus::False && c.message.contains(field)
+        }
+    };
+    let c = ready_condition(&hrs, "podinfo-token", "tokenFile refused", refused("tokenFile")).await?;
+    assert_eq!(
+        c.message,
+        "kubeConfig Secret default/kc-token key \"value\": users[0].user.tokenFile is not allowed: the hub reads no file of its own host for a kubeconfig unless started with --insecure-kubeconfig-files; put the content in token"
+    );
+    let c = ready_condition(&hrs, "podinfo-exec", "exec refused", refused("exec")).await?;
+    assert_eq!(
+        c.message,
+        "kubeConfig Secret default/kc-exec key \"value\": users[0].user.exec is not allowed: the hub runs no command from a kubeconfig unless started with --insecure-kubeconfig-exec"
+    );
+
+    // Several requeues (every 2 s in these tests) later: nothing ran, nothing was sent.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert!(!marker.exists(), "the exec plugin's command ran in the hub");
+    let seen = recorder.seen();
+    assert!(!seen.contains(&token), "the hub sent its file's content: {seen}");
+    assert_eq!(recorder.connections(), 0, "the hub reached the Secret's server: {seen}");
+    for release in ["podinfo-token", "podinfo-exec"] {
+        let hr = hrs.get(release).await?;
+        let text = serde_json::to_string(&hr.status)?;
+        for secret in [token.as_str(), &path(&token_file), &path(&marker), "/usr/bin/touch"] {
+            assert!(!text.contains(secret), "the status quotes the Secret: {text}");
+        }
+    }
+
+    // What is allowed (an inline token) reaches the Secret's server; a server that is no
+    // API server (a 404 without a Status) reads as a sentence (issue 35), not a Debug dump.
+    let answering = Recorder::start().await?;
+    env.kubectl_apply(&kubeconfig_secret(
+        "kc-404",
+        &answering.url(),
+        serde_json::json!({"token": "the-tenant-s-own-token"}),
+    ))?;
+    env.kubectl_apply(&podinfo_release(
+        &url,
+        "podinfo-404",
+        "  releaseName: podinfo-404\n  kubeConfig:\n    secretRef:\n      name: kc-404",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo-404", "the 404 in a sentence", |c| {
+        c.status == ConditionStatus::False && c.message.contains("HTTP 404")
+    })
+    .await?;
+    assert!(
+        c.message
+            .starts_with("starting the in-process agent of kubeConfig Secret default/kc-404: ")
+            && c.message.ends_with(
+                "Namespace flotilla-system: the server's answer is not a Kubernetes API response (is it a Kubernetes API server?) (HTTP 404)"
+            ),
+        "{}",
+        c.message
+    );
+    for debug in ["Status {", "Some(", "None", "ApiError"] {
+        assert!(!c.message.contains(debug), "{}", c.message);
+    }
+    assert!(
+        answering
+            .seen()
+            .to_ascii_lowercase()
+            .contains("authorization: bearer the-tenant-s-own-token"),
+        "{}",
+        answering.seen()
+    );
+
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn insecure_skip_tls_verify_is_refused_by_default_and_served_with_insecure_kubeconfig_tls()
+-> anyhow::Result<()> {
+    let (env, edge) = tokio::join!(
+        Env::start("hub-kc-tls"),
+        Cluster::start(ClusterOptions::named("hub-kc-tls-edge"))
+    );
+    let (mut env, edge) = (env?, edge?);
+    let hrs = env.helm_releases().await?;
+    let mut kubeconfig: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
+    let cluster = &mut kubeconfig["clusters"][0]["cluster"];
+    cluster
+        .as_object_mut()
+        .ok_or_else(|| anyhow::anyhow!("no cluster in the edge's kubeconfig"))?
+        .remove("certificate-authority-data");
+    cluster["insecure-skip-tls-verify"] = serde_json::Value::Bool(true);
+    env.kubectl_apply(
+        &serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "edge-insecure", "namespace": "default"},
+            "stringData": {"value": kubeconfig.to_string()},
+        })
+        .to_string(),
+    )?;
+    env.kubectl_apply(&podinfo_release(
+        &env.repo.url(),
+        "podinfo-insecure",
+        "  releaseName: podinfo\n  kubeConfig:\n    secretRef:\n      name: edge-insecure",
+    ))?;
+    let c = ready_condition(&hrs, "podinfo-insecure", "insecure TLS refused", |c| {
+        c.status == ConditionStatus::False && c.message.contains("insecure-skip-tls-verify")
+    })
+    .await?;
+    assert_eq!(
+        c.message,
+        "kubeConfig Secret default/edge-insecure key \"value\": clusters[0].cluster.insecure-skip-tls-verify is not allowed: the hub verifies the API server's certificate unless started with --insecure-kubeconfig-tls; give the CA in certificate-authority-data"
+    );
+    assert!(helm_list(edge.kubeconfig())?.is_empty());
+
+    // The operator opts in: the same Secret is served.
+    env.configure = |c| c.kubeconfig_policy.allow_insecure_tls = true;
+    env.restart_hub().await?;
+    ready(&hrs, "podinfo-insecure").await?;
+    assert_eq!(helm_list(edge.kubeconfig())?, vec!["podinfo".to_owned()]);
 
     env.stop().await;
     Ok(())

@@ -227,6 +227,11 @@ impl Cluster {
                 format!("--tls-private-key-file={}", pki.serving_key.display()),
                 format!("--client-ca-file={}", pki.ca_cert.display()),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                // The issuer (the default), and the server's own address: the audience of
+                // the hub's workload identity tokens for a target (its address).
+                format!(
+                    "--api-audiences=https://kubernetes.default.svc.cluster.local,https://127.0.0.1:{apiserver}"
+                ),
                 format!("--service-account-key-file={}", pki.sa_pub.display()),
                 format!(
                     "--service-account-signing-key-file={}",
