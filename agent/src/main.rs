@@ -4,9 +4,10 @@
 //!   (`flotilla_agent::cmd::apply`).
 //! - `flotilla-agent run [--kubeconfig K] [--namespace NS]`: the long-lived agent
 //!   (`flotilla_agent::cmd::run`), with its hub session when it has joined one.
-//! - `flotilla-agent join --hub URL --token T --ca-hash H --cluster-name N`: joins a hub
-//!   (`flotilla_agent::session::join`), then runs as `run` does; an agent that has already
-//!   joined that hub skips registering.
+//! - `flotilla-agent join --hub URL --ca-hash H --cluster-name N`: joins a hub
+//!   (`flotilla_agent::session::join`) with the bootstrap token of `$FLOTILLA_BOOTSTRAP_TOKEN`
+//!   or `--token-file` (never a command-line argument: `ps` shows those), then runs as `run`
+//!   does; an agent that has already joined that hub skips registering and needs no token.
 //!
 //! Logs go to stderr: `RUST_LOG` filters them (default: `info` for Flotilla, `warn` for the
 //! rest), `--log-format json` writes one JSON object per line. Colours only on a terminal.
@@ -101,9 +102,10 @@ enum Command {
         /// The hub's URL: https://host:port.
         #[arg(long)]
         hub: String,
-        /// The bootstrap token printed by `flotilla token create` (or $FLOTILLA_TOKEN).
-        #[arg(long, env = "FLOTILLA_TOKEN", hide_env_values = true)]
-        token: String,
+        /// A file holding the bootstrap token `flotilla token create` printed (else
+        /// $FLOTILLA_BOOTSTRAP_TOKEN; neither is needed once the agent has joined).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
         /// The hub's CA pin, sha256:<hex> (as kubeadm's --discovery-token-ca-cert-hash).
         #[arg(long)]
         ca_hash: String,
@@ -170,6 +172,20 @@ fn error_chain(e: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
+}
+
+/// The bootstrap token of `--token-file` or `$FLOTILLA_BOOTSTRAP_TOKEN` (trimmed); `None`
+/// when neither is given. Never printed.
+fn bootstrap_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let text = match file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("--token-file {}: cannot read it: {e}", path.display())
+        })?),
+        None => std::env::var(session::TOKEN_ENV).ok(),
+    };
+    Ok(text
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty()))
 }
 
 async fn run(command: Command) -> anyhow::Result<Vec<String>> {
@@ -249,7 +265,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
         }
         Command::Join {
             hub,
-            token,
+            token_file,
             ca_hash,
             cluster_name,
             poll_interval,
@@ -259,7 +275,7 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
             let client = ctx.cluster.client().clone();
             let join = session::JoinOptions {
                 hub: session::HubAddress::parse(&hub)?,
-                token,
+                token: bootstrap_token(token_file.as_deref())?,
                 ca_pin: session::CaPin::parse(&ca_hash)?,
                 cluster_name,
                 namespace: namespace.clone(),

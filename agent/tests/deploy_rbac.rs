@@ -199,7 +199,7 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
             &tokens::TokenOptions {
                 uses: Some(1),
                 auto_accept: true,
-                ..Default::default()
+                ..tokens::TokenOptions::new(tokens::TokenScope::Cluster("edge".into()))
             },
         )
         .await?
@@ -252,14 +252,18 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
     // Join, install, upgrade, uninstall.
     let cache = dir.path().join("charts");
     let token = new_token().await?;
+    // The token in a file, not on the command line.
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token)?;
+    let token_file = token_file.to_str().expect("a UTF-8 path").to_owned();
     let join = [
         "join",
         "--namespace",
         NAMESPACE,
         "--hub",
         &hub_url,
-        "--token",
-        &token,
+        "--token-file",
+        &token_file,
         "--ca-hash",
         &pin,
         "--cluster-name",
@@ -367,8 +371,7 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
         .delete("flotilla-agent-identity", &Default::default())
         .await?;
     let token = new_token().await?;
-    let mut join = join;
-    join[6] = &token;
+    std::fs::write(dir.path().join("token"), &token)?;
     let (mut child, logs) = agent(&sa_kubeconfig, &cache, &join)?;
     let exit = tokio::time::timeout(Duration::from_secs(60), async {
         loop {

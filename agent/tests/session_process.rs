@@ -165,7 +165,7 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         &tokens::TokenOptions {
             uses: Some(1),
             auto_accept: true,
-            ..Default::default()
+            ..tokens::TokenOptions::new(tokens::TokenScope::Cluster("edge".into()))
         },
     )
     .await?
@@ -174,6 +174,10 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     let hub_url = format!("https://127.0.0.1:{}", hub.local_addr().port());
     let pin = hub.ca().pin().to_string();
     let kubeconfig = work_cluster.kubeconfig().to_owned();
+    // The token in a file, not on the command line.
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token)?;
+    let token_file = token_file.to_str().expect("a UTF-8 path").to_owned();
     let (mut child, join_logs) = agent(
         &kubeconfig,
         &cache,
@@ -183,8 +187,8 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
             "default",
             "--hub",
             &hub_url,
-            "--token",
-            &token,
+            "--token-file",
+            &token_file,
             "--ca-hash",
             &pin,
             "--cluster-name",

@@ -43,6 +43,29 @@ pub struct ManagedClusterSpec {
     /// once this is true. Setting it back to false stops delivery to the cluster.
     #[serde(default)]
     pub accepted: bool,
+    /// A key an administrator approved (`flotilla cluster approve`), `sha256:<hex>` of its
+    /// SubjectPublicKeyInfo: an agent registering with it gets a certificate although the
+    /// cluster's certificates are for another key (a reinstalled agent, a lost identity
+    /// Secret). Without it, only the key of the cluster's newest certificate (or, before
+    /// any, the key that created the object) registers again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_key_fingerprint: Option<String>,
+    /// Serials (lower-case hex) of revoked client certificates (`flotilla cluster revoke
+    /// --serial`): refused at once, their sessions ended; the cluster stays accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked_serials: Vec<String>,
+    /// Revoked keys (`flotilla cluster revoke --fingerprint`): every certificate of these
+    /// keys is refused, and no new one is issued for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked_key_fingerprints: Vec<String>,
+}
+
+/// Annotations the hub sets on a ManagedCluster it creates.
+pub mod annotation {
+    /// The id of the bootstrap token that created the object.
+    pub const BOOTSTRAP_TOKEN_ID: &str = "fleet.flotilla.dev/bootstrap-token-id";
+    /// The fingerprint of the key of the registration that created the object.
+    pub const BOOTSTRAP_KEY_FINGERPRINT: &str = "fleet.flotilla.dev/bootstrap-key-fingerprint";
 }
 
 /// The hub's view of a workload cluster and its agent.
@@ -79,6 +102,13 @@ pub struct ManagedClusterStatus {
     /// When the agent's client certificate expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expiry: Option<Timestamp>,
+    /// The newest client certificate the hub issued to the cluster: the only one `Renew`
+    /// accepts, and the key that may register again without approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificateRecord>,
+    /// A registration waiting for an administrator: acceptance, or approval of its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_registration: Option<PendingRegistration>,
     /// How many release plans the agent holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
@@ -87,6 +117,35 @@ pub struct ManagedClusterStatus {
 
 fn is_zero(v: &i64) -> bool {
     *v == 0
+}
+
+/// A client certificate the hub issued.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateRecord {
+    /// Its serial, lower-case hex.
+    pub serial: String,
+    /// Its key: `sha256:<hex>` of the SubjectPublicKeyInfo.
+    pub key_fingerprint: String,
+    /// When it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<Timestamp>,
+}
+
+/// A registration the hub answered "pending".
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRegistration {
+    /// The key it asks a certificate for: what `flotilla cluster approve` approves.
+    pub key_fingerprint: String,
+    /// The bootstrap token it presented (the id only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+    /// `NotAccepted` or `KeyNotApproved`.
+    pub reason: String,
+    /// When it last asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_request_time: Option<Timestamp>,
 }
 
 /// The state of an agent's session with the hub.

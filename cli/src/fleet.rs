@@ -1,5 +1,5 @@
 //! The fleet subcommands: `get`, `reconcile`, `suspend`, `resume`, `debug`, `token create`
-//! and `cluster accept`, talking to the hub's management cluster as the flux CLI talks to
+//! and `cluster accept|unaccept|approve|revoke`, talking to the hub's management cluster as the flux CLI talks to
 //! Flux.
 //!
 //! Output follows the flux CLI: tables with upper-case headers, `►` for what is being done,
@@ -48,7 +48,23 @@ pub enum Get {
     Sources(GetSources),
     /// ManagedClusters: the agents' clusters, accepted or not.
     #[command(name = "clusters", alias = "cluster")]
-    Clusters,
+    Clusters(ClusterList),
+}
+
+/// `flotilla get clusters [-o wide]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClusterList {
+    /// `wide`: also the newest certificate's serial and key, and a registration waiting
+    /// for acceptance or for its key's approval (what `cluster approve` approves).
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<ClusterOutput>,
+}
+
+/// The forms of `get clusters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClusterOutput {
+    /// More columns.
+    Wide,
 }
 
 /// `flotilla get sources ...`
@@ -150,8 +166,9 @@ pub enum Token {
     Create(TokenCreate),
 }
 
-/// `flotilla token create`.
+/// `flotilla token create`: `--cluster-name NAME` or `--any-cluster`, one of them.
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["cluster_name", "any_cluster"])))]
 pub struct TokenCreate {
     /// The hub's gRPC address as agents reach it (`https://host:port`).
     #[arg(long)]
@@ -168,6 +185,10 @@ pub struct TokenCreate {
     /// The only cluster name it may register (and the name in the printed command).
     #[arg(long)]
     pub cluster_name: Option<String>,
+    /// Any cluster name instead: one token for many new clusters (a fleet joining at
+    /// once). It cannot register an existing cluster it did not create.
+    #[arg(long)]
+    pub any_cluster: bool,
     /// The hub's namespace (its CA Secret and tokens live there).
     #[arg(long, default_value = "flotilla-system")]
     pub hub_namespace: String,
@@ -188,6 +209,29 @@ pub enum ClusterCmd {
     Unaccept {
         /// The ManagedCluster.
         name: String,
+    },
+    /// Approves a new key for a ManagedCluster (a reinstalled agent): its agent's next
+    /// registration gets a certificate. The key shown by `get clusters -o wide`; check it
+    /// against the agent's log before approving.
+    Approve {
+        /// The ManagedCluster.
+        name: String,
+        /// The key, sha256:<hex> (default: the pending registration's).
+        #[arg(long)]
+        fingerprint: Option<String>,
+    },
+    /// Revokes a certificate of a ManagedCluster, by serial, or every certificate of a key
+    /// by its fingerprint; the cluster stays accepted, the session using it ends.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["serial", "fingerprint"])))]
+    Revoke {
+        /// The ManagedCluster.
+        name: String,
+        /// The certificate's serial (hex, as `get clusters -o wide` shows it).
+        #[arg(long)]
+        serial: Option<String>,
+        /// The key's fingerprint, sha256:<hex>.
+        #[arg(long)]
+        fingerprint: Option<String>,
     },
 }
 
@@ -280,7 +324,7 @@ async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> 
         FleetCommand::Get(Get::Sources(GetSources::Helm(scope))) => {
             get_helm_repositories(client, &scope, out).await
         }
-        FleetCommand::Get(Get::Clusters) => get_clusters(client, out).await,
+        FleetCommand::Get(Get::Clusters(list)) => get_clusters(client, &list, out).await,
         FleetCommand::Reconcile(args) => reconcile(client, &args, out).await,
         FleetCommand::Suspend(named) => set_suspended(client, &named, true, out).await,
         FleetCommand::Resume(named) => {
@@ -304,6 +348,14 @@ async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> 
         FleetCommand::Cluster(ClusterCmd::Unaccept { name }) => {
             accept(client, &name, false, out).await
         }
+        FleetCommand::Cluster(ClusterCmd::Approve { name, fingerprint }) => {
+            approve(client, &name, fingerprint.as_deref(), out).await
+        }
+        FleetCommand::Cluster(ClusterCmd::Revoke {
+            name,
+            serial,
+            fingerprint,
+        }) => revoke(client, &name, serial.as_deref(), fingerprint.as_deref(), out).await,
     }
 }
 
@@ -544,7 +596,12 @@ async fn get_helm_repositories(
     table(out, &header, &rows)
 }
 
-async fn get_clusters(client: Client, out: &mut dyn Write) -> Result<(), Failed> {
+async fn get_clusters(
+    client: Client,
+    list_args: &ClusterList,
+    out: &mut dyn Write,
+) -> Result<(), Failed> {
+    let wide = list_args.output == Some(ClusterOutput::Wide);
     let api: Api<ManagedCluster> = Api::all(client);
     let list = api.list(&ListParams::default()).await?;
     if list.items.is_empty() {
@@ -564,7 +621,7 @@ async fn get_clusters(client: Client, out: &mut dyn Write) -> Result<(), Failed>
                 .unwrap_or_else(|| "Unknown".to_owned())
         };
         let available = condition(&status, "Available");
-        rows.push(vec![
+        let mut row = vec![
             cluster.name_any(),
             cluster.spec.accepted.to_string(),
             cond("Joined"),
@@ -573,21 +630,30 @@ async fn get_clusters(client: Client, out: &mut dyn Write) -> Result<(), Failed>
                 .get("plansHeld")
                 .map(|v| v.to_string())
                 .unwrap_or_default(),
-            field(available, "message").to_owned(),
-        ]);
+        ];
+        if wide {
+            let typed = cluster.status.as_ref();
+            let certificate = typed.and_then(|s| s.certificate.as_ref());
+            let pending = typed.and_then(|s| s.pending_registration.as_ref());
+            row.extend([
+                certificate.map(|c| c.serial.clone()).unwrap_or_default(),
+                certificate
+                    .map(|c| c.key_fingerprint.clone())
+                    .unwrap_or_default(),
+                pending
+                    .map(|p| format!("{} ({})", p.key_fingerprint, p.reason))
+                    .unwrap_or_default(),
+            ]);
+        }
+        row.push(field(available, "message").to_owned());
+        rows.push(row);
     }
-    table(
-        out,
-        &[
-            "NAME",
-            "ACCEPTED",
-            "JOINED",
-            "AVAILABLE",
-            "PLANS",
-            "MESSAGE",
-        ],
-        &rows,
-    )
+    let mut header = vec!["NAME", "ACCEPTED", "JOINED", "AVAILABLE", "PLANS"];
+    if wide {
+        header.extend(["SERIAL", "KEY", "PENDING KEY"]);
+    }
+    header.push("MESSAGE");
+    table(out, &header, &rows)
 }
 
 async fn reconcile(
@@ -889,11 +955,25 @@ async fn token_create(
         ))
     })?;
     let pin = pki::CaPin::of_certificate(&der)?;
+    let scope = match (&args.cluster_name, args.any_cluster) {
+        (Some(name), false) => {
+            flotilla_core::ids::ClusterId::new(name.clone())
+                .map_err(|e| Failed(format!("--cluster-name {name:?}: {e}")))?;
+            tokens::TokenScope::Cluster(name.clone())
+        }
+        (None, true) => tokens::TokenScope::AnyCluster,
+        _ => {
+            return Err(Failed(
+                "give --cluster-name NAME (the token registers that cluster only) or --any-cluster (any name: many new clusters at once)"
+                    .into(),
+            ));
+        }
+    };
     let options = tokens::TokenOptions {
+        scope,
         ttl: (!args.ttl.is_zero()).then_some(args.ttl),
         uses: (args.uses > 0).then_some(args.uses),
         auto_accept: args.auto_accept,
-        cluster_name: args.cluster_name.clone(),
     };
     let token = tokens::create(client, &args.hub_namespace, &options).await?;
     let cluster = args.cluster_name.as_deref().unwrap_or("<cluster-name>");
@@ -938,6 +1018,126 @@ async fn accept(
         }
     )?;
     Ok(())
+}
+
+fn cluster_error(name: &str, e: kube::Error) -> Failed {
+    match &e {
+        kube::Error::Api(status) if status.code == 404 => {
+            Failed(format!("ManagedCluster {name} not found"))
+        }
+        _ => Failed(format!("ManagedCluster {name}: {e}")),
+    }
+}
+
+async fn approve(
+    client: Client,
+    name: &str,
+    fingerprint: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<(), Failed> {
+    use flotilla_hub::session::pki::KeyFingerprint;
+    let api: Api<ManagedCluster> = Api::all(client);
+    let mc = api.get(name).await.map_err(|e| cluster_error(name, e))?;
+    let pending = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.pending_registration.as_ref());
+    let text = match (fingerprint, pending) {
+        (Some(f), _) => f.to_owned(),
+        (None, Some(p)) => p.key_fingerprint.clone(),
+        (None, None) => {
+            return Err(Failed(format!(
+                "ManagedCluster {name} has no registration waiting for approval: give the key with --fingerprint sha256:<hex>"
+            )));
+        }
+    };
+    let key = KeyFingerprint::parse(&text).map_err(|e| Failed(format!("--fingerprint: {e}")))?;
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"approvedKeyFingerprint": key.as_str()}})),
+    )
+    .await
+    .map_err(|e| cluster_error(name, e))?;
+    writeln!(
+        out,
+        "✔ ManagedCluster {name}: key {key} approved; the agent holding it gets a certificate at its next registration attempt"
+    )?;
+    if let Some(old) = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .filter(|c| c.key_fingerprint != key.as_str())
+    {
+        writeln!(
+            out,
+            "  the certificates of the earlier key stay valid until they expire: flotilla cluster revoke {name} --fingerprint {}",
+            old.key_fingerprint
+        )?;
+    }
+    Ok(())
+}
+
+async fn revoke(
+    client: Client,
+    name: &str,
+    serial: Option<&str>,
+    fingerprint: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<(), Failed> {
+    use flotilla_hub::session::pki;
+    let (field, value, what) = match (serial, fingerprint) {
+        (Some(s), None) => (
+            "revokedSerials",
+            pki::normalize_serial(s).map_err(|e| Failed(format!("--serial: {e}")))?,
+            "certificate",
+        ),
+        (None, Some(f)) => (
+            "revokedKeyFingerprints",
+            pki::KeyFingerprint::parse(f)
+                .map_err(|e| Failed(format!("--fingerprint: {e}")))?
+                .to_string(),
+            "key",
+        ),
+        _ => return Err(Failed("give --serial or --fingerprint, one of them".into())),
+    };
+    let api: Api<ManagedCluster> = Api::all(client);
+    // Read, append, write with the resourceVersion read: a concurrent change is a 409,
+    // read again.
+    for _ in 0..5 {
+        let mc = api.get(name).await.map_err(|e| cluster_error(name, e))?;
+        let spec = serde_json::to_value(&mc.spec).unwrap_or_else(|_| json!({}));
+        let mut list: Vec<String> = spec
+            .get(field)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        if list.contains(&value) {
+            writeln!(out, "✔ ManagedCluster {name}: {what} {value} was already revoked")?;
+            return Ok(());
+        }
+        list.push(value.clone());
+        let patch = json!({
+            "metadata": {"resourceVersion": mc.metadata.resource_version},
+            "spec": {field: list},
+        });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {
+                writeln!(
+                    out,
+                    "✔ ManagedCluster {name}: {what} {value} revoked; a session using it ends, and the cluster stays accepted"
+                )?;
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(cluster_error(name, e)),
+        }
+    }
+    Err(Failed(format!(
+        "ManagedCluster {name} kept changing while revoking; try again"
+    )))
 }
 
 #[cfg(test)]

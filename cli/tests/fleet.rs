@@ -220,12 +220,17 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
         ],
     );
     assert_eq!(code, 0, "{err}");
-    let prefix = "flotilla-agent join --hub https://hub.example:9443 --token ";
+    // The token goes in the agent's environment, never on its command line.
+    let prefix = "FLOTILLA_BOOTSTRAP_TOKEN=";
     assert!(out.starts_with(prefix), "{out}");
     assert!(
-        out.ends_with(&format!(" --ca-hash {} --cluster-name edge-1\n", ca.pin())),
+        out.ends_with(&format!(
+            " flotilla-agent join --hub https://hub.example:9443 --ca-hash {} --cluster-name edge-1\n",
+            ca.pin()
+        )),
         "{out}"
     );
+    assert!(!out.contains("--token"), "{out}");
     let token = out[prefix.len()..].split(' ').next().unwrap_or_default();
     let id = token.split('.').next().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "flotilla-system");
@@ -270,6 +275,61 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
         (1, "✗ ManagedCluster edge-9 not found\n")
     );
     assert_eq!(clusters.list(&ListParams::default()).await?.items.len(), 1);
+
+    // A token names its cluster or says --any-cluster.
+    let (code, _, err) = flotilla(
+        &kubeconfig,
+        &["token", "create", "--hub-url", "https://hub.example:9443"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cluster-name"), "{err}");
+    assert!(err.contains("--any-cluster"), "{err}");
+
+    // approve: the pending registration's key (shown by get clusters -o wide), or the one
+    // given; revoke: a serial or a key, the cluster stays accepted.
+    let key = format!("sha256:{}", "ab".repeat(32));
+    clusters
+        .patch_status(
+            "edge-2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "certificate": {"serial": "1f2e", "keyFingerprint": format!("sha256:{}", "cd".repeat(32))},
+                "pendingRegistration": {"keyFingerprint": key, "reason": "KeyNotApproved"},
+            }})),
+        )
+        .await?;
+    let (_, out, _) = flotilla(&kubeconfig, &["get", "clusters", "-o", "wide"]);
+    let header: Vec<&str> = out.lines().next().unwrap_or_default().split('\t').map(str::trim).collect();
+    assert_eq!(
+        header,
+        ["NAME", "ACCEPTED", "JOINED", "AVAILABLE", "PLANS", "SERIAL", "KEY", "PENDING KEY", "MESSAGE"],
+        "{out}"
+    );
+    assert!(out.contains(&format!("{key} (KeyNotApproved)")), "{out}");
+    assert!(out.contains("1f2e"), "{out}");
+    let (code, out, err) = flotilla(&kubeconfig, &["cluster", "approve", "edge-2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("✔ ManagedCluster edge-2: key {key} approved")), "{out}");
+    assert_eq!(
+        clusters.get("edge-2").await?.spec.approved_key_fingerprint.as_deref(),
+        Some(key.as_str())
+    );
+    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "approve", "edge-2", "--fingerprint", "md5:00"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("✗ --fingerprint: key fingerprint"), "{err}");
+    let (code, out, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--serial", "1F:2E"]);
+    assert_eq!((code, out.as_str()), (0, "✔ ManagedCluster edge-2: certificate 1f2e revoked; a session using it ends, and the cluster stays accepted\n"), "{err}");
+    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--fingerprint", &key]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--serial", "1f2e"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("already revoked"), "{out}");
+    let edge2 = clusters.get("edge-2").await?;
+    assert_eq!(edge2.spec.revoked_serials, ["1f2e"]);
+    assert_eq!(edge2.spec.revoked_key_fingerprints, [key.clone()]);
+    assert!(edge2.spec.accepted);
+    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2"]);
+    assert_eq!(code, 2, "{err}");
 
     hub.stop().await;
     Ok(())

@@ -879,7 +879,7 @@ async fn a_helm_release_created_before_its_managed_cluster_reaches_the_agent_as_
         "flotilla-system",
         &tokens::TokenOptions {
             auto_accept: true,
-            ..Default::default()
+            ..tokens::TokenOptions::new(tokens::TokenScope::Cluster("late".into()))
         },
     )
     .await?
@@ -891,7 +891,7 @@ async fn a_helm_release_created_before_its_managed_cluster_reaches_the_agent_as_
                 "https://127.0.0.1:{}",
                 sessions.local_addr().port()
             ))?,
-            token,
+            token: Some(token),
             ca_pin: agent_session::CaPin::parse(&sessions.ca().pin().to_string())?,
             cluster_name: "late".into(),
             namespace: "default".into(),

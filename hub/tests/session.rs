@@ -145,6 +145,8 @@ fn config(lifetime: Duration) -> SessionConfig {
         heartbeat_interval: Duration::from_secs(1),
         heartbeat_timeout: Duration::from_secs(4),
         status_interval: Duration::from_secs(1),
+        // The expired-token sweep only where a test looks at it.
+        token_sweep_interval: Duration::from_secs(3600),
         ..SessionConfig::default()
     }
 }
@@ -163,11 +165,20 @@ async fn hub_with(
     lifetime: Duration,
     archives: Arc<dyn ChartArchives>,
 ) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+    hub_configured(mgmt, config(lifetime), archives).await
+}
+
+/// A hub with `config`.
+async fn hub_configured(
+    mgmt: &kube::Client,
+    config: SessionConfig,
+    archives: Arc<dyn ChartArchives>,
+) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
     install_managed_cluster_crd(mgmt).await?;
     namespace(mgmt, HUB_NAMESPACE).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let hub = SessionHub::start(mgmt.clone(), config(lifetime), listener, tx, archives).await?;
+    let hub = SessionHub::start(mgmt.clone(), config, listener, tx, archives).await?;
     Ok((hub, rx))
 }
 
@@ -175,7 +186,7 @@ fn join_options(hub: &SessionHub, token: &str, pin: &str, cluster: &str, ns: &st
     JoinOptions {
         hub: HubAddress::parse(&format!("https://127.0.0.1:{}", hub.local_addr().port()))
             .expect("a valid URL"),
-        token: token.to_owned(),
+        token: Some(token.to_owned()),
         ca_pin: CaPin::parse(pin).expect("a valid pin"),
         cluster_name: cluster.to_owned(),
         namespace: ns.to_owned(),
@@ -189,14 +200,14 @@ async fn token(mgmt: &kube::Client, options: tokens::TokenOptions) -> anyhow::Re
         .expose())
 }
 
-/// An auto-accepting token good for `uses` joins (any number when `None`).
+/// An auto-accepting any-cluster token good for `uses` joins (any number when `None`).
 async fn auto_token(mgmt: &kube::Client, uses: Option<u32>) -> anyhow::Result<String> {
     token(
         mgmt,
         tokens::TokenOptions {
             auto_accept: true,
             uses,
-            ..Default::default()
+            ..tokens::TokenOptions::new(tokens::TokenScope::AnyCluster)
         },
     )
     .await
@@ -348,7 +359,11 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
     }
 
     // Accepted by hand: pending until spec.accepted.
-    let by_hand = token(&mgmt, tokens::TokenOptions::default()).await?;
+    let by_hand = token(
+        &mgmt,
+        tokens::TokenOptions::new(tokens::TokenScope::AnyCluster),
+    )
+    .await?;
     let join = tokio::spawn({
         let options = join_options(&hub, &by_hand, &pin, "hand", "hand");
         let client = mgmt.clone();
@@ -389,7 +404,7 @@ async fn registration_takes_a_valid_token_waits_for_acceptance_and_refuses_wrong
         tokens::TokenOptions {
             ttl: Some(Duration::from_secs(1)),
             auto_accept: true,
-            ..Default::default()
+            ..tokens::TokenOptions::new(tokens::TokenScope::AnyCluster)
         },
     )
     .await?;
@@ -1199,6 +1214,411 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
         "{}",
         refused.message()
     );
+    hub.stop().await;
+    Ok(())
+}
+
+// Registration identity, revocation and expiry (issue 29, points 3 and 4).
+
+/// `sha256:<hex>` of the public key of the PEM private key `key_pem`.
+fn key_fingerprint(key_pem: &str) -> anyhow::Result<String> {
+    use rcgen::PublicKeyData as _;
+    let key = rcgen::KeyPair::from_pem(key_pem)?;
+    Ok(flotilla_hub::session::pki::KeyFingerprint::of_spki(&key.subject_public_key_info()).to_string())
+}
+
+/// A CSR for the PEM private key `key_pem`.
+fn csr_of(key_pem: &str) -> anyhow::Result<String> {
+    let key = rcgen::KeyPair::from_pem(key_pem)?;
+    Ok(rcgen::CertificateParams::default()
+        .serialize_request(&key)?
+        .pem()?)
+}
+
+/// Pings the hub every second on `tx` (a raw session stays up past the heartbeat
+/// timeout), until the session's sender is gone.
+fn keep_alive(tx: &mpsc::Sender<v1::AgentMessage>) -> tokio::task::JoinHandle<()> {
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let mut nonce = 0;
+        loop {
+            nonce += 1;
+            let ping = v1::AgentMessage {
+                kind: Some(agent_message::Kind::Ping(v1::Ping { nonce })),
+            };
+            if tx.send(ping).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+/// How a session ended within `within`: its gRPC code and message; `None` when it did not.
+async fn session_end(
+    inbound: &mut tonic::Streaming<v1::HubMessage>,
+    within: Duration,
+) -> Option<(tonic::Code, String)> {
+    tokio::time::timeout(within, async {
+        loop {
+            match inbound.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return (tonic::Code::Ok, "closed".to_owned()),
+                Err(s) => return (s.code(), s.message().to_owned()),
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// The next renewed certificate a session receives (pings skipped).
+async fn renewed_certificate(
+    inbound: &mut tonic::Streaming<v1::HubMessage>,
+) -> anyhow::Result<String> {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| anyhow::anyhow!("no certificate within 10 s"))??;
+        match m.and_then(|m| m.kind) {
+            Some(hub_message::Kind::Certificate(c)) => return Ok(String::from_utf8(c.certificate_pem)?),
+            Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_)) => {}
+            other => anyhow::bail!("expected a certificate, got {other:?}"),
+        }
+    }
+}
+
+/// Sends a Renew with a CSR of `key_pem` on a session.
+async fn send_renew(tx: &mpsc::Sender<v1::AgentMessage>, key_pem: &str) -> anyhow::Result<()> {
+    tx.send(v1::AgentMessage {
+        kind: Some(agent_message::Kind::Renew(v1::RenewCertificate {
+            csr_pem: csr_of(key_pem)?.into_bytes(),
+        })),
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the session closed"))
+}
+
+/// The serial of a PEM certificate, as the hub records it.
+fn serial_of(cert_pem: &str) -> anyhow::Result<String> {
+    let der = flotilla_hub::session::pki::first_pem_der(cert_pem, "certificate")?;
+    Ok(flotilla_hub::session::ClusterIdentity::from_der(&der)?.serial)
+}
+
+/// A plan named `name` for the `ok` test chart.
+fn plan_named(name: &str) -> anyhow::Result<flotilla_core::plan::ReleasePlan> {
+    let text = format!(
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  interval: 1h\nchart:\n  path: ok\n"
+    );
+    let charts_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/charts");
+    Ok(plan_file::parse(std::path::Path::new("plan.yaml"), &text, &charts_dir)?.plan)
+}
+
+/// Drops the certificate from the identity Secret of `namespace`, keeping the key: the
+/// agent's next `join` registers again with the same key.
+async fn forget_certificate(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let mut stored = agent_session::identity::load(client, namespace).await?;
+    stored.cert_pem = None;
+    agent_session::identity::store(client, namespace, &stored).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_accepted_cluster_the_real_session_keeps_receiving_plans_and_only_an_approved_key_or_the_clusters_own_key_registers_again()
+-> anyhow::Result<()> {
+    logs();
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-impostor")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    let (hub, _reports) = hub(&mgmt, Duration::from_secs(3600)).await?;
+    let pin = hub.ca().pin().to_string();
+    let clusters: Api<ManagedCluster> = Api::all(mgmt.clone());
+    for ns in ["real", "impostor", "third"] {
+        namespace(&mgmt, ns).await?;
+    }
+    let uid = agent_session::cluster_uid(&mgmt).await?;
+
+    // The attack of issue 29: one plain token (any cluster, auto-accept, unlimited uses),
+    // the real agent joins as workload-a ...
+    let shared = auto_token(&mgmt, None).await?;
+    let real = agent_session::join(
+        &mgmt,
+        &join_options(&hub, &shared, &pin, "workload-a", "real"),
+    )
+    .await?;
+    let (real_tx, mut real_inbound) = raw_session(&real, &real.cert_pem, &real.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let _pings = keep_alive(&real_tx);
+    let real_serial = serial_of(&real.cert_pem)?;
+
+    // ... and a second agent, another namespace for its identity, asks to be workload-a
+    // with the same token and a new key: it waits for an administrator, with no
+    // certificate.
+    let impostor = tokio::spawn({
+        let options = join_options(&hub, &shared, &pin, "workload-a", "impostor");
+        let client = mgmt.clone();
+        async move { agent_session::join(&client, &options).await }
+    });
+    let impostor_key = wait::until("the impostor's key to be stored", TIMEOUT, || async {
+        Ok(agent_session::identity::load(&mgmt, "impostor").await?.key_pem)
+    })
+    .await?;
+    let impostor_fingerprint = key_fingerprint(&impostor_key)?;
+    let pending = wait::until("the pending registration to be shown", TIMEOUT, || async {
+        Ok(clusters
+            .get("workload-a")
+            .await?
+            .status
+            .and_then(|s| s.pending_registration))
+    })
+    .await?;
+    assert_eq!(pending.key_fingerprint, impostor_fingerprint);
+    assert_eq!(pending.reason, "KeyNotApproved");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!impostor.is_finished(), "the impostor's join must wait");
+    let stored = agent_session::identity::load(&mgmt, "impostor").await?;
+    assert!(stored.cert_pem.is_none(), "the impostor got a certificate");
+    let mc = clusters.get("workload-a").await?;
+    let newest = mc.status.and_then(|s| s.certificate).expect("the newest certificate");
+    assert_eq!(newest.serial, real_serial, "no certificate was issued to the impostor");
+
+    // The real agent's session is still up and still receives the cluster's plans.
+    let links = hub.links();
+    let link = links
+        .link(&TargetId::Cluster(ClusterId::new("workload-a")?))
+        .expect("workload-a's link");
+    assert!(link.connected());
+    link.send(Command::Upsert(Box::new(plan_named("after-the-impostor")?)))?;
+    let upsert = next_upsert(&mut real_inbound).await?;
+    assert_eq!(
+        upsert.plan.and_then(|p| p.object).map(|o| o.name).as_deref(),
+        Some("after-the-impostor")
+    );
+
+    // Another any-cluster token, not the one that created workload-a: refused outright.
+    let other = auto_token(&mgmt, None).await?;
+    let message = refused(
+        agent_session::join(
+            &mgmt,
+            &join_options(&hub, &other, &pin, "workload-a", "third"),
+        )
+        .await,
+    );
+    assert!(message.contains("was not created with bootstrap token"), "{message}");
+
+    // The real agent registers again with its own key (its CSR proves it holds the key of
+    // the newest certificate) and a token made for workload-a: a certificate, no approval.
+    let bound = token(
+        &mgmt,
+        tokens::TokenOptions::new(tokens::TokenScope::Cluster("workload-a".into())),
+    )
+    .await?;
+    forget_certificate(&mgmt, "real").await?;
+    let again = agent_session::join(
+        &mgmt,
+        &join_options(&hub, &bound, &pin, "workload-a", "real"),
+    )
+    .await?;
+    assert_ne!(serial_of(&again.cert_pem)?, real_serial);
+    assert_eq!(key_fingerprint(&again.key_pem)?, key_fingerprint(&real.key_pem)?);
+    assert!(!impostor.is_finished(), "the impostor's join must still wait");
+
+    // An administrator approves the waiting key (what `flotilla cluster approve
+    // workload-a` does): that agent's next attempt gets a certificate for it.
+    clusters
+        .patch(
+            "workload-a",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"approvedKeyFingerprint": impostor_fingerprint}})),
+        )
+        .await?;
+    let approved = tokio::time::timeout(TIMEOUT, impostor).await???;
+    assert_eq!(key_fingerprint(&approved.key_pem)?, impostor_fingerprint);
+    let status = clusters.get("workload-a").await?.status.expect("a status");
+    assert_eq!(
+        status.certificate.map(|c| c.key_fingerprint),
+        Some(impostor_fingerprint)
+    );
+    assert!(status.pending_registration.is_none());
+
+    assert_never_logged("the shared token's secret", &shared[7..]);
+    hub.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_deleted_one_token_secrets_are_hashed_at_rest_and_expired_ones_removed()
+-> anyhow::Result<()> {
+    logs();
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-tokens")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    let config = SessionConfig {
+        token_sweep_interval: Duration::from_secs(1),
+        ..config(Duration::from_secs(3600))
+    };
+    let (hub, _reports) = hub_configured(&mgmt, config, Arc::new(NoArchives)).await?;
+    let pin = hub.ca().pin().to_string();
+    let clusters: Api<ManagedCluster> = Api::all(mgmt.clone());
+    let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), HUB_NAMESPACE);
+    namespace(&mgmt, "solo").await?;
+
+    // At rest: the SHA-256 of the secret, never the secret.
+    let auto = auto_token(&mgmt, None).await?;
+    let (id, secret) = auto.split_once('.').expect("<id>.<secret>");
+    let stored = secrets.get(&format!("{}{id}", tokens::SECRET_PREFIX)).await?;
+    let data = stored.data.expect("token data");
+    assert!(!data.contains_key("token-secret"));
+    for (key, value) in &data {
+        assert!(
+            !String::from_utf8_lossy(&value.0).contains(secret),
+            "{key} holds the secret"
+        );
+    }
+    assert_eq!(
+        data["token-secret-sha256"].0,
+        flotilla_hub::session::pki::sha256_hex(secret.as_bytes()).into_bytes()
+    );
+
+    agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await?;
+    assert!(clusters.get("solo").await?.spec.accepted);
+
+    // Un-accepted by an administrator: the auto-accepting token registers again (same key)
+    // but waits; spec.accepted stays false.
+    flotilla_hub::session::registry::set_accepted(mgmt.clone(), "solo", false).await?;
+    forget_certificate(&mgmt, "solo").await?;
+    let rejoin = tokio::spawn({
+        let options = join_options(&hub, &auto, &pin, "solo", "solo");
+        let client = mgmt.clone();
+        async move { agent_session::join(&client, &options).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!rejoin.is_finished(), "an un-accepted cluster's agent must wait");
+    assert!(!clusters.get("solo").await?.spec.accepted, "auto-accept re-accepted solo");
+    rejoin.abort();
+
+    // Deleted: the token that registered it does not create it again.
+    clusters.delete("solo", &Default::default()).await?;
+    wait::until("solo to be deleted", TIMEOUT, || async {
+        Ok(clusters.get_opt("solo").await?.is_none().then_some(()))
+    })
+    .await?;
+    let message = refused(
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await,
+    );
+    assert!(message.contains("has been deleted since"), "{message}");
+    assert!(clusters.get_opt("solo").await?.is_none(), "solo was re-created");
+
+    // Expired token Secrets are removed by the hub; a valid one stays.
+    let expiring = token(
+        &mgmt,
+        tokens::TokenOptions {
+            ttl: Some(Duration::from_secs(1)),
+            ..tokens::TokenOptions::new(tokens::TokenScope::Cluster("later".into()))
+        },
+    )
+    .await?;
+    let expiring_name = format!("{}{}", tokens::SECRET_PREFIX, &expiring[..6]);
+    wait::until("the expired token Secret to be removed", TIMEOUT, || async {
+        Ok(secrets.get_opt(&expiring_name).await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(
+        secrets
+            .get_opt(&format!("{}{id}", tokens::SECRET_PREFIX))
+            .await?
+            .is_some(),
+        "a token without expiration was removed"
+    );
+    hub.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn renew_is_for_the_newest_certificate_once_per_interval_a_revoked_certificate_ends_its_session_and_opens_none_the_cluster_stays_accepted_and_an_expired_certificates_session_is_closed()
+-> anyhow::Result<()> {
+    logs();
+    let mgmt_cluster = Cluster::start(ClusterOptions::named("session-revoke")).await?;
+    let mgmt = mgmt_cluster.client().await?;
+    // 30 s certificates: renewals at most every 3 s per cluster.
+    let lifetime = Duration::from_secs(30);
+    let (hub, _reports) = hub(&mgmt, lifetime).await?;
+    let pin = hub.ca().pin().to_string();
+    let clusters: Api<ManagedCluster> = Api::all(mgmt.clone());
+    let uid = agent_session::cluster_uid(&mgmt).await?;
+    let auto = auto_token(&mgmt, None).await?;
+    let first = agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "rev", "default")).await?;
+    let first_serial = serial_of(&first.cert_pem)?;
+
+    // Renew with the newest certificate: a new one.
+    let (tx_a, mut inbound_a) = raw_session(&first, &first.cert_pem, &first.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let _pings_a = keep_alive(&tx_a);
+    send_renew(&tx_a, &first.key_pem).await?;
+    let second_pem = renewed_certificate(&mut inbound_a).await?;
+    let second_serial = serial_of(&second_pem)?;
+    assert_ne!(second_serial, first_serial);
+
+    // Renew again at once, with the new (newest) certificate: too soon.
+    let (tx_b, mut inbound_b) = raw_session(&first, &second_pem, &first.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    send_renew(&tx_b, &first.key_pem).await?;
+    let (code, message) = session_end(&mut inbound_b, Duration::from_secs(10))
+        .await
+        .expect("a renewal too soon ends the session");
+    assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
+
+    // Past the interval, with the first certificate, no longer the newest: refused.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    send_renew(&tx_a, &first.key_pem).await?;
+    let (code, message) = session_end(&mut inbound_a, Duration::from_secs(10))
+        .await
+        .expect("a renewal with an older certificate ends the session");
+    assert_eq!(code, tonic::Code::PermissionDenied, "{message}");
+    assert!(message.contains("not the newest"), "{message}");
+
+    // Revoking the second certificate (what `flotilla cluster revoke rev --serial S`
+    // does) ends its live session at once; it opens no new one; the first certificate,
+    // not revoked, still does; the cluster stays accepted.
+    let (tx_b, mut inbound_b) = raw_session(&first, &second_pem, &first.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let _pings_b = keep_alive(&tx_b);
+    clusters
+        .patch(
+            "rev",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"revokedSerials": [second_serial]}})),
+        )
+        .await?;
+    let (code, message) = session_end(&mut inbound_b, Duration::from_secs(5))
+        .await
+        .expect("the revoked certificate's session outlived its revocation by 5 s");
+    assert_eq!(code, tonic::Code::PermissionDenied, "{message}");
+    assert!(message.contains("revoked"), "{message}");
+    let refusal = raw_session(&first, &second_pem, &first.key_pem, &uid)
+        .await
+        .expect_err("a revoked certificate opens no session");
+    assert!(refusal.contains("revoked"), "{refusal}");
+    assert!(clusters.get("rev").await?.spec.accepted);
+    let (tx_a, mut inbound_a) = raw_session(&first, &first.cert_pem, &first.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let _pings_a = keep_alive(&tx_a);
+
+    // The first certificate's session ends when the certificate expires (the pings keep
+    // it alive otherwise).
+    let (_, end) = agent_session::identity::certificate_validity(&first.cert_pem)?;
+    let left = end
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    let (code, message) = session_end(&mut inbound_a, left + Duration::from_secs(10))
+        .await
+        .expect("the session outlived its certificate");
+    assert_eq!(code, tonic::Code::Unauthenticated, "{message}");
+    assert!(message.contains("expired"), "{message}");
+    assert!(std::time::SystemTime::now() >= end);
     hub.stop().await;
     Ok(())
 }

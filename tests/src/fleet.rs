@@ -229,6 +229,8 @@ impl Fleet {
             "--uses",
             &fleet.workloads.len().to_string(),
             "--auto-accept",
+            // One token for every workload of the fleet: the documented use of any-cluster.
+            "--any-cluster",
             "--ttl",
             "1h",
         ])?;
@@ -393,7 +395,7 @@ impl Fleet {
         let mut env = vec![("RUST_LOG", self.options.log_level.as_str())];
         if let Some(token) = token {
             // In the environment, not on the command line `ps` shows.
-            env.push(("FLOTILLA_TOKEN", token));
+            env.push(("FLOTILLA_BOOTSTRAP_TOKEN", token));
         }
         let agent = Supervised::start_with_env(
             &format!("flotilla-agent-{}", workload.name),
@@ -692,18 +694,22 @@ pub fn hello_deployment(kubeconfig: &Path, template: &str) -> anyhow::Result<Str
     )
 }
 
-/// The token and the CA pin of the join command `flotilla token create` prints.
+/// The token and the CA pin of the join command `flotilla token create` prints
+/// (`FLOTILLA_BOOTSTRAP_TOKEN=<token> flotilla-agent join ... --ca-hash <pin> ...`).
 pub fn parse_join_command(printed: &str) -> anyhow::Result<(String, String)> {
     let words: Vec<&str> = printed.split_whitespace().collect();
-    let after = |flag: &str| {
-        words
-            .iter()
-            .position(|w| *w == flag)
-            .and_then(|i| words.get(i + 1))
-            .map(|w| (*w).to_owned())
-            .with_context(|| format!("`flotilla token create` printed no {flag}"))
-    };
-    Ok((after("--token")?, after("--ca-hash")?))
+    let pin = words
+        .iter()
+        .position(|w| *w == "--ca-hash")
+        .and_then(|i| words.get(i + 1))
+        .map(|w| (*w).to_owned())
+        .context("`flotilla token create` printed no --ca-hash")?;
+    let token = words
+        .iter()
+        .find_map(|w| w.strip_prefix("FLOTILLA_BOOTSTRAP_TOKEN="))
+        .map(str::to_owned)
+        .context("`flotilla token create` printed no FLOTILLA_BOOTSTRAP_TOKEN=")?;
+    Ok((token, pin))
 }
 
 fn create_namespace(kubeconfig: &Path, name: &str) -> anyhow::Result<()> {
@@ -734,7 +740,7 @@ mod tests {
 
     #[test]
     fn the_token_and_pin_are_read_from_the_printed_join_command() {
-        let printed = "flotilla-agent join --hub https://127.0.0.1:1 --token abcdef.0123456789abcdef --ca-hash sha256:00";
+        let printed = "FLOTILLA_BOOTSTRAP_TOKEN=abcdef.0123456789abcdef flotilla-agent join --hub https://127.0.0.1:1 --ca-hash sha256:00 --cluster-name a";
         assert_eq!(
             parse_join_command(printed).unwrap(),
             ("abcdef.0123456789abcdef".into(), "sha256:00".into())

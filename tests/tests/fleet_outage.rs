@@ -549,14 +549,10 @@ async fn a_short_lived_agent_certificate_is_renewed_over_the_session_and_plans_k
         &fleet.hub_url(),
         "--ttl",
         "10m",
+        "--cluster-name",
+        "workload-a",
     ])?;
-    let words: Vec<&str> = printed.split_whitespace().collect();
-    let token = words
-        .iter()
-        .position(|w| *w == "--token")
-        .and_then(|i| words.get(i + 1))
-        .ok_or_else(|| anyhow::anyhow!("no --token in {printed}"))?
-        .to_string();
+    let (token, _) = flotilla_tests::fleet::parse_join_command(&printed)?;
     fleet.rejoin_agent("workload-a", &token).await?;
     let (serial, end) = agent_certificate(&work).await?;
     assert_ne!(serial, stale_serial);

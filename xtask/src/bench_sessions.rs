@@ -338,7 +338,7 @@ async fn simulated_agent(
     let cluster = SimCluster::new(i);
     let options = JoinOptions {
         hub,
-        token,
+        token: Some(token),
         ca_pin,
         cluster_name: cluster_name(i),
         namespace: AGENT_NAMESPACE.to_owned(),
@@ -587,6 +587,7 @@ async fn measure(fleet: &Fleet, args: &BenchSessions) -> anyhow::Result<Figures>
         "--uses",
         &n.to_string(),
         "--auto-accept",
+        "--any-cluster",
         "--ttl",
         "2h",
     ])?;

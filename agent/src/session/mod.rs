@@ -1,6 +1,8 @@
 //! The agent's end of the hub–agent session.
 //!
-//! - [`join`]: `flotilla-agent join --hub URL --token T --ca-hash H`. Generates the agent's
+//! - [`join`]: `flotilla-agent join --hub URL --ca-hash H --cluster-name N`, the token in
+//!   `$FLOTILLA_BOOTSTRAP_TOKEN` or `--token-file` (an agent that already joined resumes from
+//!   its stored identity without one). Generates the agent's
 //!   key (kept in the identity Secret of its own namespace, [`identity`]; it never leaves
 //!   the cluster), verifies the hub against the CA pin before sending anything
 //!   ([`tls::pinned_config`]), sends the bootstrap token with a CSR and the cluster's
@@ -214,13 +216,16 @@ pub async fn cluster_uid(client: &kube::Client) -> Result<String, SessionError> 
     })
 }
 
+/// The environment variable `join` reads the bootstrap token from.
+pub const TOKEN_ENV: &str = "FLOTILLA_BOOTSTRAP_TOKEN";
+
 /// What `join` needs.
 #[derive(Clone)]
 pub struct JoinOptions {
     /// The hub.
     pub hub: HubAddress,
-    /// The bootstrap token: secret.
-    pub token: String,
+    /// The bootstrap token: secret. Not needed by an agent that already joined.
+    pub token: Option<String>,
     /// The CA pin.
     pub ca_pin: CaPin,
     /// The ManagedCluster name to ask for.
@@ -297,6 +302,17 @@ pub async fn join(
             return Ok(identity);
         }
     }
+    let Some(token) = options.token.clone() else {
+        return Err(SessionError::Config {
+            field: "token",
+            message: format!(
+                "not joined to {} as {} yet (or the stored certificate has expired): give the bootstrap token in ${} or with --token-file",
+                options.hub.url(),
+                options.cluster_name,
+                TOKEN_ENV
+            ),
+        });
+    };
     let uid = cluster.cluster_uid().await?;
     if stored.key_pem.is_none() {
         let key = rcgen::KeyPair::generate().map_err(|e| SessionError::Certificate {
@@ -317,7 +333,7 @@ pub async fn join(
             let channel = tls::channel(&options.hub, tls::pinned_config(&options.ca_pin)?).await?;
             HubClient::new(channel)
                 .register(v1::RegisterRequest {
-                    bootstrap_token: options.token.clone(),
+                    bootstrap_token: token.clone(),
                     csr_pem: csr.clone().into_bytes(),
                     cluster_uid: uid.clone(),
                     agent_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -1000,7 +1016,7 @@ mod tests {
     fn the_debug_forms_of_join_options_and_identities_hide_the_token_and_key() {
         let options = JoinOptions {
             hub: HubAddress::parse("https://hub.example").unwrap(),
-            token: "abcdef.0123456789abcdef".into(),
+            token: Some("abcdef.0123456789abcdef".into()),
             ca_pin: CaPin::parse(&format!("sha256:{}", "0".repeat(64))).unwrap(),
             cluster_name: "edge".into(),
             namespace: "flotilla-system".into(),

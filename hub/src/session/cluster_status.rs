@@ -130,6 +130,72 @@ pub async fn heartbeat(api: &Api<ManagedCluster>, name: &str, plans_held: Option
     }
 }
 
+/// Records `issued` as ManagedCluster `name`'s newest certificate (`status.certificate`)
+/// and clears its pending registration. Unlike the other writes this one must succeed
+/// before the agent is given the certificate: `Renew` and registrations by key rely on it.
+pub async fn record_certificate(
+    api: &Api<ManagedCluster>,
+    name: &str,
+    issued: &super::pki::IssuedCertificate,
+) -> Result<(), kube::Error> {
+    let secs = issued
+        .not_after
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let certificate = flotilla_api::fleet::CertificateRecord {
+        serial: issued.serial.clone(),
+        key_fingerprint: issued.key_fingerprint.to_string(),
+        not_after: Some(at(secs)),
+    };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": {
+            "certificate": certificate,
+            "pendingRegistration": null,
+        }})),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Records a registration waiting for an administrator (`status.pendingRegistration`),
+/// unless `current` already says the same (an agent polling costs no write). Failures are
+/// logged.
+pub async fn record_pending(
+    api: &Api<ManagedCluster>,
+    name: &str,
+    current: Option<&flotilla_api::fleet::PendingRegistration>,
+    key: &super::pki::KeyFingerprint,
+    token_id: &str,
+    reason: &str,
+) {
+    if current.is_some_and(|p| {
+        p.key_fingerprint == key.as_str()
+            && p.reason == reason
+            && p.token_id.as_deref() == Some(token_id)
+    }) {
+        return;
+    }
+    let pending = flotilla_api::fleet::PendingRegistration {
+        key_fingerprint: key.to_string(),
+        token_id: Some(token_id.to_owned()),
+        reason: reason.to_owned(),
+        last_request_time: Some(now()),
+    };
+    if let Err(e) = api
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": { "pendingRegistration": pending } })),
+        )
+        .await
+    {
+        tracing::warn!(cluster = name, error = %e, "recording a pending registration");
+    }
+}
+
 /// Writes `update` into ManagedCluster `name`'s status. Failures are logged (a status write
 /// is retried by the next one), never fatal to a session.
 pub async fn write(api: &Api<ManagedCluster>, name: &str, update: StatusUpdate) {

@@ -21,6 +21,7 @@
 //! types redact themselves in Debug output.
 
 pub mod cluster_status;
+pub mod enrollment;
 pub mod mailbox;
 pub mod pki;
 pub mod registry;
@@ -155,6 +156,8 @@ pub struct SessionConfig {
     /// Where the server and its ManagedCluster watch report their end
     /// ([`crate::supervisor`]): the binary's, shared with its controllers.
     pub supervisor: crate::supervisor::Supervisor,
+    /// How often the hub deletes the bootstrap token Secrets past their expiration.
+    pub token_sweep_interval: Duration,
 }
 
 impl Default for SessionConfig {
@@ -171,6 +174,7 @@ impl Default for SessionConfig {
             heartbeat_writes_per_second: 20.0,
             metrics: crate::telemetry::HubMetrics::new(),
             supervisor: Default::default(),
+            token_sweep_interval: Duration::from_secs(60),
         }
     }
 }
@@ -200,6 +204,7 @@ pub struct SessionHub {
     stopping: tokio::sync::watch::Sender<bool>,
     server: JoinHandle<()>,
     watch: JoinHandle<()>,
+    sweep: JoinHandle<()>,
     metrics: crate::telemetry::HubMetrics,
     supervisor: crate::supervisor::Supervisor,
 }
@@ -244,7 +249,19 @@ impl SessionHub {
             config.heartbeat_writes_per_second,
         ));
         let metrics = config.metrics.clone();
+        let sweep = tokio::spawn(supervisor.critical(
+            "bootstrap-token-sweep",
+            sweep_tokens(
+                client.clone(),
+                config.namespace.clone(),
+                config.token_sweep_interval,
+            ),
+        ));
+        let renewals = Arc::new(enrollment::RenewLimiter::new(enrollment::renew_interval(
+            config.client_cert_lifetime,
+        )));
         let service = server::HubService {
+            renewals,
             stopping: stopping_rx,
             charts,
             client,
@@ -291,6 +308,7 @@ impl SessionHub {
             stopping,
             server,
             watch,
+            sweep,
             metrics,
             supervisor,
         })
@@ -331,6 +349,7 @@ impl SessionHub {
             let _ = stop.send(());
         }
         self.watch.abort();
+        self.sweep.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.server).await;
         self.server.abort();
     }
@@ -340,6 +359,27 @@ impl Drop for SessionHub {
     fn drop(&mut self) {
         self.stopping.send_replace(true);
         self.watch.abort();
+        self.sweep.abort();
         self.server.abort();
+    }
+}
+
+/// Deletes expired bootstrap token Secrets every `interval` (each sweep with a deadline),
+/// until aborted.
+async fn sweep_tokens(client: kube::Client, namespace: String, interval: Duration) {
+    let mut tick = tokio::time::interval(interval.max(Duration::from_secs(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(
+            Duration::from_secs(30),
+            tokens::remove_expired(client.clone(), &namespace),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "removing expired bootstrap tokens"),
+            Err(_) => tracing::warn!("removing expired bootstrap tokens: timed out"),
+        }
     }
 }

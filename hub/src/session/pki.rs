@@ -14,7 +14,9 @@
 //!   `spiffe://flotilla/cluster/<ManagedCluster name>` (the identity) and
 //!   `urn:uuid:<ManagedCluster metadata.uid>` (the incarnation: a certificate of a deleted
 //!   ManagedCluster does not come back to life when one of the same name is created).
-//!   [`ClusterIdentity::from_der`] reads them back.
+//!   [`ClusterIdentity::from_der`] reads them back, with the certificate's serial (lower-case
+//!   hex) and its key's [`KeyFingerprint`] (`sha256:<hex>` of the SubjectPublicKeyInfo, the
+//!   form `flotilla get clusters -o wide`, `cluster approve` and `cluster revoke` use).
 
 use std::time::{Duration, SystemTime};
 
@@ -111,6 +113,21 @@ fn generate(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
     move |source| PkiError::Generate { what, source }
 }
 
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// Lower-case hex SHA-256 of `bytes` (token hashes, pins, fingerprints).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
 /// `sha256:<hex>` of a CA's SubjectPublicKeyInfo (kubeadm's CA certificate hash).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CaPin(String);
@@ -118,13 +135,7 @@ pub struct CaPin(String);
 impl CaPin {
     /// The pin of a DER SubjectPublicKeyInfo.
     pub fn of_spki(spki_der: &[u8]) -> Self {
-        let digest = ring::digest::digest(&ring::digest::SHA256, spki_der);
-        let mut hex = String::with_capacity(71);
-        hex.push_str("sha256:");
-        for b in digest.as_ref() {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        Self(hex)
+        Self(format!("sha256:{}", sha256_hex(spki_der)))
     }
 
     /// The pin of a DER certificate's public key.
@@ -160,6 +171,62 @@ impl std::fmt::Display for CaPin {
     }
 }
 
+/// `sha256:<hex>` of a key's DER SubjectPublicKeyInfo: which key an agent holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyFingerprint(String);
+
+impl KeyFingerprint {
+    /// The fingerprint of a DER SubjectPublicKeyInfo.
+    pub fn of_spki(spki_der: &[u8]) -> Self {
+        Self(format!("sha256:{}", sha256_hex(spki_der)))
+    }
+
+    /// The fingerprint of the key of a CSR (PEM); the CSR's signature is checked.
+    pub fn of_csr(csr_pem: &str) -> Result<Self, PkiError> {
+        use rcgen::PublicKeyData as _;
+        let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| PkiError::invalid("certificate signing request", e))?;
+        Ok(Self::of_spki(&csr.public_key.subject_public_key_info()))
+    }
+
+    /// Parses `sha256:<64 hex>` (upper-case hex is accepted and lowered).
+    pub fn parse(s: &str) -> Result<Self, PkiError> {
+        CaPin::parse(s)
+            .map(|p| Self(p.0))
+            .map_err(|_| PkiError::invalid("key fingerprint", "must be \"sha256:\" followed by 64 hex digits"))
+    }
+
+    /// The text, `sha256:<hex>`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for KeyFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A certificate serial as `flotilla cluster revoke --serial` takes it: lower-case hex,
+/// colons and a `0x` prefix dropped, leading zeros trimmed.
+pub fn normalize_serial(s: &str) -> Result<String, PkiError> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    let digits: String = s.chars().filter(|c| *c != ':').collect();
+    if digits.is_empty() || digits.len() > 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(PkiError::invalid(
+            "serial",
+            "must be hexadecimal digits (colons allowed), as `flotilla get clusters -o wide` shows it",
+        ));
+    }
+    let trimmed = digits.trim_start_matches('0');
+    Ok(if trimmed.is_empty() { "0".to_owned() } else { trimmed.to_ascii_lowercase() })
+}
+
 /// A certificate and its private key, PEM (the key is secret: never log it).
 #[derive(Clone)]
 pub struct CertifiedKeyPem {
@@ -185,6 +252,10 @@ pub struct IssuedCertificate {
     pub pem: String,
     /// When it expires.
     pub not_after: SystemTime,
+    /// Its serial ([`normalize_serial`]'s form).
+    pub serial: String,
+    /// Its key.
+    pub key_fingerprint: KeyFingerprint,
 }
 
 /// The hub's certificate authority.
@@ -428,12 +499,13 @@ impl HubCa {
         let cert = params
             .signed_by(&csr.public_key, &self.issuer)
             .map_err(generate("client certificate"))?;
+        // Serial and fingerprint as a peer's certificate is read back: one form for both.
+        let facts = ClusterIdentity::from_der(cert.der().as_ref())?;
         Ok(IssuedCertificate {
             pem: cert.pem(),
-            not_after: SystemTime::UNIX_EPOCH
-                + Duration::from_secs(
-                    u64::try_from(params.not_after.unix_timestamp()).unwrap_or(0),
-                ),
+            not_after: facts.not_after,
+            serial: facts.serial,
+            key_fingerprint: facts.key_fingerprint,
         })
     }
 }
@@ -454,6 +526,10 @@ pub struct ClusterIdentity {
     pub incarnation: String,
     /// When the certificate expires.
     pub not_after: SystemTime,
+    /// The certificate's serial ([`normalize_serial`]'s form).
+    pub serial: String,
+    /// The certificate's key.
+    pub key_fingerprint: KeyFingerprint,
 }
 
 impl ClusterIdentity {
@@ -492,10 +568,14 @@ impl ClusterIdentity {
             + Duration::from_secs(
                 u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0),
             );
+        let serial = normalize_serial(&hex(cert.raw_serial()))
+            .map_err(|e| PkiError::invalid("client certificate", e))?;
         Ok(Self {
             cluster,
             incarnation,
             not_after,
+            serial,
+            key_fingerprint: KeyFingerprint::of_spki(cert.tbs_certificate.subject_pki.raw),
         })
     }
 }
@@ -523,6 +603,13 @@ mod tests {
         let id = ClusterIdentity::from_der(&der).unwrap();
         assert_eq!(id.cluster, cluster);
         assert_eq!(id.incarnation, "1234");
+        assert_eq!(id.serial, issued.serial);
+        assert_eq!(id.key_fingerprint, issued.key_fingerprint);
+        assert_eq!(KeyFingerprint::of_csr(&csr).unwrap(), id.key_fingerprint);
+        assert_eq!(
+            id.key_fingerprint,
+            KeyFingerprint::of_spki(&rcgen::PublicKeyData::subject_public_key_info(&key))
+        );
         let left = id.not_after.duration_since(SystemTime::now()).unwrap();
         assert!(left > Duration::from_secs(3500) && left <= Duration::from_secs(3600));
     }
@@ -545,6 +632,22 @@ mod tests {
         );
         assert!(CaPin::parse("md5:00").is_err());
         assert!(CaPin::parse("sha256:xyz").is_err());
+    }
+
+    #[test]
+    fn serials_are_read_in_one_form_and_junk_is_refused() {
+        for (text, want) in [
+            ("0A:1b:00", "a1b00"),
+            ("0x00ff", "ff"),
+            ("00", "0"),
+            ("DEADbeef", "deadbeef"),
+        ] {
+            assert_eq!(normalize_serial(text).unwrap(), want, "{text}");
+        }
+        for bad in ["", ":", "xyz", "0x", &"f".repeat(65)] {
+            assert!(normalize_serial(bad).is_err(), "{bad}");
+        }
+        assert!(KeyFingerprint::parse("sha256:zz").is_err());
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! again whenever a ManagedCluster changes.
 //!
 //! A certificate is admitted when its ManagedCluster exists, is not being deleted, is
-//! accepted, and has the `metadata.uid` the certificate was issued for. Un-accepting or
-//! deleting a ManagedCluster bumps [`Registry::subscribe`]'s counter; each session re-checks
-//! and ends itself, so revocation is immediate, not at the certificate's expiry.
+//! accepted, has the `metadata.uid` the certificate was issued for, and lists neither the
+//! certificate's serial (`spec.revokedSerials`) nor its key (`spec.revokedKeyFingerprints`).
+//! Un-accepting, revoking or deleting bumps [`Registry::subscribe`]'s counter; each session
+//! re-checks and ends itself, so revocation is immediate, not at the certificate's expiry.
+//! (A session also ends when its certificate expires: the TLS handshake checked its dates
+//! once, the session keeps a timer.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -45,6 +48,10 @@ pub struct ClusterRecord {
     pub accepted: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// `spec.revokedSerials`.
+    pub revoked_serials: Vec<String>,
+    /// `spec.revokedKeyFingerprints`.
+    pub revoked_keys: Vec<String>,
 }
 
 /// Why a certificate is not admitted (the message goes back to the agent).
@@ -62,6 +69,14 @@ pub enum Refusal {
     /// `spec.accepted` is false.
     #[error("ManagedCluster {0} is not accepted")]
     NotAccepted(ClusterId),
+    /// The certificate's serial or key is revoked.
+    #[error("the certificate {serial} of cluster {cluster} is revoked")]
+    Revoked {
+        /// The cluster.
+        cluster: ClusterId,
+        /// The certificate's serial.
+        serial: String,
+    },
 }
 
 /// The ManagedClusters, as sessions need them.
@@ -110,6 +125,17 @@ impl Registry {
         if !record.accepted {
             return Err(Refusal::NotAccepted(id));
         }
+        if record.revoked_serials.contains(&identity.serial)
+            || record
+                .revoked_keys
+                .iter()
+                .any(|k| k == identity.key_fingerprint.as_str())
+        {
+            return Err(Refusal::Revoked {
+                cluster: id,
+                serial: identity.serial.clone(),
+            });
+        }
         Ok(())
     }
 
@@ -140,6 +166,8 @@ impl Registry {
             uid: uid.to_owned(),
             accepted: mc.spec.accepted,
             deleting: mc.metadata.deletion_timestamp.is_some(),
+            revoked_serials: mc.spec.revoked_serials.clone(),
+            revoked_keys: mc.spec.revoked_key_fingerprints.clone(),
         };
         let changed = {
             let mut map = self

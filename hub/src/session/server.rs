@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use flotilla_api::ManagedCluster;
-use flotilla_api::fleet::ConnectionState;
+use flotilla_api::fleet::{ConnectionState, annotation};
 use flotilla_core::agent::HeldPlan;
 use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::meta::ConditionStatus;
@@ -36,7 +36,7 @@ use flotilla_proto::session::{key_ref, report_from_message};
 use flotilla_proto::v1::hub_server::Hub;
 use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::server::NamedService as _;
@@ -46,10 +46,14 @@ use tonic::{Request, Response, Status, Streaming};
 use super::SessionConfig;
 use super::cluster_status::{self, StatusUpdate};
 use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
-use super::pki::{ClusterIdentity, HubCa};
+use super::enrollment::{self, Decision};
+use super::pki::{ClusterIdentity, HubCa, KeyFingerprint};
 use super::registry::Registry;
 use super::tokens::{self, TokenError};
 use crate::telemetry::ChartSent;
+
+/// The deadline of the ManagedCluster read of a `Renew`.
+const RENEW_API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Capacity of a session's outgoing queue (messages built, not yet written).
 const OUTGOING_CAPACITY: usize = 16;
@@ -132,6 +136,8 @@ pub struct HubService {
     pub(crate) heartbeats: Arc<super::cluster_status::WriteBudget>,
     /// Chart archives sent with plans.
     pub(crate) inline: Arc<InlineArchives>,
+    /// Renewals, per cluster.
+    pub(crate) renewals: Arc<enrollment::RenewLimiter>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -171,6 +177,10 @@ impl HubService {
         Api::all(self.client.clone())
     }
 
+    fn renewals_interval(&self) -> std::time::Duration {
+        enrollment::renew_interval(self.config.client_cert_lifetime)
+    }
+
     async fn do_register(&self, req: v1::RegisterRequest) -> Result<v1::RegisterResponse, Status> {
         if req.cluster_name.is_empty() {
             return Err(Status::invalid_argument("cluster_name is required"));
@@ -182,6 +192,10 @@ impl HubService {
                 "cluster_uid (the kube-system namespace UID) is required",
             ));
         }
+        // The CSR first: a bad one spends no use of the token.
+        let csr = std::str::from_utf8(&req.csr_pem)
+            .map_err(|_| Status::invalid_argument("csr_pem is not PEM text"))?;
+        let key = KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let grant = self
             .redemptions
             .redeem(&req.bootstrap_token, cluster.as_str())
@@ -191,86 +205,83 @@ impl HubService {
                 token_status(e)
             })?;
         let api = self.clusters();
-        let mut mc = match api
+        let mut found = api
             .get_opt(cluster.as_str())
             .await
-            .map_err(|e| kube_status("reading the ManagedCluster", e))?
-        {
-            Some(mc) => mc,
-            None => {
-                let mc = ManagedCluster {
-                    metadata: ObjectMeta {
-                        name: Some(cluster.to_string()),
-                        annotations: Some(
-                            [(
-                                "fleet.flotilla.dev/bootstrap-token-id".to_owned(),
-                                grant.token_id.clone(),
-                            )]
-                            .into(),
-                        ),
-                        ..ObjectMeta::default()
-                    },
-                    spec: flotilla_api::ManagedClusterSpec {
-                        accepted: grant.auto_accept,
-                    },
-                    status: None,
-                };
-                match api.create(&PostParams::default(), &mc).await {
-                    Ok(mc) => {
-                        tracing::info!(cluster = %cluster, accepted = grant.auto_accept, "created a ManagedCluster");
-                        mc
-                    }
-                    Err(kube::Error::Api(s)) if s.code == 409 => api
-                        .get(cluster.as_str())
-                        .await
-                        .map_err(|e| kube_status("reading the ManagedCluster", e))?,
-                    Err(e) => return Err(kube_status("creating the ManagedCluster", e)),
+            .map_err(|e| kube_status("reading the ManagedCluster", e))?;
+        let (mc, waiting) = loop {
+            if let Some(uid) = found
+                .as_ref()
+                .and_then(|mc| mc.status.as_ref())
+                .and_then(|s| s.cluster_uid.as_ref())
+                && *uid != req.cluster_uid
+            {
+                return Err(Status::already_exists(format!(
+                    "ManagedCluster {cluster} belongs to another cluster (its kube-system namespace UID differs)"
+                )));
+            }
+            let existing = found.as_ref().map(enrollment::Existing::of);
+            match enrollment::decide(&cluster, existing.as_ref(), &grant, &key) {
+                Decision::Create { accepted } => {
+                    found = Some(self.create_cluster(&cluster, &grant, &key, accepted).await?);
                 }
+                Decision::Refuse(refusal) => {
+                    tracing::info!(cluster = %cluster, token_id = %grant.token_id, reason = refusal.kind(), "registration refused");
+                    return Err(match refusal {
+                        enrollment::Refusal::Deleted { .. } | enrollment::Refusal::Deleting(_) => {
+                            Status::failed_precondition(refusal.to_string())
+                        }
+                        enrollment::Refusal::OtherToken { .. }
+                        | enrollment::Refusal::KeyRevoked { .. } => {
+                            Status::permission_denied(refusal.to_string())
+                        }
+                    });
+                }
+                Decision::Wait(w) => break (found.take(), Some(w)),
+                Decision::Issue => break (found.take(), None),
             }
         };
-        let known_uid = mc.status.as_ref().and_then(|s| s.cluster_uid.clone());
-        if let Some(uid) = &known_uid
-            && *uid != req.cluster_uid
-        {
-            return Err(Status::already_exists(format!(
-                "ManagedCluster {cluster} belongs to another cluster (its kube-system namespace UID differs)"
-            )));
-        }
-        if mc.metadata.deletion_timestamp.is_some() {
-            return Err(Status::failed_precondition(format!(
-                "ManagedCluster {cluster} is being deleted"
-            )));
-        }
-        if grant.auto_accept && !mc.spec.accepted {
-            mc = api
-                .patch(
-                    cluster.as_str(),
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"spec": {"accepted": true}})),
-                )
-                .await
-                .map_err(|e| kube_status("accepting the ManagedCluster", e))?;
-        }
+        let mc = mc.ok_or_else(|| Status::internal("the ManagedCluster vanished"))?;
         self.registry.apply(&mc);
+        let known_uid = mc.status.as_ref().and_then(|s| s.cluster_uid.clone());
         let mut update = StatusUpdate {
             cluster_uid: known_uid.is_none().then(|| req.cluster_uid.clone()),
             agent_version: (!req.agent_version.is_empty()).then(|| req.agent_version.clone()),
             ..StatusUpdate::default()
         };
-        if !mc.spec.accepted {
-            update.joined = Some((
-                ConditionStatus::False,
-                "Pending",
-                "registered; waiting for the cluster to be accepted".into(),
-            ));
-            cluster_status::write(&api, cluster.as_str(), update).await;
+        if let Some(waiting) = waiting {
+            let pending = mc.status.as_ref().and_then(|s| s.pending_registration.as_ref());
+            cluster_status::record_pending(&api, cluster.as_str(), pending, &key, &grant.token_id, waiting.reason()).await;
+            let approve = format!("flotilla cluster approve {cluster} --fingerprint {key}");
+            let message = match waiting {
+                enrollment::Waiting::NotAccepted { key_approval: false } => {
+                    update.joined = Some((
+                        ConditionStatus::False,
+                        "Pending",
+                        "registered; waiting for the cluster to be accepted".into(),
+                    ));
+                    cluster_status::write(&api, cluster.as_str(), update).await;
+                    format!(
+                        "ManagedCluster {cluster} waits for an administrator: flotilla cluster accept {cluster} (or set spec.accepted)"
+                    )
+                }
+                // Another key than the cluster's: nothing of this agent goes in the
+                // status but its pending registration (it may be an impostor).
+                enrollment::Waiting::NotAccepted { key_approval: true } => format!(
+                    "ManagedCluster {cluster} waits for an administrator: flotilla cluster accept {cluster}, and this agent's key {key} is not the one that registered it: {approve}"
+                ),
+                enrollment::Waiting::KeyNotApproved => {
+                    tracing::info!(cluster = %cluster, token_id = %grant.token_id, key = %key, "a registration with another key than the cluster's waits for approval");
+                    format!(
+                        "ManagedCluster {cluster} holds certificates for another key; this agent's key {key} needs an administrator's approval: {approve}"
+                    )
+                }
+            };
             return Ok(v1::RegisterResponse {
                 state: register_response::State::Pending.into(),
                 ca_pem: self.ca.cert_pem().as_bytes().to_vec(),
                 cluster_id: cluster.to_string(),
-                message: format!(
-                    "ManagedCluster {cluster} waits for an administrator: flotilla cluster accept {cluster} (or set spec.accepted)"
-                ),
+                message,
                 ..Default::default()
             });
         }
@@ -279,12 +290,14 @@ impl HubService {
             .uid
             .clone()
             .ok_or_else(|| Status::internal("the ManagedCluster has no uid"))?;
-        let csr = std::str::from_utf8(&req.csr_pem)
-            .map_err(|_| Status::invalid_argument("csr_pem is not PEM text"))?;
         let issued = self
             .ca
             .sign_client(csr, &cluster, &uid, self.config.client_cert_lifetime)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // Recorded as the newest before the agent holds it.
+        cluster_status::record_certificate(&api, cluster.as_str(), &issued)
+            .await
+            .map_err(|e| kube_status("recording the certificate issued", e))?;
         update.certificate_expiry = Some(cluster_status::at(unix_secs(issued.not_after)));
         update.joined = Some((
             ConditionStatus::True,
@@ -292,7 +305,7 @@ impl HubService {
             "the agent registered and holds a client certificate".into(),
         ));
         cluster_status::write(&api, cluster.as_str(), update).await;
-        tracing::info!(cluster = %cluster, "issued a client certificate");
+        tracing::info!(cluster = %cluster, serial = %issued.serial, "issued a client certificate");
         Ok(v1::RegisterResponse {
             state: register_response::State::Accepted.into(),
             certificate_pem: issued.pem.into_bytes(),
@@ -300,6 +313,53 @@ impl HubService {
             cluster_id: cluster.to_string(),
             message: String::new(),
         })
+    }
+
+    /// Creates the ManagedCluster of a first registration, annotated with its token and
+    /// key (or returns the one created meanwhile).
+    async fn create_cluster(
+        &self,
+        cluster: &ClusterId,
+        grant: &tokens::Grant,
+        key: &KeyFingerprint,
+        accepted: bool,
+    ) -> Result<ManagedCluster, Status> {
+        let api = self.clusters();
+        let mc = ManagedCluster {
+            metadata: ObjectMeta {
+                name: Some(cluster.to_string()),
+                annotations: Some(
+                    [
+                        (
+                            annotation::BOOTSTRAP_TOKEN_ID.to_owned(),
+                            grant.token_id.clone(),
+                        ),
+                        (
+                            annotation::BOOTSTRAP_KEY_FINGERPRINT.to_owned(),
+                            key.to_string(),
+                        ),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: flotilla_api::ManagedClusterSpec {
+                accepted,
+                ..Default::default()
+            },
+            status: None,
+        };
+        match api.create(&PostParams::default(), &mc).await {
+            Ok(mc) => {
+                tracing::info!(cluster = %cluster, accepted, "created a ManagedCluster");
+                Ok(mc)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => api
+                .get(cluster.as_str())
+                .await
+                .map_err(|e| kube_status("reading the ManagedCluster", e)),
+            Err(e) => Err(kube_status("creating the ManagedCluster", e)),
+        }
     }
 }
 
@@ -488,6 +548,17 @@ impl Session {
         status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = tokio::time::Instant::now();
         let mut nonce = 0u64;
+        // The TLS handshake checked the certificate's dates once: the session ends when it
+        // expires (the agent connects again with its renewed one).
+        let expiry = tokio::time::sleep_until(
+            tokio::time::Instant::now()
+                + self
+                    .identity
+                    .not_after
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default(),
+        );
+        tokio::pin!(expiry);
         loop {
             // Drain what is pending, as far as the queue takes it.
             let mut full = false;
@@ -571,6 +642,15 @@ impl Session {
                         break;
                     }
                 }
+                () = &mut expiry => {
+                    tracing::info!(cluster = %cluster, session = self.id, serial = %self.identity.serial, "the session's client certificate expired");
+                    self.end(Status::unauthenticated(format!(
+                        "the client certificate {} of cluster {cluster} expired",
+                        self.identity.serial
+                    )))
+                    .await;
+                    break;
+                }
                 () = self.tx.closed() => break,
             }
         }
@@ -596,6 +676,72 @@ impl Session {
         }
     }
 
+    /// A `Renew`: only with the cluster's newest certificate, at most once per
+    /// [`enrollment::renew_interval`] per cluster; a refusal ends the session.
+    async fn renew(&self, r: v1::RenewCertificate) -> Result<(), Status> {
+        let cluster = &self.identity.cluster;
+        let serial = &self.identity.serial;
+        let not_newest = || {
+            tracing::info!(cluster = %cluster, %serial, "refused a renewal with a certificate that is not the newest");
+            Status::permission_denied(format!(
+                "Renew refused: certificate {serial} is not the newest certificate of cluster {cluster}"
+            ))
+        };
+        if let Err(wait) = self.service.renewals.try_take(cluster, std::time::Instant::now()) {
+            tracing::info!(cluster = %cluster, "refused a renewal: too soon after the last one");
+            return Err(Status::resource_exhausted(format!(
+                "Renew refused: cluster {cluster} renewed its certificate less than {} s ago; ask again in {} s",
+                self.service.renewals_interval().as_secs(),
+                wait.as_secs() + 1
+            )));
+        }
+        let api = self.service.clusters();
+        let mc = tokio::time::timeout(RENEW_API_TIMEOUT, api.get(cluster.as_str()))
+            .await
+            .map_err(|_| Status::unavailable(format!("reading ManagedCluster {cluster}: timed out")))?
+            .map_err(|e| kube_status("reading the ManagedCluster", e))?;
+        let newest = mc.status.as_ref().and_then(|s| s.certificate.as_ref());
+        if newest.is_some_and(|c| c.serial != *serial) {
+            return Err(not_newest());
+        }
+        let csr = std::str::from_utf8(&r.csr_pem)
+            .map_err(|_| Status::invalid_argument("renew.csr_pem is not PEM text"))?;
+        let key = KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if mc.spec.revoked_key_fingerprints.iter().any(|k| k == key.as_str()) {
+            return Err(Status::permission_denied(format!(
+                "Renew refused: the key {key} is revoked for ManagedCluster {cluster}"
+            )));
+        }
+        let issued = self
+            .service
+            .ca
+            .sign_client(
+                csr,
+                cluster,
+                &self.identity.incarnation,
+                self.service.config.client_cert_lifetime,
+            )
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        cluster_status::record_certificate(&api, cluster.as_str(), &issued)
+            .await
+            .map_err(|e| kube_status("recording the certificate issued", e))?;
+        tracing::info!(cluster = %cluster, serial = %issued.serial, "renewed the client certificate");
+        cluster_status::write(
+            &api,
+            cluster.as_str(),
+            StatusUpdate {
+                certificate_expiry: Some(cluster_status::at(unix_secs(issued.not_after))),
+                ..StatusUpdate::default()
+            },
+        )
+        .await;
+        self.send(hub_message::Kind::Certificate(v1::CertificateRenewed {
+            certificate_pem: issued.pem.into_bytes(),
+        }))
+        .await
+        .map_err(|()| Status::cancelled("session closed"))
+    }
+
     async fn handle(&self, message: v1::AgentMessage) -> Result<(), Status> {
         let Some(kind) = message.kind else {
             return Ok(());
@@ -616,35 +762,7 @@ impl Session {
                 self.mailbox
                     .acked(key, flotilla_core::ids::PlanRevision::new(a.revision));
             }
-            agent_message::Kind::Renew(r) => {
-                let csr = std::str::from_utf8(&r.csr_pem)
-                    .map_err(|_| Status::invalid_argument("renew.csr_pem is not PEM text"))?;
-                let issued = self
-                    .service
-                    .ca
-                    .sign_client(
-                        csr,
-                        &self.identity.cluster,
-                        &self.identity.incarnation,
-                        self.service.config.client_cert_lifetime,
-                    )
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                tracing::info!(cluster = %self.identity.cluster, "renewed the client certificate");
-                cluster_status::write(
-                    &self.service.clusters(),
-                    self.identity.cluster.as_str(),
-                    StatusUpdate {
-                        certificate_expiry: Some(cluster_status::at(unix_secs(issued.not_after))),
-                        ..StatusUpdate::default()
-                    },
-                )
-                .await;
-                self.send(hub_message::Kind::Certificate(v1::CertificateRenewed {
-                    certificate_pem: issued.pem.into_bytes(),
-                }))
-                .await
-                .map_err(|()| Status::cancelled("session closed"))?;
-            }
+            agent_message::Kind::Renew(r) => self.renew(r).await?,
             other => match report_from_message(other) {
                 Some(Ok(report)) => {
                     let key = report.object();

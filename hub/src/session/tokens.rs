@@ -6,15 +6,19 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `token-id`, `token-secret` | the two halves |
-//! | `expiration` | RFC 3339; absent: never expires |
+//! | `token-id` | the public half |
+//! | `token-secret-sha256` | hex SHA-256 of the secret half: the secret itself is stored nowhere |
+//! | `expiration` | RFC 3339; absent: never expires. The hub deletes expired token Secrets ([`remove_expired`]) |
 //! | `usages-remaining` | how many clusters may still join with it; absent: unlimited |
-//! | `auto-accept` | `"true"`: ManagedClusters it creates are accepted at once |
-//! | `cluster-name` | when set, the only ManagedCluster name it may register |
-//! | `registered-clusters` | comma-separated names that joined with it (a pending agent's retries do not spend a use again) |
+//! | `auto-accept` | `"true"`: ManagedClusters it creates are accepted at once (only when it creates them) |
+//! | `cluster-name` | the only ManagedCluster name it may register |
+//! | `any-cluster` | `"true"` instead of `cluster-name`: any name (a connect storm of new clusters) |
+//! | `registered-clusters` | comma-separated names that joined with it (a pending agent's retries do not spend a use again; a name here whose ManagedCluster is gone was deleted and is not created again) |
 //!
-//! [`redeem`] checks a presented token (the secret compared in constant time) and spends one
-//! use for a new cluster, with optimistic concurrency on the Secret. The hub redeems through
+//! A token names its cluster or says `any-cluster`: [`TokenOptions::scope`] has no default.
+//! [`redeem`] checks a presented token (the SHA-256 of its secret compared in constant time
+//! with the stored one) and spends one use for a new cluster, with optimistic concurrency on
+//! the Secret. The hub redeems through
 //! [`Redemptions`], which answers the requests arriving together with one update of the
 //! Secret (a connect storm of N agents with one token would otherwise be N conflicting
 //! updates). Refusals say which rule
@@ -196,17 +200,39 @@ impl TokenError {
     }
 }
 
+/// Which ManagedCluster names a token may register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenScope {
+    /// One name (`flotilla token create --cluster-name NAME`).
+    Cluster(String),
+    /// Any name (`--any-cluster`): for many new clusters joining with one token. Such a
+    /// token registers an existing ManagedCluster again only if it created it.
+    AnyCluster,
+}
+
 /// What `flotilla token create` asks for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TokenOptions {
+    /// The names it may register.
+    pub scope: TokenScope,
     /// How long the token is valid; `None`: forever.
     pub ttl: Option<Duration>,
     /// How many clusters may join with it; `None`: unlimited.
     pub uses: Option<u32>,
     /// ManagedClusters it creates are accepted at once.
     pub auto_accept: bool,
-    /// The only cluster name it may register.
-    pub cluster_name: Option<String>,
+}
+
+impl TokenOptions {
+    /// A token for `scope`, valid forever, unlimited, not auto-accepting.
+    pub fn new(scope: TokenScope) -> Self {
+        Self {
+            scope,
+            ttl: None,
+            uses: None,
+            auto_accept: false,
+        }
+    }
 }
 
 /// What a redeemed token grants.
@@ -214,8 +240,17 @@ pub struct TokenOptions {
 pub struct Grant {
     /// The token id (for the ManagedCluster's annotation and logs).
     pub token_id: String,
-    /// Accept the ManagedCluster at once.
+    /// Accept the ManagedCluster at once, when this registration creates it.
     pub auto_accept: bool,
+    /// The token names this cluster (`cluster-name`), not any cluster.
+    pub bound: bool,
+    /// The cluster had registered with this token before this request.
+    pub registered_before: bool,
+}
+
+/// The stored form of a token secret: hex SHA-256.
+fn secret_hash(secret: &str) -> String {
+    super::pki::sha256_hex(secret.as_bytes())
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -237,6 +272,9 @@ fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 
 /// The agent's join command for a token, as `flotilla token create` prints it (the one
 /// place a token is shown: to the administrator, never in a log).
+///
+/// The token goes in the agent's environment ([`TOKEN_ENV`]), not on its command line
+/// (which `ps` shows to every user of the host); `--token-file` is the other way.
 pub fn join_command(
     hub_url: &str,
     token: &BootstrapToken,
@@ -244,10 +282,13 @@ pub fn join_command(
     cluster_name: &str,
 ) -> String {
     format!(
-        "flotilla-agent join --hub {hub_url} --token {} --ca-hash {ca_pin} --cluster-name {cluster_name}",
+        "{TOKEN_ENV}={} flotilla-agent join --hub {hub_url} --ca-hash {ca_pin} --cluster-name {cluster_name}",
         token.expose()
     )
 }
+
+/// The environment variable the agent's `join` reads the bootstrap token from.
+pub const TOKEN_ENV: &str = "FLOTILLA_BOOTSTRAP_TOKEN";
 
 /// Creates a token Secret in `namespace`; returns the token (to be shown once).
 pub async fn create(
@@ -261,7 +302,7 @@ pub async fn create(
         data.insert(k.to_owned(), ByteString(v.into_bytes()));
     };
     put("token-id", token.id.clone());
-    put("token-secret", token.secret.clone());
+    put("token-secret-sha256", secret_hash(&token.secret));
     if let Some(ttl) = options.ttl {
         put("expiration", rfc3339(SystemTime::now() + ttl));
     }
@@ -269,8 +310,9 @@ pub async fn create(
         put("usages-remaining", uses.to_string());
     }
     put("auto-accept", options.auto_accept.to_string());
-    if let Some(name) = &options.cluster_name {
-        put("cluster-name", name.clone());
+    match &options.scope {
+        TokenScope::Cluster(name) => put("cluster-name", name.clone()),
+        TokenScope::AnyCluster => put("any-cluster", "true".to_owned()),
     }
     let secret = Secret {
         metadata: ObjectMeta {
@@ -368,7 +410,10 @@ async fn redeem_together(
             text(&secret, &id, key).map(|v| v.map(str::to_owned))
         };
         let fields = (|| {
-            let stored = read("token-secret")?.unwrap_or_default();
+            let stored = read("token-secret-sha256")?.ok_or_else(|| TokenError::BadSecret {
+                id: id.clone(),
+                key: "token-secret-sha256",
+            })?;
             let stored_id = read("token-id")?.unwrap_or_default();
             let expiration = match read("expiration")? {
                 None => None,
@@ -381,6 +426,13 @@ async fn redeem_together(
                 }
             };
             let allowed = read("cluster-name")?.filter(|a| !a.is_empty());
+            // Neither a name nor an explicit any-cluster: not a token this hub made.
+            if allowed.is_none() && read("any-cluster")?.as_deref() != Some("true") {
+                return Err(TokenError::BadSecret {
+                    id: id.clone(),
+                    key: "cluster-name",
+                });
+            }
             let auto_accept = read("auto-accept")?.as_deref() == Some("true");
             let registered: Vec<String> = read("registered-clusters")?
                 .unwrap_or_default()
@@ -419,12 +471,19 @@ async fn redeem_together(
         let grant = Grant {
             token_id: id.clone(),
             auto_accept,
+            bound: allowed.is_some(),
+            registered_before: false,
         };
         let mut changed = false;
+        // Names registered before this batch (a duplicate within it is not "before").
+        let before = registered.clone();
         let outcomes: Vec<Result<Grant, TokenError>> = requests
             .iter()
             .map(|(token, cluster)| {
-                let secret_ok: bool = stored.as_bytes().ct_eq(token.secret.as_bytes()).into();
+                let secret_ok: bool = stored
+                    .as_bytes()
+                    .ct_eq(secret_hash(&token.secret).as_bytes())
+                    .into();
                 if !secret_ok || stored_id != token.id {
                     return Err(invalid());
                 }
@@ -446,7 +505,10 @@ async fn redeem_together(
                     });
                 }
                 if registered.iter().any(|c| c == cluster) {
-                    return Ok(grant.clone());
+                    return Ok(Grant {
+                        registered_before: before.iter().any(|c| c == cluster),
+                        ..grant.clone()
+                    });
                 }
                 match &mut remaining {
                     Some(0) => return Err(TokenError::UsedUp { id: id.clone() }),
@@ -499,6 +561,50 @@ async fn redeem_together(
             "the token Secret kept changing under concurrent use".into(),
         )
     })
+}
+
+/// Whether a token Secret has expired at `now` (`None`: it has no valid expiration).
+fn expired_at(secret: &Secret, now: SystemTime) -> Option<bool> {
+    let text = secret.data.as_ref()?.get("expiration")?;
+    let at = parse_rfc3339(std::str::from_utf8(&text.0).ok()?)?;
+    Some(now >= at)
+}
+
+/// Deletes the token Secrets of `namespace` past their expiration; returns how many. A
+/// Secret changed since it was listed is left for the next sweep (the delete's
+/// precondition is its resourceVersion).
+pub async fn remove_expired(client: kube::Client, namespace: &str) -> Result<usize, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let list = api
+        .list(&kube::api::ListParams::default().fields(&format!("type={SECRET_TYPE}")))
+        .await?;
+    let now = SystemTime::now();
+    let mut removed = 0;
+    for secret in list.items {
+        let Some(name) = secret.metadata.name.clone() else {
+            continue;
+        };
+        if !name.starts_with(SECRET_PREFIX) || expired_at(&secret, now) != Some(true) {
+            continue;
+        }
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: secret.metadata.resource_version.clone(),
+                uid: secret.metadata.uid.clone(),
+            }),
+            ..kube::api::DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                removed += 1;
+                let token_id = name.trim_start_matches(SECRET_PREFIX);
+                tracing::info!(token_id, "removed an expired bootstrap token");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }
 
 /// A request waiting in [`Redemptions`].
@@ -631,13 +737,41 @@ mod tests {
     }
 
     #[test]
-    fn the_join_command_names_the_hub_the_token_the_pin_and_the_cluster() {
+    fn the_join_command_passes_the_token_in_the_environment_and_names_the_hub_the_pin_and_the_cluster()
+     {
         let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
         assert_eq!(
             join_command("https://hub.example:8443", &t, "sha256:00ff", "edge-1"),
-            "flotilla-agent join --hub https://hub.example:8443 --token abcdef.0123456789abcdef \
-             --ca-hash sha256:00ff --cluster-name edge-1"
+            "FLOTILLA_BOOTSTRAP_TOKEN=abcdef.0123456789abcdef flotilla-agent join \
+             --hub https://hub.example:8443 --ca-hash sha256:00ff --cluster-name edge-1"
         );
+    }
+
+    #[test]
+    fn the_stored_hash_is_the_sha256_of_the_secret_and_never_the_secret() {
+        let hash = secret_hash("0123456789abcdef");
+        assert_eq!(hash.len(), 64);
+        assert!(!hash.contains("0123456789abcdef"));
+        assert_eq!(hash, secret_hash("0123456789abcdef"));
+        assert_ne!(hash, secret_hash("0123456789abcdeg"));
+    }
+
+    #[test]
+    fn a_token_secret_expires_at_its_expiration_and_one_without_never() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let secret = |data: &[(&str, &str)]| Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let with = secret(&[("expiration", &rfc3339(at))]);
+        assert_eq!(expired_at(&with, at - Duration::from_secs(1)), Some(false));
+        assert_eq!(expired_at(&with, at), Some(true));
+        assert_eq!(expired_at(&secret(&[]), at), None);
+        assert_eq!(expired_at(&secret(&[("expiration", "soon")]), at), None);
     }
 
     #[test]
