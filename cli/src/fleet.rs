@@ -1116,9 +1116,11 @@ async fn revoke(
             return Ok(());
         }
         list.push(value.clone());
+        let mut spec_patch = serde_json::Map::new();
+        spec_patch.insert(field.to_owned(), json!(list));
         let patch = json!({
             "metadata": {"resourceVersion": mc.metadata.resource_version},
-            "spec": {field: list},
+            "spec": spec_patch,
         });
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))

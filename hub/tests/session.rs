@@ -1479,8 +1479,29 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
         flotilla_hub::session::pki::sha256_hex(secret.as_bytes()).into_bytes()
     );
 
-    agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await?;
+    let joined =
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await?;
     assert!(clusters.get("solo").await?.spec.accepted);
+
+    // A joined agent starts again from its stored identity, without a token; one that has
+    // not joined is told to give one.
+    let without_token = JoinOptions {
+        token: None,
+        ..join_options(&hub, &auto, &pin, "solo", "solo")
+    };
+    let resumed = agent_session::join(&mgmt, &without_token).await?;
+    assert_eq!(resumed.cert_pem, joined.cert_pem);
+    namespace(&mgmt, "never-joined").await?;
+    let err = agent_session::join(
+        &mgmt,
+        &JoinOptions {
+            token: None,
+            ..join_options(&hub, &auto, &pin, "never", "never-joined")
+        },
+    )
+    .await
+    .expect_err("no identity, no token");
+    assert!(err.to_string().contains("FLOTILLA_BOOTSTRAP_TOKEN"), "{err}");
 
     // Un-accepted by an administrator: the auto-accepting token registers again (same key)
     // but waits; spec.accepted stays false.
