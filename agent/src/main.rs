@@ -183,9 +183,7 @@ fn bootstrap_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Stri
         })?),
         None => std::env::var(session::TOKEN_ENV).ok(),
     };
-    Ok(text
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty()))
+    Ok(text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
 }
 
 async fn run(command: Command) -> anyhow::Result<Vec<String>> {

@@ -355,7 +355,16 @@ async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> 
             name,
             serial,
             fingerprint,
-        }) => revoke(client, &name, serial.as_deref(), fingerprint.as_deref(), out).await,
+        }) => {
+            revoke(
+                client,
+                &name,
+                serial.as_deref(),
+                fingerprint.as_deref(),
+                out,
+            )
+            .await
+        }
     }
 }
 
@@ -1112,7 +1121,10 @@ async fn revoke(
             .and_then(|v| serde_json::from_value(v.clone()).ok())
             .unwrap_or_default();
         if list.contains(&value) {
-            writeln!(out, "✔ ManagedCluster {name}: {what} {value} was already revoked")?;
+            writeln!(
+                out,
+                "✔ ManagedCluster {name}: {what} {value} was already revoked"
+            )?;
             return Ok(());
         }
         list.push(value.clone());

@@ -299,34 +299,77 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
         )
         .await?;
     let (_, out, _) = flotilla(&kubeconfig, &["get", "clusters", "-o", "wide"]);
-    let header: Vec<&str> = out.lines().next().unwrap_or_default().split('\t').map(str::trim).collect();
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split('\t')
+        .map(str::trim)
+        .collect();
     assert_eq!(
         header,
-        ["NAME", "ACCEPTED", "JOINED", "AVAILABLE", "PLANS", "SERIAL", "KEY", "PENDING KEY", "MESSAGE"],
+        [
+            "NAME",
+            "ACCEPTED",
+            "JOINED",
+            "AVAILABLE",
+            "PLANS",
+            "SERIAL",
+            "KEY",
+            "PENDING KEY",
+            "MESSAGE"
+        ],
         "{out}"
     );
     assert!(out.contains(&format!("{key} (KeyNotApproved)")), "{out}");
     assert!(out.contains("1f2e"), "{out}");
     let (code, out, err) = flotilla(&kubeconfig, &["cluster", "approve", "edge-2"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with(&format!("✔ ManagedCluster edge-2: key {key} approved")), "{out}");
+    assert!(
+        out.starts_with(&format!("✔ ManagedCluster edge-2: key {key} approved")),
+        "{out}"
+    );
     assert_eq!(
-        clusters.get("edge-2").await?.spec.approved_key_fingerprint.as_deref(),
+        clusters
+            .get("edge-2")
+            .await?
+            .spec
+            .approved_key_fingerprint
+            .as_deref(),
         Some(key.as_str())
     );
-    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "approve", "edge-2", "--fingerprint", "md5:00"]);
+    let (code, _, err) = flotilla(
+        &kubeconfig,
+        &["cluster", "approve", "edge-2", "--fingerprint", "md5:00"],
+    );
     assert_eq!(code, 1);
     assert!(err.starts_with("✗ --fingerprint: key fingerprint"), "{err}");
-    let (code, out, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--serial", "1F:2E"]);
-    assert_eq!((code, out.as_str()), (0, "✔ ManagedCluster edge-2: certificate 1f2e revoked; a session using it ends, and the cluster stays accepted\n"), "{err}");
-    let (code, _, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--fingerprint", &key]);
+    let (code, out, err) = flotilla(
+        &kubeconfig,
+        &["cluster", "revoke", "edge-2", "--serial", "1F:2E"],
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            0,
+            "✔ ManagedCluster edge-2: certificate 1f2e revoked; a session using it ends, and the cluster stays accepted\n"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = flotilla(
+        &kubeconfig,
+        &["cluster", "revoke", "edge-2", "--fingerprint", &key],
+    );
     assert_eq!(code, 0, "{err}");
-    let (code, out, _) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2", "--serial", "1f2e"]);
+    let (code, out, _) = flotilla(
+        &kubeconfig,
+        &["cluster", "revoke", "edge-2", "--serial", "1f2e"],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("already revoked"), "{out}");
     let edge2 = clusters.get("edge-2").await?;
     assert_eq!(edge2.spec.revoked_serials, ["1f2e"]);
-    assert_eq!(edge2.spec.revoked_key_fingerprints, [key.clone()]);
+    assert_eq!(edge2.spec.revoked_key_fingerprints, [key]);
     assert!(edge2.spec.accepted);
     let (code, _, err) = flotilla(&kubeconfig, &["cluster", "revoke", "edge-2"]);
     assert_eq!(code, 2, "{err}");

@@ -1224,7 +1224,10 @@ async fn a_plan_carries_its_chart_archive_to_an_agent_that_holds_no_copy_once_an
 fn key_fingerprint(key_pem: &str) -> anyhow::Result<String> {
     use rcgen::PublicKeyData as _;
     let key = rcgen::KeyPair::from_pem(key_pem)?;
-    Ok(flotilla_hub::session::pki::KeyFingerprint::of_spki(&key.subject_public_key_info()).to_string())
+    Ok(
+        flotilla_hub::session::pki::KeyFingerprint::of_spki(&key.subject_public_key_info())
+            .to_string(),
+    )
 }
 
 /// A CSR for the PEM private key `key_pem`.
@@ -1281,7 +1284,9 @@ async fn renewed_certificate(
             .await
             .map_err(|_| anyhow::anyhow!("no certificate within 10 s"))??;
         match m.and_then(|m| m.kind) {
-            Some(hub_message::Kind::Certificate(c)) => return Ok(String::from_utf8(c.certificate_pem)?),
+            Some(hub_message::Kind::Certificate(c)) => {
+                return Ok(String::from_utf8(c.certificate_pem)?);
+            }
             Some(hub_message::Kind::Ping(_) | hub_message::Kind::Pong(_)) => {}
             other => anyhow::bail!("expected a certificate, got {other:?}"),
         }
@@ -1360,7 +1365,9 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
         async move { agent_session::join(&client, &options).await }
     });
     let impostor_key = wait::until("the impostor's key to be stored", TIMEOUT, || async {
-        Ok(agent_session::identity::load(&mgmt, "impostor").await?.key_pem)
+        Ok(agent_session::identity::load(&mgmt, "impostor")
+            .await?
+            .key_pem)
     })
     .await?;
     let impostor_fingerprint = key_fingerprint(&impostor_key)?;
@@ -1379,8 +1386,14 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
     let stored = agent_session::identity::load(&mgmt, "impostor").await?;
     assert!(stored.cert_pem.is_none(), "the impostor got a certificate");
     let mc = clusters.get("workload-a").await?;
-    let newest = mc.status.and_then(|s| s.certificate).expect("the newest certificate");
-    assert_eq!(newest.serial, real_serial, "no certificate was issued to the impostor");
+    let newest = mc
+        .status
+        .and_then(|s| s.certificate)
+        .expect("the newest certificate");
+    assert_eq!(
+        newest.serial, real_serial,
+        "no certificate was issued to the impostor"
+    );
 
     // The real agent's session is still up and still receives the cluster's plans.
     let links = hub.links();
@@ -1391,7 +1404,11 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
     link.send(Command::Upsert(Box::new(plan_named("after-the-impostor")?)))?;
     let upsert = next_upsert(&mut real_inbound).await?;
     assert_eq!(
-        upsert.plan.and_then(|p| p.object).map(|o| o.name).as_deref(),
+        upsert
+            .plan
+            .and_then(|p| p.object)
+            .map(|o| o.name)
+            .as_deref(),
         Some("after-the-impostor")
     );
 
@@ -1404,7 +1421,10 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
         )
         .await,
     );
-    assert!(message.contains("was not created with bootstrap token"), "{message}");
+    assert!(
+        message.contains("was not created with bootstrap token"),
+        "{message}"
+    );
 
     // The real agent registers again with its own key (its CSR proves it holds the key of
     // the newest certificate) and a token made for workload-a: a certificate, no approval.
@@ -1420,8 +1440,14 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
     )
     .await?;
     assert_ne!(serial_of(&again.cert_pem)?, real_serial);
-    assert_eq!(key_fingerprint(&again.key_pem)?, key_fingerprint(&real.key_pem)?);
-    assert!(!impostor.is_finished(), "the impostor's join must still wait");
+    assert_eq!(
+        key_fingerprint(&again.key_pem)?,
+        key_fingerprint(&real.key_pem)?
+    );
+    assert!(
+        !impostor.is_finished(),
+        "the impostor's join must still wait"
+    );
 
     // An administrator approves the waiting key (what `flotilla cluster approve
     // workload-a` does): that agent's next attempt gets a certificate for it.
@@ -1429,7 +1455,9 @@ async fn an_impostor_with_a_valid_any_cluster_token_gets_no_certificate_for_an_a
         .patch(
             "workload-a",
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"approvedKeyFingerprint": impostor_fingerprint}})),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"approvedKeyFingerprint": impostor_fingerprint}}),
+            ),
         )
         .await?;
     let approved = tokio::time::timeout(TIMEOUT, impostor).await???;
@@ -1465,7 +1493,9 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
     // At rest: the SHA-256 of the secret, never the secret.
     let auto = auto_token(&mgmt, None).await?;
     let (id, secret) = auto.split_once('.').expect("<id>.<secret>");
-    let stored = secrets.get(&format!("{}{id}", tokens::SECRET_PREFIX)).await?;
+    let stored = secrets
+        .get(&format!("{}{id}", tokens::SECRET_PREFIX))
+        .await?;
     let data = stored.data.expect("token data");
     assert!(!data.contains_key("token-secret"));
     for (key, value) in &data {
@@ -1501,7 +1531,10 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
     )
     .await
     .expect_err("no identity, no token");
-    assert!(err.to_string().contains("FLOTILLA_BOOTSTRAP_TOKEN"), "{err}");
+    assert!(
+        err.to_string().contains("FLOTILLA_BOOTSTRAP_TOKEN"),
+        "{err}"
+    );
 
     // Un-accepted by an administrator: the auto-accepting token registers again (same key)
     // but waits; spec.accepted stays false.
@@ -1513,8 +1546,14 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
         async move { agent_session::join(&client, &options).await }
     });
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!rejoin.is_finished(), "an un-accepted cluster's agent must wait");
-    assert!(!clusters.get("solo").await?.spec.accepted, "auto-accept re-accepted solo");
+    assert!(
+        !rejoin.is_finished(),
+        "an un-accepted cluster's agent must wait"
+    );
+    assert!(
+        !clusters.get("solo").await?.spec.accepted,
+        "auto-accept re-accepted solo"
+    );
     rejoin.abort();
 
     // Deleted: the token that registered it does not create it again.
@@ -1523,11 +1562,13 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
         Ok(clusters.get_opt("solo").await?.is_none().then_some(()))
     })
     .await?;
-    let message = refused(
-        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await,
-    );
+    let message =
+        refused(agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "solo", "solo")).await);
     assert!(message.contains("has been deleted since"), "{message}");
-    assert!(clusters.get_opt("solo").await?.is_none(), "solo was re-created");
+    assert!(
+        clusters.get_opt("solo").await?.is_none(),
+        "solo was re-created"
+    );
 
     // Expired token Secrets are removed by the hub; a valid one stays.
     let expiring = token(
@@ -1539,9 +1580,17 @@ async fn auto_accept_never_accepts_an_existing_cluster_again_nor_recreates_a_del
     )
     .await?;
     let expiring_name = format!("{}{}", tokens::SECRET_PREFIX, &expiring[..6]);
-    wait::until("the expired token Secret to be removed", TIMEOUT, || async {
-        Ok(secrets.get_opt(&expiring_name).await?.is_none().then_some(()))
-    })
+    wait::until(
+        "the expired token Secret to be removed",
+        TIMEOUT,
+        || async {
+            Ok(secrets
+                .get_opt(&expiring_name)
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
     .await?;
     assert!(
         secrets
@@ -1567,7 +1616,8 @@ async fn renew_is_for_the_newest_certificate_once_per_interval_a_revoked_certifi
     let clusters: Api<ManagedCluster> = Api::all(mgmt.clone());
     let uid = agent_session::cluster_uid(&mgmt).await?;
     let auto = auto_token(&mgmt, None).await?;
-    let first = agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "rev", "default")).await?;
+    let first =
+        agent_session::join(&mgmt, &join_options(&hub, &auto, &pin, "rev", "default")).await?;
     let first_serial = serial_of(&first.cert_pem)?;
 
     // Renew with the newest certificate: a new one.

@@ -420,7 +420,13 @@ mod tests {
         );
         assert_eq!(limiter.try_take(&b, t0 + Duration::from_secs(10)), Ok(()));
         assert_eq!(limiter.try_take(&a, t0 + Duration::from_secs(60)), Ok(()));
-        assert_eq!(renew_interval(Duration::from_secs(24 * 3600)), Duration::from_secs(600));
-        assert_eq!(renew_interval(Duration::from_secs(3)), Duration::from_secs(1));
+        assert_eq!(
+            renew_interval(Duration::from_secs(24 * 3600)),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            renew_interval(Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
     }
 }

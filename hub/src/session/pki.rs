@@ -191,9 +191,12 @@ impl KeyFingerprint {
 
     /// Parses `sha256:<64 hex>` (upper-case hex is accepted and lowered).
     pub fn parse(s: &str) -> Result<Self, PkiError> {
-        CaPin::parse(s)
-            .map(|p| Self(p.0))
-            .map_err(|_| PkiError::invalid("key fingerprint", "must be \"sha256:\" followed by 64 hex digits"))
+        CaPin::parse(s).map(|p| Self(p.0)).map_err(|_| {
+            PkiError::invalid(
+                "key fingerprint",
+                "must be \"sha256:\" followed by 64 hex digits",
+            )
+        })
     }
 
     /// The text, `sha256:<hex>`.
@@ -224,7 +227,11 @@ pub fn normalize_serial(s: &str) -> Result<String, PkiError> {
         ));
     }
     let trimmed = digits.trim_start_matches('0');
-    Ok(if trimmed.is_empty() { "0".to_owned() } else { trimmed.to_ascii_lowercase() })
+    Ok(if trimmed.is_empty() {
+        "0".to_owned()
+    } else {
+        trimmed.to_ascii_lowercase()
+    })
 }
 
 /// A certificate and its private key, PEM (the key is secret: never log it).

@@ -45,8 +45,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::SessionConfig;
 use super::cluster_status::{self, StatusUpdate};
-use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
 use super::enrollment::{self, Decision};
+use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
 use super::pki::{ClusterIdentity, HubCa, KeyFingerprint};
 use super::registry::Registry;
 use super::tokens::{self, TokenError};
@@ -195,7 +195,8 @@ impl HubService {
         // The CSR first: a bad one spends no use of the token.
         let csr = std::str::from_utf8(&req.csr_pem)
             .map_err(|_| Status::invalid_argument("csr_pem is not PEM text"))?;
-        let key = KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let key =
+            KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let grant = self
             .redemptions
             .redeem(&req.bootstrap_token, cluster.as_str())
@@ -223,7 +224,10 @@ impl HubService {
             let existing = found.as_ref().map(enrollment::Existing::of);
             match enrollment::decide(&cluster, existing.as_ref(), &grant, &key) {
                 Decision::Create { accepted } => {
-                    found = Some(self.create_cluster(&cluster, &grant, &key, accepted).await?);
+                    found = Some(
+                        self.create_cluster(&cluster, &grant, &key, accepted)
+                            .await?,
+                    );
                 }
                 Decision::Refuse(refusal) => {
                     tracing::info!(cluster = %cluster, token_id = %grant.token_id, reason = refusal.kind(), "registration refused");
@@ -250,11 +254,24 @@ impl HubService {
             ..StatusUpdate::default()
         };
         if let Some(waiting) = waiting {
-            let pending = mc.status.as_ref().and_then(|s| s.pending_registration.as_ref());
-            cluster_status::record_pending(&api, cluster.as_str(), pending, &key, &grant.token_id, waiting.reason()).await;
+            let pending = mc
+                .status
+                .as_ref()
+                .and_then(|s| s.pending_registration.as_ref());
+            cluster_status::record_pending(
+                &api,
+                cluster.as_str(),
+                pending,
+                &key,
+                &grant.token_id,
+                waiting.reason(),
+            )
+            .await;
             let approve = format!("flotilla cluster approve {cluster} --fingerprint {key}");
             let message = match waiting {
-                enrollment::Waiting::NotAccepted { key_approval: false } => {
+                enrollment::Waiting::NotAccepted {
+                    key_approval: false,
+                } => {
                     update.joined = Some((
                         ConditionStatus::False,
                         "Pending",
@@ -687,7 +704,11 @@ impl Session {
                 "Renew refused: certificate {serial} is not the newest certificate of cluster {cluster}"
             ))
         };
-        if let Err(wait) = self.service.renewals.try_take(cluster, std::time::Instant::now()) {
+        if let Err(wait) = self
+            .service
+            .renewals
+            .try_take(cluster, std::time::Instant::now())
+        {
             tracing::info!(cluster = %cluster, "refused a renewal: too soon after the last one");
             return Err(Status::resource_exhausted(format!(
                 "Renew refused: cluster {cluster} renewed its certificate less than {} s ago; ask again in {} s",
@@ -698,7 +719,9 @@ impl Session {
         let api = self.service.clusters();
         let mc = tokio::time::timeout(RENEW_API_TIMEOUT, api.get(cluster.as_str()))
             .await
-            .map_err(|_| Status::unavailable(format!("reading ManagedCluster {cluster}: timed out")))?
+            .map_err(|_| {
+                Status::unavailable(format!("reading ManagedCluster {cluster}: timed out"))
+            })?
             .map_err(|e| kube_status("reading the ManagedCluster", e))?;
         let newest = mc.status.as_ref().and_then(|s| s.certificate.as_ref());
         if newest.is_some_and(|c| c.serial != *serial) {
@@ -706,8 +729,14 @@ impl Session {
         }
         let csr = std::str::from_utf8(&r.csr_pem)
             .map_err(|_| Status::invalid_argument("renew.csr_pem is not PEM text"))?;
-        let key = KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if mc.spec.revoked_key_fingerprints.iter().any(|k| k == key.as_str()) {
+        let key =
+            KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if mc
+            .spec
+            .revoked_key_fingerprints
+            .iter()
+            .any(|k| k == key.as_str())
+        {
             return Err(Status::permission_denied(format!(
                 "Renew refused: the key {key} is revoked for ManagedCluster {cluster}"
             )));
