@@ -43,12 +43,40 @@ fn workspace() -> PathBuf {
 
 /// The chart's ServiceAccount and RBAC, rendered by the reference helm.
 fn chart_rbac() -> anyhow::Result<String> {
+    chart_rbac_with(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/deploy-rbac-values.yaml"))
+}
+
+/// The chart's ServiceAccount and RBAC with the values of `values`.
+fn chart_rbac_with(values: &Path) -> anyhow::Result<String> {
     rbac::chart_rbac(
         &workspace().join("deploy/charts/flotilla-agent"),
         "flotilla-agent",
         NAMESPACE,
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/deploy-rbac-values.yaml"),
+        values,
     )
+}
+
+#[test]
+fn the_charts_defaults_bind_no_cluster_admin_only_the_value_that_asks_does() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    // The values the chart requires, nothing of rbac.
+    let required = "hub:\n  url: https://hub:9443\n  caPin: sha256:00\n  existingTokenSecret: mine\n";
+    let defaults = dir.path().join("defaults.yaml");
+    std::fs::write(&defaults, required)?;
+    let rbac = chart_rbac_with(&defaults)?;
+    anyhow::ensure!(
+        !rbac.contains("cluster-admin") && !rbac.contains("-workload"),
+        "the defaults grant no workload rights:\n{rbac}"
+    );
+    let asked = dir.path().join("asked.yaml");
+    std::fs::write(
+        &asked,
+        format!("{required}rbac:\n  workload:\n    clusterAdmin: true\n"),
+    )?;
+    let rbac = chart_rbac_with(&asked)?;
+    anyhow::ensure!(rbac.contains("name: cluster-admin"), "{rbac}");
+    Ok(())
 }
 
 fn agent(

@@ -21,7 +21,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::{
-    HelmChart, HelmRelease, HelmReleaseSet, HelmRepository, ManagedCluster, OCIRepository,
+    HelmChart, HelmRelease, HelmReleaseSet, HelmRepository, ManagedCluster, ManagedClusterBinding,
+    OCIRepository,
 };
 
 /// Where the generated CRDs are committed, relative to the workspace root.
@@ -63,6 +64,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crd_of::<OCIRepository>(),
         crd_of::<ManagedCluster>(),
         crd_of::<HelmReleaseSet>(),
+        crd_of::<ManagedClusterBinding>(),
     ]
 }
 
@@ -224,12 +226,13 @@ mod tests {
         out
     }
 
-    const PLURALS: [&str; 5] = [
+    const PLURALS: [&str; 6] = [
         "helmreleases",
         "helmrepositories",
         "helmcharts",
         "ocirepositories",
         "managedclusters",
+        "managedclusterbindings",
     ];
 
     #[test]

@@ -8,6 +8,8 @@
 //! - [`set`]: `HelmReleaseSet` (`helm.flotilla.dev/v1alpha1`), one HelmRelease per matching
 //!   cluster, rolled out in waves; spec and status are flotilla-core's [`flotilla_core::set`].
 //! - [`fleet`]: `ManagedCluster` (`fleet.flotilla.dev/v1`), one per workload cluster.
+//! - [`tenancy`]: `ManagedClusterBinding` (`fleet.flotilla.dev/v1`, cluster-scoped), which
+//!   namespaces may deliver to which ManagedClusters.
 //! - [`crd`]: the CRDs ([`crd::all`]) and their YAML, committed under `deploy/crds/`.
 //!
 //! Validation lives in the schemas (OpenAPI patterns, enums, lengths, CEL rules as Flux's
@@ -22,10 +24,12 @@ pub mod fleet;
 pub mod helm;
 pub mod set;
 pub mod source;
+pub mod tenancy;
 
 pub use fleet::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
 pub use helm::{HelmRelease, HelmReleaseSpec};
 pub use set::{HelmReleaseSet, HelmReleaseSetSpec};
+pub use tenancy::{ManagedClusterBinding, ManagedClusterBindingSpec};
 pub use source::{
     HelmChart, HelmChartSpec, HelmChartStatus, HelmRepository, HelmRepositorySpec,
     HelmRepositoryStatus, OCIRepository, OCIRepositorySpec, OCIRepositoryStatus,

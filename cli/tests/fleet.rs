@@ -76,6 +76,7 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
     let artifacts = tempfile::tempdir()?;
     let mut config = HubConfig::new(Some(kubeconfig.clone()), artifacts.path().to_owned());
     config.concurrency = 2;
+    config.tenancy.local_target = true;
     let hub = Hub::start(config).await?;
 
     // Nothing yet: said in words, exit 0.
@@ -535,6 +536,7 @@ async fn reconcile_reset_retries_a_release_whose_retries_are_exhausted_where_a_p
     let artifacts = tempfile::tempdir()?;
     let mut config = HubConfig::new(Some(kubeconfig.clone()), artifacts.path().to_owned());
     config.concurrency = 2;
+    config.tenancy.local_target = true;
     let hub = Hub::start(config).await?;
 
     // The target namespace does not exist: the install fails, and with Flux's default

@@ -26,6 +26,8 @@
 //! - [`status`]: the one writer of HelmRelease status.
 //! - [`run`]: wiring and shutdown order.
 //! - [`leader`]: Lease-based leader election of the hub replicas.
+//! - [`tenancy`]: which namespaces may deliver to which ManagedClusters (bindings),
+//!   `--no-cross-namespace-refs`, `--default-service-account`, the local target.
 //!
 //! Where to start (the pure parts, table-tested without a cluster; the IO edge reads the
 //! objects and the index and hands them in):
@@ -61,6 +63,7 @@ pub mod status;
 pub mod supervisor;
 pub mod targets;
 pub mod telemetry;
+pub mod tenancy;
 pub mod util;
 pub mod values;
 

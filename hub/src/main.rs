@@ -107,6 +107,18 @@ struct Args {
     /// target through the proxy the Secret names.
     #[arg(long)]
     insecure_kubeconfig_proxy: bool,
+    /// As Flux: a HelmRelease's chart (spec.chart's sourceRef, spec.chartRef) only from its
+    /// own namespace; a reference to another is refused (AccessDenied).
+    #[arg(long)]
+    no_cross_namespace_refs: bool,
+    /// As Flux: the ServiceAccount (in the HelmRelease's namespace) a HelmRelease without
+    /// spec.serviceAccountName is applied as, on every target.
+    #[arg(long)]
+    default_service_account: Option<String>,
+    /// HelmReleases with neither spec.clusterRef nor spec.kubeConfig are installed in the
+    /// hub's own cluster; without this flag they are refused (AccessDenied).
+    #[arg(long)]
+    allow_local_target: bool,
 }
 
 /// The shortest `--agent-cert-lifetime`: an agent must be able to renew (two thirds in)
@@ -152,6 +164,11 @@ async fn main() -> anyhow::Result<()> {
         allow_insecure_tls: args.insecure_kubeconfig_tls,
         allow_files: args.insecure_kubeconfig_files,
         allow_proxy: args.insecure_kubeconfig_proxy,
+    };
+    config.tenancy = flotilla_hub::tenancy::TenancyOptions {
+        no_cross_namespace_refs: args.no_cross_namespace_refs,
+        default_service_account: args.default_service_account.filter(|s| !s.is_empty()),
+        local_target: args.allow_local_target,
     };
     let metrics = HubMetrics::new();
     config.metrics = metrics.clone();

@@ -67,6 +67,9 @@ pub struct HubConfig {
     /// A test hook run at the start of every HelmRelease reconcile
     /// ([`ControllerOptions::fault`]); `None` (no flag sets it) outside tests.
     pub reconcile_fault: Option<controller::ReconcileFault>,
+    /// Tenancy: `--no-cross-namespace-refs`, `--default-service-account`,
+    /// `--allow-local-target` ([`crate::tenancy`]). The local target is off by default.
+    pub tenancy: crate::tenancy::TenancyOptions,
     /// The channel every agent's reports go through to the status writer.
     reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
 }
@@ -102,6 +105,7 @@ impl HubConfig {
             plan_epoch_namespace: None,
             supervisor: Supervisor::default(),
             reconcile_fault: None,
+            tenancy: Default::default(),
             reports: mpsc::unbounded_channel(),
         }
     }
@@ -256,6 +260,16 @@ impl Hub {
             },
         );
         ctx.metrics = config.metrics.clone();
+        let tenancy = Arc::new(crate::tenancy::Tenancy::new(config.tenancy.clone()));
+        ctx.tenancy = tenancy.clone();
+        let tenancy_watch = tenancy.run(ctx.client.clone());
+        let tenancy_stop = stop.clone();
+        controllers.spawn(async move {
+            tokio::select! {
+                () = tenancy_watch => {}
+                () = tenancy_stop.cancelled() => {}
+            }
+        });
         if let Some(namespace) = &config.plan_epoch_namespace {
             match controller::epoch::claim(ctx.client.clone(), namespace).await {
                 Ok(epoch) => {

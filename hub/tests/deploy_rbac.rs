@@ -26,12 +26,54 @@ const SERVICE_ACCOUNT: &str = "flotilla-hub";
 /// The chart's ServiceAccount and RBAC, rendered by the reference helm.
 fn chart_rbac() -> anyhow::Result<String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    chart_rbac_with(&manifest.join("tests/deploy-rbac-values.yaml"))
+}
+
+/// The chart's ServiceAccount and RBAC with the values of `values`.
+fn chart_rbac_with(values: &Path) -> anyhow::Result<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     rbac::chart_rbac(
         &manifest.join("../deploy/charts/flotilla-hub"),
         "flotilla-hub",
         NAMESPACE,
-        &manifest.join("tests/deploy-rbac-values.yaml"),
+        values,
     )
+}
+
+#[test]
+fn the_charts_defaults_bind_no_cluster_admin_and_grant_no_local_target_only_the_values_that_ask_do()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let values = |name: &str, text: &str| -> anyhow::Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text)?;
+        chart_rbac_with(&path)
+    };
+    let defaults = values("defaults.yaml", "{}\n")?;
+    anyhow::ensure!(
+        !defaults.contains("cluster-admin") && !defaults.contains("-local-target"),
+        "the defaults grant nothing for the hub's own cluster:\n{defaults}"
+    );
+    anyhow::ensure!(
+        !defaults.contains("name: flotilla-hub-agent"),
+        "no in-process agent state without the local target:\n{defaults}"
+    );
+    // cluster-admin only when the local target is on and the value asks for it.
+    let asked = "rbac:\n  localTarget:\n    clusterAdmin: true\n";
+    let without_target = values("asked.yaml", asked)?;
+    anyhow::ensure!(
+        !without_target.contains("cluster-admin"),
+        "{without_target}"
+    );
+    let with_target = values(
+        "asked-local.yaml",
+        &format!("hub:\n  allowLocalTarget: true\n{asked}"),
+    )?;
+    anyhow::ensure!(
+        with_target.contains("name: cluster-admin"),
+        "{with_target}"
+    );
+    Ok(())
 }
 
 #[tokio::test]
@@ -73,6 +115,7 @@ async fn the_hub_under_the_charts_service_account_and_rbac_installs_upgrades_and
         .arg("--artifact-dir")
         .arg(dir.path().join("artifacts"))
         .args(["--agent-namespace", NAMESPACE, "--leader-elect"])
+        .arg("--allow-local-target")
         .args([
             "--requeue-dependency",
             "2s",

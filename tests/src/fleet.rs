@@ -32,6 +32,16 @@ pub const AGENT_NAMESPACE: &str = "flotilla-system";
 pub const EXAMPLE_CHART: &str = "examples/charts/hello";
 /// The example HelmReleases (with `${REPO_URL}` and `${OCI_URL}` to fill in).
 pub const EXAMPLE_RELEASES: &str = "examples/fleet/hello.yaml";
+
+/// The ManagedClusterBinding of the local fleet: every namespace to every ManagedCluster.
+const FLEET_BINDING: &str = r#"apiVersion: fleet.flotilla.dev/v1
+kind: ManagedClusterBinding
+metadata:
+  name: flotilla-fleet-everything
+spec:
+  namespaceSelector: {}
+  clusterSelector: {}
+"#;
 /// The OCI repository of the example chart in the registry.
 const OCI_REPO: &str = "charts";
 
@@ -190,6 +200,10 @@ impl Fleet {
             &["crd", "--all"],
             std::time::Duration::from_secs(60),
         )?;
+        // Tenancy: the local fleet lets every namespace deliver to every workload cluster
+        // (the tests and benches use namespaces of their own; the example releases come with
+        // a binding of their own as well).
+        kubectl_in(mgmt.kubeconfig(), &["apply", "-f", "-"], Some(FLEET_BINDING))?;
 
         let workloads = options
             .workloads

@@ -419,6 +419,8 @@ impl HubProcess {
             .args(["--concurrency", &args.concurrency.to_string()])
             .args(["--agent-concurrency", &args.agent_concurrency.to_string()])
             .args(["--graceful-shutdown-timeout", "30s"])
+            // The bench's releases go to the hub's own cluster.
+            .arg("--allow-local-target")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())

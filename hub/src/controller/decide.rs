@@ -57,6 +57,17 @@ impl Stop {
         stop
     }
 
+    /// A tenancy refusal ([`crate::tenancy`]): an operator's decision stalls with a Warning
+    /// Event; both are looked at again after `requeue` (a binding may be created).
+    pub(super) fn denied(denied: &crate::tenancy::Denied, requeue: Duration) -> Stop {
+        let stop = Stop::new(denied.reason(), denied.to_string()).requeue(requeue);
+        if denied.is_terminal() {
+            stop.stalled().warning()
+        } else {
+            stop
+        }
+    }
+
     pub(super) fn requeue(mut self, d: Duration) -> Stop {
         self.requeue = Some(d);
         self

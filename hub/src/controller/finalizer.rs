@@ -41,7 +41,10 @@ pub(super) async fn finalize(
         recorded_revision(hr, key, ctx),
         ctx.plan_floor,
     ));
-    let target = target_of(hr).ok();
+    // Without --allow-local-target the hub does not act on its own cluster, not even here.
+    let target = target_of(hr)
+        .ok()
+        .filter(|t| !ctx.tenancy.refuses_local(t));
     let link = match &target {
         Some(t) => match ctx.links.resolve(t).await {
             Ok(link) => Some(link),

@@ -218,6 +218,8 @@ pub struct Context {
     pub queue: Arc<queue::ReconcileQueue>,
     /// The data of the referenced ConfigMaps and Secrets (see [`values_cache`]).
     pub values_cache: values_cache::ValuesCache,
+    /// Bindings, cross-namespace references, the local target ([`crate::tenancy`]).
+    pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// The target each HelmRelease was last sent to.
     targets: Mutex<HashMap<ObjectKey, TargetId>>,
     /// The newest plan revision and digest per HelmRelease (the annotations may lag in
@@ -267,6 +269,7 @@ impl Context {
             metrics: Default::default(),
             queue: Default::default(),
             values_cache: Default::default(),
+            tenancy: Default::default(),
             targets: Mutex::new(HashMap::new()),
             revisions: Arc::new(Mutex::new(HashMap::new())),
             plan_floor: 0,

@@ -185,9 +185,13 @@ pub(super) async fn plan_and_send(
     helm_chart: &mut String,
 ) -> Result<Option<HubCondition>, Result<Stop, ReconcileError>> {
     let started = std::time::Instant::now();
-    let core = hr
+    let mut core = hr
         .to_core()
         .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
+    core.spec.service_account_name = crate::tenancy::service_account(
+        core.spec.service_account_name.as_deref(),
+        ctx.tenancy.options.default_service_account.as_deref(),
+    );
     let ns = key.namespace.as_str();
     ctx.refs.set(key, references(hr, key));
     let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
@@ -195,6 +199,12 @@ pub(super) async fn plan_and_send(
     // As Flux, before the dependencies: expressions that do not parse stall the object.
     flotilla_agent::cel::HealthChecks::new(&hr.spec.health_check_exprs)
         .map_err(|e| Ok(Stop::invalid_cel(&e)))?;
+
+    let target = target_of(hr).map_err(Ok)?;
+    ctx.tenancy
+        .admit(hr, &target)
+        .await
+        .map_err(|d| Ok(Stop::denied(&d, ctx.options.requeue_dependency)))?;
 
     dependencies(hr, key, ctx).await.map_err(Ok)?;
 
@@ -234,7 +244,6 @@ pub(super) async fn plan_and_send(
                 .requeue(ctx.options.requeue_dependency)));
         }
     }
-    let target = target_of(hr).map_err(Ok)?;
     let link = match ctx.links.resolve(&target).await {
         Ok(link) => link,
         Err(TargetError::NotConnected { cluster }) => {

@@ -23,9 +23,24 @@ pub fn podinfo_chart() -> PathBuf {
     flotilla_tests::cluster::workspace_root().join("../shared/charts/podinfo/chart")
 }
 
-/// Installs the flotilla CRDs and waits until they are Established.
+/// The ManagedClusterBinding the tests' set-up creates: every namespace may deliver to every
+/// ManagedCluster (the tenancy tests delete it).
+pub const BIND_ALL: &str = "hub-tests-everything";
+
+/// Installs the flotilla CRDs, waits until they are Established, and binds every namespace
+/// to every ManagedCluster ([`BIND_ALL`]).
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    flotilla_tests::crds::install(client, "flotilla-hub-tests", &flotilla_api::crd::all()).await
+    flotilla_tests::crds::install(client, "flotilla-hub-tests", &flotilla_api::crd::all()).await?;
+    let binding: flotilla_api::ManagedClusterBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "fleet.flotilla.dev/v1",
+        "kind": "ManagedClusterBinding",
+        "metadata": {"name": BIND_ALL},
+        "spec": {"namespaceSelector": {}, "clusterSelector": {}},
+    }))?;
+    Api::<flotilla_api::ManagedClusterBinding>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// A cluster with the CRDs, a repository holding podinfo as 6.5.2 (so the seed's
@@ -105,6 +120,8 @@ pub fn hub_config(cluster: &Cluster, artifacts: &Path) -> HubConfig {
         jitter: 0.1,
     };
     config.agent.shutdown_grace = Duration::from_secs(10);
+    // Most tests install in the test cluster itself.
+    config.tenancy.local_target = true;
     config
 }
 
