@@ -20,6 +20,58 @@ pub const MAX_DECOMPRESSED_FILE_SIZE: u64 = 5 * 1024 * 1024;
 
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// The decompression budget of one chart load: every byte gunzipped counts against
+/// [`MAX_DECOMPRESSED_CHART_SIZE`], the tar headers, GNU long-name and PAX extension
+/// headers and padding included, and so does every archive under `charts/`, however deep.
+/// Helm counts only file contents, per archive; an extension header that declares a
+/// gigabyte (which the tar reader buffers whole) or a subchart archive that gunzips to its
+/// own 100 MiB would escape that.
+#[derive(Debug)]
+struct Budget {
+    remaining: std::cell::Cell<u64>,
+    exhausted: std::cell::Cell<bool>,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget {
+            remaining: std::cell::Cell::new(MAX_DECOMPRESSED_CHART_SIZE),
+            exhausted: std::cell::Cell::new(false),
+        }
+    }
+
+    /// `e` as a load error: [`LoadError::ArchiveTooLarge`] when the budget ran out.
+    fn error(&self, e: std::io::Error) -> LoadError {
+        if self.exhausted.get() {
+            LoadError::ArchiveTooLarge
+        } else {
+            LoadError::Archive(e.to_string())
+        }
+    }
+}
+
+/// A reader spending a [`Budget`]: past it, an error.
+struct Budgeted<'a, R> {
+    inner: R,
+    budget: &'a Budget,
+}
+
+impl<R: Read> Read for Budgeted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.budget.remaining.get();
+        // One byte past the budget shows it is exceeded.
+        let want = buf.len().min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n as u64 > left {
+            self.budget.remaining.set(0);
+            self.budget.exhausted.set(true);
+            return Err(std::io::Error::other("decompressed chart is too large"));
+        }
+        self.budget.remaining.set(left - n as u64);
+        Ok(n)
+    }
+}
+
 /// A chart loading error, in Helm's words.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -211,7 +263,8 @@ pub fn load_observed(
         source: e,
     })?;
     ensure_archive(&name, &data)?;
-    let files = load_archive_files(&data).map_err(|e| match e {
+    let budget = Budget::new();
+    let files = load_archive_files_within(&data, &budget).map_err(|e| match e {
         LoadError::Archive(m) if m == "gzip: invalid header" => LoadError::InvalidChartFile {
             name: name.clone(),
             details: m,
@@ -223,7 +276,7 @@ pub fn load_observed(
         .find(|f| f.name == "Chart.yaml")
         .ok_or(LoadError::NoChartYaml)?;
     check_api_version(&chart_yaml.data)?;
-    load_files(files)
+    load_shared_files(files.into_iter().map(File::from).collect(), None, &budget)
 }
 
 /// The decoded `Chart.yaml`, when its `apiVersion` is one the v2 loader takes.
@@ -294,7 +347,7 @@ fn load_dir_detected(
     if let Some(d) = &detected {
         on_read(&files, &d.metadata.name);
     }
-    load_shared_files(files, detected)
+    load_shared_files(files, detected, &Budget::new())
 }
 
 /// A regular file the walk met, still to be read.
@@ -751,9 +804,16 @@ fn ensure_archive(name: &str, data: &[u8]) -> Result<(), LoadError> {
     })
 }
 
-/// `loader.LoadArchive`: a gzipped tar held in memory.
+/// `loader.LoadArchive`: a gzipped tar held in memory (within one decompression budget,
+/// subcharts included).
 pub fn load_archive(data: &[u8]) -> Result<Chart, LoadError> {
-    load_files(load_archive_files(data)?)
+    let budget = Budget::new();
+    load_archive_within(data, &budget)
+}
+
+fn load_archive_within(data: &[u8], budget: &Budget) -> Result<Chart, LoadError> {
+    let files = load_archive_files_within(data, budget)?;
+    load_shared_files(files.into_iter().map(File::from).collect(), None, budget)
 }
 
 /// Go's `path.Clean`.
@@ -785,20 +845,25 @@ fn clean_path(p: &str) -> String {
 }
 
 /// `archive.LoadArchiveFiles`: the files of a gzipped tar with the first path component
-/// removed, after Helm's safety and size checks.
+/// removed, after Helm's safety and size checks (and within the decompression budget,
+/// headers included: see [`MAX_DECOMPRESSED_CHART_SIZE`]).
 pub fn load_archive_files(data: &[u8]) -> Result<Vec<BufferedFile>, LoadError> {
+    load_archive_files_within(data, &Budget::new())
+}
+
+fn load_archive_files_within(data: &[u8], budget: &Budget) -> Result<Vec<BufferedFile>, LoadError> {
     if !data.starts_with(b"\x1f\x8b") {
         return Err(LoadError::Archive("gzip: invalid header".to_owned()));
     }
-    let gz = flate2::read::GzDecoder::new(data);
+    let gz = Budgeted {
+        inner: flate2::read::GzDecoder::new(data),
+        budget,
+    };
     let mut archive = tar::Archive::new(gz);
     let mut files = Vec::new();
-    let mut remaining = MAX_DECOMPRESSED_CHART_SIZE;
-    let entries = archive
-        .entries()
-        .map_err(|e| LoadError::Archive(e.to_string()))?;
+    let entries = archive.entries().map_err(|e| budget.error(e))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| LoadError::Archive(e.to_string()))?;
+        let mut entry = entry.map_err(|e| budget.error(e))?;
         let et = entry.header().entry_type();
         if et.is_dir()
             || et.is_pax_global_extensions()
@@ -836,7 +901,7 @@ pub fn load_archive_files(data: &[u8]) -> Result<Vec<BufferedFile>, LoadError> {
             .header()
             .size()
             .map_err(|e| LoadError::Archive(e.to_string()))?;
-        if size > remaining {
+        if size > budget.remaining.get() {
             return Err(LoadError::ArchiveTooLarge);
         }
         if size > MAX_DECOMPRESSED_FILE_SIZE {
@@ -844,11 +909,10 @@ pub fn load_archive_files(data: &[u8]) -> Result<Vec<BufferedFile>, LoadError> {
         }
         let mut buf = Vec::new();
         let written = (&mut entry)
-            .take(remaining)
+            .take(size)
             .read_to_end(&mut buf)
-            .map_err(|e| LoadError::Archive(e.to_string()))? as u64;
-        remaining = remaining.saturating_sub(written);
-        if written < size || remaining == 0 {
+            .map_err(|e| budget.error(e))? as u64;
+        if written < size {
             return Err(LoadError::ArchiveTooLarge);
         }
         let mtime = entry
@@ -888,12 +952,20 @@ fn load_files_detected(
     files: Vec<BufferedFile>,
     detected: Option<Detected>,
 ) -> Result<Chart, LoadError> {
-    load_shared_files(files.into_iter().map(File::from).collect(), detected)
+    load_shared_files(
+        files.into_iter().map(File::from).collect(),
+        detected,
+        &Budget::new(),
+    )
 }
 
 /// [`load_files`] on files whose contents are already shared: `raw` and the classified
 /// lists (templates, `.Files`, the files of a subchart directory) hold the same bytes.
-fn load_shared_files(files: Vec<File>, mut detected: Option<Detected>) -> Result<Chart, LoadError> {
+fn load_shared_files(
+    files: Vec<File>,
+    mut detected: Option<Detected>,
+    budget: &Budget,
+) -> Result<Chart, LoadError> {
     let mut metadata: Option<Metadata> = None;
     let mut mod_time = None;
     for f in &files {
@@ -988,7 +1060,7 @@ fn load_shared_files(files: Vec<File>, mut detected: Option<Detected>) -> Result
                     got: first.name.clone(),
                 });
             }
-            load_archive(&first.data)
+            load_archive_within(&first.data, budget)
         } else {
             let buff: Vec<File> = files
                 .into_iter()
@@ -1001,7 +1073,7 @@ fn load_shared_files(files: Vec<File>, mut detected: Option<Detected>) -> Result
                     })
                 })
                 .collect();
-            load_shared_files(buff, None)
+            load_shared_files(buff, None, budget)
         };
         let sub = sub.map_err(|e| LoadError::Subchart {
             name: n.clone(),
@@ -1024,7 +1096,104 @@ fn go_ext(p: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
+
+    /// A gzipped tar of `entries` (path, contents) under `top/`.
+    fn archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let mut tar = tar::Builder::new(gz);
+        for (path, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            tar.append_data(&mut h, path, *data).expect("append");
+        }
+        tar.into_inner()
+            .expect("tar")
+            .finish()
+            .expect("gzip")
+    }
+
+    /// A gzipped tar whose first header is an extension header of `kind` declaring 1 GiB,
+    /// followed by `zeros` bytes of it (the stream ends there).
+    fn huge_extension_header(kind: tar::EntryType, zeros: usize) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_path("hostile/extension").expect("path");
+        h.set_size(1 << 30);
+        h.set_mode(0o644);
+        h.set_cksum();
+        gz.write_all(h.as_bytes()).expect("header");
+        let block = vec![0u8; 1 << 20];
+        let mut left = zeros;
+        while left > 0 {
+            let n = left.min(block.len());
+            gz.write_all(&block[..n]).expect("zeros");
+            left -= n;
+        }
+        gz.finish().expect("gzip")
+    }
+
+    #[test]
+    fn a_pax_header_declaring_a_gigabyte_is_cut_off_at_the_archive_budget() {
+        // A little past the budget: the reader stops there instead of buffering the
+        // declared gigabyte (before, it read all that was there and failed at its end).
+        let data = huge_extension_header(
+            tar::EntryType::XHeader,
+            MAX_DECOMPRESSED_CHART_SIZE as usize + (4 << 20),
+        );
+        assert!(data.len() < 1 << 20, "a bomb: {} bytes", data.len());
+        let err = load_archive(&data).expect_err("refused");
+        assert!(matches!(err, LoadError::ArchiveTooLarge), "{err}");
+    }
+
+    #[test]
+    fn a_gnu_long_name_declaring_a_gigabyte_is_cut_off_at_the_archive_budget() {
+        let data = huge_extension_header(
+            tar::EntryType::GNULongName,
+            MAX_DECOMPRESSED_CHART_SIZE as usize + (4 << 20),
+        );
+        let err = load_archive_files(&data).expect_err("refused");
+        assert!(matches!(err, LoadError::ArchiveTooLarge), "{err}");
+    }
+
+    #[test]
+    fn subchart_archives_share_their_parents_decompression_budget() {
+        // Each subchart gunzips to 60 MiB (twelve 5 MiB files, each under the file limit,
+        // the archive under its own 100 MiB): together they are past the budget.
+        let chunk = vec![b'a'; MAX_DECOMPRESSED_FILE_SIZE as usize];
+        let sub = |name: &str| {
+            let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+            let mut entries: Vec<(String, &[u8])> =
+                vec![(format!("{name}/Chart.yaml"), chart_yaml.as_bytes())];
+            let names: Vec<String> = (0..12).map(|i| format!("{name}/f{i}.txt")).collect();
+            entries.extend(names.iter().map(|n| (n.clone(), &chunk[..])));
+            let refs: Vec<(&str, &[u8])> = entries.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+            archive(&refs)
+        };
+        let (a, b) = (sub("a"), sub("b"));
+        // One of them alone loads.
+        load_archive(&a).expect("60 MiB is within the budget");
+        let parent = archive(&[
+            (
+                "parent/Chart.yaml",
+                b"apiVersion: v2\nname: parent\nversion: 0.1.0\n",
+            ),
+            ("parent/charts/a.tgz", &a),
+            ("parent/charts/b.tgz", &b),
+        ]);
+        let err = load_archive(&parent).expect_err("refused");
+        match err {
+            LoadError::Subchart { source, .. } => {
+                assert!(matches!(*source, LoadError::ArchiveTooLarge), "{source}")
+            }
+            other => panic!("expected a subchart too large, got {other}"),
+        }
+    }
 
     /// `n` files `f000.txt`... in a fresh directory, and what the walk finds there.
     fn files(n: usize) -> (tempfile::TempDir, Vec<Found>) {

@@ -534,7 +534,14 @@ pub enum CodecError {
     /// JSON does not fit a release.
     #[error("{0}")]
     Json(#[from] serde_json::Error),
+    /// The record gunzips to more than [`MAX_DECODED_RELEASE`].
+    #[error("the release record decompresses to more than {MAX_DECODED_RELEASE} bytes")]
+    TooLarge,
 }
+
+/// The largest JSON a storage record may gunzip to (64 MiB). A record is at most a Secret's
+/// 1 MiB of base64; Helm's own compress about ten to one, a gzip bomb a thousand to one.
+pub const MAX_DECODED_RELEASE: u64 = 64 << 20;
 
 /// The Secret `type` Helm uses.
 pub const SECRET_TYPE: &str = "helm.sh/release.v1";
@@ -645,15 +652,23 @@ pub fn decode_release(data: &str) -> Result<Release, CodecError> {
     Ok(serde_json::from_slice(&json)?)
 }
 
-/// The JSON bytes inside a storage value (base64, gunzipped when gzipped).
+/// The JSON bytes inside a storage value (base64, gunzipped when gzipped, at most
+/// [`MAX_DECODED_RELEASE`] bytes).
 pub fn decode_to_json_bytes(data: &str) -> Result<Vec<u8>, CodecError> {
     let b = base64::engine::general_purpose::STANDARD.decode(data.trim())?;
     if b.len() > 3 && b.starts_with(&[0x1f, 0x8b, 0x08]) {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&b[..])
+            .take(MAX_DECODED_RELEASE + 1)
             .read_to_end(&mut out)
             .map_err(CodecError::Gzip)?;
+        if out.len() as u64 > MAX_DECODED_RELEASE {
+            return Err(CodecError::TooLarge);
+        }
         return Ok(out);
+    }
+    if b.len() as u64 > MAX_DECODED_RELEASE {
+        return Err(CodecError::TooLarge);
     }
     Ok(b)
 }
@@ -693,6 +708,30 @@ mod tests {
         assert_eq!(decode_release(&enc).unwrap(), r);
         let plain = base64::engine::general_purpose::STANDARD.encode(json.as_bytes());
         assert_eq!(decode_release(&plain).unwrap(), r);
+    }
+
+    #[test]
+    fn a_record_that_gunzips_past_the_bound_is_refused_without_reading_it_all() {
+        // A gzip bomb: 1 GiB of JSON-ish spaces in about a megabyte of base64.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(b"{\"name\":\"r\"").unwrap();
+        let block = vec![b' '; 1 << 20];
+        for _ in 0..(MAX_DECODED_RELEASE >> 20) + 8 {
+            gz.write_all(&block).unwrap();
+        }
+        gz.write_all(b"}").unwrap();
+        let bytes = gz.finish().unwrap();
+        let record = base64::engine::general_purpose::STANDARD.encode(bytes);
+        assert!(record.len() < 1 << 20, "{} bytes", record.len());
+        let err = decode_release(&record).expect_err("refused");
+        assert!(matches!(err, CodecError::TooLarge), "{err}");
+        // One just within the bound decodes.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"{\"name\":\"r\"").unwrap();
+        gz.write_all(&vec![b' '; 1 << 20]).unwrap();
+        gz.write_all(b"}").unwrap();
+        let record = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        assert_eq!(decode_release(&record).unwrap().name, "r");
     }
 
     #[test]

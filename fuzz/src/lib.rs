@@ -1,10 +1,11 @@
 //! Shared drivers of the fuzz targets in `fuzz_targets/`: each target is one line calling a
 //! function here, so the same code can be replayed outside libFuzzer.
 //!
-//! Every driver feeds arbitrary bytes to the public APIs of the pure crates and checks only
-//! what must hold for any input: no panic, no hang (execution is bounded by steps and output
-//! size, as an agent rendering untrusted charts would bound it), and errors in the form Helm
-//! gives them.
+//! Every driver feeds arbitrary bytes to the public APIs of the pure crates (and, for
+//! [`agent_messages`], to the hub's pure session handling) and checks only what must hold
+//! for any input: no panic, no hang (execution is bounded by steps and output size, as an
+//! agent rendering untrusted charts would bound it), no unbounded growth, and errors in the
+//! form Helm gives them.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -614,4 +615,110 @@ pub fn postrender(data: &[u8]) {
         }
         Err(e) => assert!(!e.to_string().is_empty(), "empty post-render error"),
     }
+}
+
+/// The plans the hub gave the fuzzed cluster: `a` and `b` sent, `c` not yet.
+fn session_plans() -> Vec<flotilla_core::plan::ReleasePlan> {
+    use flotilla_core::ids::{ChartDigest, PlanRevision};
+    use flotilla_core::plan::{ChartArtifact, ReleasePlan};
+    use flotilla_core::spec::HelmRelease;
+    ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let hr = HelmRelease::from_value(json!({
+                "apiVersion": "helm.toolkit.fluxcd.io/v2",
+                "kind": "HelmRelease",
+                "metadata": {"name": name, "namespace": "apps", "generation": 1},
+                "spec": {"interval": "5m", "chartRef": {"kind": "OCIRepository", "name": "podinfo"}}
+            }))
+            .expect("a valid HelmRelease");
+            let chart = ChartArtifact {
+                name: "podinfo".into(),
+                version: "6.5.3".into(),
+                app_version: None,
+                digest: ChartDigest::of_bytes(b"podinfo"),
+                oci_digest: None,
+            };
+            ReleasePlan::from_helm_release(
+                &hr,
+                PlanRevision::new(i as u64 + 1),
+                chart,
+                json!({}),
+            )
+            .expect("a plan")
+        })
+        .collect()
+}
+
+/// The hub's session handling of arbitrary agent messages: the input is a sequence of
+/// length-delimited `AgentMessage`s, the first taken as the Hello (as the session reads
+/// it), the rest applied to the cluster's mailbox as the session loop applies them
+/// ([`flotilla_hub::session::inbound`]), with the status writer taking a report now and
+/// then. What must hold: no panic, the session ends on a message it refuses, and nothing
+/// grows past its bound (the report queue by the plans given, the plans held by the plans
+/// given and the Hello's).
+pub fn agent_messages(data: &[u8]) {
+    use flotilla_core::agent::Command;
+    use flotilla_hub::link::AgentLink as _;
+    use flotilla_hub::reports::MAX_QUEUED_PER_OBJECT;
+    use flotilla_hub::session::Mailbox;
+    use flotilla_hub::session::inbound::{self, Inbound};
+    use flotilla_proto::v1::{self, agent_message};
+    use prost::Message as _;
+
+    let (sink, mut reports) = flotilla_hub::link::report_channel();
+    let cluster = flotilla_core::ids::ClusterId::new("fuzz").expect("a valid cluster name");
+    let mailbox = Mailbox::new(cluster, sink.clone());
+    let plans = session_plans();
+    for plan in &plans {
+        mailbox
+            .send(Command::Upsert(Box::new(plan.clone())))
+            .expect("an open mailbox");
+    }
+    mailbox.next_outgoing();
+    mailbox.next_outgoing();
+    let mut input = data;
+    let mut hello_held = 0;
+    let mut first = true;
+    while !input.is_empty() {
+        let Ok(message) = v1::AgentMessage::decode_length_delimited(&mut input) else {
+            break;
+        };
+        if std::mem::take(&mut first) {
+            let Some(agent_message::Kind::Hello(mut hello)) = message.kind else {
+                // The session ends: the first message must be a Hello.
+                return;
+            };
+            match inbound::hello(&mut hello) {
+                Ok(state) => {
+                    hello_held = state.held.len();
+                    mailbox.resync(state.held, state.cached);
+                    while mailbox.next_outgoing().is_some() {}
+                }
+                Err(e) => {
+                    assert!(!e.to_string().is_empty());
+                    return;
+                }
+            }
+            continue;
+        }
+        match inbound::accept(&mailbox, message) {
+            Ok(Inbound::Done | Inbound::Pong(_) | Inbound::Renew(_)) => {}
+            Err(e) => {
+                // The session ends with one sentence naming the field.
+                assert!(!e.to_string().is_empty());
+                break;
+            }
+        }
+        assert!(
+            sink.len() <= plans.len() * MAX_QUEUED_PER_OBJECT,
+            "the report queue grew to {}",
+            sink.len()
+        );
+        if input.len() % 3 == 0 {
+            let _ = reports.try_recv();
+        }
+    }
+    assert!(mailbox.held_count() <= plans.len() + hello_held);
 }

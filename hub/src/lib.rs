@@ -56,6 +56,8 @@ pub mod controller;
 pub mod kubeconfig_policy;
 pub mod leader;
 pub mod push;
+pub mod rate;
+pub mod reports;
 pub mod run;
 pub mod session;
 pub mod sources;

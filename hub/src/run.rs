@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, ControllerOptions};
 use crate::kubeconfig_policy::KubeconfigPolicy;
-use crate::link::{Links, ReportSink, TargetReport};
+use crate::link::{Links, ReportReceiver, ReportSink, report_channel};
 use crate::push::{HubLinks, PushAgents, PushOptions};
 use crate::sources::helm_chart::{self, ChartContext};
 use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
@@ -70,8 +70,9 @@ pub struct HubConfig {
     /// Tenancy: `--no-cross-namespace-refs`, `--default-service-account`,
     /// `--allow-local-target` ([`crate::tenancy`]). The local target is off by default.
     pub tenancy: crate::tenancy::TenancyOptions,
-    /// The channel every agent's reports go through to the status writer.
-    reports: (ReportSink, mpsc::UnboundedReceiver<TargetReport>),
+    /// The queue every agent's reports go through to the status writer (bounded and
+    /// coalescing: [`crate::reports`]).
+    reports: (ReportSink, ReportReceiver),
 }
 
 impl std::fmt::Debug for HubConfig {
@@ -106,7 +107,7 @@ impl HubConfig {
             supervisor: Supervisor::default(),
             reconcile_fault: None,
             tenancy: Default::default(),
-            reports: mpsc::unbounded_channel(),
+            reports: report_channel(),
         }
     }
 
@@ -179,6 +180,11 @@ impl Hub {
             .map_err(StartError::Store)?,
         );
         let (report_tx, report_rx) = config.reports;
+        report_rx.count_into(config.metrics.clone());
+        // Unbounded with a reason: the status writer sends one key per report it handled
+        // (its input is the bounded report queue, handled at most
+        // `status::MAX_REPORTS_IN_FLIGHT` at a time), and the controller drains it into its
+        // scheduler at once, which keeps one entry per HelmRelease.
         let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
         let book = Arc::new(StatusBook::new(client.clone(), trigger_tx));
         let push = Arc::new(PushAgents::new(

@@ -41,8 +41,12 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Reco
 use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::mpsc;
 
-use crate::link::{TargetId, TargetReport};
+use crate::link::{ReportReceiver, TargetId, TargetReport};
 use crate::util::{self, FIELD_MANAGER, error_chain};
+
+/// Reports the writer merges at the same time; the rest wait in the report queue, where
+/// they coalesce (latest per object).
+pub const MAX_REPORTS_IN_FLIGHT: usize = 64;
 
 /// Reason of a plan the agent refused (the message names the field).
 pub const PLAN_REJECTED: &str = "PlanRejected";
@@ -203,10 +207,18 @@ impl StatusBook {
     /// Consumes the agents' reports until every sender is dropped. Reports of different
     /// HelmReleases are handled in parallel; those of one HelmRelease take its entry's lock
     /// in turn (a report that loses the race to a newer one is dropped as stale), and the
-    /// status is written by the last report of a burst only.
-    pub async fn run(self: Arc<Self>, mut reports: mpsc::UnboundedReceiver<TargetReport>) {
+    /// status is written by the last report of a burst only. At most
+    /// [`MAX_REPORTS_IN_FLIGHT`] are handled at once: the others wait in the queue, which
+    /// keeps the latest per object.
+    pub async fn run(self: Arc<Self>, mut reports: ReportReceiver) {
         let mut tasks = tokio::task::JoinSet::new();
-        while let Some(report) = reports.recv().await {
+        loop {
+            while tasks.len() >= MAX_REPORTS_IN_FLIGHT {
+                tasks.join_next().await;
+            }
+            let Some(report) = reports.recv().await else {
+                break;
+            };
             let book = self.clone();
             let key = report.report.object();
             *self

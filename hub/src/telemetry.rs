@@ -97,6 +97,65 @@ struct WriteLabels {
     result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Why the hub dropped or refused something an agent (or anyone on the network) sent
+/// (`flotilla_hub_agent_input_dropped_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dropped {
+    /// A status report older than one already queued for its HelmRelease.
+    Stale,
+    /// An Event over its HelmRelease's rate limit.
+    EventRate,
+    /// A report that found its HelmRelease's queue (or the whole report queue) full.
+    QueueFull,
+    /// A report or ack for a plan revision the hub never sent to that cluster.
+    UnsentRevision,
+    /// A report for a HelmRelease the cluster was not given.
+    NotGiven,
+    /// A report that does not decode (a field missing or malformed).
+    Invalid,
+    /// A `Register` call over the hub's rate.
+    RegisterRate,
+    /// A `Register` call while too many were in flight.
+    RegisterConcurrency,
+    /// A `Renew` over the session's rate.
+    RenewRate,
+}
+
+impl Dropped {
+    /// Every reason, in the order of their labels.
+    pub const ALL: [Dropped; 9] = [
+        Dropped::Stale,
+        Dropped::EventRate,
+        Dropped::QueueFull,
+        Dropped::UnsentRevision,
+        Dropped::NotGiven,
+        Dropped::Invalid,
+        Dropped::RegisterRate,
+        Dropped::RegisterConcurrency,
+        Dropped::RenewRate,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dropped::Stale => "stale",
+            Dropped::EventRate => "event_rate",
+            Dropped::QueueFull => "queue_full",
+            Dropped::UnsentRevision => "unsent_revision",
+            Dropped::NotGiven => "not_given",
+            Dropped::Invalid => "invalid",
+            Dropped::RegisterRate => "register_rate",
+            Dropped::RegisterConcurrency => "register_concurrency",
+            Dropped::RenewRate => "renew_rate",
+        }
+    }
+}
+
 /// How a chart archive went to an agent (`flotilla_hub_chart_archives_sent_total{how}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChartSent {
@@ -161,6 +220,7 @@ pub struct HubMetrics {
     sessions: Gauge,
     charts_sent: Family<HowLabels, Counter>,
     heartbeat_writes: Family<WriteLabels, Counter>,
+    dropped: Family<ReasonLabels, Counter>,
     sampler: Arc<std::sync::Mutex<Option<Sampler>>>,
 }
 
@@ -254,6 +314,17 @@ impl HubMetrics {
         for result in ["written", "deferred"] {
             let _ = heartbeat_writes.get_or_create(&WriteLabels { result });
         }
+        let dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "flotilla_hub_agent_input_dropped",
+            "Agent reports, registrations and renewals the hub dropped or refused, by reason",
+            dropped.clone(),
+        );
+        for reason in Dropped::ALL {
+            let _ = dropped.get_or_create(&ReasonLabels {
+                reason: reason.label(),
+            });
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -273,6 +344,7 @@ impl HubMetrics {
             sessions,
             charts_sent,
             heartbeat_writes,
+            dropped,
             sampler: Arc::new(std::sync::Mutex::new(None)),
         }
     }
@@ -311,6 +383,24 @@ impl HubMetrics {
         self.heartbeat_writes
             .get_or_create(&WriteLabels { result })
             .inc();
+    }
+
+    /// Counts one input dropped or refused for `reason`.
+    pub fn dropped(&self, reason: Dropped) {
+        self.dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.label(),
+            })
+            .inc();
+    }
+
+    /// Inputs dropped or refused so far for `reason`.
+    pub fn dropped_total(&self, reason: Dropped) -> u64 {
+        self.dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.label(),
+            })
+            .get()
     }
 
     /// Sets what fills the queue-depth and releases-by-Ready gauges at each scrape (the

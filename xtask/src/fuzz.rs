@@ -55,6 +55,11 @@ const TARGETS: &[Target] = &[
         max_len: 32 << 10,
         keep_max: 4 << 10,
     },
+    Target {
+        name: "agent_messages",
+        max_len: 64 << 10,
+        keep_max: 4 << 10,
+    },
 ];
 
 /// Seconds one input may run before libFuzzer reports a timeout.
@@ -66,7 +71,7 @@ const RSS_LIMIT_MB: u32 = 3072;
 #[derive(Debug, clap::Args)]
 pub struct FuzzArgs {
     /// One target (template_parse, template_exec, yaml_values, strvals, chart_archive,
-    /// postrender);
+    /// postrender, agent_messages);
     /// all of them, one after the other, when omitted.
     target: Option<String>,
     /// How long each target runs; 0 skips the run (with --minimize: only merge and minimise).
@@ -315,6 +320,8 @@ fn write_seeds(root: &Path, t: &Target, dir: &Path) -> anyhow::Result<usize> {
             }
         }
         "postrender" => seeds.extend(postrender_seeds(root, &shared)?),
+        // Hand-made sessions only: the committed corpus (fuzz/corpus/agent_messages).
+        "agent_messages" => {}
         other => bail!("no seeds defined for {other}"),
     }
     let mut n = 0;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_core::ids::ChartDigest;
-use flotilla_proto::v1::{self, hub_client::HubClient};
+use flotilla_proto::v1;
 use futures::future::BoxFuture;
 use tonic::transport::Channel;
 
@@ -84,7 +84,7 @@ impl HubCharts {
             let Some(channel) = self.current() else {
                 return Err(fetch_error("not connected to the hub".into()));
             };
-            let response = HubClient::new(channel)
+            let response = super::tls::hub_client(channel)
                 .get_chart(v1::GetChartRequest {
                     digest: digest.to_string(),
                     offset: bytes.len() as u64,

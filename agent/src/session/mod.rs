@@ -42,7 +42,6 @@ use std::time::{Duration, SystemTime};
 use flotilla_core::agent::{Command, DeleteRequest, ObjectKey, Report, StatusReport};
 use flotilla_core::plan::ReleasePlan;
 use flotilla_proto::session::{object_key, report_message};
-use flotilla_proto::v1::hub_client::HubClient;
 use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
@@ -331,7 +330,7 @@ pub async fn join(
     loop {
         let attempt = async {
             let channel = tls::channel(&options.hub, tls::pinned_config(&options.ca_pin)?).await?;
-            HubClient::new(channel)
+            tls::hub_client(channel)
                 .register(v1::RegisterRequest {
                     bootstrap_token: token.clone(),
                     csr_pem: csr.clone().into_bytes(),
@@ -342,10 +341,12 @@ pub async fn join(
                 .await
                 .map(tonic::Response::into_inner)
                 .map_err(|s| match s.code() {
+                    // RESOURCE_EXHAUSTED: the hub's registration gate is full; later.
                     tonic::Code::Unavailable
                     | tonic::Code::Internal
                     | tonic::Code::Unknown
-                    | tonic::Code::DeadlineExceeded => rpc("Register", &s),
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::ResourceExhausted => rpc("Register", &s),
                     _ => SessionError::Refused {
                         message: s.message().to_owned(),
                     },
@@ -739,7 +740,7 @@ impl<C: AgentCluster> Session<C> {
         .map_err(|_| SessionError::Protocol {
             message: "the outgoing stream closed".into(),
         })?;
-        let mut inbound = HubClient::new(channel)
+        let mut inbound = tls::hub_client(channel)
             .session(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await
             .map_err(|s| rpc("Session", &s))?

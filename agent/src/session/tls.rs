@@ -18,6 +18,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use flotilla_proto::v1::hub_client::HubClient;
 use tonic::transport::{Channel, Endpoint};
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
@@ -266,8 +267,25 @@ impl tower::Service<http::Uri> for Connector {
     }
 }
 
+/// The largest hub message the agent decodes (a plan with its values and a chart archive of
+/// one `GetChart` chunk; the hub encodes no larger).
+pub const MAX_HUB_MESSAGE: usize = 16 << 20;
+/// The largest message the agent encodes (the hub decodes no larger).
+pub const MAX_AGENT_MESSAGE: usize = 4 << 20;
+/// Requests the agent has starting at once on its channel (a session, chart transfers).
+pub const MAX_CONCURRENT_REQUESTS: usize = 16;
+/// The largest header list the agent takes from the hub.
+pub const MAX_HEADER_LIST_SIZE: u32 = 16 << 10;
+
+/// The `Hub` client on `channel`, with the agent's message-size limits.
+pub fn hub_client(channel: Channel) -> HubClient<Channel> {
+    HubClient::new(channel)
+        .max_decoding_message_size(MAX_HUB_MESSAGE)
+        .max_encoding_message_size(MAX_AGENT_MESSAGE)
+}
+
 /// A channel to the hub over TLS made with `config` (connects at once, so a refused hub is
-/// an error here).
+/// an error here; the TCP connection and the TLS handshake together get 10 s).
 pub async fn channel(address: &HubAddress, config: ClientConfig) -> Result<Channel, SessionError> {
     // The connector does the TLS; the URI only names the authority for HTTP/2.
     let endpoint = Endpoint::from_shared(format!("http://{}:{}", address.host, address.port))
@@ -277,7 +295,10 @@ pub async fn channel(address: &HubAddress, config: ClientConfig) -> Result<Chann
         })?
         .connect_timeout(std::time::Duration::from_secs(10))
         .http2_keep_alive_interval(std::time::Duration::from_secs(30))
-        .keep_alive_while_idle(true);
+        .keep_alive_timeout(std::time::Duration::from_secs(10))
+        .keep_alive_while_idle(true)
+        .concurrency_limit(MAX_CONCURRENT_REQUESTS)
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE);
     endpoint
         .connect_with_connector(Connector {
             config: Arc::new(config),

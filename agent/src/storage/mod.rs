@@ -706,6 +706,44 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_release_record_is_refused_naming_the_secret_without_decoding_it_all() {
+        use std::io::Write as _;
+        // 100 MiB of JSON in well under a Secret's 1 MiB.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(b"{\"name\":\"x\",\"manifest\":\"").unwrap();
+        let block = vec![b'a'; 1 << 20];
+        for _ in 0..100 {
+            gz.write_all(&block).unwrap();
+        }
+        gz.write_all(b"\"}").unwrap();
+        let bomb = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            gz.finish().unwrap(),
+        );
+        assert!(bomb.len() < 1 << 20);
+        let err = decode_secret(
+            &secret("sh.helm.release.v1.x.v1", Some(bomb.as_bytes())),
+            "apps",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Secret apps/sh.helm.release.v1.x.v1: cannot decode the release record"
+        );
+        assert!(
+            matches!(
+                err,
+                StorageError::Decode {
+                    source: CodecError::TooLarge,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.kind(), "unreadable_record");
+    }
+
+    #[test]
     fn a_record_under_another_key_is_a_mismatch() {
         let enc = record::encode_release(&release("x", 3)).unwrap();
         let ok = decode_secret(

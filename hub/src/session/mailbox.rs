@@ -21,6 +21,9 @@
 //! Reports from a cluster are forwarded to the [`ReportSink`] tagged with the cluster the
 //! session's certificate names, never with anything the agent says, and only for
 //! HelmReleases this cluster was given: a cluster cannot report for another's releases.
+//! Nor for a plan revision the hub never sent it: the mailbox remembers the newest
+//! revision it sent per HelmRelease (or the agent's Hello showed it holds, up to the
+//! newest the hub has), and drops (and counts) a report or ack for a newer one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,11 +31,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use flotilla_core::agent::{Command, DeleteOutcome, DeleteRequest, HeldPlan, ObjectKey, Report};
 use flotilla_core::digest::Digest;
-use flotilla_core::ids::{ChartDigest, ClusterId};
+use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::plan::ReleasePlan;
 use tokio::sync::Notify;
 
 use crate::link::{AgentLink, LinkClosed, Links, ReportSink, TargetId, TargetReport};
+use crate::telemetry::Dropped;
 
 /// What the hub wants a cluster to hold for one HelmRelease.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +65,9 @@ struct State {
     reconcile: BTreeSet<ObjectKey>,
     held: BTreeMap<ObjectKey, HeldPlan>,
     status_digests: BTreeMap<ObjectKey, Digest>,
+    /// The newest revision sent to the agent per HelmRelease (a plan or a deletion), or
+    /// its Hello showed it holds: reports for newer ones are dropped.
+    sent: BTreeMap<ObjectKey, PlanRevision>,
     /// Chart archives the agent holds, as far as the hub knows (at most
     /// [`MAX_AGENT_CHARTS`]).
     agent_charts: BTreeSet<ChartDigest>,
@@ -152,12 +159,17 @@ impl Mailbox {
                 pending,
                 held,
                 status_digests,
+                sent,
                 ..
             } = &mut *s;
             desired.retain(|key, d| match d {
                 Desired::Plan(plan) => {
                     match held.get(key) {
                         Some(h) if h.revision >= plan.revision => {
+                            // Held at the newest revision the hub has: sent (by this hub
+                            // or an earlier one), and nothing newer ever was.
+                            let seen = sent.entry(key.clone()).or_insert(plan.revision);
+                            *seen = (*seen).max(plan.revision);
                             if h.revision == plan.revision
                                 && h.status_digest.is_some()
                                 && h.status_digest.as_ref() != status_digests.get(key)
@@ -177,6 +189,7 @@ impl Mailbox {
                         true
                     } else {
                         confirmed.push(req.clone());
+                        sent.remove(key);
                         false
                     }
                 }
@@ -199,18 +212,32 @@ impl Mailbox {
             return Some(Outgoing::Reconcile(key));
         }
         while let Some(key) = s.pending.pop_first() {
-            match s.desired.get(&key) {
-                Some(Desired::Plan(p)) => return Some(Outgoing::Upsert(p.clone())),
-                Some(Desired::Delete(d)) => return Some(Outgoing::Delete(d.clone())),
+            let (outgoing, revision) = match s.desired.get(&key) {
+                Some(Desired::Plan(p)) => (Outgoing::Upsert(p.clone()), p.revision),
+                Some(Desired::Delete(d)) => (Outgoing::Delete(d.clone()), d.revision),
                 None => continue,
-            }
+            };
+            let seen = s.sent.entry(key).or_insert(revision);
+            *seen = (*seen).max(revision);
+            return Some(outgoing);
         }
         None
     }
 
-    /// The agent acknowledged holding `key` at `revision`.
-    pub fn acked(&self, key: ObjectKey, revision: flotilla_core::ids::PlanRevision) {
+    /// Whether the hub sent this cluster `key` at `revision` or later.
+    fn was_sent(s: &State, key: &ObjectKey, revision: PlanRevision) -> bool {
+        s.sent.get(key).is_some_and(|sent| revision <= *sent)
+    }
+
+    /// The agent acknowledged holding `key` at `revision` (ignored, and counted, for a
+    /// revision the hub never sent it).
+    pub fn acked(&self, key: ObjectKey, revision: PlanRevision) {
         let mut s = self.lock();
+        if !Self::was_sent(&s, &key, revision) {
+            drop(s);
+            self.reports.count_dropped(Dropped::UnsentRevision);
+            return;
+        }
         let chart = match s.desired.get(&key) {
             Some(Desired::Plan(p)) => Some(p.chart.digest.clone()),
             _ => s.held.get(&key).map(|h| h.chart.clone()),
@@ -230,12 +257,25 @@ impl Mailbox {
     }
 
     /// Forwards a report of this cluster's agent, if it is about a HelmRelease this
-    /// cluster was given; returns whether it was forwarded.
+    /// cluster was given, at a revision the hub sent it; returns whether it was forwarded
+    /// (a report dropped is counted).
     pub fn report(&self, report: Report) -> bool {
         let key = report.object();
+        let revision = match &report {
+            Report::Status(s) => s.plan_revision,
+            Report::Event { plan_revision, .. } => *plan_revision,
+            Report::Deleted { revision, .. } | Report::Rejected { revision, .. } => *revision,
+        };
         {
             let mut s = self.lock();
             if !s.desired.contains_key(&key) {
+                drop(s);
+                self.reports.count_dropped(Dropped::NotGiven);
+                return false;
+            }
+            if !Self::was_sent(&s, &key, revision) {
+                drop(s);
+                self.reports.count_dropped(Dropped::UnsentRevision);
                 return false;
             }
             match &report {
@@ -251,6 +291,7 @@ impl Mailbox {
                     {
                         s.desired.remove(&key);
                         s.status_digests.remove(&key);
+                        s.sent.remove(&key);
                     }
                     s.held.remove(&key);
                 }
@@ -259,6 +300,17 @@ impl Mailbox {
         }
         self.forward(report);
         true
+    }
+
+    /// The sink this mailbox forwards into (tests read its drop counts).
+    #[cfg(test)]
+    pub(crate) fn reports_for_tests(&self) -> &ReportSink {
+        &self.reports
+    }
+
+    /// Counts an input of this cluster's agent dropped before it reached the mailbox.
+    pub fn count_dropped(&self, reason: Dropped) {
+        self.reports.count_dropped(reason);
     }
 
     fn forward(&self, report: Report) {
@@ -431,9 +483,9 @@ mod tests {
     use flotilla_core::spec::HelmRelease;
     use flotilla_core::status::HelmReleaseStatus;
     use serde_json::json;
-    use tokio::sync::mpsc;
 
     use super::*;
+    use crate::link::{ReportReceiver, report_channel};
 
     fn plan(name: &str, revision: u64) -> ReleasePlan {
         let hr = HelmRelease::from_value(json!({
@@ -454,8 +506,8 @@ mod tests {
             .expect("a plan")
     }
 
-    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<TargetReport>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn mailbox() -> (Mailbox, ReportReceiver) {
+        let (tx, rx) = report_channel();
         (Mailbox::new(ClusterId::new("edge").unwrap(), tx), rx)
     }
 
@@ -566,6 +618,8 @@ mod tests {
         let (m, mut rx) = mailbox();
         let given = plan("given", 1);
         m.send(Command::Upsert(Box::new(given.clone()))).unwrap();
+        // Sent to the agent (a report is taken only for a revision the hub sent).
+        assert!(m.next_outgoing().is_some());
         assert!(m.report(status(&given, 1)));
         let r = rx.try_recv().unwrap();
         assert_eq!(r.target, TargetId::Cluster(ClusterId::new("edge").unwrap()));
@@ -575,7 +629,7 @@ mod tests {
 
     #[test]
     fn links_hand_out_a_cluster_only_while_it_is_accepted_and_never_other_targets() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = report_channel();
         let links = RemoteLinks::new(tx);
         let id = ClusterId::new("edge").unwrap();
         links.ensure(&id, false);
@@ -588,5 +642,34 @@ mod tests {
         assert!(links.link(&TargetId::Local).is_none());
         links.remove(&id);
         assert!(link.send(Command::Upsert(Box::new(plan("a", 1)))).is_err());
+    }
+
+    #[test]
+    fn reports_and_acks_for_a_revision_never_sent_are_dropped_and_counted() {
+        let (m, mut rx) = mailbox();
+        let p = plan("given", 3);
+        m.send(Command::Upsert(Box::new(p.clone()))).unwrap();
+        // Given, not sent yet: nothing at revision 3 is taken.
+        assert!(!m.report(status(&p, 1)));
+        m.acked(p.object.key(), PlanRevision::new(3));
+        assert_eq!(m.held_count(), 0);
+        assert!(m.next_outgoing().is_some());
+        assert!(m.report(status(&p, 1)));
+        // A revision the hub never made, and an older one it did send before.
+        let mut ahead = plan("given", 4);
+        ahead.revision = PlanRevision::new(u64::MAX);
+        assert!(!m.report(status(&ahead, 2)));
+        assert!(m.report(status(&plan("given", 2), 3)));
+        m.acked(p.object.key(), PlanRevision::new(u64::MAX));
+        assert!(m.held().iter().all(|h| h.revision != PlanRevision::new(u64::MAX)));
+        let forwarded = std::iter::from_fn(|| rx.try_recv().ok()).count();
+        assert_eq!(forwarded, 2);
+        assert_eq!(m.reports.dropped(Dropped::UnsentRevision), 4);
+        // A Hello showing the newest revision held counts it as sent.
+        let (m, _rx) = mailbox();
+        m.send(Command::Upsert(Box::new(p.clone()))).unwrap();
+        m.resync(vec![held(&p, 3, None)], Vec::new());
+        assert_eq!(m.next_outgoing(), None);
+        assert!(m.report(status(&p, 1)));
     }
 }

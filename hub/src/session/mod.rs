@@ -22,6 +22,8 @@
 
 pub mod cluster_status;
 pub mod enrollment;
+pub mod inbound;
+pub mod limits;
 pub mod mailbox;
 pub mod pki;
 pub mod registry;
@@ -158,6 +160,8 @@ pub struct SessionConfig {
     pub supervisor: crate::supervisor::Supervisor,
     /// How often the hub deletes the bootstrap token Secrets past their expiration.
     pub token_sweep_interval: Duration,
+    /// How many `Register` calls the hub takes ([`limits::RegisterGate`]).
+    pub register: limits::RegisterLimits,
 }
 
 impl Default for SessionConfig {
@@ -175,6 +179,7 @@ impl Default for SessionConfig {
             metrics: crate::telemetry::HubMetrics::new(),
             supervisor: Default::default(),
             token_sweep_interval: Duration::from_secs(60),
+            register: limits::RegisterLimits::default(),
         }
     }
 }
@@ -224,6 +229,7 @@ impl SessionHub {
             HubCa::load_or_create(client.clone(), &config.namespace, &config.ca_secret).await?,
         );
         let server_cert = ca.server_certificate(&config.server_sans)?;
+        reports.count_into(config.metrics.clone());
         let links = Arc::new(RemoteLinks::new(reports));
         let registry = Arc::new(Registry::new(links.clone()));
         let supervisor = config.supervisor.clone();
@@ -260,8 +266,10 @@ impl SessionHub {
         let renewals = Arc::new(enrollment::RenewLimiter::new(enrollment::renew_interval(
             config.client_cert_lifetime,
         )));
+        let register_gate = Arc::new(limits::RegisterGate::new(config.register));
         let service = server::HubService {
             renewals,
+            register_gate,
             stopping: stopping_rx,
             charts,
             client,
@@ -280,17 +288,27 @@ impl SessionHub {
                 &server_cert.key_pem,
             ))
             .client_ca_root(Certificate::from_pem(ca.cert_pem()))
-            .client_auth_optional(true);
-        // One service, no router: the Hub service answers unknown paths itself.
+            .client_auth_optional(true)
+            .timeout(limits::TLS_HANDSHAKE_TIMEOUT);
+        // One service, no router: the Hub service answers unknown paths itself. What one
+        // peer may cost is bounded here (see `limits`).
         let server = Server::builder()
             .tls_config(tls)
             .map_err(StartError::Tls)?
+            .timeout(limits::REQUEST_TIMEOUT)
+            .max_concurrent_streams(limits::MAX_STREAMS_PER_CONNECTION)
+            .http2_max_header_list_size(limits::MAX_HEADER_LIST_SIZE)
+            .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
             .layer(server::IdentityLayer::new(registry.clone()));
+        let service = HubServer::new(service)
+            .max_decoding_message_size(limits::MAX_AGENT_MESSAGE)
+            .max_encoding_message_size(limits::MAX_HUB_MESSAGE);
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(supervisor.critical("session-server", async move {
             let incoming = TcpListenerStream::new(listener);
             if let Err(e) = server
-                .serve_with_incoming_shutdown(HubServer::new(service), incoming, async {
+                .serve_with_incoming_shutdown(service, incoming, async {
                     let _ = stopped.await;
                 })
                 .await

@@ -32,7 +32,7 @@ use flotilla_api::fleet::{ConnectionState, annotation};
 use flotilla_core::agent::HeldPlan;
 use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::meta::ConditionStatus;
-use flotilla_proto::session::{key_ref, report_from_message};
+use flotilla_proto::session::key_ref;
 use flotilla_proto::v1::hub_server::Hub;
 use flotilla_proto::v1::{self, agent_message, hub_message, register_response};
 use kube::Api;
@@ -46,11 +46,13 @@ use tonic::{Request, Response, Status, Streaming};
 use super::SessionConfig;
 use super::cluster_status::{self, StatusUpdate};
 use super::enrollment::{self, Decision};
+use super::inbound::{self, Inbound};
 use super::mailbox::{Mailbox, Outgoing, RemoteLinks};
 use super::pki::{ClusterIdentity, HubCa, KeyFingerprint};
 use super::registry::Registry;
 use super::tokens::{self, TokenError};
-use crate::telemetry::ChartSent;
+use crate::rate::TokenBucket;
+use crate::telemetry::{ChartSent, Dropped};
 
 /// The deadline of the ManagedCluster read of a `Renew`.
 const RENEW_API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -63,6 +65,12 @@ const CHART_CHUNK: usize = 256 << 10;
 
 /// The largest chart archive sent with a plan: one `GetChart` chunk.
 pub const INLINE_CHART_MAX: usize = CHART_CHUNK;
+
+/// `Renew`s one session may ask at once, then one per [`RENEW_INTERVAL`] (an agent renews
+/// once per two thirds of its certificate's lifetime; the rest are dropped and counted).
+const RENEW_BURST: f64 = 2.0;
+/// See [`RENEW_BURST`].
+const RENEW_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How many archives [`InlineArchives`] keeps.
 const INLINE_ARCHIVES: usize = 64;
@@ -138,6 +146,8 @@ pub struct HubService {
     pub(crate) inline: Arc<InlineArchives>,
     /// Renewals, per cluster.
     pub(crate) renewals: Arc<enrollment::RenewLimiter>,
+    /// The gate in front of `Register` (rate and concurrency).
+    pub(crate) register_gate: Arc<super::limits::RegisterGate>,
 }
 
 impl std::fmt::Debug for HubService {
@@ -401,6 +411,8 @@ struct Session {
     mailbox: Arc<Mailbox>,
     tx: mpsc::Sender<Result<v1::HubMessage, Status>>,
     service: HubService,
+    /// The session's `Renew` budget.
+    renewals: std::sync::Mutex<TokenBucket>,
 }
 
 impl Session {
@@ -492,30 +504,11 @@ impl Session {
                     .await;
             }
         }
-        let mut held = Vec::with_capacity(hello.held_plans.len());
-        for h in hello.held_plans {
-            match HeldPlan::try_from(h) {
-                Ok(h) => held.push(h),
-                Err(e) => {
-                    return self
-                        .end(Status::invalid_argument(format!("hello: {e}")))
-                        .await;
-                }
-            }
-        }
-        let mut cached = Vec::with_capacity(hello.cached_chart_digests.len());
-        for (i, d) in hello.cached_chart_digests.into_iter().enumerate() {
-            match ChartDigest::new(d) {
-                Ok(d) => cached.push(d),
-                Err(e) => {
-                    return self
-                        .end(Status::invalid_argument(format!(
-                            "hello.cachedChartDigests[{i}]: {e}"
-                        )))
-                        .await;
-                }
-            }
-        }
+        let mut hello = hello;
+        let inbound::HelloState { held, cached } = match inbound::hello(&mut hello) {
+            Ok(state) => state,
+            Err(e) => return self.end(Status::invalid_argument(e.to_string())).await,
+        };
         self.mailbox.attach(self.id);
         // Counted down in `finish`, which every path from here on ends with.
         config.metrics.session(true);
@@ -695,7 +688,7 @@ impl Session {
 
     /// A `Renew`: only with the cluster's newest certificate, at most once per
     /// [`enrollment::renew_interval`] per cluster; a refusal ends the session.
-    async fn renew(&self, r: v1::RenewCertificate) -> Result<(), Status> {
+    async fn renew(&self, csr: &str) -> Result<(), Status> {
         let cluster = &self.identity.cluster;
         let serial = &self.identity.serial;
         let not_newest = || {
@@ -727,8 +720,6 @@ impl Session {
         if newest.is_some_and(|c| c.serial != *serial) {
             return Err(not_newest());
         }
-        let csr = std::str::from_utf8(&r.csr_pem)
-            .map_err(|_| Status::invalid_argument("renew.csr_pem is not PEM text"))?;
         let key =
             KeyFingerprint::of_csr(csr).map_err(|e| Status::invalid_argument(e.to_string()))?;
         if mc
@@ -772,42 +763,28 @@ impl Session {
     }
 
     async fn handle(&self, message: v1::AgentMessage) -> Result<(), Status> {
-        let Some(kind) = message.kind else {
-            return Ok(());
-        };
-        match kind {
-            agent_message::Kind::Hello(_) => {
-                return Err(Status::invalid_argument("a session has one Hello, first"));
-            }
-            agent_message::Kind::Ping(p) => {
+        let answer = inbound::accept(&self.mailbox, message)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        match answer {
+            Inbound::Done => {}
+            Inbound::Pong(nonce) => {
                 let _ = self.tx.try_send(Ok(v1::HubMessage {
-                    kind: Some(hub_message::Kind::Pong(v1::Pong { nonce: p.nonce })),
+                    kind: Some(hub_message::Kind::Pong(v1::Pong { nonce })),
                 }));
             }
-            agent_message::Kind::Pong(_) => {}
-            agent_message::Kind::Ack(a) => {
-                let key = flotilla_proto::session::object_key("ack.object", a.object)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                self.mailbox
-                    .acked(key, flotilla_core::ids::PlanRevision::new(a.revision));
+            Inbound::Renew(csr) => {
+                let allowed = self
+                    .renewals
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(std::time::Instant::now());
+                if !allowed {
+                    self.service.config.metrics.dropped(Dropped::RenewRate);
+                    tracing::debug!(cluster = %self.identity.cluster, session = self.id, "dropped a Renew over the session's rate");
+                    return Ok(());
+                }
+                self.renew(&csr).await?;
             }
-            agent_message::Kind::Renew(r) => self.renew(r).await?,
-            other => match report_from_message(other) {
-                Some(Ok(report)) => {
-                    let key = report.object();
-                    if !self.mailbox.report(report) {
-                        tracing::warn!(
-                            cluster = %self.identity.cluster,
-                            object = %key,
-                            "dropped a report for a HelmRelease this cluster was not given"
-                        );
-                    }
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(cluster = %self.identity.cluster, error = %e, "dropped an invalid report");
-                }
-                None => {}
-            },
         }
         Ok(())
     }
@@ -819,6 +796,13 @@ impl Hub for HubService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
+        // Before anything is read: the gate's rate and concurrency (see `limits`).
+        let _permit = self.register_gate.enter().await.map_err(|reason| {
+            self.config.metrics.dropped(reason);
+            Status::resource_exhausted(
+                "the hub is taking too many registrations; retry with backoff",
+            )
+        })?;
         self.do_register(request.into_inner())
             .await
             .map(Response::new)
@@ -847,6 +831,11 @@ impl Hub for HubService {
             mailbox,
             tx,
             service: self.clone(),
+            renewals: std::sync::Mutex::new(TokenBucket::new(
+                RENEW_BURST,
+                1.0 / RENEW_INTERVAL.as_secs_f64(),
+                std::time::Instant::now(),
+            )),
         };
         tokio::spawn(session.run(request.into_inner()));
         Ok(Response::new(ReceiverStream::new(rx)))

@@ -40,7 +40,6 @@ use std::sync::Arc;
 
 use flotilla_core::agent::{Command, HeldPlan, Report};
 use flotilla_core::ids::ClusterId;
-use tokio::sync::mpsc;
 
 /// Which agent serves a HelmRelease.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,8 +103,9 @@ pub struct TargetReport {
     pub report: Report,
 }
 
-/// The sending end every link forwards its agent's reports into.
-pub type ReportSink = mpsc::UnboundedSender<TargetReport>;
+/// The sending end every link forwards its agent's reports into: a bounded, coalescing
+/// queue ([`crate::reports`]).
+pub use crate::reports::{ReportReceiver, ReportSink, report_channel};
 
 /// The agent serving one target, as the controller sees it.
 pub trait AgentLink: Send + Sync + fmt::Debug {
