@@ -19,7 +19,7 @@ use flotilla_core::agent::{Command as AgentCommand, DeleteOutcome, DeleteRequest
 use flotilla_core::ids::{ClusterId, PlanRevision};
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_core::plan::ReleasePlan;
-use flotilla_hub::link::{AgentLink, Links as _, TargetId, TargetReport};
+use flotilla_hub::link::{AgentLink, Links as _, TargetId};
 use flotilla_hub::session::{MemoryArchives, SessionConfig, SessionHub, tokens};
 use flotilla_tests::{Cluster, rbac, tools};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
@@ -35,7 +35,7 @@ const SERVICE_ACCOUNT: &str = "flotilla-agent";
 const APPS: &str = "apps";
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-type Reports = tokio::sync::mpsc::UnboundedReceiver<TargetReport>;
+type Reports = flotilla_hub::link::ReportReceiver;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -206,7 +206,7 @@ async fn the_agent_under_the_charts_service_account_and_rbac_installs_upgrades_t
         .spec(&spec("bonjour"))
         .plan();
     let archives = Arc::new(MemoryArchives::of([v1.archive.clone(), v2.archive.clone()]));
-    let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let (reports_tx, mut reports) = flotilla_hub::link::report_channel();
     let hub = SessionHub::start(
         mgmt.clone(),
         SessionConfig {

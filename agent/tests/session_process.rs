@@ -145,7 +145,7 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
         .spec(&format!("  values:\n    marker: {MARKER}\n"))
         .plan();
     let archives = Arc::new(MemoryArchives::of([file.archive.clone()]));
-    let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let (reports_tx, mut reports) = flotilla_hub::link::report_channel();
     let hub = SessionHub::start(
         mgmt.clone(),
         SessionConfig {

@@ -161,6 +161,41 @@ async fn a_chart_pulled_by_tag_or_digest_is_the_package_helm_pushed() -> anyhow:
 }
 
 #[tokio::test]
+async fn a_tag_list_larger_than_its_bound_across_pages_is_refused() -> anyhow::Result<()> {
+    let registry = OciRegistry::start(RegistryOptions::default()).await?;
+    registry.push(&hello_chart(), "charts")?;
+    for version in ["0.2.0", "0.3.0"] {
+        registry.push_version(&hello_chart(), "charts", version)?;
+    }
+    let client = client(&registry, RepositoryAuth::default())?;
+    let limited = |max_tags_size| {
+        OciClient::new(
+            &client.url().to_string(),
+            RepositoryAuth::default(),
+            true,
+            DEFAULT_TIMEOUT,
+            OciLimits {
+                tags_per_page: 1,
+                max_tags_size,
+                ..OciLimits::default()
+            },
+        )
+    };
+    // Each page is small; the three together pass 60 bytes.
+    let err = limited(60)?
+        .list_tags()
+        .await
+        .expect_err("the tag list is too large");
+    assert!(
+        err.to_string()
+            .contains("the tag list is larger than the limit of 60 bytes"),
+        "{err}"
+    );
+    assert_eq!(limited(4096)?.list_tags().await?.len(), 3);
+    Ok(())
+}
+
+#[tokio::test]
 async fn semver_constraints_pick_the_version_helm_pull_picks() -> anyhow::Result<()> {
     let registry = OciRegistry::start(RegistryOptions::default()).await?;
     registry.push(&hello_chart(), "charts")?;

@@ -18,7 +18,7 @@ use flotilla_api::fleet::condition as fleet_condition;
 use flotilla_core::agent::{Command, Report};
 use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::meta::{Conditions as _, condition};
-use flotilla_hub::link::{Links as _, TargetId, TargetReport};
+use flotilla_hub::link::{Links as _, ReportReceiver, TargetId, report_channel};
 use flotilla_hub::session::{
     ChartArchives, MemoryArchives, NoArchives, SessionConfig, SessionHub, tokens,
 };
@@ -155,7 +155,7 @@ fn config(lifetime: Duration) -> SessionConfig {
 async fn hub(
     mgmt: &kube::Client,
     lifetime: Duration,
-) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+) -> anyhow::Result<(SessionHub, ReportReceiver)> {
     hub_with(mgmt, lifetime, Arc::new(NoArchives)).await
 }
 
@@ -164,7 +164,7 @@ async fn hub_with(
     mgmt: &kube::Client,
     lifetime: Duration,
     archives: Arc<dyn ChartArchives>,
-) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+) -> anyhow::Result<(SessionHub, ReportReceiver)> {
     hub_configured(mgmt, config(lifetime), archives).await
 }
 
@@ -173,10 +173,10 @@ async fn hub_configured(
     mgmt: &kube::Client,
     config: SessionConfig,
     archives: Arc<dyn ChartArchives>,
-) -> anyhow::Result<(SessionHub, mpsc::UnboundedReceiver<TargetReport>)> {
+) -> anyhow::Result<(SessionHub, ReportReceiver)> {
     install_managed_cluster_crd(mgmt).await?;
     namespace(mgmt, HUB_NAMESPACE).await?;
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = report_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hub = SessionHub::start(mgmt.clone(), config, listener, tx, archives).await?;
     Ok((hub, rx))
@@ -727,7 +727,7 @@ chart:
     let history_before = status.status.history.iter().map(|s| s.version).max();
     let port = hub.local_addr().port();
     hub.stop().await;
-    let (tx, mut reports) = mpsc::unbounded_channel();
+    let (tx, mut reports) = report_channel();
     let listener = wait::until("the hub's port to be free again", TIMEOUT, || async {
         Ok(tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await

@@ -205,6 +205,8 @@ impl ExternalAgent {
 
 /// An [`AgentHandle`] and [`Reports`] with an [`ExternalAgent`] instead of a runtime.
 pub fn external() -> (AgentHandle, Reports, ExternalAgent) {
+    // Unbounded with a reason: as in `Agent::start` (the external agent stands in for the
+    // runtime in tests and benchmarks).
     let (command_tx, command_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = mpsc::unbounded_channel();
     let held = Arc::new(Mutex::new(BTreeMap::new()));
@@ -235,6 +237,13 @@ impl Agent {
         charts: Arc<dyn ChartSource>,
         options: AgentOptions,
     ) -> Result<(AgentHandle, Reports), StartError> {
+        // Unbounded with a reason. Commands: the supervisor takes each at once, without an
+        // await, into its per-release state (the newest plan per HelmRelease), so the
+        // channel holds what arrived since its last turn; the session feeds it one command
+        // per hub message, and those are bounded by HTTP/2 flow control and the hub's
+        // coalescing mailbox. Reports: this runtime's own, a handful per reconcile, which
+        // run at most `options.concurrency` at a time; the session's forwarder keeps the
+        // latest status per release.
         let (command_tx, command_rx) = mpsc::unbounded_channel();
         let (report_tx, report_rx) = mpsc::unbounded_channel();
         let held = Arc::new(Mutex::new(BTreeMap::new()));

@@ -531,6 +531,9 @@ pub async fn run<C: AgentCluster>(
         charts.fetcher().enable();
     }
     let latest: Latest = Arc::new(Mutex::new(BTreeMap::new()));
+    // Unbounded with a reason: it carries this agent's own reports (see `Agent::start`),
+    // emptied at every (re)connection (the Hello's status digests cover what happened
+    // while away) and drained by the session's writer while connected.
     let (live_tx, mut live_rx) = mpsc::unbounded_channel();
     let reports_done = CancellationToken::new();
     let forwarder = tokio::spawn(forward_reports(

@@ -75,6 +75,9 @@ pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
 pub const MAX_TAGS_PAGE_SIZE: u64 = 4 << 20;
 /// The most tag list pages followed.
 const MAX_TAG_PAGES: usize = 1000;
+/// The largest tag list accepted, all pages together (pages of up to 4 MiB could
+/// otherwise add up to 4 GiB).
+pub const MAX_TAGS_SIZE: u64 = 64 << 20;
 /// Tags asked for per page of the tag list.
 pub const TAGS_PER_PAGE: u32 = 1000;
 /// The most bytes of an error answer read for its message.
@@ -93,6 +96,8 @@ pub struct OciLimits {
     pub max_tags_page_size: u64,
     /// The tags asked for per page (`n`); the registry may send fewer.
     pub tags_per_page: u32,
+    /// The largest tag list, all pages together.
+    pub max_tags_size: u64,
 }
 
 impl Default for OciLimits {
@@ -102,6 +107,7 @@ impl Default for OciLimits {
             max_chart_size: http::MAX_CHART_SIZE,
             max_tags_page_size: MAX_TAGS_PAGE_SIZE,
             tags_per_page: TAGS_PER_PAGE,
+            max_tags_size: MAX_TAGS_SIZE,
         }
     }
 }
@@ -908,6 +914,7 @@ impl OciClient {
         )?);
         let mut tags = Vec::new();
         let mut pages = 0;
+        let mut size = 0u64;
         while let Some(url) = next.take() {
             pages += 1;
             if pages > MAX_TAG_PAGES {
@@ -936,6 +943,14 @@ impl OciClient {
                     self.inner.limits.max_tags_page_size,
                 )
                 .await?;
+            size += body.len() as u64;
+            if size > self.inner.limits.max_tags_size {
+                return Err(OciError::TooLarge {
+                    url: shown,
+                    what: "tag list",
+                    limit: self.inner.limits.max_tags_size,
+                });
+            }
             let page: TagList =
                 serde_json::from_slice(&body).map_err(|e| OciError::InvalidDocument {
                     url: shown.clone(),
