@@ -60,7 +60,9 @@ impl<R: Read> Read for Budgeted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let left = self.budget.remaining.get();
         // One byte past the budget shows it is exceeded.
-        let want = buf.len().min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
+        let want = buf
+            .len()
+            .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..want])?;
         if n as u64 > left {
             self.budget.remaining.set(0);
@@ -1111,10 +1113,7 @@ mod tests {
             h.set_cksum();
             tar.append_data(&mut h, path, *data).expect("append");
         }
-        tar.into_inner()
-            .expect("tar")
-            .finish()
-            .expect("gzip")
+        tar.into_inner().expect("tar").finish().expect("gzip")
     }
 
     /// A gzipped tar whose first header is an extension header of `kind` declaring 1 GiB,

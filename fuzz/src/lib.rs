@@ -265,7 +265,11 @@ fn head_matches_full_parse(text: &str) {
 fn fast_path_matches_full_parse(text: &str) {
     if let Some(fast) = flotilla_yaml::testing::fast_path(text) {
         match flotilla_yaml::testing::full_parser(text) {
-            Ok(full) => assert_eq!(format!("{fast:?}"), format!("{full:?}"), "fast path differs"),
+            Ok(full) => assert_eq!(
+                format!("{fast:?}"),
+                format!("{full:?}"),
+                "fast path differs"
+            ),
             Err(e) => panic!("the fast path accepted a document the parser refuses: {e}"),
         }
     }
@@ -640,13 +644,8 @@ fn session_plans() -> Vec<flotilla_core::plan::ReleasePlan> {
                 digest: ChartDigest::of_bytes(b"podinfo"),
                 oci_digest: None,
             };
-            ReleasePlan::from_helm_release(
-                &hr,
-                PlanRevision::new(i as u64 + 1),
-                chart,
-                json!({}),
-            )
-            .expect("a plan")
+            ReleasePlan::from_helm_release(&hr, PlanRevision::new(i as u64 + 1), chart, json!({}))
+                .expect("a plan")
         })
         .collect()
 }

@@ -117,9 +117,7 @@ impl Queue {
             .queued
             .get_mut(&key)
             .expect("a ready key has reports queued");
-        let report = queue
-            .pop_front()
-            .expect("a ready key has reports queued");
+        let report = queue.pop_front().expect("a ready key has reports queued");
         self.len -= 1;
         if queue.is_empty() {
             self.queued.remove(&key);
@@ -295,11 +293,7 @@ impl ReportReceiver {
         }
         if self.shared.senders.load(Ordering::SeqCst) == 0 {
             // A send racing the last drop: look once more.
-            return self
-                .shared
-                .lock()
-                .pop()
-                .ok_or(TryRecvError::Disconnected);
+            return self.shared.lock().pop().ok_or(TryRecvError::Disconnected);
         }
         Err(TryRecvError::Empty)
     }
@@ -325,8 +319,8 @@ mod tests {
     use std::time::Duration;
 
     use flotilla_core::agent::StatusReport;
-    use flotilla_core::plan::ObjectRef;
     use flotilla_core::ids::{ClusterId, PlanRevision};
+    use flotilla_core::plan::ObjectRef;
     use flotilla_core::release::{Event, EventType, Step};
     use flotilla_core::status::HelmReleaseStatus;
 
@@ -457,7 +451,10 @@ mod tests {
         assert_eq!(q.push(rejected("a", 100), now), Some(Dropped::QueueFull));
         assert_eq!(q.len, MAX_QUEUED_PER_OBJECT);
         let all: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
-        assert!(all.iter().all(|r| matches!(r.report, Report::Rejected { .. })));
+        assert!(
+            all.iter()
+                .all(|r| matches!(r.report, Report::Rejected { .. }))
+        );
         assert_eq!(q.push(rejected("a", 101), now), None);
     }
 

@@ -167,6 +167,7 @@ fn event(n: usize) -> v1::AgentMessage {
             r#type: "Warning".into(),
             reason: "Flood".into(),
             message: format!("hostile event {n}"),
+            time: "2026-01-02T03:04:05Z".into(),
             plan_revision: 1,
             ..Default::default()
         })),
@@ -220,8 +221,8 @@ async fn a_hostile_agent_and_network_flood_leave_the_hub_bounded_and_a_real_agen
     let cluster_uid = agent_session::cluster_uid(&mgmt).await?;
 
     // The hostile agent is an accepted one, given one HelmRelease.
-    let hostile = agent_session::join(&mgmt, &join_options(&hub, &token, "hostile", "hostile"))
-        .await?;
+    let hostile =
+        agent_session::join(&mgmt, &join_options(&hub, &token, "hostile", "hostile")).await?;
     let hostile_id = ClusterId::new("hostile")?;
     let link = wait::until("the hostile cluster's link", TIMEOUT, || async {
         Ok(hub.links().link(&TargetId::Cluster(hostile_id.clone())))
@@ -366,7 +367,10 @@ async fn a_hostile_agent_and_network_flood_leave_the_hub_bounded_and_a_real_agen
         "Events: {EVENTS} sent, {written} written to the API in {elapsed:.1} s (bound {bound}), {} dropped by the rate limit",
         sink.dropped(Dropped::EventRate)
     );
-    assert!(written >= 1, "the Events the limit lets through are written");
+    assert!(
+        written >= 1,
+        "the Events the limit lets through are written"
+    );
     assert!(
         written <= bound,
         "{written} Events written, more than {bound}"
@@ -374,9 +378,7 @@ async fn a_hostile_agent_and_network_flood_leave_the_hub_bounded_and_a_real_agen
     drop(hostile_tx);
     let certificates = certificates.await?;
     let renews_dropped = hub.metrics().dropped_total(Dropped::RenewRate);
-    eprintln!(
-        "Renew: {RENEWS} sent, {certificates} certificates signed, {renews_dropped} dropped"
-    );
+    eprintln!("Renew: {RENEWS} sent, {certificates} certificates signed, {renews_dropped} dropped");
     assert!(certificates <= 2 + (elapsed / 10.0).ceil() as usize);
     let rss_after = rss_kib();
     let growth = rss_after.saturating_sub(rss_before);

@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
+use flotilla_proto::v1::hub_client::HubClient;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use flotilla_proto::v1::hub_client::HubClient;
 use tonic::transport::{Channel, Endpoint};
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 

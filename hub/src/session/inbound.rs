@@ -75,12 +75,10 @@ pub fn hello(hello: &mut v1::Hello) -> Result<HelloState, InboundError> {
         .into_iter()
         .enumerate()
     {
-        cached.push(
-            ChartDigest::new(d).map_err(|e| InboundError::CachedDigest {
-                index,
-                message: e.to_string(),
-            })?,
-        );
+        cached.push(ChartDigest::new(d).map_err(|e| InboundError::CachedDigest {
+            index,
+            message: e.to_string(),
+        })?);
     }
     Ok(HelloState { held, cached })
 }
@@ -176,6 +174,7 @@ mod tests {
             r#type: "Normal".into(),
             reason: "InstallSucceeded".into(),
             message: "installed".into(),
+            time: "2026-01-02T03:04:05Z".into(),
             plan_revision: revision,
             ..Default::default()
         })

@@ -661,7 +661,11 @@ mod tests {
         assert!(!m.report(status(&ahead, 2)));
         assert!(m.report(status(&plan("given", 2), 3)));
         m.acked(p.object.key(), PlanRevision::new(u64::MAX));
-        assert!(m.held().iter().all(|h| h.revision != PlanRevision::new(u64::MAX)));
+        assert!(
+            m.held()
+                .iter()
+                .all(|h| h.revision != PlanRevision::new(u64::MAX))
+        );
         let forwarded = std::iter::from_fn(|| rx.try_recv().ok()).count();
         assert_eq!(forwarded, 2);
         assert_eq!(m.reports.dropped(Dropped::UnsentRevision), 4);
