@@ -86,7 +86,6 @@ impl RegisterGate {
     /// Waits for this call's turn; the permit is held while the call runs. Refused (with
     /// the reason counted) when the turn would come later than `max_wait`.
     pub async fn enter(&self) -> Result<SemaphorePermit<'_>, Dropped> {
-        let deadline = tokio::time::Instant::now() + self.limits.max_wait;
         let wait = self
             .bucket
             .lock()
@@ -96,7 +95,7 @@ impl RegisterGate {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        match tokio::time::timeout_at(deadline, self.running.acquire()).await {
+        match tokio::time::timeout(self.limits.max_wait, self.running.acquire()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(Dropped::RegisterConcurrency),
         }
@@ -107,7 +106,7 @@ impl RegisterGate {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_flood_of_registrations_is_refused_past_the_burst_and_the_wait_and_runs_a_few_at_once()
      {
         let gate = std::sync::Arc::new(RegisterGate::new(RegisterLimits {

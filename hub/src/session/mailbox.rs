@@ -655,6 +655,7 @@ mod tests {
         assert_eq!(m.held_count(), 0);
         assert!(m.next_outgoing().is_some());
         assert!(m.report(status(&p, 1)));
+        assert!(rx.try_recv().is_ok());
         // A revision the hub never made, and an older one it did send before.
         let mut ahead = plan("given", 4);
         ahead.revision = PlanRevision::new(u64::MAX);
@@ -666,8 +667,8 @@ mod tests {
                 .iter()
                 .all(|h| h.revision != PlanRevision::new(u64::MAX))
         );
-        let forwarded = std::iter::from_fn(|| rx.try_recv().ok()).count();
-        assert_eq!(forwarded, 2);
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_err());
         assert_eq!(m.reports.dropped(Dropped::UnsentRevision), 4);
         // A Hello showing the newest revision held counts it as sent.
         let (m, _rx) = mailbox();
