@@ -57,11 +57,11 @@ fn chart_rbac_with(values: &Path) -> anyhow::Result<String> {
 }
 
 #[test]
-fn the_charts_defaults_bind_no_cluster_admin_only_the_value_that_asks_does() -> anyhow::Result<()>
-{
+fn the_charts_defaults_bind_no_cluster_admin_only_the_value_that_asks_does() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // The values the chart requires, nothing of rbac.
-    let required = "hub:\n  url: https://hub:9443\n  caPin: sha256:00\n  existingTokenSecret: mine\n";
+    let required =
+        "hub:\n  url: https://hub:9443\n  caPin: sha256:00\n  existingTokenSecret: mine\n";
     let defaults = dir.path().join("defaults.yaml");
     std::fs::write(&defaults, required)?;
     let rbac = chart_rbac_with(&defaults)?;

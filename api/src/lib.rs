@@ -29,8 +29,8 @@ pub mod tenancy;
 pub use fleet::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
 pub use helm::{HelmRelease, HelmReleaseSpec};
 pub use set::{HelmReleaseSet, HelmReleaseSetSpec};
-pub use tenancy::{ManagedClusterBinding, ManagedClusterBindingSpec};
 pub use source::{
     HelmChart, HelmChartSpec, HelmChartStatus, HelmRepository, HelmRepositorySpec,
     HelmRepositoryStatus, OCIRepository, OCIRepositorySpec, OCIRepositoryStatus,
 };
+pub use tenancy::{ManagedClusterBinding, ManagedClusterBindingSpec};

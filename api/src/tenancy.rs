@@ -70,7 +70,12 @@ pub struct ManagedClusterBindingSpec {
 impl ManagedClusterBindingSpec {
     /// Whether the binding selects namespace `name` with `labels`.
     pub fn selects_namespace(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        selects(&self.namespaces, self.namespace_selector.as_ref(), name, labels)
+        selects(
+            &self.namespaces,
+            self.namespace_selector.as_ref(),
+            name,
+            labels,
+        )
     }
 
     /// Whether the binding selects ManagedCluster `name` with `labels`.
@@ -182,8 +187,14 @@ mod tests {
         assert_eq!(ManagedClusterBinding::plural(&()), "managedclusterbindings");
         assert!(b.spec.selects_namespace("team-a", &labels(&[])));
         assert!(!b.spec.selects_namespace("team-b", &labels(&[])));
-        assert!(b.spec.selects_cluster("edge-1", &labels(&[("region", "eu")])));
-        assert!(!b.spec.selects_cluster("edge-1", &labels(&[("region", "us")])));
+        assert!(
+            b.spec
+                .selects_cluster("edge-1", &labels(&[("region", "eu")]))
+        );
+        assert!(
+            !b.spec
+                .selects_cluster("edge-1", &labels(&[("region", "us")]))
+        );
     }
 
     #[test]

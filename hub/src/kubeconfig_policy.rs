@@ -27,7 +27,7 @@
 
 use std::fmt;
 
-use kube::config::{KubeconfigError, Kubeconfig, LoadDataError};
+use kube::config::{Kubeconfig, KubeconfigError, LoadDataError};
 
 /// The opt-in flags of the hub for kubeconfig Secrets (all off by default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -158,7 +158,9 @@ pub fn load_error(e: &KubeconfigError) -> String {
     let data = |what: &str, e: &LoadDataError| match e {
         LoadDataError::DecodeBase64(_) => format!("{what}-data is not base64"),
         LoadDataError::NoBase64DataOrFile => {
-            format!("{what}-data is missing (a client certificate needs its key, and a key its certificate)")
+            format!(
+                "{what}-data is missing (a client certificate needs its key, and a key its certificate)"
+            )
         }
         LoadDataError::ReadFile(..) => format!("the file of {what} could not be read"),
         // Variants a newer kube may add.
@@ -253,7 +255,9 @@ users:
     fn every_refused_field_is_named_by_index_and_allowed_by_its_flag_only() {
         let exec = "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /usr/bin/touch, args: [/tmp/x]}";
         let table: [(&str, &str, &str, Rule, fn(&mut KubeconfigPolicy)); 9] = [
-            ("", exec, "users[1].user.exec", Rule::Exec, |p| p.allow_exec = true),
+            ("", exec, "users[1].user.exec", Rule::Exec, |p| {
+                p.allow_exec = true
+            }),
             (
                 "",
                 "    auth-provider: {name: gcp, config: {cmd-path: /usr/bin/touch}}",

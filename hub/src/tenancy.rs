@@ -125,7 +125,10 @@ fn namespace_bindings_text(names: &[String]) -> String {
     if names.is_empty() {
         "no ManagedClusterBinding selects the namespace".to_owned()
     } else {
-        format!("ManagedClusterBindings of the namespace: {}", names.join(", "))
+        format!(
+            "ManagedClusterBindings of the namespace: {}",
+            names.join(", ")
+        )
     }
 }
 
@@ -260,17 +263,20 @@ impl Tenancy {
             return;
         };
         let config = watcher::Config::default();
-        let bindings = watcher(Api::<ManagedClusterBinding>::all(client.clone()), config.clone())
-            .default_backoff()
-            .reflect(w.bindings)
-            .for_each(|_| async {});
+        let bindings = watcher(
+            Api::<ManagedClusterBinding>::all(client.clone()),
+            config.clone(),
+        )
+        .default_backoff()
+        .reflect(w.bindings)
+        .for_each(|_| async {});
         let namespaces = watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             config.clone(),
         )
-            .default_backoff()
-            .reflect(w.namespaces)
-            .for_each(|_| async {});
+        .default_backoff()
+        .reflect(w.namespaces)
+        .for_each(|_| async {});
         let clusters = watcher(Api::<ManagedCluster>::all(client), config)
             .default_backoff()
             .reflect(w.clusters)
@@ -383,7 +389,13 @@ mod tests {
                 namespace_bindings: of_namespace.iter().map(|s| (*s).to_owned()).collect(),
             })
         };
-        let cases: Vec<(&str, &BTreeMap<_, _>, &str, &BTreeMap<_, _>, Result<(), Denied>)> = vec![
+        let cases: Vec<(
+            &str,
+            &BTreeMap<_, _>,
+            &str,
+            &BTreeMap<_, _>,
+            Result<(), Denied>,
+        )> = vec![
             ("team-a", &none, "edge-1", &eu, Ok(())),
             ("team-a", &none, "edge-9", &none, Ok(())),
             (
@@ -393,11 +405,23 @@ mod tests {
                 &us,
                 not_bound("team-a", "edge-2", &["team-a-edge", "team-a-eu"]),
             ),
-            ("team-b", &none, "edge-1", &eu, not_bound("team-b", "edge-1", &[])),
+            (
+                "team-b",
+                &none,
+                "edge-1",
+                &eu,
+                not_bound("team-b", "edge-1", &[]),
+            ),
             ("team-b", &prod, "edge-2", &us, Ok(())),
             // A cluster that has not registered: only a name lets it through.
             ("team-b", &prod, "late", &none, Ok(())),
-            ("team-c", &none, "late", &none, not_bound("team-c", "late", &[])),
+            (
+                "team-c",
+                &none,
+                "late",
+                &none,
+                not_bound("team-c", "late", &[]),
+            ),
         ];
         for (ns, ns_labels, cluster, cluster_labels, want) in cases {
             assert_eq!(
@@ -450,7 +474,9 @@ mod tests {
             if let Some(ns) = ns {
                 source["namespace"] = ns.into();
             }
-            hr(serde_json::json!({"interval": "5m", "chart": {"spec": {"chart": "podinfo", "sourceRef": source}}}))
+            hr(
+                serde_json::json!({"interval": "5m", "chart": {"spec": {"chart": "podinfo", "sourceRef": source}}}),
+            )
         };
         let chart_ref = |kind: &str, ns: Option<&str>| {
             let mut r = serde_json::json!({"kind": kind, "name": "shared"});
@@ -498,7 +524,10 @@ mod tests {
 
     #[test]
     fn the_default_service_account_applies_only_when_the_spec_names_none() {
-        assert_eq!(service_account(Some("own"), Some("dflt")), Some("own".into()));
+        assert_eq!(
+            service_account(Some("own"), Some("dflt")),
+            Some("own".into())
+        );
         assert_eq!(service_account(None, Some("dflt")), Some("dflt".into()));
         assert_eq!(service_account(Some(""), Some("dflt")), Some("dflt".into()));
         assert_eq!(service_account(None, None), None);
@@ -508,7 +537,9 @@ mod tests {
     #[tokio::test]
     async fn the_local_target_and_cross_namespace_refs_are_refused_only_when_the_operator_says_so()
     {
-        let release = hr(serde_json::json!({"interval": "5m", "chartRef": {"kind": "OCIRepository", "name": "x", "namespace": "other"}}));
+        let release = hr(
+            serde_json::json!({"interval": "5m", "chartRef": {"kind": "OCIRepository", "name": "x", "namespace": "other"}}),
+        );
         let open = Tenancy::new(TenancyOptions {
             local_target: true,
             ..Default::default()

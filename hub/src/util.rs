@@ -190,7 +190,11 @@ mod tests {
         );
         let reason_only = Status::failure("", "Forbidden").with_code(403);
         assert_eq!(error_chain(&reason_only), "Forbidden (HTTP 403)");
-        let long = KubeError::Api(Status::failure(&"x".repeat(1000), "Bad").with_code(400).boxed());
+        let long = KubeError::Api(
+            Status::failure(&"x".repeat(1000), "Bad")
+                .with_code(400)
+                .boxed(),
+        );
         assert!(error_chain(&long).chars().count() < MAX_STATUS_MESSAGE + 20);
     }
 

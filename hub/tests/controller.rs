@@ -1270,7 +1270,11 @@ spec:
             && c.message.contains("values don't meet the specifications")
     })
     .await?;
-    assert!(c.message.contains("- at '/auth/password': "), "{}", c.message);
+    assert!(
+        c.message.contains("- at '/auth/password': "),
+        "{}",
+        c.message
+    );
     assert!(
         c.message.contains(flotilla_chart::schema::WITHHELD),
         "{}",

@@ -69,10 +69,7 @@ fn the_charts_defaults_bind_no_cluster_admin_and_grant_no_local_target_only_the_
         "asked-local.yaml",
         &format!("hub:\n  allowLocalTarget: true\n{asked}"),
     )?;
-    anyhow::ensure!(
-        with_target.contains("name: cluster-admin"),
-        "{with_target}"
-    );
+    anyhow::ensure!(with_target.contains("name: cluster-admin"), "{with_target}");
     Ok(())
 }
 

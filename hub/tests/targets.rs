@@ -415,11 +415,17 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
     )?;
     let token = kubectl_in(
         env.kubeconfig(),
-        &["create", "token", "flotilla-hub", "-n", "default", "--duration=1h"],
+        &[
+            "create",
+            "token",
+            "flotilla-hub",
+            "-n",
+            "default",
+            "--duration=1h",
+        ],
         None,
     )?;
-    let mut as_hub: serde_json::Value =
-        serde_json::from_str(&inline_kubeconfig(&env.cluster)?)?;
+    let mut as_hub: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&env.cluster)?)?;
     as_hub["users"][0]["user"] = serde_json::json!({"token": token.trim()});
     let dir = tempfile::tempdir()?;
     let hub_kubeconfig = dir.path().join("hub-as-service-account.kubeconfig");
@@ -434,9 +440,12 @@ async fn a_generic_workload_identity_config_map_installs_with_a_token_of_its_ser
     let mut config = common::hub_config(&env.cluster, env.artifacts.path());
     config.kubeconfig = Some(hub_kubeconfig);
     env.hub = Some(flotilla_hub::run::Hub::start(config).await?);
-    let c = ready_condition(&hrs, "podinfo-wi", "the hub's own ServiceAccount refused", |c| {
-        c.status == ConditionStatus::False && c.message.contains("the hub's own")
-    })
+    let c = ready_condition(
+        &hrs,
+        "podinfo-wi",
+        "the hub's own ServiceAccount refused",
+        |c| c.status == ConditionStatus::False && c.message.contains("the hub's own"),
+    )
     .await?;
     assert_eq!(
         c.message,
@@ -477,7 +486,9 @@ impl Recorder {
                     )
                     .await;
                     if let Ok(Ok(len)) = read {
-                        s.lock().expect("the recorder's lock").extend_from_slice(&buf[..len]);
+                        s.lock()
+                            .expect("the recorder's lock")
+                            .extend_from_slice(&buf[..len]);
                     }
                     let _ = stream
                         .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -566,7 +577,9 @@ async fn a_kubeconfig_secret_makes_the_hub_neither_send_a_file_of_its_host_nor_r
         env.kubectl_apply(&podinfo_release(
             &url,
             release,
-            &format!("  releaseName: {release}\n  kubeConfig:\n    secretRef:\n      name: {secret}"),
+            &format!(
+                "  releaseName: {release}\n  kubeConfig:\n    secretRef:\n      name: {secret}"
+            ),
         ))?;
     }
     let refused = |field: &'static str| {
@@ -574,7 +587,13 @@ async fn a_kubeconfig_secret_makes_the_hub_neither_send_a_file_of_its_host_nor_r
             c.status == ConditionStatus::False && c.message.contains(field)
         }
     };
-    let c = ready_condition(&hrs, "podinfo-token", "tokenFile refused", refused("tokenFile")).await?;
+    let c = ready_condition(
+        &hrs,
+        "podinfo-token",
+        "tokenFile refused",
+        refused("tokenFile"),
+    )
+    .await?;
     assert_eq!(
         c.message,
         "kubeConfig Secret default/kc-token key \"value\": users[0].user.tokenFile is not allowed: the hub reads no file of its own host for a kubeconfig unless started with --insecure-kubeconfig-files; put the content in token"
@@ -589,13 +608,28 @@ async fn a_kubeconfig_secret_makes_the_hub_neither_send_a_file_of_its_host_nor_r
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     assert!(!marker.exists(), "the exec plugin's command ran in the hub");
     let seen = recorder.seen();
-    assert!(!seen.contains(&token), "the hub sent its file's content: {seen}");
-    assert_eq!(recorder.connections(), 0, "the hub reached the Secret's server: {seen}");
+    assert!(
+        !seen.contains(&token),
+        "the hub sent its file's content: {seen}"
+    );
+    assert_eq!(
+        recorder.connections(),
+        0,
+        "the hub reached the Secret's server: {seen}"
+    );
     for release in ["podinfo-token", "podinfo-exec"] {
         let hr = hrs.get(release).await?;
         let text = serde_json::to_string(&hr.status)?;
-        for secret in [token.as_str(), &path(&token_file), &path(&marker), "/usr/bin/touch"] {
-            assert!(!text.contains(secret), "the status quotes the Secret: {text}");
+        for secret in [
+            token.as_str(),
+            &path(&token_file),
+            &path(&marker),
+            "/usr/bin/touch",
+        ] {
+            assert!(
+                !text.contains(secret),
+                "the status quotes the Secret: {text}"
+            );
         }
     }
 

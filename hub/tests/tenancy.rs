@@ -23,7 +23,10 @@ use kube::api::{Api, DeleteParams};
 use common::{Env, TIMEOUT, helm_list, podinfo_release, ready, ready_condition};
 
 /// The `Stalled` condition of HelmRelease `name`.
-async fn stalled(hrs: &Api<HelmRelease>, name: &str) -> anyhow::Result<flotilla_core::meta::Condition> {
+async fn stalled(
+    hrs: &Api<HelmRelease>,
+    name: &str,
+) -> anyhow::Result<flotilla_core::meta::Condition> {
     let hr = hrs.get(name).await?;
     hr.status
         .as_ref()
@@ -35,7 +38,14 @@ async fn stalled(hrs: &Api<HelmRelease>, name: &str) -> anyhow::Result<flotilla_
 fn helm_charts(kubeconfig: &std::path::Path, namespace: &str) -> anyhow::Result<String> {
     kubectl_in(
         kubeconfig,
-        &["get", "helmcharts.source.flotilla.dev", "-n", namespace, "-o", "name"],
+        &[
+            "get",
+            "helmcharts.source.flotilla.dev",
+            "-n",
+            namespace,
+            "-o",
+            "name",
+        ],
         None,
     )
 }
@@ -206,7 +216,12 @@ spec:
     )?;
     kubectl_in(
         cluster.kubeconfig(),
-        &["label", "managedclusters.fleet.flotilla.dev", "edge", "tenancy-test=yes"],
+        &[
+            "label",
+            "managedclusters.fleet.flotilla.dev",
+            "edge",
+            "tenancy-test=yes",
+        ],
         None,
     )?;
     let ack = tokio::time::timeout(Duration::from_secs(120), acked.recv())

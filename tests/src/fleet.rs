@@ -203,7 +203,11 @@ impl Fleet {
         // Tenancy: the local fleet lets every namespace deliver to every workload cluster
         // (the tests and benches use namespaces of their own; the example releases come with
         // a binding of their own as well).
-        kubectl_in(mgmt.kubeconfig(), &["apply", "-f", "-"], Some(FLEET_BINDING))?;
+        kubectl_in(
+            mgmt.kubeconfig(),
+            &["apply", "-f", "-"],
+            Some(FLEET_BINDING),
+        )?;
 
         let workloads = options
             .workloads

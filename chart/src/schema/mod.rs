@@ -51,18 +51,14 @@ pub fn validate_against_schema(chart: &Chart, values: &Values) -> Result<(), Sch
 }
 
 /// The message of a cause withheld by [`validate_against_schema_redacted`].
-pub const WITHHELD: &str =
-    "value does not meet the schema (message withheld: it would quote the value, which may hold Secret data)";
+pub const WITHHELD: &str = "value does not meet the schema (message withheld: it would quote the value, which may hold Secret data)";
 
 /// [`validate_against_schema`] for messages that reach conditions, Events and logs, where the
 /// values may hold Secret data: a cause whose message quotes any scalar of the value it is
 /// about (the value itself, or a string or number inside it) reads [`WITHHELD`] instead.
 /// Its `- at '/path':` stays, and so do messages that quote nothing of the value (`got
 /// string, want integer`, `missing property 'x'`).
-pub fn validate_against_schema_redacted(
-    chart: &Chart,
-    values: &Values,
-) -> Result<(), SchemaError> {
+pub fn validate_against_schema_redacted(chart: &Chart, values: &Values) -> Result<(), SchemaError> {
     validate_against_schema_as(chart, values, true)
 }
 
@@ -279,7 +275,8 @@ fn quotes_scalar_of(message: &str, v: &Value) -> bool {
         }
         Value::Number(n) => {
             message.contains(&n.to_string())
-                || n.as_f64().is_some_and(|f| message.contains(&localized_number(f)))
+                || n.as_f64()
+                    .is_some_and(|f| message.contains(&localized_number(f)))
         }
         Value::Array(a) => a.iter().any(|v| quotes_scalar_of(message, v)),
         Value::Object(m) => m.values().any(|v| quotes_scalar_of(message, v)),
@@ -1883,8 +1880,7 @@ mod tests {
     }
 
     #[test]
-    fn a_redacted_schema_error_quotes_no_scalar_of_the_values_and_keeps_the_rest_of_helm_s_text()
-    {
+    fn a_redacted_schema_error_quotes_no_scalar_of_the_values_and_keeps_the_rest_of_helm_s_text() {
         let secret = "hunter2-s3cr3t";
         let values: Values = serde_json::from_value(serde_json::json!({
             "password": secret,
@@ -1919,11 +1915,12 @@ mod tests {
         ] {
             let plain = validate_single(&values, schema.as_bytes()).expect_err("fails");
             assert!(
-                plain.contains("s3cr3t") || plain.contains("8,443,129") || plain.contains("8443129"),
+                plain.contains("s3cr3t")
+                    || plain.contains("8,443,129")
+                    || plain.contains("8443129"),
                 "Helm's own text quotes values: {plain}"
             );
-            let redacted =
-                validate_single_as(&values, schema.as_bytes(), true).expect_err("fails");
+            let redacted = validate_single_as(&values, schema.as_bytes(), true).expect_err("fails");
             for part in ["s3cr3t", "hunter2", "8443129", "8,443,129", "8.443129"] {
                 assert!(!redacted.contains(part), "{part} in {redacted}");
             }

@@ -42,9 +42,7 @@ pub(super) async fn finalize(
         ctx.plan_floor,
     ));
     // Without --allow-local-target the hub does not act on its own cluster, not even here.
-    let target = target_of(hr)
-        .ok()
-        .filter(|t| !ctx.tenancy.refuses_local(t));
+    let target = target_of(hr).ok().filter(|t| !ctx.tenancy.refuses_local(t));
     let link = match &target {
         Some(t) => match ctx.links.resolve(t).await {
             Ok(link) => Some(link),

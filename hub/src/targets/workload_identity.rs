@@ -639,7 +639,11 @@ mod tests {
             "kubernetes-admin",
             "",
         ] {
-            assert_eq!(refuse_hub_identity("apps", "wi", &t, other), Ok(()), "{other}");
+            assert_eq!(
+                refuse_hub_identity("apps", "wi", &t, other),
+                Ok(()),
+                "{other}"
+            );
         }
     }
 
