@@ -29,8 +29,8 @@
 
 use std::collections::BTreeMap;
 
+pub use flotilla_core::selector::{LabelSelector, LabelSelectorOperator, LabelSelectorRequirement};
 use kube::CustomResource;
-use kube::core::{Expression, SelectorExt as _};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -90,71 +90,10 @@ fn selects(
     name: &str,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    names.iter().any(|n| n == name) || selector.is_some_and(|s| s.matches(labels))
-}
-
-/// A Kubernetes label selector (`matchLabels` and `matchExpressions`, ANDed; empty selects
-/// everything), as `metav1.LabelSelector`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
-    /// Labels that must have exactly these values.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub match_labels: BTreeMap<String, String>,
-    /// Requirements on labels.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub match_expressions: Vec<LabelSelectorRequirement>,
-}
-
-/// One requirement of a [`LabelSelector`].
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
-    "message": "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
-}]))]
-pub struct LabelSelectorRequirement {
-    /// The label's key.
-    pub key: String,
-    /// How the label is compared with `values`.
-    pub operator: LabelSelectorOperator,
-    /// The values of `In` and `NotIn`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
-}
-
-/// The operator of a [`LabelSelectorRequirement`].
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum LabelSelectorOperator {
-    /// The label is one of the values.
-    In,
-    /// The label is absent or none of the values.
-    NotIn,
-    /// The label is present.
-    Exists,
-    /// The label is absent.
-    DoesNotExist,
-}
-
-impl LabelSelector {
-    /// Whether `labels` satisfy every term (kube-core's matching).
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let equal = self
-            .match_labels
-            .iter()
-            .map(|(k, v)| Expression::Equal(k.clone(), v.clone()));
-        let required = self.match_expressions.iter().map(|r| {
-            let key = r.key.clone();
-            let values = r.values.iter().cloned().collect();
-            match r.operator {
-                LabelSelectorOperator::In => Expression::In(key, values),
-                LabelSelectorOperator::NotIn => Expression::NotIn(key, values),
-                LabelSelectorOperator::Exists => Expression::Exists(key),
-                LabelSelectorOperator::DoesNotExist => Expression::DoesNotExist(key),
-            }
-        });
-        equal.chain(required).all(|e| e.matches(labels))
-    }
+    // A selector the API server would refuse (an `In` without values, a bad key) selects
+    // nothing: a binding grants access only as written.
+    names.iter().any(|n| n == name)
+        || selector.is_some_and(|s| s.validate().is_ok() && s.matches(labels))
 }
 
 #[cfg(test)]
@@ -198,88 +137,21 @@ mod tests {
     }
 
     #[test]
-    fn a_selector_matches_as_kubernetes_label_selectors_do() {
-        let req = |key: &str, operator, values: &[&str]| LabelSelectorRequirement {
-            key: key.into(),
-            operator,
-            values: values.iter().map(|v| (*v).to_owned()).collect(),
+    fn a_selector_the_api_server_would_refuse_selects_nothing() {
+        let spec = ManagedClusterBindingSpec {
+            cluster_selector: Some(LabelSelector {
+                match_expressions: vec![LabelSelectorRequirement {
+                    key: "region".into(),
+                    operator: LabelSelectorOperator::NotIn,
+                    values: vec![],
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
         };
-        use LabelSelectorOperator::*;
-        let cases: Vec<(LabelSelector, &[(&str, &str)], bool)> = vec![
-            (LabelSelector::default(), &[], true),
-            (LabelSelector::default(), &[("a", "1")], true),
-            (
-                LabelSelector {
-                    match_labels: labels(&[("a", "1")]),
-                    ..Default::default()
-                },
-                &[("a", "1"), ("b", "2")],
-                true,
-            ),
-            (
-                LabelSelector {
-                    match_labels: labels(&[("a", "1")]),
-                    ..Default::default()
-                },
-                &[("a", "2")],
-                false,
-            ),
-            (
-                LabelSelector {
-                    match_expressions: vec![req("a", In, &["1", "2"])],
-                    ..Default::default()
-                },
-                &[("a", "2")],
-                true,
-            ),
-            (
-                LabelSelector {
-                    match_expressions: vec![req("a", In, &["1"])],
-                    ..Default::default()
-                },
-                &[],
-                false,
-            ),
-            (
-                LabelSelector {
-                    match_expressions: vec![req("a", NotIn, &["1"])],
-                    ..Default::default()
-                },
-                &[],
-                true,
-            ),
-            (
-                LabelSelector {
-                    match_expressions: vec![req("a", Exists, &[])],
-                    ..Default::default()
-                },
-                &[("a", "")],
-                true,
-            ),
-            (
-                LabelSelector {
-                    match_expressions: vec![req("a", DoesNotExist, &[])],
-                    ..Default::default()
-                },
-                &[("a", "x")],
-                false,
-            ),
-            (
-                LabelSelector {
-                    match_labels: labels(&[("a", "1")]),
-                    match_expressions: vec![req("b", Exists, &[])],
-                },
-                &[("a", "1")],
-                false,
-            ),
-        ];
-        for (selector, have, want) in cases {
-            assert_eq!(
-                selector.matches(&labels(have)),
-                want,
-                "{selector:?} on {have:?}"
-            );
-        }
+        // NotIn without values would hold for every cluster; it is invalid, so none.
+        assert!(!spec.selects_cluster("edge-1", &labels(&[("region", "eu")])));
+        assert!(!spec.selects_cluster("edge-1", &labels(&[])));
     }
 
     #[test]
