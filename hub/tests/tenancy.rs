@@ -96,8 +96,7 @@ async fn a_helm_release_whose_namespace_is_not_bound_to_its_managed_cluster_is_a
         "flotilla-system",
         &tokens::TokenOptions {
             auto_accept: true,
-            cluster_name: Some("edge".into()),
-            ..Default::default()
+            ..tokens::TokenOptions::new(tokens::TokenScope::Cluster("edge".into()))
         },
     )
     .await?
@@ -109,7 +108,7 @@ async fn a_helm_release_whose_namespace_is_not_bound_to_its_managed_cluster_is_a
                 "https://127.0.0.1:{}",
                 sessions.local_addr().port()
             ))?,
-            token,
+            token: Some(token),
             ca_pin: agent_session::CaPin::parse(&sessions.ca().pin().to_string())?,
             cluster_name: "edge".into(),
             namespace: "default".into(),

@@ -29,7 +29,6 @@ use std::time::SystemTime;
 
 use flotilla_api::ManagedCluster;
 use flotilla_api::fleet::{ConnectionState, annotation};
-use flotilla_core::agent::HeldPlan;
 use flotilla_core::ids::{ChartDigest, ClusterId};
 use flotilla_core::meta::ConditionStatus;
 use flotilla_proto::session::key_ref;
