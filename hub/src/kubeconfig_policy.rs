@@ -254,7 +254,15 @@ users:
     #[test]
     fn every_refused_field_is_named_by_index_and_allowed_by_its_flag_only() {
         let exec = "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /usr/bin/touch, args: [/tmp/x]}";
-        let table: [(&str, &str, &str, Rule, fn(&mut KubeconfigPolicy)); 9] = [
+        /// Cluster block, user block, the field named, the rule, the flag that allows it.
+        type Case = (
+            &'static str,
+            &'static str,
+            &'static str,
+            Rule,
+            fn(&mut KubeconfigPolicy),
+        );
+        let table: [Case; 9] = [
             ("", exec, "users[1].user.exec", Rule::Exec, |p| {
                 p.allow_exec = true
             }),

@@ -389,13 +389,15 @@ mod tests {
                 namespace_bindings: of_namespace.iter().map(|s| (*s).to_owned()).collect(),
             })
         };
-        let cases: Vec<(
-            &str,
-            &BTreeMap<_, _>,
-            &str,
-            &BTreeMap<_, _>,
+        /// Namespace and its labels, cluster and its labels, the verdict.
+        type Case<'a> = (
+            &'a str,
+            &'a BTreeMap<String, String>,
+            &'a str,
+            &'a BTreeMap<String, String>,
             Result<(), Denied>,
-        )> = vec![
+        );
+        let cases: Vec<Case<'_>> = vec![
             ("team-a", &none, "edge-1", &eu, Ok(())),
             ("team-a", &none, "edge-9", &none, Ok(())),
             (
