@@ -131,6 +131,7 @@ async fn the_crds_are_established_and_serve_fluxs_manifests_with_only_the_api_ve
             "helmreleases.helm.flotilla.dev",
             "helmreleasesets.helm.flotilla.dev",
             "helmrepositories.source.flotilla.dev",
+            "managedclusterbindings.fleet.flotilla.dev",
             "managedclusters.fleet.flotilla.dev",
             "ocirepositories.source.flotilla.dev",
         ]
