@@ -1640,8 +1640,13 @@ async fn renew_is_for_the_newest_certificate_once_per_interval_a_revoked_certifi
         .expect("a renewal too soon ends the session");
     assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
 
-    // Past the interval, with the first certificate, no longer the newest: refused.
+    // Past the interval, with the first certificate, no longer the newest: refused. (Session
+    // B replaced session A, one session per cluster: A is opened again.)
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let (tx_a, mut inbound_a) = raw_session(&first, &first.cert_pem, &first.key_pem, &uid)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let _pings_a = keep_alive(&tx_a);
     send_renew(&tx_a, &first.key_pem).await?;
     let (code, message) = session_end(&mut inbound_a, Duration::from_secs(10))
         .await
