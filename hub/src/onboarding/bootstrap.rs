@@ -36,6 +36,7 @@ macro_rules! chart_file {
 /// The agent chart's files, as in `deploy/charts/flotilla-agent` (a test checks the list
 /// is the directory's).
 pub const CHART_FILES: &[(&str, &str)] = &[
+    chart_file!(".helmignore"),
     chart_file!("Chart.yaml"),
     chart_file!("values.yaml"),
     chart_file!("templates/_helpers.tpl"),
