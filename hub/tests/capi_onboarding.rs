@@ -29,14 +29,20 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const NS: &str = "fleet";
 const AGENT_NS: &str = "flotilla-system";
 
-fn cluster(name: &str, labels: serde_json::Value) -> String {
-    serde_json::json!({
+/// A v1beta2 Cluster whose control plane endpoint is `edge`'s API server.
+fn cluster(name: &str, labels: serde_json::Value, edge: &Cluster) -> anyhow::Result<String> {
+    let server = edge.server().trim_start_matches("https://");
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("no port in {server}"))?;
+    let port: u16 = port.trim_end_matches('/').parse()?;
+    Ok(serde_json::json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "Cluster",
         "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {},
+        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
     })
-    .to_string()
+    .to_string())
 }
 
 fn kubeconfig_secret(name: &str, kubeconfig: &str) -> String {
@@ -135,9 +141,9 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     let mcs: Api<ManagedCluster> = Api::all(hub.clone());
     fleet.apply(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}\n---\n{}\n---\n{}\n",
-        cluster("edge", serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"})),
-        cluster("broken", serde_json::json!({"env": "prod"})),
-        cluster("dev", serde_json::json!({"env": "dev"})),
+        cluster("edge", serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"}), &edge)?,
+        cluster("broken", serde_json::json!({"env": "prod"}), &edge)?,
+        cluster("dev", serde_json::json!({"env": "dev"}), &edge)?,
     ))?;
 
     // Imported, with its labels, before anything else.

@@ -144,12 +144,14 @@ pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken
                 None => return,
             },
             _ = resync.tick() => {
+                // Everything is due now (an agent that joined is seen here: the
+                // ManagedCluster's conditions are not watched).
                 let now = Instant::now();
                 for o in ctx.store.state() {
-                    pending.entry(key_of(&o)).or_insert(now);
+                    pending.insert(key_of(&o), now);
                 }
                 for key in imported_keys(&ctx.client).await {
-                    pending.entry(key).or_insert(now);
+                    pending.insert(key, now);
                 }
             }
             () = due => {
