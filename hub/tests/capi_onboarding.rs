@@ -62,7 +62,8 @@ fn kubeconfig_secret(name: &str, kubeconfig: &str) -> String {
 
 /// What the control-plane provider writes once the API server answers.
 fn mark_initialized(fleet: &Fleet, name: &str) -> anyhow::Result<()> {
-    let status = serde_json::json!({"status": {"initialization": {"controlPlaneInitialized": true}}});
+    let status =
+        serde_json::json!({"status": {"initialization": {"controlPlaneInitialized": true}}});
     kubectl_in(
         fleet.kubeconfig(),
         &[
@@ -94,10 +95,14 @@ async fn until_step(
     name: &str,
     reason: &str,
 ) -> anyhow::Result<ManagedCluster> {
-    let waited = wait::until(&format!("ManagedCluster {name}: {reason}"), TIMEOUT, || async {
-        let mc = mcs.get_opt(name).await?;
-        Ok(mc.filter(|mc| bootstrap_condition(mc).is_some_and(|c| c.reason == reason)))
-    })
+    let waited = wait::until(
+        &format!("ManagedCluster {name}: {reason}"),
+        TIMEOUT,
+        || async {
+            let mc = mcs.get_opt(name).await?;
+            Ok(mc.filter(|mc| bootstrap_condition(mc).is_some_and(|c| c.reason == reason)))
+        },
+    )
     .await;
     match waited {
         Ok(mc) => Ok(mc),
@@ -141,7 +146,11 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     let mcs: Api<ManagedCluster> = Api::all(hub.clone());
     fleet.apply(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}\n---\n{}\n---\n{}\n",
-        cluster("edge", serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"}), &edge)?,
+        cluster(
+            "edge",
+            serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"}),
+            &edge
+        )?,
         cluster("broken", serde_json::json!({"env": "prod"}), &edge)?,
         cluster("dev", serde_json::json!({"env": "dev"}), &edge)?,
     ))?;
@@ -156,11 +165,18 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
         ("capi.fleet.flotilla.dev/cluster", "edge"),
         ("capi.fleet.flotilla.dev/imported", "true"),
     ] {
-        assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}: {labels:?}");
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            Some(v),
+            "label {k}: {labels:?}"
+        );
     }
     assert!(!labels.contains_key("fleet.flotilla.dev/x"), "{labels:?}");
     assert!(mc.spec.accepted);
-    assert!(mcs.get_opt("fleet.dev").await?.is_none(), "an unselected Cluster was imported");
+    assert!(
+        mcs.get_opt("fleet.dev").await?.is_none(),
+        "an unselected Cluster was imported"
+    );
 
     // The kubeconfig exists, the control plane is not initialized: nothing is applied.
     fleet.apply(&kubeconfig_secret("edge", &inline_kubeconfig(&edge)?))?;
@@ -190,7 +206,15 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     mark_initialized(&fleet, "edge")?;
     until_step(&mcs, "fleet.edge", "WaitingForAgent").await?;
     let deployment = deployments.get("flotilla-agent").await?;
-    let container = &deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let container = &deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
     assert_eq!(
         container.image.as_deref(),
         Some("registry.example/flotilla/flotilla-agent:test")
@@ -207,7 +231,10 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     .await?;
     let joined = until_step(&mcs, "fleet.edge", "Joined").await;
     if joined.is_err() {
-        eprintln!("agent log:\n{}", flotilla_tests::process::tail(&pod.log, 40));
+        eprintln!(
+            "agent log:\n{}",
+            flotilla_tests::process::tail(&pod.log, 40)
+        );
     }
     let mc = joined?;
     assert!(
@@ -274,12 +301,23 @@ spec:
     fleet.wait_ready(&[(NS, "hello")], TIMEOUT, |_| {}).await?;
     let message = kubectl_in(
         edge.kubeconfig(),
-        &["get", "configmap", "hello", "-n", "hello", "-o", "jsonpath={.data.message}"],
+        &[
+            "get",
+            "configmap",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
         None,
     )?;
     assert_eq!(message.trim(), "Hello from a Cluster API cluster");
     let log = std::fs::read_to_string(&pod.log)?;
-    assert!(!log.contains("forbidden"), "the agent met a permission error:\n{log}");
+    assert!(
+        !log.contains("forbidden"),
+        "the agent met a permission error:\n{log}"
+    );
 
     // A deleted Cluster's ManagedCluster goes.
     kubectl_in(

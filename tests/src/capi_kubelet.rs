@@ -59,7 +59,9 @@ pub async fn run_deployment(
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .with_context(|| format!("reading Deployment {namespace}/{name} of the workload cluster"))?;
+        .with_context(|| {
+            format!("reading Deployment {namespace}/{name} of the workload cluster")
+        })?;
     let pod = deployment
         .spec
         .and_then(|s| s.template.spec)
@@ -170,8 +172,14 @@ pub async fn run_deployment(
     ));
     let log = dir.join("agent.log");
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let process =
-        Supervised::start_with_env(&format!("agent-pod-{name}"), agent, &args, &env_refs, &log, false)?;
+    let process = Supervised::start_with_env(
+        &format!("agent-pod-{name}"),
+        agent,
+        &args,
+        &env_refs,
+        &log,
+        false,
+    )?;
     Ok(AgentPod {
         process,
         args,
@@ -189,7 +197,10 @@ fn service_account_kubeconfig(cluster: &Cluster, token: &str) -> anyhow::Result<
         .first()
         .and_then(|c| c.cluster.clone())
         .context("the admin kubeconfig has no cluster")?;
-    let ca = match (&named.certificate_authority_data, &named.certificate_authority) {
+    let ca = match (
+        &named.certificate_authority_data,
+        &named.certificate_authority,
+    ) {
         (Some(data), _) => data.clone(),
         // ByteString serializes as base64.
         (None, Some(file)) => serde_json::to_value(k8s_openapi::ByteString(std::fs::read(file)?))?

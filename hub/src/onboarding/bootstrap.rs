@@ -199,10 +199,13 @@ pub async fn apply(client: &Client, objects: &[Value], namespace: &str) -> Resul
     for object in objects {
         let kind = object["kind"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let (resource, namespaced) = resource_of(kind)
-            .ok_or_else(|| format!("the agent chart renders a {kind:?}, which the hub does not install"))?;
+        let (resource, namespaced) = resource_of(kind).ok_or_else(|| {
+            format!("the agent chart renders a {kind:?}, which the hub does not install")
+        })?;
         let api: Api<DynamicObject> = if namespaced {
-            let ns = object["metadata"]["namespace"].as_str().unwrap_or(namespace);
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(namespace);
             Api::namespaced_with(client.clone(), ns, &resource)
         } else {
             Api::all_with(client.clone(), &resource)
@@ -225,7 +228,11 @@ pub fn agent_args(objects: &[Value]) -> Vec<String> {
         .iter()
         .find(|o| o["kind"] == "Deployment")
         .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].as_array())
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -293,7 +300,15 @@ mod tests {
         let kinds = kinds(&objects);
         assert_eq!(kinds[0], "Namespace");
         let counts = kind_counts(&objects);
-        for k in ["ServiceAccount", "Secret", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "Deployment"] {
+        for k in [
+            "ServiceAccount",
+            "Secret",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+        ] {
             assert!(counts.contains_key(k), "{k} missing: {kinds:?}");
         }
         let args = agent_args(&objects);
@@ -304,7 +319,10 @@ mod tests {
         ] {
             assert!(args.iter().any(|a| a == want), "{want} not in {args:?}");
         }
-        assert!(args.iter().any(|a| a.starts_with("--ca-hash=sha256:aaaa")), "{args:?}");
+        assert!(
+            args.iter().any(|a| a.starts_with("--ca-hash=sha256:aaaa")),
+            "{args:?}"
+        );
         let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
         let pod = &deployment["spec"]["template"];
         assert_eq!(
@@ -313,7 +331,12 @@ mod tests {
         );
         assert_eq!(pod["metadata"]["annotations"][ATTEMPT_ANNOTATION], "2");
         for o in &objects[1..] {
-            assert_eq!(o["metadata"]["namespace"].as_str().unwrap_or("flotilla-system"), "flotilla-system");
+            assert_eq!(
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("flotilla-system"),
+                "flotilla-system"
+            );
         }
         // The token is in the Secret only, not in the Deployment.
         assert!(!deployment.to_string().contains("0123456789abcdef"));
@@ -322,16 +345,22 @@ mod tests {
     #[test]
     fn the_operators_values_go_under_the_hubs() {
         let mut i = install();
-        i.operator_values =
-            operator_values("rbac:\n  workload:\n    clusterAdmin: true\nhub:\n  url: https://evil\n")
-                .unwrap();
+        i.operator_values = operator_values(
+            "rbac:\n  workload:\n    clusterAdmin: true\nhub:\n  url: https://evil\n",
+        )
+        .unwrap();
         let objects = render(&i).unwrap();
         assert!(
             objects
                 .iter()
-                .any(|o| o["kind"] == "ClusterRoleBinding" && o["roleRef"]["name"] == "cluster-admin")
+                .any(|o| o["kind"] == "ClusterRoleBinding"
+                    && o["roleRef"]["name"] == "cluster-admin")
         );
-        assert!(agent_args(&objects).iter().any(|a| a == "--hub=https://hub.example:9443"));
+        assert!(
+            agent_args(&objects)
+                .iter()
+                .any(|a| a == "--hub=https://hub.example:9443")
+        );
     }
 
     #[test]

@@ -27,8 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, AgentInstall};
 use super::decide::{
-    self, Attempt, ClusterView, Decision, KubeconfigState, ManagedAction, ManagedView, Step,
-    Timing,
+    self, Attempt, ClusterView, Decision, KubeconfigState, ManagedAction, ManagedView, Step, Timing,
 };
 use super::*;
 use crate::push::{PushError, kubeconfig_secret_config};
@@ -84,13 +83,13 @@ pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken
     let resource = cluster_resource();
     // A hub without Cluster API runs unchanged: look for the CRD now and then.
     loop {
-        match client
-            .list_api_group_resources(&resource.api_version)
-            .await
-        {
+        match client.list_api_group_resources(&resource.api_version).await {
             Ok(list) if list.resources.iter().any(|r| r.name == "clusters") => break,
             Ok(_) | Err(kube::Error::Api(_)) => {
-                tracing::debug!("Cluster API ({}) is not served; looking again later", resource.api_version);
+                tracing::debug!(
+                    "Cluster API ({}) is not served; looking again later",
+                    resource.api_version
+                );
             }
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "looking for Cluster API");
@@ -228,9 +227,10 @@ async fn reconcile_inner(ctx: &Ctx, key: &str) -> Result<Option<Duration>, Strin
         .await
         .map_err(|e| api_error("getting", "ManagedCluster", &mc_name, &e))?;
     let managed = managed_obj.as_ref().map(managed_view);
-    let needs_kubeconfig = cluster.as_ref().is_some_and(|c| {
-        c.selected && c.control_plane_initialized && !c.paused && !c.deleting
-    }) && !managed.as_ref().is_some_and(|m| m.joined);
+    let needs_kubeconfig = cluster
+        .as_ref()
+        .is_some_and(|c| c.selected && c.control_plane_initialized && !c.paused && !c.deleting)
+        && !managed.as_ref().is_some_and(|m| m.joined);
     let secret = crate::capi::kubeconfig_secret_name(name);
     let (kubeconfig, client_config) = if needs_kubeconfig {
         match kubeconfig_secret_config(
@@ -277,7 +277,8 @@ async fn observe_cluster(
     namespace: &str,
     name: &str,
 ) -> Result<Option<ClusterView>, String> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &ctx.resource);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.resource);
     let Some(obj) = api
         .get_opt(name)
         .await
@@ -383,13 +384,23 @@ async fn act(
         }
         ManagedAction::Delete => {
             match mcs.delete(mc_name, &DeleteParams::default()).await {
-                Ok(_) => tracing::info!(cluster = key, managed_cluster = mc_name, "Cluster deleted: its ManagedCluster is deleted"),
+                Ok(_) => tracing::info!(
+                    cluster = key,
+                    managed_cluster = mc_name,
+                    "Cluster deleted: its ManagedCluster is deleted"
+                ),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(api_error("deleting", "ManagedCluster", mc_name, &e)),
             }
-            ctx.applied.lock().unwrap_or_else(PoisonError::into_inner).remove(mc_name);
+            ctx.applied
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(mc_name);
         }
-        ManagedAction::Ensure { labels, annotations } => {
+        ManagedAction::Ensure {
+            labels,
+            annotations,
+        } => {
             ensure_managed(ctx, &mcs, mc_name, labels, annotations).await?;
         }
     }
@@ -397,16 +408,18 @@ async fn act(
         return Ok(decision.requeue);
     };
     let (step, requeue) = match step {
-        Step::Bootstrap { attempt } => match bootstrap_agent(ctx, key, mc_name, attempt, client_config).await {
-            Ok(deadline) => (
-                Step::WaitingForAgent { attempt, deadline },
-                Some(ctx.options.join_timeout),
-            ),
-            Err(e) => {
-                write_condition(ctx, mc_name, ConditionStatus::False, "BootstrapFailed", format!("installing the agent (attempt {attempt} of {}) through the kubeconfig of Cluster {key}: {e}", ctx.options.max_attempts)).await?;
-                return Ok(Some(RETRY));
+        Step::Bootstrap { attempt } => {
+            match bootstrap_agent(ctx, key, mc_name, attempt, client_config).await {
+                Ok(deadline) => (
+                    Step::WaitingForAgent { attempt, deadline },
+                    Some(ctx.options.join_timeout),
+                ),
+                Err(e) => {
+                    write_condition(ctx, mc_name, ConditionStatus::False, "BootstrapFailed", format!("installing the agent (attempt {attempt} of {}) through the kubeconfig of Cluster {key}: {e}", ctx.options.max_attempts)).await?;
+                    return Ok(Some(RETRY));
+                }
             }
-        },
+        }
         Step::Joined => {
             if let Some(id) = token_id {
                 retire_token(ctx, mc_name, &id).await?;
@@ -424,14 +437,31 @@ fn message_of(ctx: &Ctx, key: &str, step: &Step) -> (ConditionStatus, String) {
     let max = ctx.options.max_attempts;
     let ns = &ctx.options.agent_namespace;
     let text = match step {
-        Step::Paused => format!("Cluster {key} is paused (spec.paused): the hub installs nothing into it"),
-        Step::WaitingForControlPlane => format!("waiting for the control plane of Cluster {key} to be initialized (status.initialization.controlPlaneInitialized)"),
-        Step::WaitingForKubeconfig { secret } => format!("waiting for the kubeconfig Secret {secret} of Cluster {key}"),
+        Step::Paused => {
+            format!("Cluster {key} is paused (spec.paused): the hub installs nothing into it")
+        }
+        Step::WaitingForControlPlane => format!(
+            "waiting for the control plane of Cluster {key} to be initialized (status.initialization.controlPlaneInitialized)"
+        ),
+        Step::WaitingForKubeconfig { secret } => {
+            format!("waiting for the kubeconfig Secret {secret} of Cluster {key}")
+        }
         Step::KubeconfigInvalid(why) => format!("Cluster {key}: {why}"),
         Step::Bootstrap { attempt } => format!("installing the agent (attempt {attempt} of {max})"),
-        Step::WaitingForAgent { attempt, deadline } => format!("the agent is installed in namespace {ns} (attempt {attempt} of {max}); waiting for it to join until {}", rfc3339(*deadline)),
-        Step::Joined => return (ConditionStatus::True, "the agent joined: the hub reaches the cluster over the agent's session only".into()),
-        Step::AgentNeverConnected { attempts } => format!("the agent was installed {attempts} times in namespace {ns} and never joined; see its logs in the workload cluster, then remove annotation {ANNOTATION_ATTEMPTS} to try again"),
+        Step::WaitingForAgent { attempt, deadline } => format!(
+            "the agent is installed in namespace {ns} (attempt {attempt} of {max}); waiting for it to join until {}",
+            rfc3339(*deadline)
+        ),
+        Step::Joined => {
+            return (
+                ConditionStatus::True,
+                "the agent joined: the hub reaches the cluster over the agent's session only"
+                    .into(),
+            );
+        }
+        Step::AgentNeverConnected { attempts } => format!(
+            "the agent was installed {attempts} times in namespace {ns} and never joined; see its logs in the workload cluster, then remove annotation {ANNOTATION_ATTEMPTS} to try again"
+        ),
     };
     (ConditionStatus::False, text)
 }
@@ -482,12 +512,22 @@ async fn ensure_managed(
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
     });
     let fingerprint = body.to_string();
-    if ctx.applied.lock().unwrap_or_else(PoisonError::into_inner).get(name) == Some(&fingerprint) {
+    if ctx
+        .applied
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        == Some(&fingerprint)
+    {
         return Ok(());
     }
-    mcs.patch(name, &PatchParams::apply(IMPORT_FIELD_MANAGER).force(), &Patch::Apply(&body))
-        .await
-        .map_err(|e| api_error("applying", "ManagedCluster", name, &e))?;
+    mcs.patch(
+        name,
+        &PatchParams::apply(IMPORT_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| api_error("applying", "ManagedCluster", name, &e))?;
     ctx.applied
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -506,7 +546,8 @@ async fn bootstrap_agent(
     let mut config = client_config.ok_or("no kubeconfig")?;
     config.connect_timeout = Some(Duration::from_secs(10));
     config.read_timeout = Some(Duration::from_secs(30));
-    let workload = Client::try_from(config).map_err(|e| format!("building the client: {}", error_chain(&e)))?;
+    let workload = Client::try_from(config)
+        .map_err(|e| format!("building the client: {}", error_chain(&e)))?;
     let options = tokens::TokenOptions {
         scope: tokens::TokenScope::Cluster(mc_name.to_owned()),
         ttl: Some(ctx.options.join_timeout),
@@ -534,7 +575,9 @@ async fn bootstrap_agent(
     if let Err(e) = applied {
         // The token was never handed over: it goes.
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.options.hub_namespace);
-        let _ = secrets.delete(&token.secret_name(), &DeleteParams::default()).await;
+        let _ = secrets
+            .delete(&token.secret_name(), &DeleteParams::default())
+            .await;
         return Err(e);
     }
     let now = unix_now();
@@ -547,7 +590,13 @@ async fn bootstrap_agent(
     mcs.patch(mc_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| api_error("annotating", "ManagedCluster", mc_name, &e))?;
-    tracing::info!(cluster = key, managed_cluster = mc_name, attempt, token_id = token.id(), "agent installed through the Cluster's kubeconfig");
+    tracing::info!(
+        cluster = key,
+        managed_cluster = mc_name,
+        attempt,
+        token_id = token.id(),
+        "agent installed through the Cluster's kubeconfig"
+    );
     Ok(now.saturating_add(i64::try_from(ctx.options.join_timeout.as_secs()).unwrap_or(i64::MAX)))
 }
 
@@ -566,7 +615,11 @@ async fn retire_token(ctx: &Ctx, mc_name: &str, id: &str) -> Result<(), String> 
     mcs.patch(mc_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| api_error("annotating", "ManagedCluster", mc_name, &e))?;
-    tracing::info!(managed_cluster = mc_name, token_id = id, "the agent joined: its bootstrap token is deleted");
+    tracing::info!(
+        managed_cluster = mc_name,
+        token_id = id,
+        "the agent joined: its bootstrap token is deleted"
+    );
     Ok(())
 }
 
@@ -591,7 +644,14 @@ async fn write_condition(
         let mut conditions = mc.status.clone().unwrap_or_default().conditions;
         let before = conditions.clone();
         let generation = mc.metadata.generation.unwrap_or(0);
-        conditions.set_condition(CONDITION, status, reason, message.clone(), generation, &crate::util::now());
+        conditions.set_condition(
+            CONDITION,
+            status,
+            reason,
+            message.clone(),
+            generation,
+            &crate::util::now(),
+        );
         if conditions == before {
             return Ok(());
         }
@@ -599,13 +659,25 @@ async fn write_condition(
             "metadata": {"resourceVersion": mc.resource_version()},
             "status": {"conditions": conditions},
         });
-        match mcs.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match mcs
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(api_error("writing the status of", "ManagedCluster", name, &e)),
+            Err(e) => {
+                return Err(api_error(
+                    "writing the status of",
+                    "ManagedCluster",
+                    name,
+                    &e,
+                ));
+            }
         }
     }
-    Err(format!("writing the status of ManagedCluster {name}: conflicts"))
+    Err(format!(
+        "writing the status of ManagedCluster {name}: conflicts"
+    ))
 }
 
 fn unix_now() -> i64 {
@@ -617,7 +689,10 @@ fn unix_now() -> i64 {
 fn rfc3339(secs: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(secs)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_default()
 }
 

@@ -411,25 +411,108 @@ mod tests {
             paused: true,
             ..initialized()
         };
-        let invalid = KubeconfigState::Invalid("kubeConfig Secret fleet/edge-1-kubeconfig key \"value\": bad".into());
+        let invalid = KubeconfigState::Invalid(
+            "kubeConfig Secret fleet/edge-1-kubeconfig key \"value\": bad".into(),
+        );
         #[allow(clippy::type_complexity)]
-        let table: Vec<(&str, ClusterView, Option<ManagedView>, KubeconfigState, i64, Step)> = vec![
-            ("new cluster", cluster(), None, KubeconfigState::NotRead, 0, Step::WaitingForControlPlane),
-            ("paused wins", paused, Some(at(1, 0)), KubeconfigState::Usable, 10_000, Step::Paused),
-            ("no secret", initialized(), Some(ours()), missing.clone(), 0,
-                Step::WaitingForKubeconfig { secret: "fleet/edge-1-kubeconfig".into() }),
-            ("bad secret", initialized(), Some(ours()), invalid.clone(), 0,
-                Step::KubeconfigInvalid("kubeConfig Secret fleet/edge-1-kubeconfig key \"value\": bad".into())),
-            ("first install", initialized(), None, KubeconfigState::Usable, 0, Step::Bootstrap { attempt: 1 }),
-            ("waiting", initialized(), Some(at(1, 100)), KubeconfigState::Usable, 400,
-                Step::WaitingForAgent { attempt: 1, deadline: 700 }),
-            ("deadline passed: once more", initialized(), Some(at(1, 100)), KubeconfigState::Usable, 700,
-                Step::Bootstrap { attempt: 2 }),
-            ("second wait", initialized(), Some(at(2, 700)), KubeconfigState::Usable, 701,
-                Step::WaitingForAgent { attempt: 2, deadline: 1300 }),
-            ("given up", initialized(), Some(at(2, 700)), KubeconfigState::Usable, 1300,
-                Step::AgentNeverConnected { attempts: 2 }),
-            ("joined: the kubeconfig is not needed", initialized(), Some(joined), KubeconfigState::NotRead, 0, Step::Joined),
+        let table: Vec<(
+            &str,
+            ClusterView,
+            Option<ManagedView>,
+            KubeconfigState,
+            i64,
+            Step,
+        )> = vec![
+            (
+                "new cluster",
+                cluster(),
+                None,
+                KubeconfigState::NotRead,
+                0,
+                Step::WaitingForControlPlane,
+            ),
+            (
+                "paused wins",
+                paused,
+                Some(at(1, 0)),
+                KubeconfigState::Usable,
+                10_000,
+                Step::Paused,
+            ),
+            (
+                "no secret",
+                initialized(),
+                Some(ours()),
+                missing.clone(),
+                0,
+                Step::WaitingForKubeconfig {
+                    secret: "fleet/edge-1-kubeconfig".into(),
+                },
+            ),
+            (
+                "bad secret",
+                initialized(),
+                Some(ours()),
+                invalid.clone(),
+                0,
+                Step::KubeconfigInvalid(
+                    "kubeConfig Secret fleet/edge-1-kubeconfig key \"value\": bad".into(),
+                ),
+            ),
+            (
+                "first install",
+                initialized(),
+                None,
+                KubeconfigState::Usable,
+                0,
+                Step::Bootstrap { attempt: 1 },
+            ),
+            (
+                "waiting",
+                initialized(),
+                Some(at(1, 100)),
+                KubeconfigState::Usable,
+                400,
+                Step::WaitingForAgent {
+                    attempt: 1,
+                    deadline: 700,
+                },
+            ),
+            (
+                "deadline passed: once more",
+                initialized(),
+                Some(at(1, 100)),
+                KubeconfigState::Usable,
+                700,
+                Step::Bootstrap { attempt: 2 },
+            ),
+            (
+                "second wait",
+                initialized(),
+                Some(at(2, 700)),
+                KubeconfigState::Usable,
+                701,
+                Step::WaitingForAgent {
+                    attempt: 2,
+                    deadline: 1300,
+                },
+            ),
+            (
+                "given up",
+                initialized(),
+                Some(at(2, 700)),
+                KubeconfigState::Usable,
+                1300,
+                Step::AgentNeverConnected { attempts: 2 },
+            ),
+            (
+                "joined: the kubeconfig is not needed",
+                initialized(),
+                Some(joined),
+                KubeconfigState::NotRead,
+                0,
+                Step::Joined,
+            ),
         ];
         for (name, c, m, kc, now, want) in table {
             let d = decide(KEY, Some(&c), m.as_ref(), &kc, now, TIMING);
@@ -448,7 +531,14 @@ mod tests {
             bootstrap: Some(Attempt { count: 1, at: 100 }),
             ..ours()
         };
-        let d = decide(KEY, Some(&initialized()), Some(&m), &KubeconfigState::Usable, 650, TIMING);
+        let d = decide(
+            KEY,
+            Some(&initialized()),
+            Some(&m),
+            &KubeconfigState::Usable,
+            650,
+            TIMING,
+        );
         assert_eq!(d.requeue, Some(Duration::from_secs(50)));
     }
 
@@ -493,14 +583,28 @@ mod tests {
     #[test]
     fn a_managed_cluster_not_imported_from_this_cluster_is_never_taken_over() {
         let by_hand = ManagedView::default();
-        let d = decide(KEY, Some(&initialized()), Some(&by_hand), &KubeconfigState::Usable, 0, TIMING);
+        let d = decide(
+            KEY,
+            Some(&initialized()),
+            Some(&by_hand),
+            &KubeconfigState::Usable,
+            0,
+            TIMING,
+        );
         assert!(matches!(d.managed, ManagedAction::Conflict(_)), "{d:?}");
         assert_eq!(d.step, None);
         let other = ManagedView {
             imported_from: Some(("other/edge-1".into(), "u9".into())),
             ..Default::default()
         };
-        let d = decide(KEY, None, Some(&other), &KubeconfigState::NotRead, 0, TIMING);
+        let d = decide(
+            KEY,
+            None,
+            Some(&other),
+            &KubeconfigState::NotRead,
+            0,
+            TIMING,
+        );
         let ManagedAction::Conflict(why) = d.managed else {
             panic!("{d:?}")
         };
@@ -513,14 +617,24 @@ mod tests {
             selected: false,
             ..initialized()
         };
-        let d = decide(KEY, Some(&c), Some(&ours()), &KubeconfigState::NotRead, 0, TIMING);
+        let d = decide(
+            KEY,
+            Some(&c),
+            Some(&ours()),
+            &KubeconfigState::NotRead,
+            0,
+            TIMING,
+        );
         assert_eq!(d.managed, ManagedAction::Leave);
         assert_eq!(d.step, None);
     }
 
     #[test]
     fn the_name_rule_is_namespace_dot_name() {
-        assert_eq!(super::super::managed_cluster_name("fleet", "edge-1"), "fleet.edge-1");
+        assert_eq!(
+            super::super::managed_cluster_name("fleet", "edge-1"),
+            "fleet.edge-1"
+        );
         flotilla_core::ids::ClusterId::new(super::super::managed_cluster_name(
             &"n".repeat(63),
             &"c".repeat(63),
