@@ -21,7 +21,7 @@ use flotilla_tests::tools::kubectl_in;
 use flotilla_tests::{Cluster, ClusterOptions, capi, capi_kubelet, wait};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 
 use common::inline_kubeconfig;
 
@@ -261,6 +261,13 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     })
     .await?;
 
+    // After the join the kubeconfig is not used: one that reaches no server changes nothing.
+    let mut dead: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
+    dead["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1".into();
+    fleet.apply(&kubeconfig_secret("edge", &dead.to_string()))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    until_step(&mcs, "fleet.edge", "Joined").await?;
+
     // A HelmRelease to the ManagedCluster goes over the agent's session.
     fleet.apply(&format!(
         r#"apiVersion: source.flotilla.dev/v1
@@ -329,6 +336,41 @@ spec:
         Ok(mcs.get_opt("fleet.broken").await?.is_none().then_some(()))
     })
     .await?;
-    let _ = mcs.delete("fleet.edge", &DeleteParams::default()).await;
+
+    // A paused Cluster: its ManagedCluster says so, and is labelled for selectors.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            "edge",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true}}"#,
+        ],
+        None,
+    )?;
+    let paused = until_step(&mcs, "fleet.edge", "Paused").await?;
+    assert_eq!(
+        paused
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("capi.fleet.flotilla.dev/paused"))
+            .map(String::as_str),
+        Some("true")
+    );
+    kubectl_in(
+        fleet.kubeconfig(),
+        &["delete", "clusters.cluster.x-k8s.io", "edge", "-n", NS],
+        None,
+    )?;
+    wait::until("ManagedCluster fleet.edge gone", TIMEOUT, || async {
+        Ok(mcs.get_opt("fleet.edge").await?.is_none().then_some(()))
+    })
+    .await?;
+    drop(pod);
     Ok(())
 }
