@@ -113,6 +113,19 @@ async fn until_step(
     }
 }
 
+async fn mc_annotation(
+    mcs: &Api<ManagedCluster>,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Option<String>> {
+    Ok(mcs
+        .get(name)
+        .await?
+        .metadata
+        .annotations
+        .and_then(|a| a.get(key).cloned()))
+}
+
 #[tokio::test]
 async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialized_joined_and_released_to_over_the_session()
 -> anyhow::Result<()> {
@@ -128,7 +141,8 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
         "--capi-import-selector=env=prod",
         "--capi-hub-url=${HUB_URL}",
         "--capi-agent-image=registry.example/flotilla/flotilla-agent:test",
-        "--capi-agent-join-timeout=5m",
+        // Short: the first agent is left to miss its deadline.
+        "--capi-agent-join-timeout=10s",
         "--capi-resync-interval=2s",
     ]
     .into_iter()
@@ -218,6 +232,44 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     assert_eq!(
         container.image.as_deref(),
         Some("registry.example/flotilla/flotilla-agent:test")
+    );
+
+    // Nobody runs the first agent: past its deadline it is installed once more (a new
+    // token, a restarted Deployment).
+    let first_token = mc_annotation(
+        &mcs,
+        "fleet.edge",
+        "capi.fleet.flotilla.dev/bootstrap-token-id",
+    )
+    .await?;
+    wait::until("the agent installed a second time", TIMEOUT, || async {
+        let d = deployments.get("flotilla-agent").await?;
+        let attempt = d
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get("capi.fleet.flotilla.dev/bootstrap-attempt").cloned());
+        Ok((attempt.as_deref() == Some("2")).then_some(()))
+    })
+    .await?;
+    let second_token = mc_annotation(
+        &mcs,
+        "fleet.edge",
+        "capi.fleet.flotilla.dev/bootstrap-token-id",
+    )
+    .await?;
+    assert_ne!(
+        first_token, second_token,
+        "the second install has a token of its own"
+    );
+    assert_eq!(
+        mc_annotation(
+            &mcs,
+            "fleet.edge",
+            "capi.fleet.flotilla.dev/bootstrap-attempts"
+        )
+        .await?,
+        Some("2".to_owned())
     );
 
     // The harness as the kubelet runs it; it joins.

@@ -63,8 +63,8 @@ struct Ctx {
     conflicts: Mutex<HashSet<String>>,
 }
 
-/// Runs import until `stop` is cancelled. Returns at once, with an error log, when the
-/// options are unusable (the hub checks them at start).
+/// Runs import until `stop` is cancelled. With an unreadable `--capi-agent-values` (the
+/// binary checks it at start) it logs an error and imports nothing.
 pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken) {
     let operator_values = match &options.agent_values {
         None => flotilla_chart::Values::new(),
@@ -85,7 +85,13 @@ pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken
     loop {
         match client.list_api_group_resources(&resource.api_version).await {
             Ok(list) if list.resources.iter().any(|r| r.name == "clusters") => break,
-            Ok(_) | Err(kube::Error::Api(_)) => {
+            Ok(_) => {
+                tracing::debug!(
+                    "Cluster API ({}) is not served; looking again later",
+                    resource.api_version
+                );
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
                 tracing::debug!(
                     "Cluster API ({}) is not served; looking again later",
                     resource.api_version
