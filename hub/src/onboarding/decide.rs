@@ -173,15 +173,34 @@ pub fn desired_labels(cluster: &ClusterView) -> BTreeMap<String, String> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     labels.insert(LABEL_IMPORTED.into(), "true".into());
-    labels.insert(LABEL_NAMESPACE.into(), cluster.namespace.clone());
-    labels.insert(LABEL_CLUSTER.into(), cluster.name.clone());
-    if let Some(class) = cluster.class.as_ref().filter(|c| !c.is_empty()) {
-        labels.insert(LABEL_CLUSTER_CLASS.into(), class.clone());
+    // A name longer than a label value allows (a ClusterClass name may have 253
+    // characters) is left out rather than failing every apply.
+    let mut put = |key: &str, value: &str| {
+        if is_label_value(value) {
+            labels.insert(key.to_owned(), value.to_owned());
+        }
+    };
+    put(LABEL_NAMESPACE, &cluster.namespace);
+    put(LABEL_CLUSTER, &cluster.name);
+    if let Some(class) = &cluster.class {
+        put(LABEL_CLUSTER_CLASS, class);
     }
     if cluster.paused {
         labels.insert(LABEL_PAUSED.into(), "true".into());
     }
     labels
+}
+
+/// A valid, non-empty label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
+/// ending with an alphanumeric character.
+fn is_label_value(v: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !v.is_empty()
+        && v.len() <= 63
+        && alnum(v.chars().next())
+        && alnum(v.chars().last())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Labels a Cluster may not set on its ManagedCluster: Flotilla's own.
@@ -392,6 +411,20 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         assert_eq!(labels, want);
+    }
+
+    #[test]
+    fn a_class_name_too_long_for_a_label_is_left_out() {
+        let c = ClusterView {
+            class: Some("c".repeat(64)),
+            ..cluster()
+        };
+        assert!(!desired_labels(&c).contains_key(LABEL_CLUSTER_CLASS));
+        let c = ClusterView {
+            class: Some(String::new()),
+            ..cluster()
+        };
+        assert!(!desired_labels(&c).contains_key(LABEL_CLUSTER_CLASS));
     }
 
     #[test]

@@ -65,8 +65,10 @@
 //! `AgentNeverConnected` and nothing more is tried until the ManagedCluster's
 //! `capi.fleet.flotilla.dev/bootstrap-attempts` annotation is removed.
 //!
-//! Once the ManagedCluster's `Joined` condition is true the controller never reads the
-//! kubeconfig again: HelmReleases and set children whose `clusterRef` names the
+//! Once the ManagedCluster's `Joined` condition is true (the agent registered and holds a
+//! certificate: a join, not the session of the moment, so an agent that is disconnected
+//! for a while is never reinstalled behind the administrator's back) the controller never
+//! reads the kubeconfig again, and deletes the bootstrap token: HelmReleases and set children whose `clusterRef` names the
 //! ManagedCluster go over the agent's session, as for any agent cluster.
 //!
 //! # Lifecycle
