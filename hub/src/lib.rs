@@ -23,6 +23,8 @@
 //!   files of the hub's host, no proxy, no unverified TLS unless an opt-in flag says so).
 //! - [`capi`]: Cluster API `Cluster` targets (their kubeconfig Secret, once the control
 //!   plane is initialized).
+//! - [`onboarding`]: Cluster API import: each selected `Cluster` becomes a ManagedCluster
+//!   and gets an agent installed through its kubeconfig, then is reached over the session.
 //! - [`status`]: the one writer of HelmRelease status.
 //! - [`run`]: wiring and shutdown order.
 //! - [`leader`]: Lease-based leader election of the hub replicas.
@@ -55,6 +57,7 @@
 pub mod controller;
 pub mod kubeconfig_policy;
 pub mod leader;
+pub mod onboarding;
 pub mod push;
 pub mod rate;
 pub mod reports;

@@ -119,6 +119,37 @@ struct Args {
     /// hub's own cluster; without this flag they are refused (AccessDenied).
     #[arg(long)]
     allow_local_target: bool,
+    /// Import Cluster API Clusters as ManagedClusters and install their agents through
+    /// their kubeconfig Secrets (needs --grpc-addr and --capi-hub-url; README, "Cluster
+    /// API"). A hub without the Cluster API CRDs runs unchanged.
+    #[arg(long)]
+    capi_import: bool,
+    /// The Clusters imported: a label selector (kubectl syntax, `env=prod`); default all.
+    #[arg(long, default_value = "")]
+    capi_import_selector: String,
+    /// The namespaces whose Clusters are imported: a label selector of Namespaces; default
+    /// all.
+    #[arg(long, default_value = "")]
+    capi_import_namespace_selector: String,
+    /// The session URL the installed agents dial (https://host:port).
+    #[arg(long, default_value = "")]
+    capi_hub_url: String,
+    /// The image of the installed agents (repository[:tag]).
+    #[arg(long, default_value = "localhost:5000/flotilla/flotilla-agent:0.1.0")]
+    capi_agent_image: String,
+    /// The namespace of the installed agents in each workload cluster.
+    #[arg(long, default_value = "flotilla-system")]
+    capi_agent_namespace: String,
+    /// A values file of the agent chart (e.g. its rbac.workload), under the hub's values.
+    #[arg(long)]
+    capi_agent_values: Option<PathBuf>,
+    /// How long an installed agent has to join before it is installed once more, then
+    /// reported (Go duration).
+    #[arg(long, default_value = "10m")]
+    capi_agent_join_timeout: GoDuration,
+    /// How often every imported Cluster is looked at again (Go duration).
+    #[arg(long, default_value = "30s")]
+    capi_resync_interval: GoDuration,
 }
 
 /// The shortest `--agent-cert-lifetime`: an agent must be able to renew (two thirds in)
@@ -170,6 +201,36 @@ async fn main() -> anyhow::Result<()> {
         default_service_account: args.default_service_account.filter(|s| !s.is_empty()),
         local_target: args.allow_local_target,
     };
+    if args.capi_import {
+        anyhow::ensure!(
+            args.grpc_addr.is_some(),
+            "--capi-import needs --grpc-addr: imported clusters join over the agents' session"
+        );
+        anyhow::ensure!(
+            !args.capi_hub_url.is_empty(),
+            "--capi-import needs --capi-hub-url: the session URL the installed agents dial"
+        );
+        if let Some(path) = &args.capi_agent_values {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--capi-agent-values {}: {e}", path.display()))?;
+            flotilla_hub::onboarding::bootstrap::operator_values(&text)
+                .map_err(|e| anyhow::anyhow!("--capi-agent-values {}: {e}", path.display()))?;
+        }
+        config.capi_import = Some(flotilla_hub::onboarding::ImportOptions {
+            cluster_selector: args.capi_import_selector.clone(),
+            namespace_selector: args.capi_import_namespace_selector.clone(),
+            hub_url: args.capi_hub_url.clone(),
+            hub_namespace: args.hub_namespace.clone(),
+            agent_image: args.capi_agent_image.clone(),
+            agent_namespace: args.capi_agent_namespace.clone(),
+            agent_values: args.capi_agent_values.clone(),
+            join_timeout: args.capi_agent_join_timeout.get(),
+            resync: args.capi_resync_interval.get(),
+            crd_poll: args.capi_resync_interval.get().min(Duration::from_secs(60)),
+            kubeconfig_policy: config.kubeconfig_policy,
+            ..Default::default()
+        });
+    }
     let metrics = HubMetrics::new();
     config.metrics = metrics.clone();
     // Every long-lived task reports its end to the supervisor: one ending on its own turns
@@ -246,6 +307,9 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             tracing::info!(address = %addr, "serving agent sessions");
             config.remote = Some(sessions.links());
+            if let Some(import) = config.capi_import.as_mut() {
+                import.ca_pin = sessions.ca().pin().to_string();
+            }
             config.plan_epoch_namespace = Some(args.hub_namespace.clone());
             Some(sessions)
         }

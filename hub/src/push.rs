@@ -340,41 +340,60 @@ impl PushAgents {
         name: &str,
         key: Option<&str>,
     ) -> Result<kube::Config, PushError> {
-        let secret_err = |reason: String| PushError::KubeConfigSecret {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            reason,
-        };
-        let data = util::secret_data(&self.hub_client, namespace, name)
-            .await
-            .map_err(|e| secret_err(error_chain(&e)))?
-            .ok_or_else(|| secret_err("not found".into()))?;
-        let key = kubeconfig_key(&data, key).map_err(secret_err)?;
-        let raw = data[key].as_slice();
-        let invalid = |reason: String| PushError::InvalidKubeConfig {
+        kubeconfig_secret_config(
+            &self.hub_client,
+            &self.options.kubeconfig,
+            namespace,
+            name,
+            key,
+        )
+        .await
+    }
+}
+
+/// The client configuration of kubeconfig Secret `namespace/name` of the hub's cluster (its
+/// `key`, else `value`, else `value.yaml`), checked by `policy` before any client exists.
+/// No message quotes the Secret (see `kubeconfig_policy`); each names the Secret and key.
+pub async fn kubeconfig_secret_config(
+    hub_client: &Client,
+    policy: &KubeconfigPolicy,
+    namespace: &str,
+    name: &str,
+    key: Option<&str>,
+) -> Result<kube::Config, PushError> {
+    let secret_err = |reason: String| PushError::KubeConfigSecret {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        reason,
+    };
+    let data = util::secret_data(hub_client, namespace, name)
+        .await
+        .map_err(|e| secret_err(error_chain(&e)))?
+        .ok_or_else(|| secret_err("not found".into()))?;
+    let key = kubeconfig_key(&data, key).map_err(secret_err)?;
+    let raw = data[key].as_slice();
+    let invalid = |reason: String| PushError::InvalidKubeConfig {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        key: key.to_owned(),
+        reason,
+    };
+    let text = std::str::from_utf8(raw).map_err(|_| invalid("not UTF-8".into()))?;
+    // Checked before any client exists: the policy decides what the hub may do for
+    // the Secret's author.
+    let kubeconfig =
+        Kubeconfig::from_yaml(text).map_err(|e| invalid(kubeconfig_policy::load_error(&e)))?;
+    policy
+        .check(&kubeconfig)
+        .map_err(|refusal| PushError::RefusedKubeConfig {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             key: key.to_owned(),
-            reason,
-        };
-        let text = std::str::from_utf8(raw).map_err(|_| invalid("not UTF-8".into()))?;
-        // Checked before any client exists: the policy decides what the hub may do for
-        // the Secret's author. No message quotes the Secret (see `kubeconfig_policy`).
-        let kubeconfig =
-            Kubeconfig::from_yaml(text).map_err(|e| invalid(kubeconfig_policy::load_error(&e)))?;
-        self.options
-            .kubeconfig
-            .check(&kubeconfig)
-            .map_err(|refusal| PushError::RefusedKubeConfig {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                key: key.to_owned(),
-                refusal,
-            })?;
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| invalid(kubeconfig_policy::load_error(&e)))
-    }
+            refusal,
+        })?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(kubeconfig_policy::load_error(&e)))
 }
 
 impl PushAgents {

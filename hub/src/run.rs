@@ -70,6 +70,8 @@ pub struct HubConfig {
     /// Tenancy: `--no-cross-namespace-refs`, `--default-service-account`,
     /// `--allow-local-target` ([`crate::tenancy`]). The local target is off by default.
     pub tenancy: crate::tenancy::TenancyOptions,
+    /// Cluster API import (`--capi-import`, [`crate::onboarding`]); `None`: off.
+    pub capi_import: Option<crate::onboarding::ImportOptions>,
     /// The queue every agent's reports go through to the status writer (bounded and
     /// coalescing: [`crate::reports`]).
     reports: (ReportSink, ReportReceiver),
@@ -107,6 +109,7 @@ impl HubConfig {
             supervisor: Supervisor::default(),
             reconcile_fault: None,
             tenancy: Default::default(),
+            capi_import: None,
             reports: report_channel(),
         }
     }
@@ -289,6 +292,12 @@ impl Hub {
                     tracing::warn!(error = %error_chain(&e), kind = e.kind(), "no plan epoch: each new plan revision is recorded before sending");
                 }
             }
+        }
+        if let Some(import) = config.capi_import.clone() {
+            controllers.spawn(supervisor.critical(
+                "capi-import",
+                crate::onboarding::run(ctx.client.clone(), import, stop.clone()),
+            ));
         }
         controllers.spawn(supervisor.critical(
             "helmrelease-controller",

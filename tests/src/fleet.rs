@@ -58,7 +58,7 @@ pub struct FleetOptions {
     pub detached: bool,
     /// `RUST_LOG` of the hub and the agents.
     pub log_level: String,
-    /// The hub's extra flags.
+    /// The hub's extra flags (`${HUB_URL}` in one is replaced by the session URL).
     pub hub_args: Vec<String>,
     /// The agents' extra flags (after `join` or `run`).
     pub agent_args: Vec<String>,
@@ -349,7 +349,14 @@ impl Fleet {
             "--grpc-san".to_owned(),
             "localhost".to_owned(),
         ];
-        args.extend(self.options.hub_args.iter().cloned());
+        // `${HUB_URL}` in a flag is the session URL (its port is picked at start).
+        let url = self.hub_url();
+        args.extend(
+            self.options
+                .hub_args
+                .iter()
+                .map(|a| a.replace("${HUB_URL}", &url)),
+        );
         let mut hub = Supervised::start_with_env(
             "flotilla-hub",
             &self.binaries.hub,

@@ -8,6 +8,7 @@
 
 pub mod bins;
 pub mod capi;
+pub mod capi_kubelet;
 pub mod cluster;
 pub mod conformance;
 pub mod crds;

@@ -1,0 +1,428 @@
+//! Cluster API onboarding end to end (`flotilla_hub::onboarding`): the real hub binary with
+//! `--capi-import`, the real Cluster API `Cluster` CRD, a real workload cluster and the real
+//! agent binary.
+//!
+//! The harness plays two roles and nothing else: the Cluster API providers (it writes the
+//! Cluster, its `<name>-kubeconfig` Secret and, when the test says so, marks the control
+//! plane initialized) and the kubelet of the workload cluster
+//! (`flotilla_tests::capi_kubelet`: it runs the agent Deployment the hub applied, as that
+//! Deployment says). One management cluster and one workload cluster serve every check, in
+//! order: a local control plane costs a core for a while.
+
+mod common;
+
+use std::time::Duration;
+
+use flotilla_api::ManagedCluster;
+use flotilla_core::meta::{Condition, Conditions as _};
+use flotilla_tests::bins::{self, Progress};
+use flotilla_tests::fleet::{Fleet, FleetOptions, HUB_NAMESPACE};
+use flotilla_tests::tools::kubectl_in;
+use flotilla_tests::{Cluster, ClusterOptions, capi, capi_kubelet, wait};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+
+use common::inline_kubeconfig;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const NS: &str = "fleet";
+const AGENT_NS: &str = "flotilla-system";
+
+/// A v1beta2 Cluster whose control plane endpoint is `edge`'s API server.
+fn cluster(name: &str, labels: serde_json::Value, edge: &Cluster) -> anyhow::Result<String> {
+    let server = edge.server().trim_start_matches("https://");
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("no port in {server}"))?;
+    let port: u16 = port.trim_end_matches('/').parse()?;
+    Ok(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+    })
+    .to_string())
+}
+
+fn kubeconfig_secret(name: &str, kubeconfig: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {
+            "name": format!("{name}-kubeconfig"),
+            "namespace": NS,
+            "labels": {"cluster.x-k8s.io/cluster-name": name},
+        },
+        "stringData": {"value": kubeconfig},
+    })
+    .to_string()
+}
+
+/// What the control-plane provider writes once the API server answers.
+fn mark_initialized(fleet: &Fleet, name: &str) -> anyhow::Result<()> {
+    let status =
+        serde_json::json!({"status": {"initialization": {"controlPlaneInitialized": true}}});
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            name,
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+fn bootstrap_condition(mc: &ManagedCluster) -> Option<&Condition> {
+    mc.status
+        .as_ref()?
+        .conditions
+        .get_condition(flotilla_hub::onboarding::CONDITION)
+}
+
+/// Waits until ManagedCluster `name`'s `AgentBootstrap` condition has `reason`.
+async fn until_step(
+    mcs: &Api<ManagedCluster>,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<ManagedCluster> {
+    let waited = wait::until(
+        &format!("ManagedCluster {name}: {reason}"),
+        TIMEOUT,
+        || async {
+            let mc = mcs.get_opt(name).await?;
+            Ok(mc.filter(|mc| bootstrap_condition(mc).is_some_and(|c| c.reason == reason)))
+        },
+    )
+    .await;
+    match waited {
+        Ok(mc) => Ok(mc),
+        Err(e) => {
+            let last = mcs.get_opt(name).await.ok().flatten();
+            Err(e.context(format!("it is: {last:#?}")))
+        }
+    }
+}
+
+async fn mc_annotation(
+    mcs: &Api<ManagedCluster>,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Option<String>> {
+    Ok(mcs
+        .get(name)
+        .await?
+        .metadata
+        .annotations
+        .and_then(|a| a.get(key).cloned()))
+}
+
+#[tokio::test]
+async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialized_joined_and_released_to_over_the_session()
+-> anyhow::Result<()> {
+    common::init_logging();
+    let dir = tempfile::tempdir()?;
+    let values = dir.path().join("agent-values.yaml");
+    // What the agent installs: any chart (the chart's own rbac.workload switch).
+    std::fs::write(&values, "rbac:\n  workload:\n    clusterAdmin: true\n")?;
+    let mut options = FleetOptions::named("capi");
+    options.workloads = Vec::new();
+    options.hub_args = [
+        "--capi-import",
+        "--capi-import-selector=env=prod",
+        "--capi-hub-url=${HUB_URL}",
+        "--capi-agent-image=registry.example/flotilla/flotilla-agent:test",
+        // Short: the first agent is left to miss its deadline.
+        "--capi-agent-join-timeout=10s",
+        "--capi-resync-interval=2s",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain([format!("--capi-agent-values={}", values.display())])
+    .collect();
+    let binaries = bins::build(Progress::OnFailure)?;
+    let (fleet, edge) = tokio::join!(
+        Fleet::start(binaries.clone(), options),
+        Cluster::start(ClusterOptions::named("capi-edge")),
+    );
+    let (fleet, edge) = (fleet?, edge?);
+    capi::install_crds(fleet.kubeconfig())?;
+    let hub = fleet.mgmt.client().await?;
+    let mcs: Api<ManagedCluster> = Api::all(hub.clone());
+    fleet.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}\n---\n{}\n---\n{}\n",
+        cluster(
+            "edge",
+            serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"}),
+            &edge
+        )?,
+        cluster("broken", serde_json::json!({"env": "prod"}), &edge)?,
+        cluster("dev", serde_json::json!({"env": "dev"}), &edge)?,
+    ))?;
+
+    // Imported, with its labels, before anything else.
+    let mc = until_step(&mcs, "fleet.edge", "WaitingForControlPlane").await?;
+    let labels = mc.metadata.labels.clone().unwrap_or_default();
+    for (k, v) in [
+        ("env", "prod"),
+        ("tier", "edge"),
+        ("capi.fleet.flotilla.dev/namespace", NS),
+        ("capi.fleet.flotilla.dev/cluster", "edge"),
+        ("capi.fleet.flotilla.dev/imported", "true"),
+    ] {
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            Some(v),
+            "label {k}: {labels:?}"
+        );
+    }
+    assert!(!labels.contains_key("fleet.flotilla.dev/x"), "{labels:?}");
+    assert!(mc.spec.accepted);
+    assert!(
+        mcs.get_opt("fleet.dev").await?.is_none(),
+        "an unselected Cluster was imported"
+    );
+
+    // The kubeconfig exists, the control plane is not initialized: nothing is applied.
+    fleet.apply(&kubeconfig_secret("edge", &inline_kubeconfig(&edge)?))?;
+    let workload = edge.client().await?;
+    let deployments: Api<Deployment> = Api::namespaced(workload.clone(), AGENT_NS);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        deployments.get_opt("flotilla-agent").await?.is_none(),
+        "the agent was installed before the control plane was initialized"
+    );
+    until_step(&mcs, "fleet.edge", "WaitingForControlPlane").await?;
+
+    // A kubeconfig the hub's policy refuses: the condition names the Secret and the key.
+    let mut bad: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
+    bad["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = true.into();
+    fleet.apply(&kubeconfig_secret("broken", &bad.to_string()))?;
+    mark_initialized(&fleet, "broken")?;
+    let broken = until_step(&mcs, "fleet.broken", "KubeconfigInvalid").await?;
+    let message = &bootstrap_condition(&broken).expect("condition").message;
+    assert!(
+        message.contains("fleet/broken-kubeconfig") && message.contains("key \"value\""),
+        "{message}"
+    );
+    assert!(message.contains("insecure-skip-tls-verify"), "{message}");
+
+    // Initialized: the agent is installed through the kubeconfig.
+    mark_initialized(&fleet, "edge")?;
+    until_step(&mcs, "fleet.edge", "WaitingForAgent").await?;
+    let deployment = deployments.get("flotilla-agent").await?;
+    let container = &deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("registry.example/flotilla/flotilla-agent:test")
+    );
+
+    // Nobody runs the first agent: past its deadline it is installed once more (a new
+    // token, a restarted Deployment).
+    let first_token = mc_annotation(
+        &mcs,
+        "fleet.edge",
+        "capi.fleet.flotilla.dev/bootstrap-token-id",
+    )
+    .await?;
+    wait::until("the agent installed a second time", TIMEOUT, || async {
+        let d = deployments.get("flotilla-agent").await?;
+        let attempt = d
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get("capi.fleet.flotilla.dev/bootstrap-attempt").cloned());
+        Ok((attempt.as_deref() == Some("2")).then_some(()))
+    })
+    .await?;
+    let second_token = mc_annotation(
+        &mcs,
+        "fleet.edge",
+        "capi.fleet.flotilla.dev/bootstrap-token-id",
+    )
+    .await?;
+    assert_ne!(
+        first_token, second_token,
+        "the second install has a token of its own"
+    );
+    assert_eq!(
+        mc_annotation(
+            &mcs,
+            "fleet.edge",
+            "capi.fleet.flotilla.dev/bootstrap-attempts"
+        )
+        .await?,
+        Some("2".to_owned())
+    );
+
+    // The harness as the kubelet runs it; it joins.
+    let pod = capi_kubelet::run_deployment(
+        &edge,
+        AGENT_NS,
+        "flotilla-agent",
+        &binaries.agent,
+        &dir.path().join("agent-pod"),
+    )
+    .await?;
+    let joined = until_step(&mcs, "fleet.edge", "Joined").await;
+    if joined.is_err() {
+        eprintln!(
+            "agent log:\n{}",
+            flotilla_tests::process::tail(&pod.log, 40)
+        );
+    }
+    let mc = joined?;
+    assert!(
+        mc.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.is_true(flotilla_api::fleet::condition::JOINED))
+    );
+
+    // The bootstrap token is spent: presented again, it is refused.
+    let token_secret: Api<Secret> = Api::namespaced(workload.clone(), AGENT_NS);
+    let token = token_secret
+        .get("flotilla-agent-token")
+        .await?
+        .data
+        .and_then(|d| d.get("token").cloned())
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .expect("the token Secret the hub applied");
+    wait::until("the used token refused", TIMEOUT, || async {
+        let refused =
+            flotilla_hub::session::tokens::redeem(hub.clone(), HUB_NAMESPACE, &token, "fleet.edge")
+                .await
+                .is_err();
+        Ok(refused.then_some(()))
+    })
+    .await?;
+
+    // After the join the kubeconfig is not used: one that reaches no server changes nothing.
+    let mut dead: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
+    dead["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1".into();
+    fleet.apply(&kubeconfig_secret("edge", &dead.to_string()))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    until_step(&mcs, "fleet.edge", "Joined").await?;
+
+    // A HelmRelease to the ManagedCluster goes over the agent's session.
+    fleet.apply(&format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: examples
+  namespace: {NS}
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: hello
+  namespace: {NS}
+spec:
+  clusterRef:
+    name: fleet.edge
+  interval: 10m
+  releaseName: hello
+  targetNamespace: hello
+  storageNamespace: hello
+  install:
+    createNamespace: true
+  chart:
+    spec:
+      chart: hello
+      version: "0.1.x"
+      sourceRef:
+        kind: HelmRepository
+        name: examples
+  values:
+    message: Hello from a Cluster API cluster
+"#,
+        url = fleet.repo.url()
+    ))?;
+    fleet.wait_ready(&[(NS, "hello")], TIMEOUT, |_| {}).await?;
+    let message = kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "get",
+            "configmap",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
+        None,
+    )?;
+    assert_eq!(message.trim(), "Hello from a Cluster API cluster");
+    let log = std::fs::read_to_string(&pod.log)?;
+    assert!(
+        !log.contains("forbidden"),
+        "the agent met a permission error:\n{log}"
+    );
+
+    // A deleted Cluster's ManagedCluster goes.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &["delete", "clusters.cluster.x-k8s.io", "broken", "-n", NS],
+        None,
+    )?;
+    wait::until("ManagedCluster fleet.broken gone", TIMEOUT, || async {
+        Ok(mcs.get_opt("fleet.broken").await?.is_none().then_some(()))
+    })
+    .await?;
+
+    // A paused Cluster: its ManagedCluster says so, and is labelled for selectors.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            "edge",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true}}"#,
+        ],
+        None,
+    )?;
+    let paused = until_step(&mcs, "fleet.edge", "Paused").await?;
+    assert_eq!(
+        paused
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("capi.fleet.flotilla.dev/paused"))
+            .map(String::as_str),
+        Some("true")
+    );
+    kubectl_in(
+        fleet.kubeconfig(),
+        &["delete", "clusters.cluster.x-k8s.io", "edge", "-n", NS],
+        None,
+    )?;
+    wait::until("ManagedCluster fleet.edge gone", TIMEOUT, || async {
+        Ok(mcs.get_opt("fleet.edge").await?.is_none().then_some(()))
+    })
+    .await?;
+    drop(pod);
+    Ok(())
+}
