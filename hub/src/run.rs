@@ -1,5 +1,5 @@
-//! The hub process: wires the chart store, the source controllers, the HelmRelease
-//! controller, the status writer and the push agents together ([`Hub::start`]), and stops
+//! The hub process: wires the chart store, the source controllers, the HelmRelease and
+//! HelmReleaseSet controllers, the status writer and the push agents together ([`Hub::start`]), and stops
 //! them in order ([`Hub::stop`]): controllers first (no new plans), then the in-process
 //! agents (in-flight Helm actions finish and are recorded), then the status writer once the
 //! last reports are written.
@@ -290,6 +290,18 @@ impl Hub {
                 }
             }
         }
+        let sets = crate::sets::Context::new(
+            ctx.client.clone(),
+            ctx.tenancy.clone(),
+            crate::sets::SetOptions {
+                concurrency: config.concurrency.div_ceil(2).max(1),
+                ..Default::default()
+            },
+        );
+        controllers.spawn(supervisor.critical(
+            "helmreleaseset-controller",
+            crate::sets::run(Arc::new(sets), stop.clone().cancelled_owned()),
+        ));
         controllers.spawn(supervisor.critical(
             "helmrelease-controller",
             controller::run(Arc::new(ctx), trigger_rx, stop.clone().cancelled_owned()),
