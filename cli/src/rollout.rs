@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(wave_to_approve(&waiting).unwrap(), (0, "canary".to_owned()));
         let text = status_text(&waiting);
         assert!(text.contains("Waiting for: approval of revision 0123456789 at wave canary (flotilla rollout approve web -n apps)"), "{text}");
-        assert!(text.contains("canary  \tAwaitingApproval"), "{text}");
+        assert!(text.contains("canary\tAwaitingApproval"), "{text}");
         let main = set(json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "main"}));
         assert_eq!(wave_to_approve(&main).unwrap(), (1, "main".to_owned()));
         let last = set(json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "unmatched"}));
