@@ -45,7 +45,11 @@ pub enum Get {
     #[command(name = "helmreleases", visible_alias = "hr", alias = "helmrelease")]
     HelmReleases(Scope),
     /// HelmReleaseSets: REVISION, WAVE, UPDATED, PAUSED, READY, MESSAGE.
-    #[command(name = "helmreleasesets", visible_alias = "hrs", alias = "helmreleaseset")]
+    #[command(
+        name = "helmreleasesets",
+        visible_alias = "hrs",
+        alias = "helmreleaseset"
+    )]
     HelmReleaseSets(Scope),
     /// Sources.
     #[command(subcommand)]
@@ -460,7 +464,11 @@ fn revision(status: &Value) -> String {
 }
 
 /// Prints rows as the flux CLI does: tab-separated columns padded to their widths.
-pub(crate) fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<(), Failed> {
+pub(crate) fn table(
+    out: &mut dyn Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> Result<(), Failed> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -95,7 +95,9 @@ pub async fn get_sets(client: Client, scope: &Scope, out: &mut dyn Write) -> Res
     if scope.all_namespaces {
         header.push("NAMESPACE");
     }
-    header.extend(["NAME", "REVISION", "WAVE", "UPDATED", "PAUSED", "READY", "MESSAGE"]);
+    header.extend([
+        "NAME", "REVISION", "WAVE", "UPDATED", "PAUSED", "READY", "MESSAGE",
+    ]);
     let rows: Vec<Vec<String>> = list
         .items
         .iter()
@@ -166,7 +168,15 @@ pub fn status_text(set: &HelmReleaseSet) -> String {
         let mut buf = Vec::new();
         let _ = table(
             &mut buf,
-            &["WAVE", "STATE", "CLUSTERS", "UPDATED", "READY", "FAILED", "IN-FLIGHT"],
+            &[
+                "WAVE",
+                "STATE",
+                "CLUSTERS",
+                "UPDATED",
+                "READY",
+                "FAILED",
+                "IN-FLIGHT",
+            ],
             &rows,
         );
         t.push_str(&String::from_utf8_lossy(&buf));
@@ -186,7 +196,11 @@ pub fn status_text(set: &HelmReleaseSet) -> String {
             })
             .collect();
         let mut buf = Vec::new();
-        let _ = table(&mut buf, &["FAILED CLUSTER", "WAVE", "REASON", "MESSAGE"], &rows);
+        let _ = table(
+            &mut buf,
+            &["FAILED CLUSTER", "WAVE", "REASON", "MESSAGE"],
+            &rows,
+        );
         t.push_str(&String::from_utf8_lossy(&buf));
     }
     if let Some(waiting) = waiting_for(set) {
@@ -402,21 +416,37 @@ mod tests {
 
     #[test]
     fn approve_takes_the_wave_at_its_gate_else_the_current_one_never_the_final_wave() {
-        let waiting = set(json!({"observedGeneration": 2, "updateRevision": "0123456789",
+        let waiting = set(
+            json!({"observedGeneration": 2, "updateRevision": "0123456789",
             "currentWave": "canary",
             "waves": [
                 {"name": "canary", "state": "AwaitingApproval", "clusters": 1, "updated": 1, "ready": 1, "failed": 0, "inFlight": 0},
                 {"name": "main", "state": "Pending", "clusters": 1, "updated": 0, "ready": 0, "failed": 0, "inFlight": 0},
-            ]}));
+            ]}),
+        );
         assert_eq!(wave_to_approve(&waiting).unwrap(), (0, "canary".to_owned()));
         let text = status_text(&waiting);
         assert!(text.contains("Waiting for: approval of revision 0123456789 at wave canary (flotilla rollout approve web -n apps)"), "{text}");
         assert!(text.contains("canary\tAwaitingApproval"), "{text}");
-        let main = set(json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "main"}));
+        let main = set(
+            json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "main"}),
+        );
         assert_eq!(wave_to_approve(&main).unwrap(), (1, "main".to_owned()));
-        let last = set(json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "unmatched"}));
-        assert!(wave_to_approve(&last).unwrap_err().0.contains("has no gate"));
+        let last = set(
+            json!({"observedGeneration": 2, "updateRevision": "0123456789", "currentWave": "unmatched"}),
+        );
+        assert!(
+            wave_to_approve(&last)
+                .unwrap_err()
+                .0
+                .contains("has no gate")
+        );
         let done = set(json!({"observedGeneration": 2, "updateRevision": "0123456789"}));
-        assert!(wave_to_approve(&done).unwrap_err().0.contains("not under way"));
+        assert!(
+            wave_to_approve(&done)
+                .unwrap_err()
+                .0
+                .contains("not under way")
+        );
     }
 }

@@ -161,7 +161,10 @@ fn condition_is(s: &HelmReleaseSet, ty: &str, status: ConditionStatus, reason: &
 
 /// `helm get values web -n web` on a cluster: its `message`.
 fn deployed_message(kubeconfig: &std::path::Path) -> anyhow::Result<String> {
-    let json = helm_in(kubeconfig, &["get", "values", "web", "-n", "web", "-o", "json"])?;
+    let json = helm_in(
+        kubeconfig,
+        &["get", "values", "web", "-n", "web", "-o", "json"],
+    )?;
     let values: serde_json::Value = serde_json::from_str(&json)?;
     Ok(values["message"].as_str().unwrap_or_default().to_owned())
 }
@@ -194,7 +197,17 @@ fn approve(fleet: &Fleet, revision: &str) -> anyhow::Result<()> {
 fn merge_patch_set(fleet: &Fleet, patch: &str) -> anyhow::Result<()> {
     kubectl_in(
         fleet.kubeconfig(),
-        &["patch", "helmreleaseset", "web", "-n", NS, "--type", "merge", "-p", patch],
+        &[
+            "patch",
+            "helmreleaseset",
+            "web",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            patch,
+        ],
         None,
     )?;
     Ok(())
@@ -203,9 +216,21 @@ fn merge_patch_set(fleet: &Fleet, patch: &str) -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_set_rolls_out_wave_by_wave_with_a_manual_gate_templated_values_pause_and_resume_and_uninstalls_a_cluster_that_leaves()
 -> anyhow::Result<()> {
-    let fleet = Fleet::start(bins::build(Progress::OnFailure)?, FleetOptions::named("sets")).await?;
-    let a = fleet.workload("workload-a")?.cluster.kubeconfig().to_owned();
-    let b = fleet.workload("workload-b")?.cluster.kubeconfig().to_owned();
+    let fleet = Fleet::start(
+        bins::build(Progress::OnFailure)?,
+        FleetOptions::named("sets"),
+    )
+    .await?;
+    let a = fleet
+        .workload("workload-a")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
+    let b = fleet
+        .workload("workload-b")?
+        .cluster
+        .kubeconfig()
+        .to_owned();
     for (cluster, ring, region) in [("workload-a", "canary", "eu"), ("workload-b", "main", "us")] {
         kubectl_in(
             fleet.kubeconfig(),
@@ -261,17 +286,31 @@ spec:
 
     // 2. The canary first, then the gate, then the rest.
     fleet.apply(&web_set("Hello from"))?;
-    let mut ready_a = fleet.wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {}).await?;
+    let mut ready_a = fleet
+        .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
+        .await?;
     let child_a = ready_a.remove(0);
     let rev1 = revision_of(&child_a);
     let waiting = until_set(&fleet, "web", "awaiting approval", |s| {
-        condition_is(s, "RolloutPaused", ConditionStatus::True, "AwaitingApproval")
+        condition_is(
+            s,
+            "RolloutPaused",
+            ConditionStatus::True,
+            "AwaitingApproval",
+        )
     })
     .await?;
     let status = waiting.status.clone().unwrap_or_default();
-    assert_eq!(status.update_revision.as_ref().map(|r| r.to_string()), Some(rev1.clone()));
+    assert_eq!(
+        status.update_revision.as_ref().map(|r| r.to_string()),
+        Some(rev1.clone())
+    );
     assert_eq!(status.current_wave.as_deref(), Some("canary"));
-    assert_eq!((status.summary.desired, status.summary.updated), (2, 1), "{status:?}");
+    assert_eq!(
+        (status.summary.desired, status.summary.updated),
+        (2, 1),
+        "{status:?}"
+    );
     assert_eq!(deployed_message(&a)?, "Hello from eu");
     assert_eq!(
         children(&fleet, "web").await?.len(),
@@ -280,22 +319,44 @@ spec:
     );
     assert!(helm_in(&b, &["list", "-n", "web", "-q"])?.trim().is_empty());
     approve(&fleet, &rev1)?;
-    fleet.wait_ready(&[(NS, "web-workload-b")], TIMEOUT, |_| {}).await?;
+    fleet
+        .wait_ready(&[(NS, "web-workload-b")], TIMEOUT, |_| {})
+        .await?;
     let done = until_set(&fleet, "web", "Ready", |s| {
-        condition_is(s, condition::READY, ConditionStatus::True, "RolloutComplete")
+        condition_is(
+            s,
+            condition::READY,
+            ConditionStatus::True,
+            "RolloutComplete",
+        )
     })
     .await?;
     let status = done.status.clone().unwrap_or_default();
-    assert_eq!(status.current_revision.as_ref().map(|r| r.to_string()), Some(rev1.clone()));
+    assert_eq!(
+        status.current_revision.as_ref().map(|r| r.to_string()),
+        Some(rev1.clone())
+    );
     assert_eq!(status.summary.ready, 2, "{status:?}");
     assert_eq!(deployed_message(&b)?, "Hello from us");
     // The revision history: one ControllerRevision.
     let revisions = kubectl_in(
         fleet.kubeconfig(),
-        &["get", "controllerrevisions", "-n", NS, "-l", &format!("{SET_LABEL}=web"), "-o", "name"],
+        &[
+            "get",
+            "controllerrevisions",
+            "-n",
+            NS,
+            "-l",
+            &format!("{SET_LABEL}=web"),
+            "-o",
+            "name",
+        ],
         None,
     )?;
-    assert_eq!(revisions.trim(), format!("controllerrevision.apps/web-{rev1}"));
+    assert_eq!(
+        revisions.trim(),
+        format!("controllerrevision.apps/web-{rev1}")
+    );
 
     // 3. Paused: a new revision promotes nothing.
     merge_patch_set(&fleet, r#"{"spec":{"rollout":{"paused":true}}}"#)?;
@@ -319,27 +380,51 @@ spec:
         .to_string();
     tokio::time::sleep(Duration::from_secs(3)).await;
     for child in children(&fleet, "web").await? {
-        assert_eq!(revision_of(&child), rev1, "{} promoted while paused", child.name_any());
+        assert_eq!(
+            revision_of(&child),
+            rev1,
+            "{} promoted while paused",
+            child.name_any()
+        );
     }
     // Resumed: the canary gets it, the gate holds the rest.
     merge_patch_set(&fleet, r#"{"spec":{"rollout":{"paused":false}}}"#)?;
-    until_set(&fleet, "web", "awaiting approval of the new revision", |s| {
-        condition_is(s, "RolloutPaused", ConditionStatus::True, "AwaitingApproval")
-            && s.status
+    until_set(
+        &fleet,
+        "web",
+        "awaiting approval of the new revision",
+        |s| {
+            condition_is(
+                s,
+                "RolloutPaused",
+                ConditionStatus::True,
+                "AwaitingApproval",
+            ) && s
+                .status
                 .as_ref()
                 .and_then(|st| st.update_revision.as_ref())
                 .is_some_and(|r| r.as_str() == rev2)
-    })
+        },
+    )
     .await?;
     assert_eq!(deployed_message(&a)?, "Hi from eu");
-    assert_eq!(deployed_message(&b)?, "Hello from us", "the gate holds wave main");
+    assert_eq!(
+        deployed_message(&b)?,
+        "Hello from us",
+        "the gate holds wave main"
+    );
     approve(&fleet, &rev2)?;
     until_set(&fleet, "web", "Ready at the new revision", |s| {
-        condition_is(s, condition::READY, ConditionStatus::True, "RolloutComplete")
-            && s.status
-                .as_ref()
-                .and_then(|st| st.current_revision.as_ref())
-                .is_some_and(|r| r.as_str() == rev2)
+        condition_is(
+            s,
+            condition::READY,
+            ConditionStatus::True,
+            "RolloutComplete",
+        ) && s
+            .status
+            .as_ref()
+            .and_then(|st| st.current_revision.as_ref())
+            .is_some_and(|r| r.as_str() == rev2)
     })
     .await?;
     assert_eq!(deployed_message(&b)?, "Hi from us");
@@ -356,7 +441,12 @@ spec:
     );
     fleet.apply(&failing)?;
     let breached = until_set(&fleet, "web", "stopped by the failed canary", |s| {
-        condition_is(s, "RolloutPaused", ConditionStatus::True, "MaxFailuresExceeded")
+        condition_is(
+            s,
+            "RolloutPaused",
+            ConditionStatus::True,
+            "MaxFailuresExceeded",
+        )
     })
     .await?;
     let rev3 = breached
@@ -366,40 +456,78 @@ spec:
         .expect("an update revision")
         .to_string();
     assert_ne!(rev3, rev2);
-    assert!(condition_is(&breached, condition::STALLED, ConditionStatus::True, "MaxFailuresExceeded"));
+    assert!(condition_is(
+        &breached,
+        condition::STALLED,
+        ConditionStatus::True,
+        "MaxFailuresExceeded"
+    ));
     let failed = breached.status.clone().unwrap_or_default().failed_clusters;
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].cluster, "workload-a");
-    assert_eq!(helm_history(&b, "web", "web")?.len(), 2, "wave main untouched");
+    assert_eq!(
+        helm_history(&b, "web", "web")?.len(),
+        2,
+        "wave main untouched"
+    );
     assert_eq!(deployed_message(&b)?, "Hi from us");
     // AbortAndRollback: the canary goes back to the current revision.
-    merge_patch_set(&fleet, r#"{"spec":{"rollout":{"onFailure":"AbortAndRollback"}}}"#)?;
+    merge_patch_set(
+        &fleet,
+        r#"{"spec":{"rollout":{"onFailure":"AbortAndRollback"}}}"#,
+    )?;
     let aborted = until_set(&fleet, "web", "rolled back", |s| {
         s.status.as_ref().is_some_and(|st| {
-            st.aborted_revision.as_ref().is_some_and(|r| r.as_str() == rev3)
-        }) && condition_is(s, "RolloutDegraded", ConditionStatus::True, "RolloutAborted")
+            st.aborted_revision
+                .as_ref()
+                .is_some_and(|r| r.as_str() == rev3)
+        }) && condition_is(
+            s,
+            "RolloutDegraded",
+            ConditionStatus::True,
+            "RolloutAborted",
+        )
     })
     .await?;
     assert_eq!(
-        aborted.status.as_ref().and_then(|s| s.current_revision.as_ref()).map(|r| r.to_string()),
+        aborted
+            .status
+            .as_ref()
+            .and_then(|s| s.current_revision.as_ref())
+            .map(|r| r.to_string()),
         Some(rev2.clone())
     );
-    wait::until("the canary back on the current revision", TIMEOUT, || async {
-        let kids = children(&fleet, "web").await?;
-        Ok(kids
-            .iter()
-            .any(|c| c.name_any() == "web-workload-a" && revision_of(c) == rev2)
-            .then_some(()))
-    })
+    wait::until(
+        "the canary back on the current revision",
+        TIMEOUT,
+        || async {
+            let kids = children(&fleet, "web").await?;
+            Ok(kids
+                .iter()
+                .any(|c| c.name_any() == "web-workload-a" && revision_of(c) == rev2)
+                .then_some(()))
+        },
+    )
     .await?;
-    fleet.wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {}).await?;
+    fleet
+        .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
+        .await?;
     let values = helm_in(&a, &["get", "values", "web", "-n", "web", "-o", "json"])?;
     assert!(!values.contains("test-outcome"), "{values}");
-    assert_eq!(helm_history(&b, "web", "web")?.len(), 2, "wave main still untouched");
+    assert_eq!(
+        helm_history(&b, "web", "web")?.len(),
+        2,
+        "wave main still untouched"
+    );
     // Back to a good spec (rev2's template): a rollout that completes at once.
     fleet.apply(&web_set("Hi from"))?;
     until_set(&fleet, "web", "Ready again", |s| {
-        condition_is(s, condition::READY, ConditionStatus::True, "RolloutComplete")
+        condition_is(
+            s,
+            condition::READY,
+            ConditionStatus::True,
+            "RolloutComplete",
+        )
     })
     .await?;
 
@@ -414,15 +542,27 @@ spec:
         Ok((!left.iter().any(|c| c.name_any() == "web-workload-b")).then_some(()))
     })
     .await?;
-    wait::until("the release uninstalled from workload-b", TIMEOUT, || async {
-        Ok(helm_in(&b, &["list", "-n", "web", "-q"])?.trim().is_empty().then_some(()))
-    })
+    wait::until(
+        "the release uninstalled from workload-b",
+        TIMEOUT,
+        || async {
+            Ok(helm_in(&b, &["list", "-n", "web", "-q"])?
+                .trim()
+                .is_empty()
+                .then_some(()))
+        },
+    )
     .await?;
     assert_eq!(deployed_message(&a)?, "Hi from eu");
     let after = until_set(&fleet, "web", "one cluster left", |s| {
         s.status.as_ref().is_some_and(|st| st.summary.desired == 1)
     })
     .await?;
-    assert!(condition_is(&after, condition::READY, ConditionStatus::True, "RolloutComplete"));
+    assert!(condition_is(
+        &after,
+        condition::READY,
+        ConditionStatus::True,
+        "RolloutComplete"
+    ));
     Ok(())
 }

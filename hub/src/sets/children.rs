@@ -68,7 +68,10 @@ pub(super) async fn apply_child(
         &Patch::Apply(object),
     )
     .await
-    .map_err(kube_err(&set.key(), format!("applying child HelmRelease {name}")))?;
+    .map_err(kube_err(
+        &set.key(),
+        format!("applying child HelmRelease {name}"),
+    ))?;
     Ok(())
 }
 
@@ -152,9 +155,13 @@ pub(super) async fn orphan_child(
         }
     });
     tolerate_gone(
-        api.patch(&child.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map(|_| ()),
+        api.patch(
+            &child.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map(|_| ()),
     )
     .map_err(kube_err(
         &set.key(),
@@ -177,7 +184,11 @@ pub(super) async fn list_revisions(
     Ok(list
         .items
         .into_iter()
-        .filter(|r| r.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+        })
         .collect())
 }
 
@@ -204,10 +215,7 @@ pub(super) fn revision_spec(
     r: &ControllerRevision,
     revision: &SetRevision,
 ) -> Result<HelmReleaseSetSpec, String> {
-    let data = r
-        .data
-        .as_ref()
-        .ok_or_else(|| "no data".to_owned())?;
+    let data = r.data.as_ref().ok_or_else(|| "no data".to_owned())?;
     let spec: HelmReleaseSetSpec =
         serde_json::from_value(data.0.clone()).map_err(|e| format!("unreadable data: {e}"))?;
     if &spec.revision() != revision {
@@ -242,11 +250,14 @@ pub(super) async fn create_revision(
     };
     match api.create(&PostParams::default(), &object).await {
         Ok(r) => Ok(r),
-        Err(kube::Error::Api(s)) if s.code == 409 => api
-            .get(&name)
-            .await
-            .map_err(kube_err(&set.key(), format!("reading ControllerRevision {name}"))),
-        Err(e) => Err(kube_err(&set.key(), format!("creating ControllerRevision {name}"))(e)),
+        Err(kube::Error::Api(s)) if s.code == 409 => api.get(&name).await.map_err(kube_err(
+            &set.key(),
+            format!("reading ControllerRevision {name}"),
+        )),
+        Err(e) => Err(kube_err(
+            &set.key(),
+            format!("creating ControllerRevision {name}"),
+        )(e)),
     }
 }
 
@@ -255,11 +266,8 @@ pub(super) async fn delete_revisions(ctx: &Context, set: &HelmReleaseSet, names:
     let api: Api<ControllerRevision> =
         Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
     for name in names {
-        if let Err(e) = tolerate_gone(
-            api.delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ) {
+        if let Err(e) = tolerate_gone(api.delete(name, &DeleteParams::default()).await.map(|_| ()))
+        {
             tracing::warn!(object = %set.key(), revision = %name, error = %error_chain(&e), "trimming a ControllerRevision failed");
         }
     }
@@ -337,7 +345,14 @@ mod tests {
         .unwrap();
         let rev = SetRevision::new("0123456789").unwrap();
         let spec = flotilla_core::set::child_spec(&set.spec, "web", "edge-1", None, None);
-        let obj = child_object(&set, "web-edge-1", "edge-1", &rev, "2026-01-01T00:00:00Z", &spec);
+        let obj = child_object(
+            &set,
+            "web-edge-1",
+            "edge-1",
+            &rev,
+            "2026-01-01T00:00:00Z",
+            &spec,
+        );
         assert_eq!(obj["metadata"]["labels"][SET_LABEL], "web");
         assert_eq!(obj["metadata"]["labels"]["team"], "a");
         assert_eq!(obj["metadata"]["labels"][CLUSTER_LABEL], "edge-1");
@@ -369,6 +384,10 @@ mod tests {
         assert_eq!(back.values_template, spec.values_template);
         assert_eq!(back.revision(), rev);
         let other = SetRevision::new("ffffffffff").unwrap();
-        assert!(revision_spec(&cr, &other).unwrap_err().contains("not ffffffffff"));
+        assert!(
+            revision_spec(&cr, &other)
+                .unwrap_err()
+                .contains("not ffffffffff")
+        );
     }
 }

@@ -6,13 +6,15 @@
 use std::collections::BTreeMap;
 
 use flotilla_api::{HelmRelease, ManagedCluster};
-use flotilla_core::meta::{Condition, ConditionStatus, Conditions as _, Timestamp, condition, reason};
+use flotilla_core::meta::{
+    Condition, ConditionStatus, Conditions as _, Timestamp, condition, reason,
+};
 use flotilla_core::rollout::{
     Availability, ChildHealth, ChildObservation, conditions as set_conditions,
 };
 use flotilla_core::set::{
-    HelmReleaseSetStatus, PROMOTED_AT_ANNOTATION, REVISION_LABEL, SetRevision,
-    StopMatchingPolicy, TargetCustomization, WaveState,
+    HelmReleaseSetStatus, PROMOTED_AT_ANNOTATION, REVISION_LABEL, SetRevision, StopMatchingPolicy,
+    TargetCustomization, WaveState,
 };
 use kube::ResourceExt as _;
 use serde_json::Value;
@@ -74,7 +76,8 @@ pub fn child_health(child: &HelmRelease) -> ChildHealth {
             message: short(&r.message),
         };
     }
-    let tests_failed = get(condition::TEST_SUCCESS).is_some_and(|c| c.status == ConditionStatus::False);
+    let tests_failed =
+        get(condition::TEST_SUCCESS).is_some_and(|c| c.status == ConditionStatus::False);
     match ready {
         Some(r) if r.status == ConditionStatus::True && !tests_failed => ChildHealth::Ready {
             since: r.last_transition_time.clone(),
@@ -368,10 +371,12 @@ pub fn set_events(
         });
     }
     let complete_now = |s: &HelmReleaseSetStatus| {
-        s.conditions.get_condition(condition::READY).is_some_and(|c| {
-            c.status == ConditionStatus::True
-                && c.reason == flotilla_core::rollout::reason::ROLLOUT_COMPLETE
-        })
+        s.conditions
+            .get_condition(condition::READY)
+            .is_some_and(|c| {
+                c.status == ConditionStatus::True
+                    && c.reason == flotilla_core::rollout::reason::ROLLOUT_COMPLETE
+            })
     };
     if complete_now(after) && (!same_rollout || !complete_now(before)) {
         out.push(SetEvent {

@@ -34,12 +34,20 @@ fn a_childs_health_is_its_state_at_its_current_generation() {
     let cases: Vec<(&str, HelmRelease, ChildHealth)> = vec![
         (
             "Ready for its generation",
-            child(2, 2, json!([cond("Ready", "True", "UpgradeSucceeded", 2, T1)])),
+            child(
+                2,
+                2,
+                json!([cond("Ready", "True", "UpgradeSucceeded", 2, T1)]),
+            ),
             ready_since(T1),
         ),
         (
             "Ready for an older generation: the new spec is not reached yet",
-            child(3, 2, json!([cond("Ready", "True", "UpgradeSucceeded", 2, T1)])),
+            child(
+                3,
+                2,
+                json!([cond("Ready", "True", "UpgradeSucceeded", 2, T1)]),
+            ),
             ChildHealth::Progressing,
         ),
         (
@@ -81,7 +89,11 @@ fn a_childs_health_is_its_state_at_its_current_generation() {
         ),
         (
             "remediation failed without Stalled",
-            child(2, 2, json!([cond("Ready", "False", "RollbackFailed", 2, T1)])),
+            child(
+                2,
+                2,
+                json!([cond("Ready", "False", "RollbackFailed", 2, T1)]),
+            ),
             failed("Ready RollbackFailed"),
         ),
         (
@@ -98,7 +110,11 @@ fn a_childs_health_is_its_state_at_its_current_generation() {
         ),
         (
             "an upgrade failure being retried: progressing",
-            child(2, 2, json!([cond("Ready", "False", "UpgradeFailed", 2, T1)])),
+            child(
+                2,
+                2,
+                json!([cond("Ready", "False", "UpgradeFailed", 2, T1)]),
+            ),
             ChildHealth::Progressing,
         ),
         (
@@ -125,7 +141,11 @@ fn a_childs_health_is_its_state_at_its_current_generation() {
             ),
             ChildHealth::Progressing,
         ),
-        ("no status yet", child(1, 0, json!([])), ChildHealth::Progressing),
+        (
+            "no status yet",
+            child(1, 0, json!([])),
+            ChildHealth::Progressing,
+        ),
     ];
     for (what, hr, want) in cases {
         assert_eq!(child_health(&hr), want, "{what}");
@@ -137,8 +157,12 @@ fn a_childs_memory_is_its_revision_label_and_promotion_time_malformed_as_none() 
     let mut hr = child(1, 0, json!([]));
     let o = child_observation(&hr);
     assert_eq!(o.revision, Some(SetRevision::new("0123456789").unwrap()));
-    assert_eq!(o.promoted_at, Some(Timestamp::new("2026-01-01T00:00:00Z").unwrap()));
-    hr.labels_mut().insert(REVISION_LABEL.into(), "NOT-A-REV".into());
+    assert_eq!(
+        o.promoted_at,
+        Some(Timestamp::new("2026-01-01T00:00:00Z").unwrap())
+    );
+    hr.labels_mut()
+        .insert(REVISION_LABEL.into(), "NOT-A-REV".into());
     hr.annotations_mut()
         .insert(PROMOTED_AT_ANNOTATION.into(), "yesterday".into());
     let o = child_observation(&hr);
@@ -166,9 +190,21 @@ fn availability_is_deleting_then_paused_when_not_accepted_or_suspended() {
         (facts(false, false), None, Availability::Paused),
         (facts(true, true), None, Availability::Deleting),
         (facts(false, true), None, Availability::Deleting),
-        (facts(true, false), Some(suspend(Some(true))), Availability::Paused),
-        (facts(true, false), Some(suspend(Some(false))), Availability::Active),
-        (facts(true, false), Some(suspend(None)), Availability::Active),
+        (
+            facts(true, false),
+            Some(suspend(Some(true))),
+            Availability::Paused,
+        ),
+        (
+            facts(true, false),
+            Some(suspend(Some(false))),
+            Availability::Active,
+        ),
+        (
+            facts(true, false),
+            Some(suspend(None)),
+            Availability::Active,
+        ),
     ];
     for (f, c, want) in cases {
         assert_eq!(availability(&f, c.as_ref()), want, "{f:?} {c:?}");
@@ -229,11 +265,15 @@ fn a_spec_differs_when_a_field_the_set_writes_was_changed_not_when_one_was_defau
                 "install": {"remediation": {"retries": 3}}, "dependsOn": [{"name": "db"}, {"name": "cache"}]}),
             true,
         ),
-        ("suspended by hand", {
-            let mut v = desired.clone();
-            v["suspend"] = json!(true);
-            v
-        }, false),
+        (
+            "suspended by hand",
+            {
+                let mut v = desired.clone();
+                v["suspend"] = json!(true);
+                v
+            },
+            false,
+        ),
     ];
     for (what, actual, want) in cases {
         assert_eq!(spec_differs(&desired, &actual), want, "{what}");
@@ -252,7 +292,13 @@ fn revisions_are_numbered_up_and_trimmed_to_the_limit_keeping_current_and_update
         name: name.into(),
         number,
     };
-    let existing = vec![r("s-a", 1), r("s-b", 2), r("s-c", 3), r("s-d", 4), r("s-e", 5)];
+    let existing = vec![
+        r("s-a", 1),
+        r("s-b", 2),
+        r("s-c", 3),
+        r("s-d", 4),
+        r("s-e", 5),
+    ];
     assert_eq!(next_revision_number(&existing), 6);
     assert_eq!(next_revision_number(&[]), 1);
     let keep = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
@@ -264,7 +310,11 @@ fn revisions_are_numbered_up_and_trimmed_to_the_limit_keeping_current_and_update
         (keep(&["s-e"]), 0, vec!["s-a", "s-b", "s-c", "s-d"]),
     ];
     for (keep, limit, want) in cases {
-        assert_eq!(revisions_to_trim(&existing, &keep, limit), want, "{keep:?} {limit}");
+        assert_eq!(
+            revisions_to_trim(&existing, &keep, limit),
+            want,
+            "{keep:?} {limit}"
+        );
     }
 }
 
@@ -281,7 +331,12 @@ fn wave(name: &str, state: WaveState) -> WaveStatus {
     }
 }
 
-fn status(rev: &str, waves: Vec<WaveStatus>, paused: Option<&str>, ready: Option<&str>) -> HelmReleaseSetStatus {
+fn status(
+    rev: &str,
+    waves: Vec<WaveStatus>,
+    paused: Option<&str>,
+    ready: Option<&str>,
+) -> HelmReleaseSetStatus {
     let now = Timestamp::new(T1).unwrap();
     let mut s = HelmReleaseSetStatus {
         update_revision: Some(SetRevision::new(rev).unwrap()),
@@ -316,7 +371,11 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
     use WaveState::*;
     const R1: &str = "1111111111";
     const R2: &str = "2222222222";
-    let reasons = |e: Vec<SetEvent>| e.into_iter().map(|e| (e.reason, e.warning)).collect::<Vec<_>>();
+    let reasons = |e: Vec<SetEvent>| {
+        e.into_iter()
+            .map(|e| (e.reason, e.warning))
+            .collect::<Vec<_>>()
+    };
     let started = (event_reason::WAVE_STARTED, false);
     let completed = (event_reason::WAVE_COMPLETED, false);
     let paused = (event_reason::ROLLOUT_PAUSED, false);
@@ -327,7 +386,12 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
         (
             "the first wave starts",
             status(R1, vec![], None, None),
-            status(R1, vec![wave("canary", Progressing), wave("rest", Pending)], None, None),
+            status(
+                R1,
+                vec![wave("canary", Progressing), wave("rest", Pending)],
+                None,
+                None,
+            ),
             false,
             vec![started],
         ),
@@ -340,7 +404,12 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
         ),
         (
             "the canary completes and waits for approval",
-            status(R1, vec![wave("canary", Progressing), wave("rest", Pending)], None, None),
+            status(
+                R1,
+                vec![wave("canary", Progressing), wave("rest", Pending)],
+                None,
+                None,
+            ),
             status(
                 R1,
                 vec![wave("canary", AwaitingApproval), wave("rest", Pending)],
@@ -358,13 +427,23 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
                 Some("AwaitingApproval"),
                 None,
             ),
-            status(R1, vec![wave("canary", Complete), wave("rest", Progressing)], None, None),
+            status(
+                R1,
+                vec![wave("canary", Complete), wave("rest", Progressing)],
+                None,
+                None,
+            ),
             false,
             vec![started],
         ),
         (
             "the last wave completes: the rollout too",
-            status(R1, vec![wave("canary", Complete), wave("rest", Progressing)], None, None),
+            status(
+                R1,
+                vec![wave("canary", Complete), wave("rest", Progressing)],
+                None,
+                None,
+            ),
             status(
                 R1,
                 vec![wave("canary", Complete), wave("rest", Complete)],
@@ -377,20 +456,35 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
         (
             "a breach pauses, with a Warning",
             status(R1, vec![wave("canary", Progressing)], None, None),
-            status(R1, vec![wave("canary", Failed)], Some("MaxFailuresExceeded"), None),
+            status(
+                R1,
+                vec![wave("canary", Failed)],
+                Some("MaxFailuresExceeded"),
+                None,
+            ),
             false,
             vec![breach],
         ),
         (
             "an abort",
-            status(R1, vec![wave("canary", Failed)], Some("MaxFailuresExceeded"), None),
+            status(
+                R1,
+                vec![wave("canary", Failed)],
+                Some("MaxFailuresExceeded"),
+                None,
+            ),
             status(R1, vec![wave("canary", RollingBack)], None, None),
             true,
             vec![aborted],
         ),
         (
             "a new revision starts from nothing",
-            status(R1, vec![wave("canary", Complete)], None, Some("RolloutComplete")),
+            status(
+                R1,
+                vec![wave("canary", Complete)],
+                None,
+                Some("RolloutComplete"),
+            ),
             status(R2, vec![wave("canary", Progressing)], None, None),
             false,
             vec![started],
@@ -405,17 +499,35 @@ fn events_say_wave_started_completed_paused_aborted_and_rollout_completed_once()
 fn a_refused_spec_is_ready_false_stalled_true_with_the_message_capped() {
     let mut s = HelmReleaseSetStatus::default();
     let now = Timestamp::new(T1).unwrap();
-    s.conditions
-        .set_condition(condition::RECONCILING, ConditionStatus::True, "Progressing", "x".into(), 1, &now);
-    invalid_spec_status(&mut s, "HelmReleaseSet a/b: spec.clusterSelector: bad", 2, &now);
+    s.conditions.set_condition(
+        condition::RECONCILING,
+        ConditionStatus::True,
+        "Progressing",
+        "x".into(),
+        1,
+        &now,
+    );
+    invalid_spec_status(
+        &mut s,
+        "HelmReleaseSet a/b: spec.clusterSelector: bad",
+        2,
+        &now,
+    );
     let ready = s.conditions.get_condition(condition::READY).unwrap();
     assert_eq!(
         (ready.status, ready.reason.as_str(), ready.message.as_str()),
-        (ConditionStatus::False, "InvalidSpec", "HelmReleaseSet a/b: spec.clusterSelector: bad")
+        (
+            ConditionStatus::False,
+            "InvalidSpec",
+            "HelmReleaseSet a/b: spec.clusterSelector: bad"
+        )
     );
     assert!(s.conditions.is_true(condition::STALLED));
     assert!(s.conditions.get_condition(condition::RECONCILING).is_none());
     assert_eq!(s.observed_generation, 2);
     invalid_spec_status(&mut s, &"é".repeat(1000), 2, &now);
-    assert!(s.conditions.message_of(condition::READY).len() <= flotilla_core::set::MAX_STATUS_MESSAGE_LEN);
+    assert!(
+        s.conditions.message_of(condition::READY).len()
+            <= flotilla_core::set::MAX_STATUS_MESSAGE_LEN
+    );
 }

@@ -77,8 +77,8 @@ use crate::util::{FIELD_MANAGER, error_chain};
 
 pub use decide::{
     ChildFate, ClusterFacts, SetEvent, StoredRevision, availability, child_fate, child_health,
-    child_observation, event_reason, invalid_spec_status, next_revision_number,
-    revisions_to_trim, set_events, spec_differs,
+    child_observation, event_reason, invalid_spec_status, next_revision_number, revisions_to_trim,
+    set_events, spec_differs,
 };
 
 /// Reason of a set whose spec was refused.
@@ -244,6 +244,9 @@ fn cluster_trigger_hash(mc: &ManagedCluster) -> u64 {
     h.finish()
 }
 
+/// `(namespace, name)` of a watched object.
+type ObjectKey = (Option<String>, String);
+
 /// A reflected watch's objects that changed by `hash` (applied, or deleted), once each.
 fn changed<K>(
     stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -252,12 +255,17 @@ fn changed<K>(
 where
     K: kube::Resource + Send + 'static,
 {
-    let seen: Arc<Mutex<HashMap<(Option<String>, String), u64>>> = Default::default();
+    let seen: Arc<Mutex<HashMap<ObjectKey, u64>>> = Default::default();
     stream.filter_map(move |event| {
         let seen = seen.clone();
         async move {
             let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-            let key = |k: &K| (k.meta().namespace.clone(), k.meta().name.clone().unwrap_or_default());
+            let key = |k: &K| {
+                (
+                    k.meta().namespace.clone(),
+                    k.meta().name.clone().unwrap_or_default(),
+                )
+            };
             match event {
                 Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)) => {
                     let h = hash(&k);
@@ -310,8 +318,11 @@ pub async fn run(
     controller
         .owns_stream(child_stream)
         .watches_stream(cluster_stream, move |mc: ManagedCluster| {
-            let all: Vec<ObjectRef<HelmReleaseSet>> =
-                sets.state().iter().map(|s| ObjectRef::from_obj(&**s)).collect();
+            let all: Vec<ObjectRef<HelmReleaseSet>> = sets
+                .state()
+                .iter()
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect();
             tracing::debug!(cluster = %mc.name_any(), sets = all.len(), "a ManagedCluster changed");
             all
         })

@@ -77,7 +77,11 @@ struct Revisions<'a> {
 
 impl Revisions<'_> {
     /// The spec and template of `rev`; `None` when no readable ControllerRevision holds it.
-    fn get(&mut self, rev: &SetRevision, key: &str) -> Option<(&HelmReleaseSetSpec, Option<&ValuesTemplate>)> {
+    fn get(
+        &mut self,
+        rev: &SetRevision,
+        key: &str,
+    ) -> Option<(&HelmReleaseSetSpec, Option<&ValuesTemplate>)> {
         if *rev == self.update {
             return Some((self.spec, self.template.as_ref()));
         }
@@ -171,13 +175,9 @@ pub(super) async fn reconcile(
     let update_name = update.controller_revision_name(&set_name);
     if !stored.iter().any(|r| r.name_any() == update_name) {
         let numbers: Vec<_> = stored.iter().map(children::stored).collect();
-        let created = children::create_revision(
-            &ctx,
-            &set,
-            &update,
-            decide::next_revision_number(&numbers),
-        )
-        .await?;
+        let created =
+            children::create_revision(&ctx, &set, &update, decide::next_revision_number(&numbers))
+                .await?;
         stored.push(created);
     }
 
@@ -261,15 +261,18 @@ pub(super) async fn reconcile(
     let budget = ctx.options.budget;
     let rendered: BTreeMap<&str, Rendered> = targets
         .iter()
-        .map(|t| (t.facts.name.as_str(), render(template.as_ref(), t.facts, budget)))
+        .map(|t| {
+            (
+                t.facts.name.as_str(),
+                render(template.as_ref(), t.facts, budget),
+            )
+        })
         .collect();
     let observed: Vec<ClusterObservation> = targets
         .iter()
         .map(|t| {
-            let customization = TargetCustomization::first_match(
-                &set.spec.target_customizations,
-                &t.facts.labels,
-            );
+            let customization =
+                TargetCustomization::first_match(&set.spec.target_customizations, &t.facts.labels);
             ClusterObservation {
                 name: t.facts.name.clone(),
                 labels: t.facts.labels.clone(),
@@ -278,7 +281,9 @@ pub(super) async fn reconcile(
                 render_error: rendered
                     .get(t.facts.name.as_str())
                     .and_then(|r| r.as_ref().err().cloned()),
-                child: kids.get(&t.facts.name).map(|c| decide::child_observation(c)),
+                child: kids
+                    .get(&t.facts.name)
+                    .map(|c| decide::child_observation(c)),
             }
         })
         .collect();
@@ -412,11 +417,8 @@ pub(super) async fn reconcile(
         .map(|r| r.controller_revision_name(&set_name))
         .collect();
     let numbers: Vec<_> = stored.iter().map(children::stored).collect();
-    let trim = decide::revisions_to_trim(
-        &numbers,
-        &keep,
-        set.spec.rollout().revision_history_limit(),
-    );
+    let trim =
+        decide::revisions_to_trim(&numbers, &keep, set.spec.rollout().revision_history_limit());
     if !trim.is_empty() {
         children::delete_revisions(&ctx, &set, &trim).await;
     }
