@@ -14,7 +14,14 @@
 //!    Helm history untouched); switched to `AbortAndRollback`, the canary is put back on the
 //!    current revision;
 //! 5. a cluster whose label stops matching has its child deleted and its release
-//!    uninstalled (`stopMatchingPolicy: Uninstall`, the default).
+//!    uninstalled (`stopMatchingPolicy: Uninstall`, the default);
+//! 6. a cluster added to the selector gets its wave's revision;
+//! 7. with `Orphan`, a cluster that stops matching keeps its release and its HelmRelease;
+//! 8. a ManagedCluster deleted has its child dropped without an uninstall, not counted as a
+//!    failure.
+//!
+//! Between 3's approval and its end the hub is killed (SIGKILL) and started again: the
+//! rollout resumes, and no cluster is upgraded twice (Helm history counted).
 
 use std::time::Duration;
 
@@ -216,7 +223,7 @@ fn merge_patch_set(fleet: &Fleet, patch: &str) -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_set_rolls_out_wave_by_wave_with_a_manual_gate_templated_values_pause_and_resume_and_uninstalls_a_cluster_that_leaves()
 -> anyhow::Result<()> {
-    let fleet = Fleet::start(
+    let mut fleet = Fleet::start(
         bins::build(Progress::OnFailure)?,
         FleetOptions::named("sets"),
     )
@@ -414,6 +421,14 @@ spec:
         "the gate holds wave main"
     );
     approve(&fleet, &rev2)?;
+    // The hub killed (SIGKILL) right after the approval resumes where it was: no cluster is
+    // upgraded twice (Helm history counted below).
+    let pid = fleet.hub_pid().expect("the hub runs");
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()?;
+    fleet.stop_hub();
+    fleet.start_hub().await?;
     until_set(&fleet, "web", "Ready at the new revision", |s| {
         condition_is(
             s,
@@ -564,5 +579,84 @@ spec:
         ConditionStatus::True,
         "RolloutComplete"
     ));
+
+    // 6. A cluster added to the selector gets its wave's revision.
+    label(&fleet, "workload-b", "ring=main")?;
+    let back = fleet
+        .wait_ready(&[(NS, "web-workload-b")], TIMEOUT, |_| {})
+        .await?;
+    assert_eq!(revision_of(&back[0]), rev2);
+    assert_eq!(deployed_message(&b)?, "Hi from us");
+
+    // 7. Orphan: a cluster that stops matching keeps its release and its HelmRelease, which
+    // is no longer the set's.
+    merge_patch_set(&fleet, r#"{"spec":{"stopMatchingPolicy":"Orphan"}}"#)?;
+    label(&fleet, "workload-b", "ring-")?;
+    wait::until("the child of workload-b orphaned", TIMEOUT, || async {
+        let left = children(&fleet, "web").await?;
+        Ok((!left.iter().any(|c| c.name_any() == "web-workload-b")).then_some(()))
+    })
+    .await?;
+    let releases: Api<HelmRelease> = Api::namespaced(fleet.mgmt.client().await?, NS);
+    let orphan = releases.get("web-workload-b").await?;
+    assert!(orphan.owner_references().is_empty(), "{orphan:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(helm_in(&b, &["list", "-n", "web", "-q"])?.trim(), "web");
+    assert_eq!(
+        helm_history(&b, "web", "web")?.len(),
+        1,
+        "the orphan is left alone"
+    );
+
+    // 8. A ManagedCluster deleted: its child (adopted again when the label came back) is
+    // dropped without an uninstall, and the rollout does not count it.
+    label(&fleet, "workload-b", "ring=main")?;
+    wait::until("the orphan adopted again", TIMEOUT, || async {
+        let kids = children(&fleet, "web").await?;
+        Ok(kids
+            .iter()
+            .any(|c| c.name_any() == "web-workload-b" && !c.owner_references().is_empty())
+            .then_some(()))
+    })
+    .await?;
+    kubectl_in(
+        fleet.kubeconfig(),
+        &["delete", "managedcluster", "workload-b", "--wait=false"],
+        None,
+    )?;
+    wait::until("the child of the deleted cluster gone", TIMEOUT, || async {
+        Ok(releases
+            .get_opt("web-workload-b")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        helm_in(&b, &["list", "-n", "web", "-q"])?.trim(),
+        "web",
+        "a deleted cluster's release is not uninstalled"
+    );
+    let after = until_set(&fleet, "web", "Ready without the deleted cluster", |s| {
+        s.status.as_ref().is_some_and(|st| st.summary.desired == 1)
+            && condition_is(
+                s,
+                condition::READY,
+                ConditionStatus::True,
+                "RolloutComplete",
+            )
+    })
+    .await?;
+    assert_eq!(after.status.unwrap_or_default().summary.failed, 0);
+    Ok(())
+}
+
+/// `kubectl label --overwrite managedcluster NAME CHANGE`.
+fn label(fleet: &Fleet, cluster: &str, change: &str) -> anyhow::Result<()> {
+    kubectl_in(
+        fleet.kubeconfig(),
+        &["label", "--overwrite", "managedcluster", cluster, change],
+        None,
+    )?;
     Ok(())
 }

@@ -84,6 +84,10 @@ pub use decide::{
 /// Reason of a set whose spec was refused.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
+/// How long a reconcile waits for the watches' first lists before it gives up (and is
+/// retried).
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
 /// Events one set may send at once.
 pub const EVENT_BURST: f64 = 16.0;
 /// Events one set may send a second, past the burst.
@@ -161,6 +165,27 @@ impl Context {
         }
     }
 
+    /// The children and ManagedClusters as watched, once both watches have listed.
+    async fn synced(
+        &self,
+        object: &str,
+    ) -> Result<(&Store<HelmRelease>, &Store<ManagedCluster>), SetError> {
+        let not_synced = || SetError::NotSynced {
+            object: object.to_owned(),
+        };
+        let (Some(children), Some(clusters)) = (self.children.get(), self.clusters.get()) else {
+            return Err(not_synced());
+        };
+        let ready = async {
+            children.wait_until_ready().await?;
+            clusters.wait_until_ready().await
+        };
+        match tokio::time::timeout(SYNC_WAIT, ready).await {
+            Ok(Ok(())) => Ok((children, clusters)),
+            _ => Err(not_synced()),
+        }
+    }
+
     /// Whether set `key` may send one more Event now.
     fn may_send_event(&self, key: &str) -> bool {
         let now = std::time::Instant::now();
@@ -197,6 +222,15 @@ pub enum SetError {
         /// Why.
         #[source]
         source: crate::tenancy::Denied,
+    },
+    /// The watches of children and ManagedClusters have not listed yet: deciding on an
+    /// empty view would take every cluster for gone and every child for missing.
+    #[error(
+        "HelmReleaseSet {object}: waiting for the hub's view of child HelmReleases and ManagedClusters"
+    )]
+    NotSynced {
+        /// `namespace/name`.
+        object: String,
     },
     /// The reconcile panicked (caught: the controller goes on, the set is retried).
     #[error("HelmReleaseSet {object}: the reconcile panicked: {message}")]

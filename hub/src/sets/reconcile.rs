@@ -181,12 +181,14 @@ pub(super) async fn reconcile(
         stored.push(created);
     }
 
-    // Observe the clusters.
-    let facts: Vec<ClusterFacts> = ctx
-        .clusters
-        .get()
-        .map(|s| s.state().iter().map(|mc| ClusterFacts::of(mc)).collect())
-        .unwrap_or_default();
+    // Observe the clusters (never on a view not listed yet: an empty one would take every
+    // cluster for gone and drop its child).
+    let (children_store, clusters_store) = ctx.synced(&key).await?;
+    let facts: Vec<ClusterFacts> = clusters_store
+        .state()
+        .iter()
+        .map(|mc| ClusterFacts::of(mc))
+        .collect();
     let by_name: BTreeMap<&str, &ClusterFacts> =
         facts.iter().map(|f| (f.name.as_str(), f)).collect();
     let infos: Vec<ClusterInfo> = facts
@@ -231,20 +233,13 @@ pub(super) async fn reconcile(
     let uid = set.uid();
     let mut kids: BTreeMap<String, Arc<HelmRelease>> = BTreeMap::new();
     let mut strays: Vec<Arc<HelmRelease>> = Vec::new();
-    for child in ctx
-        .children
-        .get()
-        .map(|s| s.state())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| {
-            c.namespace().as_deref() == Some(namespace.as_str())
-                && c.labels().get(SET_LABEL) == Some(&set_name)
-                && c.owner_references()
-                    .iter()
-                    .any(|o| Some(&o.uid) == uid.as_ref())
-        })
-    {
+    for child in children_store.state().into_iter().filter(|c| {
+        c.namespace().as_deref() == Some(namespace.as_str())
+            && c.labels().get(SET_LABEL) == Some(&set_name)
+            && c.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+    }) {
         let Some(cluster) = child.labels().get(CLUSTER_LABEL).cloned() else {
             strays.push(child);
             continue;
