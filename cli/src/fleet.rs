@@ -91,6 +91,20 @@ pub struct Scope {
     /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    /// Only objects with these labels (`key=value,key2`, as `kubectl -l`): `get hr -l
+    /// helm.flotilla.dev/set=NAME` lists a HelmReleaseSet's children.
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+}
+
+impl Scope {
+    /// The list parameters of the scope's label selector.
+    pub fn list_params(&self) -> ListParams {
+        match &self.selector {
+            Some(s) => ListParams::default().labels(s),
+            None => ListParams::default(),
+        }
+    }
 }
 
 /// A HelmRelease named on the command line.
@@ -505,7 +519,7 @@ async fn get_helm_releases(
     } else {
         Api::namespaced(client, &scope.namespace)
     };
-    let list = api.list(&ListParams::default()).await?;
+    let list = api.list(&scope.list_params()).await?;
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRelease objects found in {}", where_(scope));
         return Ok(());
@@ -581,7 +595,7 @@ async fn get_helm_repositories(
     } else {
         Api::namespaced(client, &scope.namespace)
     };
-    let list = api.list(&ListParams::default()).await?;
+    let list = api.list(&scope.list_params()).await?;
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRepository objects found in {}", where_(scope));
         return Ok(());

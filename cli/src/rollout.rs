@@ -26,7 +26,7 @@ use flotilla_api::HelmReleaseSet;
 use flotilla_core::meta::{Conditions as _, condition};
 use flotilla_core::rollout::conditions as set_conditions;
 use flotilla_core::set::{HelmReleaseSetStatus, WaveState};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 
@@ -81,7 +81,7 @@ pub async fn get_sets(client: Client, scope: &Scope, out: &mut dyn Write) -> Res
     } else {
         Api::namespaced(client, &scope.namespace)
     };
-    let list = api.list(&ListParams::default()).await?;
+    let list = api.list(&scope.list_params()).await?;
     if list.items.is_empty() {
         let place = if scope.all_namespaces {
             "any namespace".to_owned()

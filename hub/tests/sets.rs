@@ -366,7 +366,9 @@ spec:
     );
 
     // 3. Paused: a new revision promotes nothing.
-    merge_patch_set(&fleet, r#"{"spec":{"rollout":{"paused":true}}}"#)?;
+    // (With the CLI, as a user does.)
+    let printed = fleet.flotilla(&["rollout", "pause", "web", "-n", NS])?;
+    assert!(printed.contains("✔ rollout paused"), "{printed}");
     fleet.apply(&web_set("Hi from").replace(
         "    strategy: Progressive\n",
         "    strategy: Progressive\n    paused: true\n",
@@ -395,7 +397,7 @@ spec:
         );
     }
     // Resumed: the canary gets it, the gate holds the rest.
-    merge_patch_set(&fleet, r#"{"spec":{"rollout":{"paused":false}}}"#)?;
+    fleet.flotilla(&["rollout", "resume", "web", "-n", NS])?;
     until_set(
         &fleet,
         "web",
@@ -420,7 +422,27 @@ spec:
         "Hello from us",
         "the gate holds wave main"
     );
-    approve(&fleet, &rev2)?;
+    let status = fleet.flotilla(&["rollout", "status", "web", "-n", NS])?;
+    assert!(
+        status.contains(&format!(
+            "Waiting for: approval of revision {rev2} at wave canary (flotilla rollout approve web -n {NS})"
+        )),
+        "{status}"
+    );
+    let listed = fleet.flotilla(&["get", "hrs", "-n", NS])?;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("web") && l.contains(&rev2) && l.contains("1/2")),
+        "{listed}"
+    );
+    let kids = fleet.flotilla(&["get", "hr", "-n", NS, "-l", &format!("{SET_LABEL}=web")])?;
+    assert!(
+        kids.contains("web-workload-a") && kids.contains("web-workload-b"),
+        "{kids}"
+    );
+    let printed = fleet.flotilla(&["rollout", "approve", "web", "-n", NS])?;
+    assert!(printed.contains("✔ wave canary approved"), "{printed}");
     // The hub killed (SIGKILL) right after the approval resumes where it was: no cluster is
     // upgraded twice (Helm history counted below).
     let pid = fleet.hub_pid().expect("the hub runs");
