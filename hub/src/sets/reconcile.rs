@@ -431,3 +431,71 @@ pub(super) async fn reconcile(
         .max(std::time::Duration::from_secs(1));
     Ok(Action::requeue(after))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(spec: serde_json::Value) -> HelmReleaseSet {
+        serde_json::from_value(json!({
+            "apiVersion": "helm.flotilla.dev/v1alpha1", "kind": "HelmReleaseSet",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_refused_set_is_named_with_the_field_that_is_wrong() {
+        let template = json!({"spec": {"interval": "5m"}});
+        let cases = [
+            (
+                json!({"clusterSelector": {"matchExpressions": [{"key": "ring", "operator": "In", "values": []}]}, "template": template}),
+                "HelmReleaseSet apps/web: spec.clusterSelector.",
+            ),
+            (
+                json!({"clusterSelector": {}, "template": template, "valuesTemplate": "a: {{ .ClusterName"}),
+                "HelmReleaseSet apps/web: spec.valuesTemplate: template: valuesTemplate:1:",
+            ),
+            (
+                json!({"clusterSelector": {}, "template": template,
+                    "rollout": {"waves": [{"name": "a"}, {"name": "a"}]}}),
+                "HelmReleaseSet apps/web: spec.rollout.waves[1].name: wave \"a\" is declared twice",
+            ),
+        ];
+        for (spec, want) in cases {
+            let err = validate(&set(spec.clone())).err().unwrap_or_default();
+            assert!(err.starts_with(want), "{spec}: {err}");
+        }
+        let good = set(
+            json!({"clusterSelector": {}, "template": template, "valuesTemplate": "a: {{ .ClusterName }}"}),
+        );
+        assert!(validate(&good).unwrap().is_some());
+        let blank =
+            set(json!({"clusterSelector": {}, "template": template, "valuesTemplate": "  \n"}));
+        assert!(validate(&blank).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_render_error_names_the_cluster_and_keeps_the_line_and_column() {
+        let t = ValuesTemplate::parse("a: {{ .ClusterLabels.region }}\n").unwrap();
+        let cluster = ClusterFacts {
+            name: "edge-1".into(),
+            ..Default::default()
+        };
+        let err = render(Some(&t), &cluster, Default::default()).unwrap_err();
+        assert!(
+            err.starts_with("spec.valuesTemplate for cluster edge-1: template: valuesTemplate:1:"),
+            "{err}"
+        );
+        let eu = ClusterFacts {
+            name: "edge-2".into(),
+            labels: [("region".to_owned(), "eu".to_owned())].into(),
+            ..Default::default()
+        };
+        let values = render(Some(&t), &eu, Default::default()).unwrap().unwrap();
+        assert_eq!(values["a"], "eu");
+        assert_eq!(render(None, &eu, Default::default()), Ok(None));
+    }
+}
