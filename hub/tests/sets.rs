@@ -18,7 +18,9 @@
 //! 6. a cluster added to the selector gets its wave's revision;
 //! 7. with `Orphan`, a cluster that stops matching keeps its release and its HelmRelease;
 //! 8. a ManagedCluster deleted has its child dropped without an uninstall, not counted as a
-//!    failure.
+//!    failure;
+//! 9. `flotilla rollout abort` of a change stopped at the canary puts the canary back on the
+//!    current revision.
 //!
 //! Between 3's approval and its end the hub is killed (SIGKILL) and started again: the
 //! rollout resumes, and no cluster is upgraded twice (Helm history counted).
@@ -670,6 +672,93 @@ spec:
     })
     .await?;
     assert_eq!(after.status.unwrap_or_default().summary.failed, 0);
+
+    // 9. `flotilla rollout abort`: a failing change stopped by Pause is aborted by hand, and
+    // the canary goes back to the current revision.
+    merge_patch_set(&fleet, r#"{"spec":{"rollout":{"onFailure":"Pause"}}}"#)?;
+    fleet.apply(&web_set_with(
+        "Bye from",
+        "      values:\n        tests:\n          podLabels:\n            flotilla.dev/test-outcome: fail\n",
+    ))?;
+    let stopped = until_set(&fleet, "web", "stopped by the failed canary again", |s| {
+        condition_is(
+            s,
+            "RolloutPaused",
+            ConditionStatus::True,
+            "MaxFailuresExceeded",
+        ) && s
+            .status
+            .as_ref()
+            .and_then(|st| st.update_revision.as_ref())
+            .is_some_and(|r| r.as_str() != rev3 && r.as_str() != rev2)
+    })
+    .await?;
+    let rev4 = stopped
+        .status
+        .and_then(|s| s.update_revision)
+        .expect("an update revision")
+        .to_string();
+    let printed = fleet.flotilla(&["rollout", "abort", "web", "-n", NS])?;
+    assert!(printed.contains("✔ rollout aborted"), "{printed}");
+    until_set(&fleet, "web", "aborted by hand", |s| {
+        s.status.as_ref().is_some_and(|st| {
+            st.aborted_revision
+                .as_ref()
+                .is_some_and(|r| r.as_str() == rev4)
+        }) && condition_is(
+            s,
+            "RolloutDegraded",
+            ConditionStatus::True,
+            "RolloutAborted",
+        )
+    })
+    .await?;
+    wait::until(
+        "the canary back on the current revision",
+        TIMEOUT,
+        || async {
+            let kids = children(&fleet, "web").await?;
+            Ok(kids
+                .iter()
+                .any(|c| c.name_any() == "web-workload-a" && revision_of(c) == rev2)
+                .then_some(()))
+        },
+    )
+    .await?;
+    fleet
+        .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
+        .await?;
+    assert_eq!(deployed_message(&a)?, "Hi from eu");
+
+    // The Events on the sets: each wave started and completed, the pauses, the aborts, the
+    // completed rollouts, the refused spec.
+    let events = kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "get",
+            "events",
+            "-n",
+            NS,
+            "--field-selector",
+            "involvedObject.kind=HelmReleaseSet",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+        ],
+        None,
+    )?;
+    for reason in [
+        "InvalidSpec",
+        "WaveStarted",
+        "WaveCompleted",
+        "RolloutPaused",
+        "RolloutAborted",
+        "RolloutCompleted",
+    ] {
+        assert!(
+            events.lines().any(|l| l == reason),
+            "no {reason} Event: {events}"
+        );
+    }
     Ok(())
 }
 
