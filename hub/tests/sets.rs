@@ -106,6 +106,7 @@ spec:
     message: "{message} {{{{ .ClusterLabels.region }}}}"
   rollout:
     strategy: Progressive
+    revisionHistoryLimit: 1
     waves:
       - name: canary
         clusterSelector:
@@ -366,6 +367,28 @@ spec:
         revisions.trim(),
         format!("controllerrevision.apps/web-{rev1}")
     );
+    // A hand edit of a child's spec is put back.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "helmrelease",
+            "web-workload-a",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"interval":"7m"}}"#,
+        ],
+        None,
+    )?;
+    let releases: Api<HelmRelease> = Api::namespaced(fleet.mgmt.client().await?, NS);
+    wait::until("the hand edit put back", TIMEOUT, || async {
+        let hr = releases.get("web-workload-a").await?;
+        Ok((hr.spec.interval.get() == Duration::from_secs(600)).then_some(()))
+    })
+    .await?;
 
     // 3. Paused: a new revision promotes nothing.
     // (With the CLI, as a user does.)
@@ -621,7 +644,6 @@ spec:
         Ok((!left.iter().any(|c| c.name_any() == "web-workload-b")).then_some(()))
     })
     .await?;
-    let releases: Api<HelmRelease> = Api::namespaced(fleet.mgmt.client().await?, NS);
     let orphan = releases.get("web-workload-b").await?;
     assert!(orphan.owner_references().is_empty(), "{orphan:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -729,6 +751,31 @@ spec:
         .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
         .await?;
     assert_eq!(deployed_message(&a)?, "Hi from eu");
+
+    // The revision history: the current and update revisions, and one more
+    // (`revisionHistoryLimit: 1`); the oldest trimmed.
+    let revisions = kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "get",
+            "controllerrevisions",
+            "-n",
+            NS,
+            "-l",
+            &format!("{SET_LABEL}=web"),
+            "-o",
+            "name",
+        ],
+        None,
+    )?;
+    let mut names: Vec<&str> = revisions.lines().collect();
+    names.sort();
+    let mut want: Vec<String> = [&rev2, &rev3, &rev4]
+        .iter()
+        .map(|r| format!("controllerrevision.apps/web-{r}"))
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
 
     // The Events on the sets: each wave started and completed, the pauses, the aborts, the
     // completed rollouts, the refused spec.
