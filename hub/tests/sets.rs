@@ -349,20 +349,7 @@ spec:
     assert_eq!(status.summary.ready, 2, "{status:?}");
     assert_eq!(deployed_message(&b)?, "Hello from us");
     // The revision history: one ControllerRevision.
-    let revisions = kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "get",
-            "controllerrevisions",
-            "-n",
-            NS,
-            "-l",
-            &format!("{SET_LABEL}=web"),
-            "-o",
-            "name",
-        ],
-        None,
-    )?;
+    let revisions = controller_revisions(&fleet)?;
     assert_eq!(
         revisions.trim(),
         format!("controllerrevision.apps/web-{rev1}")
@@ -559,18 +546,7 @@ spec:
             .map(|r| r.to_string()),
         Some(rev2.clone())
     );
-    wait::until(
-        "the canary back on the current revision",
-        TIMEOUT,
-        || async {
-            let kids = children(&fleet, "web").await?;
-            Ok(kids
-                .iter()
-                .any(|c| c.name_any() == "web-workload-a" && revision_of(c) == rev2)
-                .then_some(()))
-        },
-    )
-    .await?;
+    until_child_at(&fleet, "web-workload-a", &rev2).await?;
     fleet
         .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
         .await?;
@@ -735,18 +711,7 @@ spec:
         )
     })
     .await?;
-    wait::until(
-        "the canary back on the current revision",
-        TIMEOUT,
-        || async {
-            let kids = children(&fleet, "web").await?;
-            Ok(kids
-                .iter()
-                .any(|c| c.name_any() == "web-workload-a" && revision_of(c) == rev2)
-                .then_some(()))
-        },
-    )
-    .await?;
+    until_child_at(&fleet, "web-workload-a", &rev2).await?;
     fleet
         .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
         .await?;
@@ -754,20 +719,7 @@ spec:
 
     // The revision history: the current and update revisions, and one more
     // (`revisionHistoryLimit: 1`); the oldest trimmed.
-    let revisions = kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "get",
-            "controllerrevisions",
-            "-n",
-            NS,
-            "-l",
-            &format!("{SET_LABEL}=web"),
-            "-o",
-            "name",
-        ],
-        None,
-    )?;
+    let revisions = controller_revisions(&fleet)?;
     let mut names: Vec<&str> = revisions.lines().collect();
     names.sort();
     let mut want: Vec<String> = [&rev2, &rev3, &rev4]
@@ -817,4 +769,32 @@ fn label(fleet: &Fleet, cluster: &str, change: &str) -> anyhow::Result<()> {
         None,
     )?;
     Ok(())
+}
+
+/// `kubectl get controllerrevisions -l helm.flotilla.dev/set=web -o name`.
+fn controller_revisions(fleet: &Fleet) -> anyhow::Result<String> {
+    let selector = format!("{SET_LABEL}=web");
+    let args = [
+        "get",
+        "controllerrevisions",
+        "-n",
+        NS,
+        "-l",
+        &selector,
+        "-o",
+        "name",
+    ];
+    kubectl_in(fleet.kubeconfig(), &args, None)
+}
+
+/// Waits until child `name` of set `web` carries revision `rev`.
+async fn until_child_at(fleet: &Fleet, name: &str, rev: &str) -> anyhow::Result<()> {
+    wait::until(&format!("{name} at revision {rev}"), TIMEOUT, || async {
+        let kids = children(fleet, "web").await?;
+        let at = kids
+            .iter()
+            .any(|c| c.name_any() == name && revision_of(c) == rev);
+        Ok(at.then_some(()))
+    })
+    .await
 }
