@@ -1,4 +1,5 @@
 //! The fleet subcommands: `get`, `reconcile`, `suspend`, `resume`, `debug`, `token create`
+//! (`rollout` is [`crate::rollout`])
 //! and `cluster accept|unaccept|approve|revoke`, talking to the hub's management cluster as the flux CLI talks to
 //! Flux.
 //!
@@ -43,6 +44,13 @@ pub enum Get {
     /// HelmReleases: READY, MESSAGE, REVISION, SUSPENDED, CLUSTER.
     #[command(name = "helmreleases", visible_alias = "hr", alias = "helmrelease")]
     HelmReleases(Scope),
+    /// HelmReleaseSets: REVISION, WAVE, UPDATED, PAUSED, READY, MESSAGE.
+    #[command(
+        name = "helmreleasesets",
+        visible_alias = "hrs",
+        alias = "helmreleaseset"
+    )]
+    HelmReleaseSets(Scope),
     /// Sources.
     #[command(subcommand)]
     Sources(GetSources),
@@ -83,6 +91,20 @@ pub struct Scope {
     /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    /// Only objects with these labels (`key=value,key2`, as `kubectl -l`): `get hr -l
+    /// helm.flotilla.dev/set=NAME` lists a HelmReleaseSet's children.
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+}
+
+impl Scope {
+    /// The list parameters of the scope's label selector.
+    pub fn list_params(&self) -> ListParams {
+        match &self.selector {
+            Some(s) => ListParams::default().labels(s),
+            None => ListParams::default(),
+        }
+    }
 }
 
 /// A HelmRelease named on the command line.
@@ -252,6 +274,8 @@ pub enum FleetCommand {
     TokenCreate(TokenCreate),
     /// `cluster accept|unaccept`.
     Cluster(ClusterCmd),
+    /// `rollout status|pause|resume|approve|abort`.
+    Rollout(crate::rollout::Rollout),
 }
 
 /// A failure, printed as `✗ <message>`.
@@ -321,6 +345,10 @@ async fn client(kube: &KubeArgs) -> Result<Client, Failed> {
 async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> Result<(), Failed> {
     match command {
         FleetCommand::Get(Get::HelmReleases(scope)) => get_helm_releases(client, &scope, out).await,
+        FleetCommand::Get(Get::HelmReleaseSets(scope)) => {
+            crate::rollout::get_sets(client, &scope, out).await
+        }
+        FleetCommand::Rollout(cmd) => crate::rollout::execute(client, cmd, out).await,
         FleetCommand::Get(Get::Sources(GetSources::Helm(scope))) => {
             get_helm_repositories(client, &scope, out).await
         }
@@ -372,7 +400,7 @@ fn releases(client: &Client, namespace: &str) -> Api<HelmRelease> {
     Api::namespaced(client.clone(), namespace)
 }
 
-fn object_error(kind: &str, namespace: &str, name: &str, e: kube::Error) -> Failed {
+pub(crate) fn object_error(kind: &str, namespace: &str, name: &str, e: kube::Error) -> Failed {
     match &e {
         kube::Error::Api(status) if status.code == 404 => {
             Failed(format!("{kind} {name} not found in namespace {namespace}"))
@@ -450,7 +478,11 @@ fn revision(status: &Value) -> String {
 }
 
 /// Prints rows as the flux CLI does: tab-separated columns padded to their widths.
-fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<(), Failed> {
+pub(crate) fn table(
+    out: &mut dyn Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> Result<(), Failed> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -487,7 +519,7 @@ async fn get_helm_releases(
     } else {
         Api::namespaced(client, &scope.namespace)
     };
-    let list = api.list(&ListParams::default()).await?;
+    let list = api.list(&scope.list_params()).await?;
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRelease objects found in {}", where_(scope));
         return Ok(());
@@ -563,7 +595,7 @@ async fn get_helm_repositories(
     } else {
         Api::namespaced(client, &scope.namespace)
     };
-    let list = api.list(&ListParams::default()).await?;
+    let list = api.list(&scope.list_params()).await?;
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRepository objects found in {}", where_(scope));
         return Ok(());

@@ -3,6 +3,7 @@
 
 pub mod fleet;
 pub mod memory;
+pub mod rollout;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -49,6 +50,9 @@ pub enum Command {
     /// Accept or refuse a ManagedCluster.
     #[command(subcommand)]
     Cluster(fleet::ClusterCmd),
+    /// Follow and steer the fleet rollout of a HelmReleaseSet.
+    #[command(subcommand)]
+    Rollout(rollout::Rollout),
 }
 
 /// `flotilla template NAME CHART [flags]` (the flags of `helm template` it supports).
@@ -202,6 +206,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Debug(fleet::DebugKind::HelmRelease(args)) => F::Debug(args),
         Command::Token(fleet::Token::Create(args)) => F::TokenCreate(args),
         Command::Cluster(cmd) => F::Cluster(cmd),
+        Command::Rollout(cmd) => F::Rollout(cmd),
     };
     fleet::run(fleet_command, &cli.kube, out, err)
 }

@@ -10,6 +10,7 @@
 //! ```text
 //! HelmRepository ─► sources::helm_repository (index per interval, in memory)
 //! HelmChart      ─► sources::helm_chart (resolve, download, chart store by sha256)
+//! HelmReleaseSet ─► sets (select, render, rollout::decide) ─► child HelmReleases
 //! HelmRelease    ─► controller (dependsOn, source, values, target, plan revision)
 //!                     └─► push::HubLinks ─► AgentLink::send(Command)   (push agent | remote)
 //! agents' Reports ─► link::ReportSink ─► status::StatusBook ─► .status + Events
@@ -17,6 +18,8 @@
 //!
 //! - [`link`]: the seam between the controller and the agents (read it first).
 //! - [`controller`]: the HelmRelease controller, in Flux's reconcile order.
+//! - [`sets`]: the HelmReleaseSet controller: one child HelmRelease per targeted cluster,
+//!   rolled out in waves by `flotilla_core::rollout::decide`.
 //! - [`push`]: in-process agents for the hub's cluster and kubeconfig Secrets, and
 //!   [`push::HubLinks`], which also asks a remote registry.
 //! - [`kubeconfig_policy`]: what a kubeconfig Secret may ask of the hub (no commands, no
@@ -63,6 +66,7 @@ pub mod rate;
 pub mod reports;
 pub mod run;
 pub mod session;
+pub mod sets;
 pub mod sources;
 pub mod status;
 pub mod supervisor;

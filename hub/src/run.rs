@@ -1,5 +1,5 @@
-//! The hub process: wires the chart store, the source controllers, the HelmRelease
-//! controller, the status writer and the push agents together ([`Hub::start`]), and stops
+//! The hub process: wires the chart store, the source controllers, the HelmRelease and
+//! HelmReleaseSet controllers, the status writer and the push agents together ([`Hub::start`]), and stops
 //! them in order ([`Hub::stop`]): controllers first (no new plans), then the in-process
 //! agents (in-flight Helm actions finish and are recorded), then the status writer once the
 //! last reports are written.
@@ -293,6 +293,18 @@ impl Hub {
                 }
             }
         }
+        let sets = crate::sets::Context::new(
+            ctx.client.clone(),
+            ctx.tenancy.clone(),
+            crate::sets::SetOptions {
+                concurrency: config.concurrency.div_ceil(2).max(1),
+                ..Default::default()
+            },
+        );
+        controllers.spawn(supervisor.critical(
+            "helmreleaseset-controller",
+            crate::sets::run(Arc::new(sets), stop.clone().cancelled_owned()),
+        ));
         if let Some(import) = config.capi_import.clone() {
             controllers.spawn(supervisor.critical(
                 "capi-import",

@@ -30,8 +30,8 @@
 //!    a HelmRelease with neither `spec.clusterRef` nor `spec.kubeConfig` is installed in the
 //!    hub's cluster only when the operator enables it; otherwise it is refused.
 //!
-//! The HelmReleaseSet controller (to come) selects clusters and calls [`permits`] for each
-//! candidate with the set's namespace: a cluster the rule refuses is left out of the set's
+//! The HelmReleaseSet controller ([`crate::sets`]) selects clusters and calls
+//! [`Tenancy::permits_cluster`] for each candidate with the set's namespace: a cluster the rule refuses is left out of the set's
 //! selection and counted, never planned. [`permits`] is the interface for both controllers;
 //! [`Tenancy`] holds the watched bindings, namespaces and ManagedClusters it reads.
 
@@ -298,34 +298,41 @@ impl Tenancy {
         match target {
             TargetId::Local if !self.options.local_target => Err(Denied::LocalTarget),
             TargetId::Cluster(cluster) => {
-                let namespace = hr.namespace().unwrap_or_default();
-                self.synced().await?;
-                let namespace_labels = self
-                    .namespaces
-                    .get(&ObjectRef::new(&namespace))
-                    .map(|n| n.labels().clone())
-                    .unwrap_or_default();
-                let cluster_labels = self
-                    .clusters
-                    .get(&ObjectRef::new(cluster.as_str()))
-                    .map(|c| c.labels().clone())
-                    .unwrap_or_default();
-                let bindings: Vec<_> = self
-                    .bindings
-                    .state()
-                    .iter()
-                    .map(|b| (**b).clone())
-                    .collect();
-                permits(
-                    &namespace,
-                    &namespace_labels,
-                    cluster.as_str(),
-                    &cluster_labels,
-                    &bindings,
-                )
+                self.permits_cluster(&hr.namespace().unwrap_or_default(), cluster.as_str())
+                    .await
             }
             _ => Ok(()),
         }
+    }
+
+    /// Rule 1 alone, over the watched state: whether namespace `namespace` may deliver to
+    /// ManagedCluster `cluster` ([`permits`]). The HelmRelease controller's check of a
+    /// `clusterRef`, and the HelmReleaseSet controller's filter of a set's clusters.
+    pub async fn permits_cluster(&self, namespace: &str, cluster: &str) -> Result<(), Denied> {
+        self.synced().await?;
+        let namespace_labels = self
+            .namespaces
+            .get(&ObjectRef::new(namespace))
+            .map(|n| n.labels().clone())
+            .unwrap_or_default();
+        let cluster_labels = self
+            .clusters
+            .get(&ObjectRef::new(cluster))
+            .map(|c| c.labels().clone())
+            .unwrap_or_default();
+        let bindings: Vec<_> = self
+            .bindings
+            .state()
+            .iter()
+            .map(|b| (**b).clone())
+            .collect();
+        permits(
+            namespace,
+            &namespace_labels,
+            cluster,
+            &cluster_labels,
+            &bindings,
+        )
     }
 
     async fn synced(&self) -> Result<(), Denied> {

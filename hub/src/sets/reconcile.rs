@@ -1,0 +1,501 @@
+//! One reconcile of a HelmReleaseSet: observe, [`rollout::decide`], act (see the module
+//! docs of [`super`] for the steps).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use flotilla_api::{HelmRelease, HelmReleaseSet};
+use flotilla_chart::values_template::{ClusterContext, ValuesTemplate};
+use flotilla_core::rollout::{self, ClusterObservation, PromotionKind, RolloutPlan};
+use flotilla_core::set::{
+    CLUSTER_LABEL, ClusterInfo, HelmReleaseSetSpec, PROMOTED_AT_ANNOTATION, SET_LABEL, SetRevision,
+    TargetCustomization, child_name, child_spec, select_clusters,
+};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::ResourceExt as _;
+use kube::runtime::controller::Action;
+
+use super::children::{self, child_object};
+use super::decide::{self, ChildFate, ClusterFacts};
+use super::{Context, SetError};
+use crate::util;
+
+/// Values of one cluster: rendered, none (no `valuesTemplate`), or why not.
+type Rendered = Result<Option<serde_json::Map<String, serde_json::Value>>, String>;
+
+/// The checks a set must pass before any child is touched: the spec's own
+/// ([`HelmReleaseSetSpec::validate`]) and the `valuesTemplate`'s parse. The message names
+/// the object and the field.
+pub(super) fn validate(set: &HelmReleaseSet) -> Result<Option<ValuesTemplate>, String> {
+    set.validate().map_err(|e| e.to_string())?;
+    parse_template(&set.spec)
+        .map_err(|e| format!("HelmReleaseSet {}: spec.valuesTemplate: {e}", set.key()))
+}
+
+fn parse_template(spec: &HelmReleaseSetSpec) -> Result<Option<ValuesTemplate>, String> {
+    spec.values_template
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+        .map(ValuesTemplate::parse)
+        .transpose()
+        .map_err(|e| e.to_string())
+}
+
+/// The values of `cluster` from `template`, the error naming the cluster.
+fn render(
+    template: Option<&ValuesTemplate>,
+    cluster: &ClusterFacts,
+    budget: flotilla_chart::values_template::Budget,
+) -> Rendered {
+    let Some(t) = template else { return Ok(None) };
+    let context = ClusterContext {
+        name: cluster.name.clone(),
+        labels: cluster.labels.clone(),
+        annotations: cluster.annotations.clone(),
+        cluster_api: None,
+    };
+    t.render(&context, budget)
+        .map(Some)
+        .map_err(|e| format!("spec.valuesTemplate for cluster {}: {e}", cluster.name))
+}
+
+/// A targeted cluster.
+struct Target<'a> {
+    facts: &'a ClusterFacts,
+}
+
+/// The specs of the revisions a reconcile writes: the update revision's from the set, the
+/// others from their ControllerRevisions (parsed once each).
+struct Revisions<'a> {
+    update: SetRevision,
+    spec: &'a HelmReleaseSetSpec,
+    template: Option<ValuesTemplate>,
+    stored: &'a [ControllerRevision],
+    set_name: String,
+    others: HashMap<SetRevision, Option<(HelmReleaseSetSpec, Option<ValuesTemplate>)>>,
+}
+
+impl Revisions<'_> {
+    /// The spec and template of `rev`; `None` when no readable ControllerRevision holds it.
+    fn get(
+        &mut self,
+        rev: &SetRevision,
+        key: &str,
+    ) -> Option<(&HelmReleaseSetSpec, Option<&ValuesTemplate>)> {
+        if *rev == self.update {
+            return Some((self.spec, self.template.as_ref()));
+        }
+        let (stored, set_name) = (self.stored, &self.set_name);
+        let entry = self.others.entry(rev.clone()).or_insert_with(|| {
+            let name = rev.controller_revision_name(set_name);
+            let cr = stored.iter().find(|r| r.name_any() == name)?;
+            match children::revision_spec(cr, rev)
+                .and_then(|s| parse_template(&s).map(|t| (s, t)))
+            {
+                Ok(pair) => Some(pair),
+                Err(message) => {
+                    tracing::warn!(object = %key, revision = %name, %message, "ControllerRevision unusable");
+                    None
+                }
+            }
+        });
+        entry.as_ref().map(|(s, t)| (s, t.as_ref()))
+    }
+}
+
+/// The child spec of `cluster` at `rev` as JSON, or why it cannot be made.
+fn desired_spec(
+    revisions: &mut Revisions<'_>,
+    rev: &SetRevision,
+    cluster: &ClusterFacts,
+    rendered_update: Option<&Rendered>,
+    key: &str,
+    set_name: &str,
+    budget: flotilla_chart::values_template::Budget,
+) -> Result<flotilla_core::spec::HelmReleaseSpec, String> {
+    let is_update = *rev == revisions.update;
+    let Some((spec, template)) = revisions.get(rev, key) else {
+        return Err(format!("no ControllerRevision holds revision {rev}"));
+    };
+    let values = match rendered_update.filter(|_| is_update) {
+        Some(r) => r.clone()?,
+        None => render(template, cluster, budget)?,
+    };
+    let customization =
+        TargetCustomization::first_match(&spec.target_customizations, &cluster.labels);
+    Ok(child_spec(
+        spec,
+        set_name,
+        &cluster.name,
+        customization,
+        values.as_ref(),
+    ))
+}
+
+pub(super) async fn reconcile(
+    set: Arc<HelmReleaseSet>,
+    ctx: Arc<Context>,
+) -> Result<Action, SetError> {
+    if set.metadata.deletion_timestamp.is_some() {
+        // The children go with their owner (garbage collection); their finalizers uninstall.
+        return Ok(Action::await_change());
+    }
+    let key = set.key();
+    let namespace = set.namespace().unwrap_or_default();
+    let set_name = set.name_any();
+    let generation = set.metadata.generation.unwrap_or_default();
+    let now = util::now();
+    let before = set.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+
+    // Validate: a refused spec touches no child.
+    let template = match validate(&set) {
+        Ok(t) => t,
+        Err(message) => {
+            tracing::info!(object = %key, %message, "HelmReleaseSet refused");
+            decide::invalid_spec_status(&mut status, &message, generation, &now);
+            if status != before {
+                children::write_status(&ctx, &set, &status).await?;
+                let e = decide::SetEvent {
+                    warning: true,
+                    reason: decide::event_reason::INVALID_SPEC,
+                    message,
+                };
+                children::event(&ctx, &set, &e).await;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    let update = set.spec.revision();
+    status.update_revision = Some(update.clone());
+    status.observed_generation = generation;
+
+    // The update revision's ControllerRevision.
+    let mut stored = children::list_revisions(&ctx, &set).await?;
+    let update_name = update.controller_revision_name(&set_name);
+    if !stored.iter().any(|r| r.name_any() == update_name) {
+        let numbers: Vec<_> = stored.iter().map(children::stored).collect();
+        let created =
+            children::create_revision(&ctx, &set, &update, decide::next_revision_number(&numbers))
+                .await?;
+        stored.push(created);
+    }
+
+    // Observe the clusters (never on a view not listed yet: an empty one would take every
+    // cluster for gone and drop its child).
+    let (children_store, clusters_store) = ctx.synced(&key).await?;
+    let facts: Vec<ClusterFacts> = clusters_store
+        .state()
+        .iter()
+        .map(|mc| ClusterFacts::of(mc))
+        .collect();
+    let by_name: BTreeMap<&str, &ClusterFacts> =
+        facts.iter().map(|f| (f.name.as_str(), f)).collect();
+    let infos: Vec<ClusterInfo> = facts
+        .iter()
+        .map(|f| ClusterInfo {
+            name: f.name.clone(),
+            labels: f.labels.clone(),
+        })
+        .collect();
+    let mut targets: Vec<Target<'_>> = Vec::new();
+    let mut denied = Vec::new();
+    for info in select_clusters(&set.spec, &infos) {
+        let Some(f) = by_name.get(info.name.as_str()) else {
+            continue;
+        };
+        match ctx.tenancy.permits_cluster(&namespace, &f.name).await {
+            Ok(()) => {}
+            Err(d) if !d.is_terminal() => {
+                return Err(SetError::Tenancy {
+                    object: key,
+                    source: d,
+                });
+            }
+            Err(_) => {
+                denied.push(f.name.clone());
+                continue;
+            }
+        }
+        let customization =
+            TargetCustomization::first_match(&set.spec.target_customizations, &f.labels);
+        if customization.is_some_and(|c| c.do_not_deploy) {
+            continue;
+        }
+        targets.push(Target { facts: f });
+    }
+    if !denied.is_empty() {
+        tracing::info!(object = %key, clusters = ?denied, "clusters left out: no ManagedClusterBinding gives them to the set's namespace");
+    }
+
+    // Observe the children: by label and owner; one per cluster (the one of the
+    // deterministic name first).
+    let uid = set.uid();
+    let mut kids: BTreeMap<String, Arc<HelmRelease>> = BTreeMap::new();
+    let mut strays: Vec<Arc<HelmRelease>> = Vec::new();
+    for child in children_store.state().into_iter().filter(|c| {
+        c.namespace().as_deref() == Some(namespace.as_str())
+            && c.labels().get(SET_LABEL) == Some(&set_name)
+            && c.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+    }) {
+        let Some(cluster) = child.labels().get(CLUSTER_LABEL).cloned() else {
+            strays.push(child);
+            continue;
+        };
+        let preferred = child.name_any() == child_name(&set_name, &cluster);
+        if kids.contains_key(&cluster) && !preferred {
+            strays.push(child);
+        } else if let Some(old) = kids.insert(cluster, child) {
+            strays.push(old);
+        }
+    }
+
+    // Render the update revision for each target.
+    let budget = ctx.options.budget;
+    let rendered: BTreeMap<&str, Rendered> = targets
+        .iter()
+        .map(|t| {
+            (
+                t.facts.name.as_str(),
+                render(template.as_ref(), t.facts, budget),
+            )
+        })
+        .collect();
+    let observed: Vec<ClusterObservation> = targets
+        .iter()
+        .map(|t| {
+            let customization =
+                TargetCustomization::first_match(&set.spec.target_customizations, &t.facts.labels);
+            ClusterObservation {
+                name: t.facts.name.clone(),
+                labels: t.facts.labels.clone(),
+                availability: decide::availability(t.facts, customization),
+                reachable: t.facts.connected,
+                render_error: rendered
+                    .get(t.facts.name.as_str())
+                    .and_then(|r| r.as_ref().err().cloned()),
+                child: kids
+                    .get(&t.facts.name)
+                    .map(|c| decide::child_observation(c)),
+            }
+        })
+        .collect();
+
+    // Decide.
+    let plan = RolloutPlan::new(&set.spec, &status);
+    let d = rollout::decide(&plan, &observed, &now);
+
+    // Act: the abort first, so a restart never promotes the aborted revision again.
+    if d.abort {
+        tracing::warn!(object = %key, revision = %update, "rollout aborted; rolling back");
+        status.aborted_revision = Some(update.clone());
+        children::write_status(&ctx, &set, &status).await?;
+    }
+    let mut revisions = Revisions {
+        update: update.clone(),
+        spec: &set.spec,
+        template,
+        stored: &stored,
+        set_name: set_name.clone(),
+        others: HashMap::new(),
+    };
+    let mut written: std::collections::BTreeSet<String> = Default::default();
+    for p in &d.promotions {
+        let Some(f) = by_name.get(p.cluster.as_str()) else {
+            continue;
+        };
+        let name = child_name(&set_name, &p.cluster);
+        if kids
+            .get(&p.cluster)
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        {
+            tracing::debug!(object = %key, cluster = %p.cluster, "child is being deleted; promoted once it is gone");
+            continue;
+        }
+        let spec = match desired_spec(
+            &mut revisions,
+            &p.revision,
+            f,
+            rendered.get(p.cluster.as_str()),
+            &key,
+            &set_name,
+            budget,
+        ) {
+            Ok(s) => s,
+            Err(message) => {
+                tracing::warn!(object = %key, cluster = %p.cluster, revision = %p.revision, %message, "child not written");
+                continue;
+            }
+        };
+        let object = child_object(&set, &name, &p.cluster, &p.revision, now.as_str(), &spec);
+        children::apply_child(&ctx, &set, &name, &object).await?;
+        tracing::info!(object = %key, cluster = %p.cluster, wave = %p.wave, revision = %p.revision, kind = ?p.kind, "child promoted");
+        if p.kind == PromotionKind::Rollback {
+            tracing::info!(object = %key, cluster = %p.cluster, "rolled back");
+        }
+        written.insert(p.cluster.clone());
+    }
+
+    // Put back hand edits, and settle the children of clusters no longer targeted.
+    let targeted: std::collections::BTreeSet<&str> =
+        targets.iter().map(|t| t.facts.name.as_str()).collect();
+    let policy = set.spec.stop_matching_policy();
+    for (cluster, child) in &kids {
+        if child.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let facts = by_name.get(cluster.as_str()).copied();
+        match decide::child_fate(targeted.contains(cluster.as_str()), facts, policy) {
+            ChildFate::Keep => {
+                if written.contains(cluster) {
+                    continue;
+                }
+                let (Some(f), Some(rev)) = (facts, decide::child_revision(child)) else {
+                    continue;
+                };
+                let Ok(spec) = desired_spec(
+                    &mut revisions,
+                    &rev,
+                    f,
+                    rendered.get(cluster.as_str()),
+                    &key,
+                    &set_name,
+                    budget,
+                ) else {
+                    continue;
+                };
+                let desired = serde_json::to_value(&spec).unwrap_or_default();
+                let actual = serde_json::to_value(&child.spec).unwrap_or_default();
+                if decide::spec_differs(&desired, &actual) {
+                    let promoted_at = child
+                        .annotations()
+                        .get(PROMOTED_AT_ANNOTATION)
+                        .cloned()
+                        .unwrap_or_else(|| now.as_str().to_owned());
+                    let name = child.name_any();
+                    let object = child_object(&set, &name, cluster, &rev, &promoted_at, &spec);
+                    tracing::info!(object = %key, child = %name, "child spec differs from its revision; put back");
+                    children::apply_child(&ctx, &set, &name, &object).await?;
+                }
+            }
+            ChildFate::Uninstall => {
+                tracing::info!(object = %key, %cluster, "cluster no longer targeted; child deleted (uninstall)");
+                children::delete_child(&ctx, &set, child).await?;
+            }
+            ChildFate::Orphan => {
+                tracing::info!(object = %key, %cluster, "cluster no longer targeted; child orphaned");
+                children::orphan_child(&ctx, &set, child).await?;
+            }
+            ChildFate::Drop => {
+                tracing::info!(object = %key, %cluster, "ManagedCluster deleted; child dropped without uninstall");
+                children::drop_child(&ctx, &set, child).await?;
+            }
+        }
+    }
+    for stray in &strays {
+        if stray.metadata.deletion_timestamp.is_none() {
+            // Dropped, not uninstalled: the release is the other child's.
+            tracing::info!(object = %key, child = %stray.name_any(), "a second child for one cluster; dropped without uninstall");
+            children::drop_child(&ctx, &set, stray).await?;
+        }
+    }
+
+    // Status: revisions, history, the report, Events.
+    if d.completed {
+        status.current_revision = Some(update.clone());
+    }
+    let keep: Vec<String> = [status.current_revision.as_ref(), Some(&update)]
+        .into_iter()
+        .flatten()
+        .map(|r| r.controller_revision_name(&set_name))
+        .collect();
+    let numbers: Vec<_> = stored.iter().map(children::stored).collect();
+    let trim =
+        decide::revisions_to_trim(&numbers, &keep, set.spec.rollout().revision_history_limit());
+    if !trim.is_empty() {
+        children::delete_revisions(&ctx, &set, &trim).await;
+    }
+    d.report.write_to(&mut status, generation, &now);
+    let events = decide::set_events(&before, &status, d.abort);
+    if status != before {
+        children::write_status(&ctx, &set, &status).await?;
+    }
+    for e in &events {
+        children::event(&ctx, &set, e).await;
+    }
+    let after = d
+        .requeue_after
+        .map_or(ctx.options.resync, |r| r.min(ctx.options.resync))
+        .max(std::time::Duration::from_secs(1));
+    Ok(Action::requeue(after))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(spec: serde_json::Value) -> HelmReleaseSet {
+        serde_json::from_value(json!({
+            "apiVersion": "helm.flotilla.dev/v1alpha1", "kind": "HelmReleaseSet",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_refused_set_is_named_with_the_field_that_is_wrong() {
+        let template = json!({"spec": {"interval": "5m"}});
+        let cases = [
+            (
+                json!({"clusterSelector": {"matchExpressions": [{"key": "ring", "operator": "In", "values": []}]}, "template": template}),
+                "HelmReleaseSet apps/web: spec.clusterSelector.",
+            ),
+            (
+                json!({"clusterSelector": {}, "template": template, "valuesTemplate": "a: {{ .ClusterName"}),
+                "HelmReleaseSet apps/web: spec.valuesTemplate: template: valuesTemplate:1:",
+            ),
+            (
+                json!({"clusterSelector": {}, "template": template,
+                    "rollout": {"waves": [{"name": "a"}, {"name": "a"}]}}),
+                "HelmReleaseSet apps/web: spec.rollout.waves[1].name: wave \"a\" is declared twice",
+            ),
+        ];
+        for (spec, want) in cases {
+            let err = validate(&set(spec.clone())).err().unwrap_or_default();
+            assert!(err.starts_with(want), "{spec}: {err}");
+        }
+        let good = set(
+            json!({"clusterSelector": {}, "template": template, "valuesTemplate": "a: {{ .ClusterName }}"}),
+        );
+        assert!(validate(&good).unwrap().is_some());
+        let blank =
+            set(json!({"clusterSelector": {}, "template": template, "valuesTemplate": "  \n"}));
+        assert!(validate(&blank).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_render_error_names_the_cluster_and_keeps_the_line_and_column() {
+        let t = ValuesTemplate::parse("a: {{ .ClusterLabels.region }}\n").unwrap();
+        let cluster = ClusterFacts {
+            name: "edge-1".into(),
+            ..Default::default()
+        };
+        let err = render(Some(&t), &cluster, Default::default()).unwrap_err();
+        assert!(
+            err.starts_with("spec.valuesTemplate for cluster edge-1: template: valuesTemplate:1:"),
+            "{err}"
+        );
+        let eu = ClusterFacts {
+            name: "edge-2".into(),
+            labels: [("region".to_owned(), "eu".to_owned())].into(),
+            ..Default::default()
+        };
+        let values = render(Some(&t), &eu, Default::default()).unwrap().unwrap();
+        assert_eq!(values["a"], "eu");
+        assert_eq!(render(None, &eu, Default::default()), Ok(None));
+    }
+}
