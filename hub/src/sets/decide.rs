@@ -415,6 +415,51 @@ pub fn invalid_spec_status(
     status.observed_generation = generation;
 }
 
+/// The condition type saying which selected clusters tenancy leaves out (issue 29, point
+/// 5): True with reason `AccessDenied` while some are, removed when none are. The rollout
+/// goes on for the others.
+pub const CLUSTERS_DENIED: &str = "ClustersDenied";
+
+/// Sets or removes [`CLUSTERS_DENIED`] for the clusters (sorted, by name) that the set's
+/// `namespace` is not bound to.
+pub fn denied_condition(
+    status: &mut HelmReleaseSetStatus,
+    namespace: &str,
+    denied: &[String],
+    generation: i64,
+    now: &Timestamp,
+) {
+    if denied.is_empty() {
+        status.conditions.delete_condition(CLUSTERS_DENIED);
+        return;
+    }
+    let mut names: Vec<&str> = denied.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    const SHOWN: usize = 10;
+    let mut list = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        list.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    let message = format!(
+        "{} selected cluster(s) left out: namespace '{namespace}' is not bound to ManagedCluster {list}; create a ManagedClusterBinding that selects both",
+        names.len()
+    );
+    status.conditions.set_condition(
+        CLUSTERS_DENIED,
+        ConditionStatus::True,
+        crate::tenancy::ACCESS_DENIED,
+        short_status(&message),
+        generation,
+        now,
+    );
+}
+
 /// `message` within [`flotilla_core::set::MAX_STATUS_MESSAGE_LEN`] bytes, cut on a
 /// character boundary and ended with `…` when cut.
 fn short_status(message: &str) -> String {

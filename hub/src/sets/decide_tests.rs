@@ -531,3 +531,54 @@ fn a_refused_spec_is_ready_false_stalled_true_with_the_message_capped() {
             <= flotilla_core::set::MAX_STATUS_MESSAGE_LEN
     );
 }
+
+#[test]
+fn clusters_left_out_by_tenancy_are_named_in_a_condition_that_goes_when_they_do() {
+    let now = Timestamp::new("2026-01-02T03:04:05Z").unwrap();
+    let mut status = HelmReleaseSetStatus::default();
+    super::denied_condition(&mut status, "team-a", &[], 1, &now);
+    assert!(
+        status
+            .conditions
+            .get_condition(super::CLUSTERS_DENIED)
+            .is_none()
+    );
+
+    let denied = vec![
+        "edge-2".to_owned(),
+        "edge-1".to_owned(),
+        "edge-1".to_owned(),
+    ];
+    super::denied_condition(&mut status, "team-a", &denied, 2, &now);
+    let c = status
+        .conditions
+        .get_condition(super::CLUSTERS_DENIED)
+        .expect("set");
+    assert_eq!(c.status, ConditionStatus::True);
+    assert_eq!(c.reason, "AccessDenied");
+    assert_eq!(
+        c.message,
+        "2 selected cluster(s) left out: namespace 'team-a' is not bound to ManagedCluster 'edge-1', 'edge-2'; create a ManagedClusterBinding that selects both"
+    );
+
+    let many: Vec<String> = (0..25).map(|i| format!("edge-{i:02}")).collect();
+    super::denied_condition(&mut status, "team-a", &many, 3, &now);
+    let c = status
+        .conditions
+        .get_condition(super::CLUSTERS_DENIED)
+        .expect("set");
+    assert!(
+        c.message.starts_with("25 selected cluster(s)"),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("'edge-09' and 15 more"), "{}", c.message);
+
+    super::denied_condition(&mut status, "team-a", &[], 4, &now);
+    assert!(
+        status
+            .conditions
+            .get_condition(super::CLUSTERS_DENIED)
+            .is_none()
+    );
+}

@@ -16,7 +16,8 @@
 //!                        targetCustomizations)
 //! observe clusters    -> ManagedClusters (watched): select_clusters, tenancy
 //!                        (Tenancy::permits_cluster with the set's namespace: a refused
-//!                        cluster is left out, and logged), the customization's
+//!                        cluster is left out and named in the ClustersDenied condition,
+//!                        decide::denied_condition), the customization's
 //!                        doNotDeploy removed, availability (decide::availability),
 //!                        connection; the update revision's values rendered per cluster
 //!                        (a render error fails that cluster only, line and column kept)

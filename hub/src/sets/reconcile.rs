@@ -418,6 +418,7 @@ pub(super) async fn reconcile(
         children::delete_revisions(&ctx, &set, &trim).await;
     }
     d.report.write_to(&mut status, generation, &now);
+    decide::denied_condition(&mut status, &namespace, &denied, generation, &now);
     let events = decide::set_events(&before, &status, d.abort);
     if status != before {
         children::write_status(&ctx, &set, &status).await?;
