@@ -321,57 +321,9 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     until_step(&mcs, "fleet.edge", "Joined").await?;
 
     // A HelmRelease to the ManagedCluster goes over the agent's session.
-    fleet.apply(&format!(
-        r#"apiVersion: source.flotilla.dev/v1
-kind: HelmRepository
-metadata:
-  name: examples
-  namespace: {NS}
-spec:
-  interval: 5m
-  url: {url}
----
-apiVersion: helm.flotilla.dev/v1
-kind: HelmRelease
-metadata:
-  name: hello
-  namespace: {NS}
-spec:
-  clusterRef:
-    name: fleet.edge
-  interval: 10m
-  releaseName: hello
-  targetNamespace: hello
-  storageNamespace: hello
-  install:
-    createNamespace: true
-  chart:
-    spec:
-      chart: hello
-      version: "0.1.x"
-      sourceRef:
-        kind: HelmRepository
-        name: examples
-  values:
-    message: Hello from a Cluster API cluster
-"#,
-        url = fleet.repo.url()
-    ))?;
+    fleet.apply(&hello_release(&fleet, "Hello from a Cluster API cluster"))?;
     fleet.wait_ready(&[(NS, "hello")], TIMEOUT, |_| {}).await?;
-    let message = kubectl_in(
-        edge.kubeconfig(),
-        &[
-            "get",
-            "configmap",
-            "hello",
-            "-n",
-            "hello",
-            "-o",
-            "jsonpath={.data.message}",
-        ],
-        None,
-    )?;
-    assert_eq!(message.trim(), "Hello from a Cluster API cluster");
+    assert_eq!(hello_message(&edge)?, "Hello from a Cluster API cluster");
     let log = std::fs::read_to_string(&pod.log)?;
     assert!(
         !log.contains("forbidden"),
@@ -414,6 +366,38 @@ spec:
             .map(String::as_str),
         Some("true")
     );
+    // Its releases are held as if suspended: a new value is not sent while paused.
+    until_event(&hub, "hello", "TargetPaused").await?;
+    fleet.apply(&hello_release(&fleet, "Paused, not sent"))?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        hello_message(&edge)?,
+        "Hello from a Cluster API cluster",
+        "a plan reached the agent of a paused cluster"
+    );
+    // Unpaused: the held change goes out.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            "edge",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":false}}"#,
+        ],
+        None,
+    )?;
+    until_step(&mcs, "fleet.edge", "Joined").await?;
+    wait::until("the held change applied once unpaused", TIMEOUT, || async {
+        Ok((hello_message(&edge)? == "Paused, not sent").then_some(()))
+    })
+    .await?;
+
+    // The Cluster is deleted: its ManagedCluster goes, and the release's deletion neither
+    // hangs nor uninstalls from the cluster that is going away.
     kubectl_in(
         fleet.kubeconfig(),
         &["delete", "clusters.cluster.x-k8s.io", "edge", "-n", NS],
@@ -423,6 +407,105 @@ spec:
         Ok(mcs.get_opt("fleet.edge").await?.is_none().then_some(()))
     })
     .await?;
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "delete",
+            "helmreleases.helm.flotilla.dev",
+            "hello",
+            "-n",
+            NS,
+            "--wait=false",
+        ],
+        None,
+    )?;
+    let releases: Api<flotilla_api::HelmRelease> = Api::namespaced(hub.clone(), NS);
+    wait::until(
+        "HelmRelease hello gone",
+        Duration::from_secs(30),
+        || async { Ok(releases.get_opt("hello").await?.is_none().then_some(())) },
+    )
+    .await?;
+    until_event(&hub, "hello", "TargetDeleted").await?;
+    assert_eq!(
+        hello_message(&edge)?,
+        "Paused, not sent",
+        "the release was uninstalled from a cluster being deleted"
+    );
     drop(pod);
     Ok(())
+}
+
+fn hello_release(fleet: &Fleet, message: &str) -> String {
+    format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: examples
+  namespace: {NS}
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: hello
+  namespace: {NS}
+spec:
+  clusterRef:
+    name: fleet.edge
+  interval: 10m
+  releaseName: hello
+  targetNamespace: hello
+  storageNamespace: hello
+  install:
+    createNamespace: true
+  chart:
+    spec:
+      chart: hello
+      version: "0.1.x"
+      sourceRef:
+        kind: HelmRepository
+        name: examples
+  values:
+    message: {message}
+"#,
+        url = fleet.repo.url()
+    )
+}
+
+fn hello_message(edge: &Cluster) -> anyhow::Result<String> {
+    let message = kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "get",
+            "configmap",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
+        None,
+    )?;
+    Ok(message.trim().to_owned())
+}
+
+/// Waits for an Event of `reason` about HelmRelease `name` in the test namespace.
+async fn until_event(hub: &kube::Client, name: &str, reason: &str) -> anyhow::Result<()> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), NS);
+    wait::until(&format!("a {reason} Event on {name}"), TIMEOUT, || async {
+        let found = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            });
+        Ok(found.then_some(()))
+    })
+    .await
 }
