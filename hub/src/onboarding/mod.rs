@@ -68,8 +68,8 @@
 //!
 //! Once the ManagedCluster's `Joined` condition is true (the agent registered and holds a
 //! certificate: a join, not the session of the moment, so an agent that is disconnected
-//! for a while is never reinstalled behind the administrator's back) the controller never
-//! reads the kubeconfig again, and deletes the bootstrap token: HelmReleases and set children whose `clusterRef` names the
+//! for a while is never reinstalled behind the administrator's back) the controller reads
+//! the kubeconfig again only for an agent upgrade (below), and deletes the bootstrap token: HelmReleases and set children whose `clusterRef` names the
 //! ManagedCluster go over the agent's session, as for any agent cluster.
 //!
 //! # Agent upgrades
