@@ -147,6 +147,10 @@ struct Args {
     /// reported (Go duration).
     #[arg(long, default_value = "10m")]
     capi_agent_join_timeout: GoDuration,
+    /// How many agent upgrades (a changed --capi-agent-image) are in flight at once: each
+    /// waits for its agent to reconnect before the next.
+    #[arg(long, default_value_t = 1)]
+    capi_agent_upgrade_parallelism: usize,
     /// How often every imported Cluster is looked at again (Go duration).
     #[arg(long, default_value = "30s")]
     capi_resync_interval: GoDuration,
@@ -225,6 +229,7 @@ async fn main() -> anyhow::Result<()> {
             agent_namespace: args.capi_agent_namespace.clone(),
             agent_values: args.capi_agent_values.clone(),
             join_timeout: args.capi_agent_join_timeout.get(),
+            upgrade_parallelism: args.capi_agent_upgrade_parallelism.max(1),
             resync: args.capi_resync_interval.get(),
             crd_poll: args.capi_resync_interval.get().min(Duration::from_secs(60)),
             kubeconfig_policy: config.kubeconfig_policy,

@@ -335,6 +335,19 @@ impl Tenancy {
         )
     }
 
+    /// Whether ManagedCluster `name` is paused ([`crate::onboarding::LABEL_PAUSED`]: its
+    /// Cluster API Cluster has `spec.paused`), from the watched store; not synced or not
+    /// there: not paused.
+    pub async fn cluster_paused(&self, name: &str) -> bool {
+        if self.synced().await.is_err() {
+            return false;
+        }
+        self.clusters
+            .get(&ObjectRef::new(name))
+            .and_then(|c| c.labels().get(crate::onboarding::LABEL_PAUSED).cloned())
+            .is_some_and(|v| v == "true")
+    }
+
     async fn synced(&self) -> Result<(), Denied> {
         let ready = async {
             self.bindings.wait_until_ready().await?;

@@ -28,6 +28,13 @@ use common::inline_kubeconfig;
 const TIMEOUT: Duration = Duration::from_secs(120);
 const NS: &str = "fleet";
 const AGENT_NS: &str = "flotilla-system";
+/// The ServiceAccount (of `kube-system` in the workload cluster) the kubeconfig Secret
+/// authenticates as.
+const BOOTSTRAP_SA: &str = "capi-bootstrap";
+/// The release's message after its upgrade.
+const UPGRADED: &str = "Upgraded over the session";
+/// The image the hub is restarted with (an agent upgrade).
+const NEW_IMAGE: &str = "registry.example/flotilla/flotilla-agent:test-2";
 
 /// A v1beta2 Cluster whose control plane endpoint is `edge`'s API server.
 fn cluster(name: &str, labels: serde_json::Value, edge: &Cluster) -> anyhow::Result<String> {
@@ -152,9 +159,15 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     let binaries = bins::build(Progress::OnFailure)?;
     let (fleet, edge) = tokio::join!(
         Fleet::start(binaries.clone(), options),
-        Cluster::start(ClusterOptions::named("capi-edge")),
+        Cluster::start(ClusterOptions {
+            audit_log: true,
+            ..ClusterOptions::named("capi-edge")
+        }),
     );
-    let (fleet, edge) = (fleet?, edge?);
+    let (mut fleet, edge) = (fleet?, edge?);
+    // The kubeconfig the "provider" writes authenticates as a user of its own, so the
+    // workload API server's audit log tells the hub's uses of it from the harness's.
+    let edge_kubeconfig = kubeconfig_of_user(&edge, BOOTSTRAP_SA)?;
     capi::install_crds(fleet.kubeconfig())?;
     let hub = fleet.mgmt.client().await?;
     let mcs: Api<ManagedCluster> = Api::all(hub.clone());
@@ -193,7 +206,7 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     );
 
     // The kubeconfig exists, the control plane is not initialized: nothing is applied.
-    fleet.apply(&kubeconfig_secret("edge", &inline_kubeconfig(&edge)?))?;
+    fleet.apply(&kubeconfig_secret("edge", &edge_kubeconfig))?;
     let workload = edge.client().await?;
     let deployments: Api<Deployment> = Api::namespaced(workload.clone(), AGENT_NS);
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -321,62 +334,102 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     until_step(&mcs, "fleet.edge", "Joined").await?;
 
     // A HelmRelease to the ManagedCluster goes over the agent's session.
-    fleet.apply(&format!(
-        r#"apiVersion: source.flotilla.dev/v1
-kind: HelmRepository
-metadata:
-  name: examples
-  namespace: {NS}
-spec:
-  interval: 5m
-  url: {url}
----
-apiVersion: helm.flotilla.dev/v1
-kind: HelmRelease
-metadata:
-  name: hello
-  namespace: {NS}
-spec:
-  clusterRef:
-    name: fleet.edge
-  interval: 10m
-  releaseName: hello
-  targetNamespace: hello
-  storageNamespace: hello
-  install:
-    createNamespace: true
-  chart:
-    spec:
-      chart: hello
-      version: "0.1.x"
-      sourceRef:
-        kind: HelmRepository
-        name: examples
-  values:
-    message: Hello from a Cluster API cluster
-"#,
-        url = fleet.repo.url()
-    ))?;
+    fleet.apply(&hello_release(&fleet, "Hello from a Cluster API cluster"))?;
     fleet.wait_ready(&[(NS, "hello")], TIMEOUT, |_| {}).await?;
-    let message = kubectl_in(
-        edge.kubeconfig(),
-        &[
-            "get",
-            "configmap",
-            "hello",
-            "-n",
-            "hello",
-            "-o",
-            "jsonpath={.data.message}",
-        ],
-        None,
-    )?;
-    assert_eq!(message.trim(), "Hello from a Cluster API cluster");
+    assert_eq!(hello_message(&edge)?, "Hello from a Cluster API cluster");
     let log = std::fs::read_to_string(&pod.log)?;
     assert!(
         !log.contains("forbidden"),
         "the agent met a permission error:\n{log}"
     );
+
+    // A release upgrade after the join: the workload API server sees no request made
+    // with the kubeconfig (which works again), checked in its audit log.
+    fleet.apply(&kubeconfig_secret("edge", &edge_kubeconfig))?;
+    let before = audit_requests_of(&edge, &bootstrap_user())?;
+    assert!(
+        before.iter().any(|r| r.starts_with("patch ")),
+        "the bootstrap's applies are not in the audit log as the kubeconfig's user: {before:?}"
+    );
+    fleet.apply(&hello_release(&fleet, UPGRADED))?;
+    wait::until("the release upgraded over the session", TIMEOUT, || async {
+        Ok((hello_message(&edge)? == UPGRADED).then_some(()))
+    })
+    .await?;
+    // A few resyncs of import, too.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = audit_requests_of(&edge, &bootstrap_user())?;
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "requests made with the kubeconfig after the join: {:#?}",
+        &after[before.len().min(after.len())..]
+    );
+
+    // An agent upgrade by the hub: restarted with another image, the hub re-applies the
+    // agent through the kubeconfig and waits for it to reconnect.
+    fleet.stop_hub();
+    for arg in fleet.hub_args_mut() {
+        if arg.starts_with("--capi-agent-image=") {
+            *arg = format!("--capi-agent-image={NEW_IMAGE}");
+        }
+    }
+    fleet.start_hub().await?;
+    wait::until("the agent Deployment at the new image", TIMEOUT, || async {
+        let d = deployments.get("flotilla-agent").await?;
+        let image = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.image);
+        Ok((image.as_deref() == Some(NEW_IMAGE)).then_some(()))
+    })
+    .await?;
+    wait::until("the upgrade recorded in flight", TIMEOUT, || async {
+        let to = mc_annotation(
+            &mcs,
+            "fleet.edge",
+            "capi.fleet.flotilla.dev/agent-upgrading-to",
+        )
+        .await?;
+        Ok((to.as_deref() == Some(NEW_IMAGE)).then_some(()))
+    })
+    .await?;
+    // The kubelet replaces the pod: the old agent goes, the new one starts from the new
+    // Deployment (a fresh emptyDir: it starts from its identity in the cluster).
+    drop(pod);
+    let pod = capi_kubelet::run_deployment(
+        &edge,
+        AGENT_NS,
+        "flotilla-agent",
+        &binaries.agent,
+        &dir.path().join("agent-pod-2"),
+    )
+    .await?;
+    let upgraded = wait::until(
+        "the upgrade recorded once the agent reconnected",
+        TIMEOUT,
+        || async {
+            let image =
+                mc_annotation(&mcs, "fleet.edge", "capi.fleet.flotilla.dev/agent-image").await?;
+            let upgrading = mc_annotation(
+                &mcs,
+                "fleet.edge",
+                "capi.fleet.flotilla.dev/agent-upgrading-to",
+            )
+            .await?;
+            Ok((image.as_deref() == Some(NEW_IMAGE) && upgrading.is_none()).then_some(()))
+        },
+    )
+    .await;
+    if upgraded.is_err() {
+        eprintln!(
+            "agent log:\n{}",
+            flotilla_tests::process::tail(&pod.log, 40)
+        );
+    }
+    upgraded?;
+    until_step(&mcs, "fleet.edge", "Joined").await?;
 
     // A deleted Cluster's ManagedCluster goes.
     kubectl_in(
@@ -414,6 +467,38 @@ spec:
             .map(String::as_str),
         Some("true")
     );
+    // Its releases are held as if suspended: a new value is not sent while paused.
+    until_event(&hub, "hello", "TargetPaused").await?;
+    fleet.apply(&hello_release(&fleet, "Paused, not sent"))?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        hello_message(&edge)?,
+        UPGRADED,
+        "a plan reached the agent of a paused cluster"
+    );
+    // Unpaused: the held change goes out.
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "patch",
+            "clusters.cluster.x-k8s.io",
+            "edge",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":false}}"#,
+        ],
+        None,
+    )?;
+    until_step(&mcs, "fleet.edge", "Joined").await?;
+    wait::until("the held change applied once unpaused", TIMEOUT, || async {
+        Ok((hello_message(&edge)? == "Paused, not sent").then_some(()))
+    })
+    .await?;
+
+    // The Cluster is deleted: its ManagedCluster goes, and the release's deletion neither
+    // hangs nor uninstalls from the cluster that is going away.
     kubectl_in(
         fleet.kubeconfig(),
         &["delete", "clusters.cluster.x-k8s.io", "edge", "-n", NS],
@@ -423,6 +508,156 @@ spec:
         Ok(mcs.get_opt("fleet.edge").await?.is_none().then_some(()))
     })
     .await?;
+    kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "delete",
+            "helmreleases.helm.flotilla.dev",
+            "hello",
+            "-n",
+            NS,
+            "--wait=false",
+        ],
+        None,
+    )?;
+    let releases: Api<flotilla_api::HelmRelease> = Api::namespaced(hub.clone(), NS);
+    wait::until(
+        "HelmRelease hello gone",
+        Duration::from_secs(30),
+        || async { Ok(releases.get_opt("hello").await?.is_none().then_some(())) },
+    )
+    .await?;
+    until_event(&hub, "hello", "TargetDeleted").await?;
+    assert_eq!(
+        hello_message(&edge)?,
+        "Paused, not sent",
+        "the release was uninstalled from a cluster being deleted"
+    );
     drop(pod);
     Ok(())
+}
+
+fn hello_release(fleet: &Fleet, message: &str) -> String {
+    format!(
+        r#"apiVersion: source.flotilla.dev/v1
+kind: HelmRepository
+metadata:
+  name: examples
+  namespace: {NS}
+spec:
+  interval: 5m
+  url: {url}
+---
+apiVersion: helm.flotilla.dev/v1
+kind: HelmRelease
+metadata:
+  name: hello
+  namespace: {NS}
+spec:
+  clusterRef:
+    name: fleet.edge
+  interval: 10m
+  releaseName: hello
+  targetNamespace: hello
+  storageNamespace: hello
+  install:
+    createNamespace: true
+  chart:
+    spec:
+      chart: hello
+      version: "0.1.x"
+      sourceRef:
+        kind: HelmRepository
+        name: examples
+  values:
+    message: {message}
+"#,
+        url = fleet.repo.url()
+    )
+}
+
+fn hello_message(edge: &Cluster) -> anyhow::Result<String> {
+    let message = kubectl_in(
+        edge.kubeconfig(),
+        &[
+            "get",
+            "configmap",
+            "hello",
+            "-n",
+            "hello",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
+        None,
+    )?;
+    Ok(message.trim().to_owned())
+}
+
+/// Waits for an Event of `reason` about HelmRelease `name` in the test namespace.
+async fn until_event(hub: &kube::Client, name: &str, reason: &str) -> anyhow::Result<()> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), NS);
+    wait::until(&format!("a {reason} Event on {name}"), TIMEOUT, || async {
+        let found = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            });
+        Ok(found.then_some(()))
+    })
+    .await
+}
+
+fn bootstrap_user() -> String {
+    format!("system:serviceaccount:kube-system:{BOOTSTRAP_SA}")
+}
+
+/// A kubeconfig of `cluster` (inline, as Cluster API writes one) authenticating with a
+/// token of ServiceAccount `kube-system/<sa>`, made cluster-admin.
+fn kubeconfig_of_user(cluster: &Cluster, sa: &str) -> anyhow::Result<String> {
+    let kc = cluster.kubeconfig();
+    kubectl_in(
+        kc,
+        &["create", "serviceaccount", sa, "-n", "kube-system"],
+        None,
+    )?;
+    kubectl_in(
+        kc,
+        &[
+            "create",
+            "clusterrolebinding",
+            sa,
+            "--clusterrole=cluster-admin",
+            &format!("--serviceaccount=kube-system:{sa}"),
+        ],
+        None,
+    )?;
+    let token = kubectl_in(
+        kc,
+        &["create", "token", sa, "-n", "kube-system", "--duration=4h"],
+        None,
+    )?;
+    let mut doc: serde_json::Value = serde_json::from_str(&inline_kubeconfig(cluster)?)?;
+    doc["users"][0]["user"] = serde_json::json!({"token": token.trim()});
+    Ok(doc.to_string())
+}
+
+/// The requests of `user` in `cluster`'s audit log: `verb requestURI` each, in order.
+fn audit_requests_of(cluster: &Cluster, user: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(cluster.audit_log())?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user)
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap_or_default(),
+                e["requestURI"].as_str().unwrap_or_default()
+            )
+        })
+        .collect())
 }

@@ -53,6 +53,9 @@ pub struct ClusterOptions {
     pub detached: bool,
     /// How long to wait for the cluster to serve.
     pub timeout: Duration,
+    /// Write kube-apiserver's audit log (every request at level `Metadata`, JSON lines) to
+    /// [`Cluster::audit_log`].
+    pub audit_log: bool,
 }
 
 impl ClusterOptions {
@@ -63,6 +66,7 @@ impl ClusterOptions {
             parent_dir: None,
             detached: false,
             timeout: Duration::from_secs(120),
+            audit_log: false,
         }
     }
 }
@@ -229,10 +233,24 @@ impl Cluster {
         })
         .await?;
 
+        let mut audit = Vec::new();
+        if options.audit_log {
+            let policy = dir.join("audit-policy.yaml");
+            std::fs::write(
+                &policy,
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+            )?;
+            audit = vec![
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", self.audit_log().display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
+            ];
+        }
         self.spawn(
             bin,
             "kube-apiserver",
-            vec![
+            audit.into_iter().chain([
                 format!("--etcd-servers={etcd_url}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
@@ -261,7 +279,7 @@ impl Cluster {
                 // The fake nodes' only address that leads to their kubelet (kwok's server).
                 "--kubelet-preferred-address-types=InternalIP".into(),
                 "--v=0".into(),
-            ],
+            ]).collect(),
             detached,
         )?;
         let client = self.client().await?;
@@ -481,6 +499,11 @@ impl Cluster {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Where kube-apiserver writes its audit log (with [`ClusterOptions::audit_log`]).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs").join("audit.log")
     }
 
     /// The admin kubeconfig; works with kubectl and helm.

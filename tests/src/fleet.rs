@@ -385,6 +385,11 @@ impl Fleet {
         Ok(())
     }
 
+    /// The hub's extra flags, to change between [`Fleet::stop_hub`] and [`Fleet::start_hub`].
+    pub fn hub_args_mut(&mut self) -> &mut Vec<String> {
+        &mut self.options.hub_args
+    }
+
     /// Stops the hub (SIGTERM, then SIGKILL after 10 s).
     pub fn stop_hub(&mut self) {
         if let Some(mut hub) = self.hub.take() {

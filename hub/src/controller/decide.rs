@@ -99,6 +99,9 @@ pub(super) enum Entry {
     Suspended {
         /// Add Flux's finalizer first.
         add_finalizer: bool,
+        /// Not `spec.suspend` but the target: its ManagedCluster is paused (its Cluster API
+        /// Cluster has `spec.paused`), so the object is held as if suspended until it is not.
+        by_target: bool,
     },
     /// Plan and send.
     Reconcile {
@@ -108,13 +111,21 @@ pub(super) enum Entry {
 }
 
 /// How a reconcile of an object `deleting` (a deletion timestamp), `finalized` (it has
-/// Flux's finalizer) and `suspend`ed begins.
-pub(super) fn entry(deleting: bool, finalized: bool, suspend: bool) -> Entry {
+/// Flux's finalizer) and `suspend`ed begins; `target_paused`: its target ManagedCluster is
+/// paused ([`crate::onboarding::LABEL_PAUSED`]), which holds it as `suspend` does.
+pub(super) fn entry(deleting: bool, finalized: bool, suspend: bool, target_paused: bool) -> Entry {
     let add_finalizer = !finalized;
-    match (deleting, suspend) {
-        (true, _) => Entry::Finalize,
-        (false, true) => Entry::Suspended { add_finalizer },
-        (false, false) => Entry::Reconcile { add_finalizer },
+    match (deleting, suspend, target_paused) {
+        (true, _, _) => Entry::Finalize,
+        (false, true, _) => Entry::Suspended {
+            add_finalizer,
+            by_target: false,
+        },
+        (false, false, true) => Entry::Suspended {
+            add_finalizer,
+            by_target: true,
+        },
+        (false, false, false) => Entry::Reconcile { add_finalizer },
     }
 }
 
@@ -243,6 +254,9 @@ pub(super) struct FinalizerObserved {
     pub(super) deleted: bool,
     /// The status names a managed HelmChart.
     pub(super) helm_chart: bool,
+    /// The target is a ManagedCluster that is being deleted or does not exist (its Cluster
+    /// API Cluster is going away): nothing is uninstalled from it.
+    pub(super) target_gone: bool,
 }
 
 /// The finalizer's next step.
@@ -252,6 +266,13 @@ pub(super) enum FinalizerStep {
     NotOurs,
     /// Ask the agent to uninstall, and look again (its `Deleted` report reconciles).
     Uninstall,
+    /// The target ManagedCluster is being deleted or gone: let the object go without an
+    /// uninstall (the workload cluster goes with it), saying so in a Normal Event; the agent,
+    /// if still linked, forgets the plan, and the managed HelmChart is deleted as on release.
+    Drop {
+        forget_plan: bool,
+        delete_helm_chart: bool,
+    },
     /// Let the object go: tell the agent to forget the plan (nothing uninstalled) when
     /// `forget_plan`, delete the managed HelmChart when `delete_helm_chart`, then remove the
     /// finalizer and forget the object.
@@ -265,6 +286,12 @@ pub(super) enum FinalizerStep {
 pub(super) fn finalizer_step(o: FinalizerObserved) -> FinalizerStep {
     if !o.finalized {
         return FinalizerStep::NotOurs;
+    }
+    if o.target_gone {
+        return FinalizerStep::Drop {
+            forget_plan: o.linked,
+            delete_helm_chart: !o.suspend && o.helm_chart,
+        };
     }
     let wait = !o.suspend && (o.held || o.installed) && o.linked;
     if wait && !o.deleted {
@@ -359,39 +386,29 @@ mod tests {
 
     #[test]
     fn the_entry_table_deletion_first_then_the_finalizer_and_suspend() {
+        let reconcile = |add_finalizer| Entry::Reconcile { add_finalizer };
+        let suspended = |add_finalizer, by_target| Entry::Suspended {
+            add_finalizer,
+            by_target,
+        };
         let cases = [
-            ((true, true, false), Entry::Finalize),
-            ((true, false, true), Entry::Finalize),
-            (
-                (false, true, false),
-                Entry::Reconcile {
-                    add_finalizer: false,
-                },
-            ),
-            (
-                (false, false, false),
-                Entry::Reconcile {
-                    add_finalizer: true,
-                },
-            ),
-            (
-                (false, true, true),
-                Entry::Suspended {
-                    add_finalizer: false,
-                },
-            ),
-            (
-                (false, false, true),
-                Entry::Suspended {
-                    add_finalizer: true,
-                },
-            ),
+            ((true, true, false, false), Entry::Finalize),
+            ((true, false, true, false), Entry::Finalize),
+            ((true, true, false, true), Entry::Finalize),
+            ((false, true, false, false), reconcile(false)),
+            ((false, false, false, false), reconcile(true)),
+            ((false, true, true, false), suspended(false, false)),
+            ((false, false, true, false), suspended(true, false)),
+            // A paused target holds the object as suspend does; its own suspend comes first.
+            ((false, true, false, true), suspended(false, true)),
+            ((false, false, false, true), suspended(true, true)),
+            ((false, true, true, true), suspended(false, false)),
         ];
-        for ((deleting, finalized, suspend), want) in cases {
+        for ((deleting, finalized, suspend, paused), want) in cases {
             assert_eq!(
-                entry(deleting, finalized, suspend),
+                entry(deleting, finalized, suspend, paused),
                 want,
-                "deleting {deleting}, finalized {finalized}, suspend {suspend}"
+                "deleting {deleting}, finalized {finalized}, suspend {suspend}, target paused {paused}"
             );
         }
     }
@@ -552,6 +569,51 @@ mod tests {
                     ..base
                 },
                 release(false, false),
+            ),
+            (
+                "target ManagedCluster deleting or gone: dropped, no uninstall",
+                FinalizerObserved {
+                    target_gone: true,
+                    ..base
+                },
+                FinalizerStep::Drop {
+                    forget_plan: true,
+                    delete_helm_chart: true,
+                },
+            ),
+            (
+                "target gone, held, not linked any more: dropped",
+                FinalizerObserved {
+                    target_gone: true,
+                    linked: false,
+                    held: true,
+                    ..base
+                },
+                FinalizerStep::Drop {
+                    forget_plan: false,
+                    delete_helm_chart: true,
+                },
+            ),
+            (
+                "target gone, suspended: dropped, the HelmChart stays",
+                FinalizerObserved {
+                    target_gone: true,
+                    suspend: true,
+                    ..base
+                },
+                FinalizerStep::Drop {
+                    forget_plan: true,
+                    delete_helm_chart: false,
+                },
+            ),
+            (
+                "target gone, not ours: still not ours",
+                FinalizerObserved {
+                    target_gone: true,
+                    finalized: false,
+                    ..base
+                },
+                FinalizerStep::NotOurs,
             ),
         ];
         for (name, observed, want) in cases {

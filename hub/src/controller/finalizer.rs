@@ -16,6 +16,10 @@
 //!   the finalizer patch tolerate 404.
 //! - **Suspended objects are not uninstalled**: as Flux, the agent forgets the plan
 //!   (`Delete` without uninstall options) and the managed HelmChart stays.
+//! - **A target going away is not uninstalled from**: a HelmRelease whose target
+//!   ManagedCluster is being deleted or gone (its Cluster API Cluster is deleted: the
+//!   workload cluster goes with it) is let go at once, with a Normal `TargetDeleted` Event;
+//!   its deletion never waits for an agent that will not answer.
 //! - **No agent, no wait**: a target without a link (a cluster never connected, an
 //!   unreadable kubeconfig) is not waited for: the finalizer is removed and the release,
 //!   if any, stays where it is (logged).
@@ -25,6 +29,24 @@
 //!   push agent if no other object uses it).
 
 use super::*;
+
+/// The Event reason of a HelmRelease dropped because its target ManagedCluster went.
+pub(super) const TARGET_GONE: &str = "TargetDeleted";
+
+/// Whether ManagedCluster `name` is being deleted or does not exist (read now: the
+/// finalizer must not mistake a cache not yet filled for a deletion). An error reading it
+/// is "no": the normal steps follow, and the next reconcile reads it again.
+async fn managed_cluster_gone(ctx: &Context, name: &str) -> bool {
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    match api.get_opt(name).await {
+        Ok(None) => true,
+        Ok(Some(mc)) => mc.metadata.deletion_timestamp.is_some(),
+        Err(e) => {
+            tracing::warn!(cluster = name, error = %error_chain(&e), "reading the target ManagedCluster");
+            false
+        }
+    }
+}
 
 /// The finalizer: uninstall through the target's agent, then let the object go.
 pub(super) async fn finalize(
@@ -58,6 +80,10 @@ pub(super) async fn finalize(
         .as_ref()
         .map(|s| s.helm_chart.clone())
         .unwrap_or_default();
+    let target_gone = match &target {
+        Some(TargetId::Cluster(id)) => managed_cluster_gone(ctx, id.as_str()).await,
+        _ => false,
+    };
     let step = decide::finalizer_step(decide::FinalizerObserved {
         finalized,
         suspend: hr.spec.suspend,
@@ -71,6 +97,7 @@ pub(super) async fn finalize(
             .is_some_and(|s| !s.storage_namespace.is_empty()),
         deleted: ctx.book.deleted(key).is_some_and(|r| r >= revision),
         helm_chart: !helm_chart.is_empty(),
+        target_gone,
     });
     let (forget_plan, delete_chart) = match step {
         decide::FinalizerStep::NotOurs => return Ok(Action::await_change()),
@@ -98,6 +125,21 @@ pub(super) async fn finalize(
             forget_plan,
             delete_helm_chart,
         } => (forget_plan, delete_helm_chart),
+        decide::FinalizerStep::Drop {
+            forget_plan,
+            delete_helm_chart,
+        } => {
+            let cluster = match &target {
+                Some(TargetId::Cluster(id)) => id.as_str().to_owned(),
+                _ => String::new(),
+            };
+            let message = format!(
+                "ManagedCluster '{cluster}' (spec.clusterRef) is being deleted or gone: the release is dropped without an uninstall"
+            );
+            tracing::info!(object = %key, %cluster, "target ManagedCluster deleting or gone; dropped without an uninstall");
+            ctx.book.event(hr, false, TARGET_GONE, &message).await;
+            (forget_plan, delete_helm_chart)
+        }
     };
     if forget_plan && let Some(link) = &link {
         // Suspended or never installed: the agent forgets the plan, nothing is uninstalled.

@@ -72,6 +72,9 @@ pub(super) fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Co
     ctx.queue.requeue(&ObjectRef::from_obj(&*hr), after)
 }
 
+/// The Event reason of a HelmRelease held because its target ManagedCluster is paused.
+pub(super) const TARGET_PAUSED: &str = "TargetPaused";
+
 pub(super) async fn reconcile(
     hr: Arc<HelmRelease>,
     ctx: Arc<Context>,
@@ -83,16 +86,23 @@ pub(super) async fn reconcile(
     if let Some(fault) = &ctx.options.fault {
         (fault.0)(&hr);
     }
+    let deleting = hr.metadata.deletion_timestamp.is_some();
+    let target_paused = match target_of(&hr) {
+        Ok(TargetId::Cluster(id)) if !deleting && !hr.spec.suspend => {
+            ctx.tenancy.cluster_paused(id.as_str()).await
+        }
+        _ => false,
+    };
     let entry = decide::entry(
-        hr.metadata.deletion_timestamp.is_some(),
+        deleting,
         hr.finalizers().iter().any(|f| f == FINALIZER),
         hr.spec.suspend,
+        target_paused,
     );
     let add_finalizer = match entry {
         decide::Entry::Finalize => return finalize(&hr, &key, &ctx).await,
-        decide::Entry::Suspended { add_finalizer } | decide::Entry::Reconcile { add_finalizer } => {
-            add_finalizer
-        }
+        decide::Entry::Suspended { add_finalizer, .. }
+        | decide::Entry::Reconcile { add_finalizer } => add_finalizer,
     };
     if add_finalizer {
         let api: Api<HelmRelease> = Api::namespaced(ctx.client.clone(), key.namespace.as_str());
@@ -111,7 +121,35 @@ pub(super) async fn reconcile(
         .await
         .map_err(kube_err(&key, "adding the finalizer"))?;
     }
-    if let decide::Entry::Suspended { .. } = entry {
+    if let decide::Entry::Suspended { by_target, .. } = entry {
+        // A paused target: the object is held as if `spec.suspend` were set (the plan goes
+        // out suspended), and an Event says why.
+        let held;
+        let hr = if by_target {
+            let mut h = (*hr).clone();
+            h.spec.suspend = true;
+            held = h;
+            let cluster = hr
+                .spec
+                .cluster_ref
+                .as_ref()
+                .map(|c| c.name.as_str())
+                .unwrap_or_default();
+            tracing::info!(object = %key, %cluster, "target ManagedCluster paused; held as suspended");
+            ctx.book
+                .event(
+                    &hr,
+                    false,
+                    TARGET_PAUSED,
+                    &format!(
+                        "ManagedCluster '{cluster}' (spec.clusterRef) is paused (its Cluster API Cluster has spec.paused): the release is held as if suspended"
+                    ),
+                )
+                .await;
+            &held
+        } else {
+            &*hr
+        };
         // Flux does nothing for a suspended object; here the agent holds the plan and would
         // go on reconciling it (interval, drift), so it is told: the plan goes out with
         // `suspend` set when it can be built, and nothing is reported when it cannot.
@@ -120,7 +158,7 @@ pub(super) async fn reconcile(
             .as_ref()
             .map(|s| s.helm_chart.clone())
             .unwrap_or_default();
-        match plan_and_send(&hr, &key, &ctx, &mut helm_chart).await {
+        match plan_and_send(hr, &key, &ctx, &mut helm_chart).await {
             Ok(_) => {
                 tracing::debug!(object = %key, "suspended; the agent holds the plan suspended")
             }
@@ -132,7 +170,7 @@ pub(super) async fn reconcile(
             }
         }
         // As Flux: a suspended object's generation counts as observed.
-        ctx.book.suspended(&hr, &key).await?;
+        ctx.book.suspended(hr, &key).await?;
         return Ok(Action::await_change());
     }
     let generation = hr.metadata.generation.unwrap_or_default();

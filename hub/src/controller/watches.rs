@@ -67,11 +67,15 @@ pub(super) fn trigger_hash(hr: &HelmRelease) -> Option<u64> {
     Some(h.finish())
 }
 
-/// What of a ManagedCluster makes its HelmReleases reconcile: acceptance, deletion and the
-/// agent's connection state (not heartbeats, versions or plans held).
+/// What of a ManagedCluster makes its HelmReleases reconcile: acceptance, deletion, pause
+/// ([`crate::onboarding::LABEL_PAUSED`]) and the agent's connection state (not heartbeats,
+/// versions or plans held).
 pub(super) fn managed_cluster_trigger_hash(mc: &ManagedCluster) -> Option<u64> {
     let mut h = DefaultHasher::new();
     mc.spec.accepted.hash(&mut h);
+    mc.labels()
+        .get(crate::onboarding::LABEL_PAUSED)
+        .hash(&mut h);
     mc.metadata.deletion_timestamp.is_some().hash(&mut h);
     mc.metadata.uid.hash(&mut h);
     let connected = mc

@@ -158,6 +158,7 @@ pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken
                 for key in imported_keys(&ctx.client).await {
                     pending.insert(key, now);
                 }
+                upgrade_round(&ctx).await;
             }
             () = due => {
                 let now = Instant::now();
@@ -591,6 +592,9 @@ async fn bootstrap_agent(
         ANNOTATION_ATTEMPTS: attempt.to_string(),
         ANNOTATION_BOOTSTRAPPED_AT: rfc3339(now),
         ANNOTATION_TOKEN_ID: token.id(),
+        ANNOTATION_AGENT_IMAGE: ctx.options.agent_image,
+        ANNOTATION_UPGRADING: null,
+        ANNOTATION_UPGRADED_AT: null,
     }}});
     let mcs: Api<ManagedCluster> = Api::all(ctx.client.clone());
     mcs.patch(mc_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -604,6 +608,144 @@ async fn bootstrap_agent(
         "agent installed through the Cluster's kubeconfig"
     );
     Ok(now.saturating_add(i64::try_from(ctx.options.join_timeout.as_secs()).unwrap_or(i64::MAX)))
+}
+
+/// One round of agent upgrades ([`super::upgrade::plan`]) over the imported
+/// ManagedClusters; failures are logged and retried at the next round.
+async fn upgrade_round(ctx: &Ctx) {
+    use super::upgrade::{self, AgentView, UpgradeAction};
+    let mcs: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let list = match mcs
+        .list(&ListParams::default().labels(&format!("{LABEL_IMPORTED}=true")))
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "listing imported ManagedClusters for agent upgrades");
+            return;
+        }
+    };
+    let views: Vec<AgentView> = list.iter().map(agent_view).collect();
+    let image = &ctx.options.agent_image;
+    for action in upgrade::plan(&views, image, ctx.options.upgrade_parallelism) {
+        let result = match &action {
+            UpgradeAction::Done(name) => {
+                let patch = json!({"metadata": {"annotations": {
+                    ANNOTATION_AGENT_IMAGE: image,
+                    ANNOTATION_UPGRADING: null,
+                    ANNOTATION_UPGRADED_AT: null,
+                }}});
+                mcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| tracing::info!(managed_cluster = %name, %image, "agent upgraded: it reconnected"))
+                    .map_err(|e| api_error("annotating", "ManagedCluster", name, &e))
+            }
+            UpgradeAction::Start(name) => match list.iter().find(|m| m.name_any() == *name) {
+                Some(mc) => start_upgrade(ctx, mc).await,
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = result {
+            tracing::warn!(action = ?action, error = %e, "agent upgrade");
+        }
+    }
+}
+
+fn agent_view(mc: &ManagedCluster) -> super::upgrade::AgentView {
+    let a = mc.annotations();
+    let status = mc.status.as_ref();
+    let connected_since = status
+        .and_then(|s| s.connection.as_ref())
+        .filter(|c| c.state == flotilla_api::fleet::ConnectionState::Connected)
+        .map(|c| {
+            c.last_transition_time
+                .as_ref()
+                .map_or(0, |t| t.unix_seconds())
+        });
+    super::upgrade::AgentView {
+        name: mc.name_any(),
+        bootstrapped: a.contains_key(ANNOTATION_ATTEMPTS),
+        joined: status.is_some_and(|s| s.conditions.is_true(condition::JOINED)),
+        deleting: mc.metadata.deletion_timestamp.is_some(),
+        paused: mc.labels().get(LABEL_PAUSED).is_some_and(|v| v == "true"),
+        installed: a.get(ANNOTATION_AGENT_IMAGE).cloned(),
+        upgrading: a.get(ANNOTATION_UPGRADING).map(|i| {
+            (
+                i.clone(),
+                a.get(ANNOTATION_UPGRADED_AT)
+                    .and_then(|t| parse_rfc3339(t))
+                    .unwrap_or(0),
+            )
+        }),
+        connected_since,
+        agent_version: status.and_then(|s| s.agent_version.clone()),
+    }
+}
+
+/// Re-applies the agent chart with the configured image through the Cluster's kubeconfig
+/// (all but the token Secret), then records the upgrade in flight.
+async fn start_upgrade(ctx: &Ctx, mc: &ManagedCluster) -> Result<(), String> {
+    let mc_name = mc.name_any();
+    let key = mc
+        .annotations()
+        .get(ANNOTATION_CLUSTER_REF)
+        .cloned()
+        .ok_or("no Cluster link")?;
+    let (namespace, name) = key
+        .split_once('/')
+        .ok_or("a Cluster link not namespace/name")?;
+    let secret = crate::capi::kubeconfig_secret_name(name);
+    let mut config = kubeconfig_secret_config(
+        &ctx.client,
+        &ctx.options.kubeconfig_policy,
+        namespace,
+        &secret,
+        None,
+    )
+    .await
+    .map_err(|e| format!("upgrading the agent of Cluster {key}: {e}"))?;
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(30));
+    let workload = Client::try_from(config)
+        .map_err(|e| format!("building the client: {}", error_chain(&e)))?;
+    let attempt = mc
+        .annotations()
+        .get(ANNOTATION_ATTEMPTS)
+        .and_then(|c| c.parse::<u32>().ok())
+        .unwrap_or(1);
+    let install = AgentInstall {
+        hub_url: ctx.options.hub_url.clone(),
+        ca_pin: ctx.options.ca_pin.clone(),
+        cluster_name: mc_name.clone(),
+        // Rendered, never applied: the token Secret is left out below.
+        token: "unused".into(),
+        image: ctx.options.agent_image.clone(),
+        namespace: ctx.options.agent_namespace.clone(),
+        operator_values: ctx.operator_values.clone(),
+        attempt,
+    };
+    let objects: Vec<Value> = bootstrap::render(&install)?
+        .into_iter()
+        .filter(|o| o["kind"] != "Secret")
+        .collect();
+    bootstrap::apply(&workload, &objects, &install.namespace)
+        .await
+        .map_err(|e| format!("upgrading the agent of Cluster {key}: {e}"))?;
+    let patch = json!({"metadata": {"annotations": {
+        ANNOTATION_UPGRADING: ctx.options.agent_image,
+        ANNOTATION_UPGRADED_AT: rfc3339(unix_now()),
+    }}});
+    let mcs: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    mcs.patch(&mc_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| api_error("annotating", "ManagedCluster", &mc_name, &e))?;
+    tracing::info!(
+        cluster = %key,
+        managed_cluster = %mc_name,
+        image = %ctx.options.agent_image,
+        "agent upgrade applied through the Cluster's kubeconfig; waiting for it to reconnect"
+    );
+    Ok(())
 }
 
 /// Deletes the bootstrap token `id` once the agent joined (it is never needed again: a

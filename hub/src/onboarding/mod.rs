@@ -18,6 +18,7 @@
 //! | `--capi-agent-namespace NS` | where the agent goes in each workload cluster (default `flotilla-system`) |
 //! | `--capi-agent-values FILE` | values of the agent chart merged under the hub's (e.g. `rbac.workload`) |
 //! | `--capi-agent-join-timeout D` | how long an installed agent has to join (default `10m`) |
+//! | `--capi-agent-upgrade-parallelism N` | agent upgrades in flight at once (default `1`) |
 //!
 //! The selectors are sent to the API server (the Clusters are watched with the label
 //! selector; the Namespaces are read with theirs), so a hub never holds the Clusters it does
@@ -67,14 +68,35 @@
 //!
 //! Once the ManagedCluster's `Joined` condition is true (the agent registered and holds a
 //! certificate: a join, not the session of the moment, so an agent that is disconnected
-//! for a while is never reinstalled behind the administrator's back) the controller never
-//! reads the kubeconfig again, and deletes the bootstrap token: HelmReleases and set children whose `clusterRef` names the
+//! for a while is never reinstalled behind the administrator's back) the controller reads
+//! the kubeconfig again only for an agent upgrade (below), and deletes the bootstrap token: HelmReleases and set children whose `clusterRef` names the
 //! ManagedCluster go over the agent's session, as for any agent cluster.
+//!
+//! # Agent upgrades
+//!
+//! The kubeconfig is used after the join for one thing: upgrading the agents the hub
+//! installed when `--capi-agent-image` changes ([`upgrade`]). The image installed is
+//! recorded on the ManagedCluster (`capi.fleet.flotilla.dev/agent-image`); at every resync
+//! the joined, unpaused ManagedClusters whose record differs are upgraded in name order, at
+//! most `--capi-agent-upgrade-parallelism` in flight: the agent chart is rendered again
+//! with the new image and applied (without the token Secret: a joined agent starts from
+//! its identity), `agent-upgrading-to` and `agent-upgraded-at` are recorded, and the
+//! upgrade stays in flight until the agent's session comes up again after it (and, when
+//! the tag names a version, `status.agentVersion` is that version). An agent that never
+//! comes back holds the rollout (its annotations say which); nothing else is upgraded
+//! until it does or the image changes again.
 //!
 //! # Lifecycle
 //!
 //! A Cluster with `spec.paused` is what Cluster API means by it: no controller acts on it.
-//! The ManagedCluster is labelled paused and its condition says so; nothing is installed.
+//! The ManagedCluster is labelled paused and its condition says so; nothing is installed,
+//! and the HelmReleases that target it are held as if suspended (the plan goes to the
+//! agent with `suspend` set, a Normal `TargetPaused` Event says why) until it is unpaused.
+//!
+//! A Cluster being deleted has its ManagedCluster deleted; a HelmRelease that targets a
+//! ManagedCluster being deleted or gone is let go by its finalizer without an uninstall
+//! (the workload cluster goes too), with a Normal `TargetDeleted` Event, so its deletion
+//! never waits for an agent that will not answer.
 //!
 //! The parts: [`decide`] (pure, table-tested), [`bootstrap`] (render and apply the agent),
 //! [`controller`] (watch, observe, act; [`controller::run`] is the supervised task).
@@ -82,6 +104,7 @@
 pub mod bootstrap;
 pub mod controller;
 pub mod decide;
+pub mod upgrade;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -113,6 +136,13 @@ pub const ANNOTATION_ATTEMPTS: &str = "capi.fleet.flotilla.dev/bootstrap-attempt
 pub const ANNOTATION_BOOTSTRAPPED_AT: &str = "capi.fleet.flotilla.dev/bootstrapped-at";
 /// Annotation: the id of the last bootstrap token (the id only).
 pub const ANNOTATION_TOKEN_ID: &str = "capi.fleet.flotilla.dev/bootstrap-token-id";
+/// Annotation: the agent image the hub last installed (and, after an upgrade, saw
+/// reconnecting).
+pub const ANNOTATION_AGENT_IMAGE: &str = "capi.fleet.flotilla.dev/agent-image";
+/// Annotation: the agent image an upgrade in flight re-applied.
+pub const ANNOTATION_UPGRADING: &str = "capi.fleet.flotilla.dev/agent-upgrading-to";
+/// Annotation: when that upgrade was applied (RFC 3339).
+pub const ANNOTATION_UPGRADED_AT: &str = "capi.fleet.flotilla.dev/agent-upgraded-at";
 /// The ManagedCluster condition saying the onboarding step.
 pub const CONDITION: &str = "AgentBootstrap";
 
@@ -142,6 +172,8 @@ pub struct ImportOptions {
     pub agent_values: Option<PathBuf>,
     /// `--capi-agent-join-timeout`.
     pub join_timeout: Duration,
+    /// `--capi-agent-upgrade-parallelism`: agent upgrades in flight at once (at least 1).
+    pub upgrade_parallelism: usize,
     /// How many times an agent is installed before the hub gives up (2: once more).
     pub max_attempts: u32,
     /// How often every imported Cluster is looked at again (deadlines, deletions missed).
@@ -164,6 +196,7 @@ impl Default for ImportOptions {
             agent_namespace: "flotilla-system".into(),
             agent_values: None,
             join_timeout: Duration::from_secs(600),
+            upgrade_parallelism: 1,
             max_attempts: 2,
             resync: Duration::from_secs(30),
             crd_poll: Duration::from_secs(60),

@@ -260,7 +260,11 @@ async fn try_write(
             ),
         };
         conditions.set_condition(condition::AVAILABLE, s, reason, message, generation, &now);
-        let changed = status.connection.as_ref().map(|c| c.state) != Some(state);
+        // A `Connected` write is a session's first (it comes up once): a session replacing
+        // another is a reconnect too, so while connected the time is when the current
+        // session came up (agent upgrades by the hub wait for it: `crate::onboarding`).
+        let changed = state == ConnectionState::Connected
+            || status.connection.as_ref().map(|c| c.state) != Some(state);
         let connection = AgentConnection {
             state,
             last_transition_time: if changed {
