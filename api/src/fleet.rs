@@ -154,7 +154,8 @@ pub struct PendingRegistration {
 pub struct AgentConnection {
     /// `Connected` or `Disconnected`.
     pub state: ConnectionState,
-    /// When the state last changed.
+    /// When the state last changed; while `Connected`, when the current session came up (a
+    /// session that replaces another moves it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Timestamp>,
 }
