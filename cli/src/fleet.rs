@@ -999,7 +999,7 @@ async fn token_create(
     let scope = match (&args.cluster_name, args.any_cluster) {
         (Some(name), false) => {
             flotilla_core::ids::ClusterId::new(name.clone())
-                .map_err(|e| Failed(format!("--cluster-name {name:?}: {e}")))?;
+                .map_err(|e| Failed(format!("--cluster-name '{name}': {e}")))?;
             tokens::TokenScope::Cluster(name.clone())
         }
         (None, true) => tokens::TokenScope::AnyCluster,

@@ -67,9 +67,17 @@ fn status_of(set: &HelmReleaseSet) -> HelmReleaseSetStatus {
     set.status.clone().unwrap_or_default()
 }
 
+/// An enum's value as the API shows it (`kubectl get -o yaml`): its serialized name.
+fn api_name(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 fn ready_of(status: &HelmReleaseSetStatus) -> (String, String) {
     match status.conditions.get_condition(condition::READY) {
-        Some(c) => (format!("{:?}", c.status), c.message.clone()),
+        Some(c) => (api_name(&c.status), c.message.clone()),
         None => ("Unknown".to_owned(), "waiting to be reconciled".to_owned()),
     }
 }
@@ -156,7 +164,7 @@ pub fn status_text(set: &HelmReleaseSet) -> String {
             .map(|w| {
                 vec![
                     w.name.clone(),
-                    format!("{:?}", w.state),
+                    api_name(&w.state),
                     w.clusters.to_string(),
                     w.updated.to_string(),
                     w.ready.to_string(),
@@ -190,7 +198,7 @@ pub fn status_text(set: &HelmReleaseSet) -> String {
                 vec![
                     f.cluster.clone(),
                     f.wave.clone(),
-                    format!("{:?}", f.reason),
+                    api_name(&f.reason),
                     f.message.clone(),
                 ]
             })

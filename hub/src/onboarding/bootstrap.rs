@@ -200,7 +200,7 @@ pub async fn apply(client: &Client, objects: &[Value], namespace: &str) -> Resul
         let kind = object["kind"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let (resource, namespaced) = resource_of(kind).ok_or_else(|| {
-            format!("the agent chart renders a {kind:?}, which the hub does not install")
+            format!("the agent chart renders a '{kind}' object, which the hub does not install")
         })?;
         let api: Api<DynamicObject> = if namespaced {
             let ns = object["metadata"]["namespace"]
