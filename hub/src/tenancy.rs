@@ -136,12 +136,12 @@ fn namespace_bindings_text(names: &[String]) -> String {
 /// ManagedCluster `cluster` (with `cluster_labels`; none when it does not exist), given every
 /// ManagedClusterBinding. Pure; the HelmRelease controller and the HelmReleaseSet
 /// controller call it for each cluster a HelmRelease or set would reach.
-pub fn permits(
+pub fn permits<'a>(
     namespace: &str,
     namespace_labels: &BTreeMap<String, String>,
     cluster: &str,
     cluster_labels: &BTreeMap<String, String>,
-    bindings: &[ManagedClusterBinding],
+    bindings: impl IntoIterator<Item = &'a ManagedClusterBinding>,
 ) -> Result<(), Denied> {
     let mut namespace_bindings = Vec::new();
     for b in bindings {
@@ -320,18 +320,14 @@ impl Tenancy {
             .get(&ObjectRef::new(cluster))
             .map(|c| c.labels().clone())
             .unwrap_or_default();
-        let bindings: Vec<_> = self
-            .bindings
-            .state()
-            .iter()
-            .map(|b| (**b).clone())
-            .collect();
+        // The store's objects, not copies: a set checks every selected cluster.
+        let bindings = self.bindings.state();
         permits(
             namespace,
             &namespace_labels,
             cluster,
             &cluster_labels,
-            &bindings,
+            bindings.iter().map(|b| b.as_ref()),
         )
     }
 
