@@ -584,7 +584,10 @@ async fn a_kubeconfig_secret_makes_the_hub_neither_send_a_file_of_its_host_nor_r
     }
     let refused = |field: &'static str| {
         move |c: &flotilla_core::meta::Condition| {
-            c.status == ConditionStatus::False && c.message.contains(field)
+            // The field's sentence, not any message naming it: a HelmChart named
+            // `…-podinfo-exec` not ready yet would match "exec" alone.
+            c.status == ConditionStatus::False
+                && c.message.contains(&format!("user.{field} is not allowed"))
         }
     };
     let c = ready_condition(
