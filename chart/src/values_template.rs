@@ -181,19 +181,54 @@ fn strip(mut obj: serde_json::Value) -> serde_json::Value {
     obj
 }
 
+/// A template of the cluster context, parsed once, named in its messages.
+#[derive(Debug, Clone)]
+struct Compiled {
+    name: String,
+    set: TemplateSet,
+}
+
+impl Compiled {
+    fn parse(name: &str, text: &str) -> Result<Compiled, ValuesTemplateError> {
+        let mut set = TemplateSet::new(name);
+        stacker::grow(EXEC_STACK_BYTES, || set.parse(name, text, &FUNCS))
+            .map_err(|e| ValuesTemplateError::Parse(e.to_string()))?;
+        Ok(Compiled {
+            name: name.to_owned(),
+            set,
+        })
+    }
+
+    fn execute(
+        &self,
+        cluster: &ClusterContext,
+        budget: Budget,
+    ) -> Result<String, ValuesTemplateError> {
+        let opts = ExecOptions {
+            missing_key: MissingKey::Error,
+            max_depth: MAX_DEPTH,
+            max_stack_bytes: EXEC_STACK_BUDGET,
+            max_output_bytes: budget.max_output_bytes,
+            max_steps: Some(budget.max_steps),
+        };
+        let data = Value::from_json(&cluster.to_json());
+        stacker::grow(EXEC_STACK_BYTES, || {
+            self.set.execute(&self.name, &data, &FUNCS, &opts)
+        })
+        .map_err(|e| ValuesTemplateError::Execute(e.to_string()))
+    }
+}
+
 /// A parsed `valuesTemplate`.
 #[derive(Debug, Clone)]
 pub struct ValuesTemplate {
-    set: TemplateSet,
+    compiled: Compiled,
 }
 
 impl ValuesTemplate {
     /// Parses the template text.
     pub fn parse(text: &str) -> Result<ValuesTemplate, ValuesTemplateError> {
-        let mut set = TemplateSet::new(TEMPLATE_NAME);
-        stacker::grow(EXEC_STACK_BYTES, || set.parse(TEMPLATE_NAME, text, &FUNCS))
-            .map_err(|e| ValuesTemplateError::Parse(e.to_string()))?;
-        Ok(ValuesTemplate { set })
+        Compiled::parse(TEMPLATE_NAME, text).map(|compiled| ValuesTemplate { compiled })
     }
 
     /// Renders the values of one cluster: the template's output read as a YAML map (Helm's
@@ -203,19 +238,39 @@ impl ValuesTemplate {
         cluster: &ClusterContext,
         budget: Budget,
     ) -> Result<Values, ValuesTemplateError> {
-        let opts = ExecOptions {
-            missing_key: MissingKey::Error,
-            max_depth: MAX_DEPTH,
-            max_stack_bytes: EXEC_STACK_BUDGET,
-            max_output_bytes: budget.max_output_bytes,
-            max_steps: Some(budget.max_steps),
-        };
-        let data = Value::from_json(&cluster.to_json());
-        let out = stacker::grow(EXEC_STACK_BYTES, || {
-            self.set.execute(TEMPLATE_NAME, &data, &FUNCS, &opts)
-        })
-        .map_err(|e| ValuesTemplateError::Execute(e.to_string()))?;
+        let out = self.compiled.execute(cluster, budget)?;
         load_values(&out).map_err(|e| ValuesTemplateError::NotValues(e.to_string()))
+    }
+}
+
+/// A one-line template of the same context and rules, whose output is a string: the
+/// name of a `valuesFrom` entry of a set's template (`values-{{ .ClusterName }}`), so
+/// each cluster can read its own ConfigMap or Secret.
+#[derive(Debug, Clone)]
+pub struct TextTemplate {
+    compiled: Compiled,
+}
+
+impl TextTemplate {
+    /// Parses `text`; `field` names it in messages (`template: FIELD:LINE:COL: ...`).
+    pub fn parse(field: &str, text: &str) -> Result<TextTemplate, ValuesTemplateError> {
+        Compiled::parse(field, text).map(|compiled| TextTemplate { compiled })
+    }
+
+    /// Whether `text` holds template actions at all (a plain name needs no parse).
+    pub fn is_template(text: &str) -> bool {
+        text.contains("{{")
+    }
+
+    /// The output for one cluster, surrounding whitespace trimmed.
+    pub fn render(
+        &self,
+        cluster: &ClusterContext,
+        budget: Budget,
+    ) -> Result<String, ValuesTemplateError> {
+        self.compiled
+            .execute(cluster, budget)
+            .map(|s| s.trim().to_owned())
     }
 }
 
@@ -253,6 +308,35 @@ mod tests {
                    "meta": "edge-1", "labels": {"region": "eu"}, "zone": "none"})
         );
         assert!(render("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_text_template_renders_a_name_per_cluster_and_names_its_field_in_errors() {
+        let t = TextTemplate::parse(
+            "spec.template.valuesFrom[0].name",
+            "values-{{ .ClusterName }} ",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&edge(), Budget::default()).unwrap(),
+            "values-edge-1"
+        );
+        let err = TextTemplate::parse(
+            "spec.template.valuesFrom[0].name",
+            "v-{{ .ClusterLabels.zone }}",
+        )
+        .unwrap()
+        .render(&edge(), Budget::default())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("template: spec.template.valuesFrom[0].name:1:"),
+            "{err}"
+        );
+        assert!(err.contains("zone"), "{err}");
+        assert!(TextTemplate::parse("f", "{{ env \"HOME\" }}").is_err());
+        assert!(TextTemplate::is_template("a-{{ .ClusterName }}"));
+        assert!(!TextTemplate::is_template("plain"));
     }
 
     #[test]

@@ -293,9 +293,11 @@ impl Hub {
                 }
             }
         }
+        let imported = crate::onboarding::ImportedClusters::default();
         let sets = crate::sets::Context::new(
             ctx.client.clone(),
             ctx.tenancy.clone(),
+            imported.clone(),
             crate::sets::SetOptions {
                 concurrency: config.concurrency.div_ceil(2).max(1),
                 ..Default::default()
@@ -308,7 +310,7 @@ impl Hub {
         if let Some(import) = config.capi_import.clone() {
             controllers.spawn(supervisor.critical(
                 "capi-import",
-                crate::onboarding::run(ctx.client.clone(), import, stop.clone()),
+                crate::onboarding::run(ctx.client.clone(), import, imported, stop.clone()),
             ));
         }
         controllers.spawn(supervisor.critical(

@@ -7,7 +7,8 @@
 //!    `Stalled=True` `InvalidSpec` naming `spec.valuesTemplate`, and no child;
 //! 2. a set with a canary wave (manual gate) and a second wave installs on the canary first,
 //!    with values templated from the cluster's `region` label (read back with `helm get
-//!    values` on the cluster), waits for approval, then installs on the rest;
+//!    values` on the cluster) and its own ConfigMap named by a templated `valuesFrom`,
+//!    waits for approval, then installs on the rest;
 //! 3. paused, a new revision promotes nothing; resumed, it goes to the canary and waits at the
 //!    gate again; approved, it reaches the rest;
 //! 4. a change whose Helm test fails stops at the canary (`onFailure: Pause`; wave main's
@@ -15,7 +16,9 @@
 //!    current revision;
 //! 5. a cluster whose label stops matching has its child deleted and its release
 //!    uninstalled (`stopMatchingPolicy: Uninstall`, the default);
-//! 6. a cluster added to the selector gets its wave's revision;
+//! 6. a cluster added to the selector mid-rollout (a new revision held at the canary's
+//!    gate) gets its wave's revision, the current one; the held revision withdrawn, the
+//!    canary goes back;
 //! 7. with `Orphan`, a cluster that stops matching keeps its release and its HelmRelease;
 //! 8. a ManagedCluster deleted has its child dropped without an uninstall, not counted as a
 //!    failure;
@@ -63,6 +66,23 @@ metadata:
 spec:
   interval: 5m
   url: {repo_url}
+---
+# Each cluster's own values, named by the set's templated valuesFrom.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-values-workload-a
+  namespace: {NS}
+data:
+  values.yaml: "zone: eu-1\n"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-values-workload-b
+  namespace: {NS}
+data:
+  values.yaml: "zone: us-1\n"
 "#
     )
 }
@@ -95,6 +115,9 @@ spec:
         createNamespace: true
       test:
         enable: true
+      valuesFrom:
+        - kind: ConfigMap
+          name: "web-values-{{{{ .ClusterName }}}}"
 {extra}      chart:
         spec:
           chart: hello
@@ -322,6 +345,16 @@ spec:
         "{status:?}"
     );
     assert_eq!(deployed_message(&a)?, "Hello from eu");
+    // The templated valuesFrom name: each cluster's own ConfigMap.
+    let values: serde_json::Value = serde_json::from_str(&helm_in(
+        &a,
+        &["get", "values", "web", "-n", "web", "-o", "json"],
+    )?)?;
+    assert_eq!(values["zone"], "eu-1", "{values}");
+    assert_eq!(
+        child_a.spec.values_from.first().map(|v| v.name.as_str()),
+        Some("web-values-workload-a")
+    );
     assert_eq!(
         children(&fleet, "web").await?.len(),
         1,
@@ -603,13 +636,59 @@ spec:
         "RolloutComplete"
     ));
 
-    // 6. A cluster added to the selector gets its wave's revision.
+    // 6. A cluster added to the selector mid-rollout gets its wave's revision: with a new
+    // revision waiting at the canary's gate, a cluster joining wave main (not open for it)
+    // gets the current revision; withdrawn before approval, the canary goes back.
+    fleet.apply(&web_set("Hey from"))?;
+    let held = until_set(&fleet, "web", "a new revision at the canary's gate", |s| {
+        condition_is(
+            s,
+            "RolloutPaused",
+            ConditionStatus::True,
+            "AwaitingApproval",
+        ) && s
+            .status
+            .as_ref()
+            .and_then(|st| st.update_revision.as_ref())
+            .is_some_and(|r| r.as_str() != rev2)
+    })
+    .await?;
+    let rev_held = held
+        .status
+        .and_then(|s| s.update_revision)
+        .expect("an update revision")
+        .to_string();
+    until_child_at(&fleet, "web-workload-a", &rev_held).await?;
     label(&fleet, "workload-b", "ring=main")?;
     let back = fleet
         .wait_ready(&[(NS, "web-workload-b")], TIMEOUT, |_| {})
         .await?;
-    assert_eq!(revision_of(&back[0]), rev2);
+    assert_eq!(
+        revision_of(&back[0]),
+        rev2,
+        "wave main is at the current revision"
+    );
     assert_eq!(deployed_message(&b)?, "Hi from us");
+    fleet
+        .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
+        .await?;
+    assert_eq!(deployed_message(&a)?, "Hey from eu");
+    fleet.apply(&web_set("Hi from"))?;
+    until_child_at(&fleet, "web-workload-a", &rev2).await?;
+    until_set(&fleet, "web", "Ready at the current revision again", |s| {
+        condition_is(
+            s,
+            condition::READY,
+            ConditionStatus::True,
+            "RolloutComplete",
+        ) && s.status.as_ref().is_some_and(|st| st.summary.desired == 2)
+    })
+    .await?;
+    fleet
+        .wait_ready(&[(NS, "web-workload-a")], TIMEOUT, |_| {})
+        .await?;
+    assert_eq!(deployed_message(&a)?, "Hi from eu");
+    assert_eq!(revision_of(&releases.get("web-workload-b").await?), rev2);
 
     // 7. Orphan: a cluster that stops matching keeps its release and its HelmRelease, which
     // is no longer the set's.
@@ -718,11 +797,12 @@ spec:
     assert_eq!(deployed_message(&a)?, "Hi from eu");
 
     // The revision history: the current and update revisions, and one more
-    // (`revisionHistoryLimit: 1`); the oldest trimmed.
+    // (`revisionHistoryLimit: 1`: the newest of the others, the withdrawn one of step 6);
+    // the older ones trimmed.
     let revisions = controller_revisions(&fleet)?;
     let mut names: Vec<&str> = revisions.lines().collect();
     names.sort();
-    let mut want: Vec<String> = [&rev2, &rev3, &rev4]
+    let mut want: Vec<String> = [&rev2, &rev_held, &rev4]
         .iter()
         .map(|r| format!("controllerrevision.apps/web-{r}"))
         .collect();

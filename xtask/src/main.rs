@@ -388,6 +388,12 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
             |waiting| say(&format!("waiting for {}", waiting.join("; "))),
         ))
     });
+    let ready = ready.and_then(|_| {
+        say(&format!(
+            "labelling the workload clusters as two rings and applying {EXAMPLE_SET} (a HelmReleaseSet: the canary ring, then the main ring)"
+        ));
+        example_set(root, &fleet)
+    });
     if let Err(e) = ready {
         let hub_kubeconfig = fleet.kubeconfig().to_owned();
         let dir = fleet.detach()?;
@@ -447,6 +453,12 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
             .args(["get", "helmreleases", "-A"])
             .env("KUBECONFIG", &hub_kubeconfig),
     )?;
+    show(
+        "flotilla rollout status hello-fleet -n fleet-demo",
+        Command::new(&cli)
+            .args(["rollout", "status", "hello-fleet", "-n", "fleet-demo"])
+            .env("KUBECONFIG", &hub_kubeconfig),
+    )?;
     for (name, kubeconfig) in &workloads {
         show(
             &format!("helm list -A   # on {name}"),
@@ -491,6 +503,13 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     println!(
         "  flotilla suspend hr hello-a -n fleet-demo; flotilla resume hr hello-a -n fleet-demo"
     );
+    println!(
+        "  # the fleet rollout ({EXAMPLE_SET}): change its valuesTemplate, watch the canary go first"
+    );
+    println!("  flotilla get hrs -n fleet-demo; flotilla rollout status hello-fleet -n fleet-demo");
+    println!(
+        "  kubectl -n fleet-demo patch helmreleaseset hello-fleet --type merge -p '{{\"spec\":{{\"valuesTemplate\":\"message: Hi from {{{{ .ClusterName }}}}\"}}}}'"
+    );
     println!("  # the images of the binaries running here, in the local registry:");
     for (chart, repository, digest) in &images {
         println!(
@@ -503,6 +522,39 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
         fleet_dir.display()
     );
     println!("Stop everything with: cargo xtask down");
+    Ok(())
+}
+
+/// The example HelmReleaseSet `up` applies after the example releases.
+const EXAMPLE_SET: &str = "examples/fleet/rollout.yaml";
+
+/// Labels the two workload clusters as the rings of [`EXAMPLE_SET`], applies it, and waits
+/// for its rollout to complete (`kubectl wait --for=condition=ready`).
+fn example_set(root: &Path, fleet: &Fleet) -> anyhow::Result<()> {
+    for (cluster, labels) in [
+        ("workload-a", ["ring=canary", "region=eu"]),
+        ("workload-b", ["ring=main", "region=us"]),
+    ] {
+        let mut args = vec!["label", "--overwrite", "managedcluster", cluster];
+        args.extend(labels);
+        flotilla_tests::tools::kubectl_in(fleet.kubeconfig(), &args, None)?;
+    }
+    let path = root.join(EXAMPLE_SET);
+    let manifest =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    fleet.apply(&manifest)?;
+    flotilla_tests::tools::kubectl_in(
+        fleet.kubeconfig(),
+        &[
+            "wait",
+            "--for=condition=ready",
+            "helmreleaseset/hello-fleet",
+            "-n",
+            "fleet-demo",
+            "--timeout=300s",
+        ],
+        None,
+    )?;
     Ok(())
 }
 

@@ -65,7 +65,15 @@ struct Ctx {
 
 /// Runs import until `stop` is cancelled. With an unreadable `--capi-agent-values` (the
 /// binary checks it at start) it logs an error and imports nothing.
-pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken) {
+///
+/// Once Cluster API is served, the watched Clusters are published in `view` for the
+/// HelmReleaseSet controller (`.Cluster` of a `valuesTemplate`).
+pub async fn run(
+    client: Client,
+    options: ImportOptions,
+    view: super::ImportedClusters,
+    stop: CancellationToken,
+) {
     let operator_values = match &options.agent_values {
         None => flotilla_chart::Values::new(),
         Some(path) => match std::fs::read_to_string(path)
@@ -113,6 +121,7 @@ pub async fn run(client: Client, options: ImportOptions, stop: CancellationToken
     );
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
+    view.publish(store.clone());
     let mut config = watcher::Config::default();
     if !options.cluster_selector.is_empty() {
         config = config.labels(&options.cluster_selector);

@@ -105,11 +105,13 @@ pub mod bootstrap;
 pub mod controller;
 pub mod decide;
 pub mod upgrade;
+mod view;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use controller::run;
+pub use view::ImportedClusters;
 
 /// The field manager of the labels and link annotations import keeps on a ManagedCluster.
 pub const IMPORT_FIELD_MANAGER: &str = "flotilla-hub-capi-import";

@@ -127,6 +127,8 @@ pub struct Context {
     pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// Options.
     pub options: SetOptions,
+    /// The imported Cluster API Clusters (`.Cluster` of a template).
+    pub imported: crate::onboarding::ImportedClusters,
     recorder: Recorder,
     buckets: Mutex<HashMap<String, TokenBucket>>,
     children: OnceLock<Store<HelmRelease>>,
@@ -146,6 +148,7 @@ impl Context {
     pub fn new(
         client: Client,
         tenancy: Arc<crate::tenancy::Tenancy>,
+        imported: crate::onboarding::ImportedClusters,
         options: SetOptions,
     ) -> Context {
         let recorder = Recorder::new(
@@ -159,6 +162,7 @@ impl Context {
             client,
             tenancy,
             options,
+            imported,
             recorder,
             buckets: Mutex::new(HashMap::new()),
             children: OnceLock::new(),

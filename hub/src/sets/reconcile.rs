@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use flotilla_api::{HelmRelease, HelmReleaseSet};
-use flotilla_chart::values_template::{ClusterContext, ValuesTemplate};
+use flotilla_chart::values_template::{Budget, ClusterContext, TextTemplate, ValuesTemplate};
 use flotilla_core::rollout::{self, ClusterObservation, PromotionKind, RolloutPlan};
 use flotilla_core::set::{
     CLUSTER_LABEL, ClusterInfo, HelmReleaseSetSpec, PROMOTED_AT_ANNOTATION, SET_LABEL, SetRevision,
@@ -14,54 +14,114 @@ use flotilla_core::set::{
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 use super::children::{self, child_object};
 use super::decide::{self, ChildFate, ClusterFacts};
 use super::{Context, SetError};
 use crate::util;
 
-/// Values of one cluster: rendered, none (no `valuesTemplate`), or why not.
-type Rendered = Result<Option<serde_json::Map<String, serde_json::Value>>, String>;
-
-/// The checks a set must pass before any child is touched: the spec's own
-/// ([`HelmReleaseSetSpec::validate`]) and the `valuesTemplate`'s parse. The message names
-/// the object and the field.
-pub(super) fn validate(set: &HelmReleaseSet) -> Result<Option<ValuesTemplate>, String> {
-    set.validate().map_err(|e| e.to_string())?;
-    parse_template(&set.spec)
-        .map_err(|e| format!("HelmReleaseSet {}: spec.valuesTemplate: {e}", set.key()))
+/// The templates of one revision: its `valuesTemplate`, and the names in its template's
+/// `valuesFrom` that are templates themselves (by index; `None`: a plain name).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Templates {
+    values: Option<ValuesTemplate>,
+    names: Vec<Option<TextTemplate>>,
 }
 
-fn parse_template(spec: &HelmReleaseSetSpec) -> Result<Option<ValuesTemplate>, String> {
-    spec.values_template
+/// What one cluster gets from its revision's templates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct ClusterValues {
+    /// The `valuesTemplate`'s output; `None` without one.
+    values: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The rendered `valuesFrom` names, by index (`None`: the name as written).
+    names: Vec<Option<String>>,
+}
+
+/// A cluster's values, or why they cannot be made (naming the field and the cluster).
+type Rendered = Result<ClusterValues, String>;
+
+/// The field of `valuesFrom` entry `i` of a set's template.
+fn values_from_field(i: usize) -> String {
+    format!("spec.template.spec.valuesFrom[{i}].name")
+}
+
+/// The checks a set must pass before any child is touched: the spec's own
+/// ([`HelmReleaseSetSpec::validate`]) and the parse of its templates. The message names
+/// the object and the field.
+pub(super) fn validate(set: &HelmReleaseSet) -> Result<Templates, String> {
+    set.validate().map_err(|e| e.to_string())?;
+    parse_templates(&set.spec).map_err(|e| format!("HelmReleaseSet {}: {e}", set.key()))
+}
+
+/// The templates of `spec`, or the parse error after its field.
+fn parse_templates(spec: &HelmReleaseSetSpec) -> Result<Templates, String> {
+    let values = spec
+        .values_template
         .as_deref()
         .filter(|t| !t.trim().is_empty())
         .map(ValuesTemplate::parse)
         .transpose()
-        .map_err(|e| e.to_string())
+        .map_err(|e| format!("spec.valuesTemplate: {e}"))?;
+    let names = spec
+        .template
+        .spec
+        .values_from
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let field = values_from_field(i);
+            TextTemplate::is_template(&v.name)
+                .then(|| TextTemplate::parse(&field, &v.name))
+                .transpose()
+                .map_err(|e| format!("{field}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Templates { values, names })
 }
 
-/// The values of `cluster` from `template`, the error naming the cluster.
-fn render(
-    template: Option<&ValuesTemplate>,
-    cluster: &ClusterFacts,
-    budget: flotilla_chart::values_template::Budget,
-) -> Rendered {
-    let Some(t) = template else { return Ok(None) };
-    let context = ClusterContext {
-        name: cluster.name.clone(),
-        labels: cluster.labels.clone(),
-        annotations: cluster.annotations.clone(),
-        cluster_api: None,
-    };
-    t.render(&context, budget)
-        .map(Some)
-        .map_err(|e| format!("spec.valuesTemplate for cluster {}: {e}", cluster.name))
+/// What the templates see of a cluster: its ManagedCluster, and the Cluster API `Cluster`
+/// it was imported from, when there is one.
+fn cluster_context(f: &ClusterFacts, cluster_api: Option<serde_json::Value>) -> ClusterContext {
+    ClusterContext {
+        name: f.name.clone(),
+        labels: f.labels.clone(),
+        annotations: f.annotations.clone(),
+        cluster_api,
+    }
 }
 
-/// A targeted cluster.
+/// The values and `valuesFrom` names of `cluster` from `templates`, the error naming the
+/// field and the cluster. A rendered name must be a valid object name.
+fn render(templates: &Templates, cluster: &ClusterContext, budget: Budget) -> Rendered {
+    let values = templates
+        .values
+        .as_ref()
+        .map(|t| t.render(cluster, budget))
+        .transpose()
+        .map_err(|e| format!("spec.valuesTemplate for cluster {}: {e}", cluster.name))?;
+    let names = templates
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let Some(t) = t else { return Ok(None) };
+            let at = || format!("{} for cluster {}", values_from_field(i), cluster.name);
+            let name = t
+                .render(cluster, budget)
+                .map_err(|e| format!("{}: {e}", at()))?;
+            flotilla_core::ids::check_dns1123_subdomain("ConfigMap or Secret name", &name)
+                .map_err(|e| format!("{}: {e}", at()))?;
+            Ok(Some(name))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(ClusterValues { values, names })
+}
+
+/// A targeted cluster and what its templates see.
 struct Target<'a> {
     facts: &'a ClusterFacts,
+    context: ClusterContext,
 }
 
 /// The specs of the revisions a reconcile writes: the update revision's from the set, the
@@ -69,28 +129,24 @@ struct Target<'a> {
 struct Revisions<'a> {
     update: SetRevision,
     spec: &'a HelmReleaseSetSpec,
-    template: Option<ValuesTemplate>,
+    templates: Templates,
     stored: &'a [ControllerRevision],
     set_name: String,
-    others: HashMap<SetRevision, Option<(HelmReleaseSetSpec, Option<ValuesTemplate>)>>,
+    others: HashMap<SetRevision, Option<(HelmReleaseSetSpec, Templates)>>,
 }
 
 impl Revisions<'_> {
     /// The spec and template of `rev`; `None` when no readable ControllerRevision holds it.
-    fn get(
-        &mut self,
-        rev: &SetRevision,
-        key: &str,
-    ) -> Option<(&HelmReleaseSetSpec, Option<&ValuesTemplate>)> {
+    fn get(&mut self, rev: &SetRevision, key: &str) -> Option<(&HelmReleaseSetSpec, &Templates)> {
         if *rev == self.update {
-            return Some((self.spec, self.template.as_ref()));
+            return Some((self.spec, &self.templates));
         }
         let (stored, set_name) = (self.stored, &self.set_name);
         let entry = self.others.entry(rev.clone()).or_insert_with(|| {
             let name = rev.controller_revision_name(set_name);
             let cr = stored.iter().find(|r| r.name_any() == name)?;
             match children::revision_spec(cr, rev)
-                .and_then(|s| parse_template(&s).map(|t| (s, t)))
+                .and_then(|s| parse_templates(&s).map(|t| (s, t)))
             {
                 Ok(pair) => Some(pair),
                 Err(message) => {
@@ -99,7 +155,7 @@ impl Revisions<'_> {
                 }
             }
         });
-        entry.as_ref().map(|(s, t)| (s, t.as_ref()))
+        entry.as_ref().map(|(s, t)| (s, t))
     }
 }
 
@@ -107,29 +163,35 @@ impl Revisions<'_> {
 fn desired_spec(
     revisions: &mut Revisions<'_>,
     rev: &SetRevision,
-    cluster: &ClusterFacts,
+    cluster: &ClusterContext,
     rendered_update: Option<&Rendered>,
     key: &str,
     set_name: &str,
-    budget: flotilla_chart::values_template::Budget,
+    budget: Budget,
 ) -> Result<flotilla_core::spec::HelmReleaseSpec, String> {
     let is_update = *rev == revisions.update;
-    let Some((spec, template)) = revisions.get(rev, key) else {
+    let Some((spec, templates)) = revisions.get(rev, key) else {
         return Err(format!("no ControllerRevision holds revision {rev}"));
     };
-    let values = match rendered_update.filter(|_| is_update) {
+    let rendered = match rendered_update.filter(|_| is_update) {
         Some(r) => r.clone()?,
-        None => render(template, cluster, budget)?,
+        None => render(templates, cluster, budget)?,
     };
     let customization =
         TargetCustomization::first_match(&spec.target_customizations, &cluster.labels);
-    Ok(child_spec(
+    let mut child = child_spec(
         spec,
         set_name,
         &cluster.name,
         customization,
-        values.as_ref(),
-    ))
+        rendered.values.as_ref(),
+    );
+    for (entry, name) in child.values_from.iter_mut().zip(&rendered.names) {
+        if let Some(name) = name {
+            entry.name.clone_from(name);
+        }
+    }
+    Ok(child)
 }
 
 pub(super) async fn reconcile(
@@ -149,7 +211,7 @@ pub(super) async fn reconcile(
     let mut status = before.clone();
 
     // Validate: a refused spec touches no child.
-    let template = match validate(&set) {
+    let templates = match validate(&set) {
         Ok(t) => t,
         Err(message) => {
             tracing::info!(object = %key, %message, "HelmReleaseSet refused");
@@ -222,7 +284,13 @@ pub(super) async fn reconcile(
         if customization.is_some_and(|c| c.do_not_deploy) {
             continue;
         }
-        targets.push(Target { facts: f });
+        let cluster_api = clusters_store
+            .get(&ObjectRef::new(&f.name))
+            .and_then(|mc| ctx.imported.cluster_of(&mc));
+        targets.push(Target {
+            facts: f,
+            context: cluster_context(f, cluster_api),
+        });
     }
     if !denied.is_empty() {
         tracing::info!(object = %key, clusters = ?denied, "clusters left out: no ManagedClusterBinding gives them to the set's namespace");
@@ -259,7 +327,7 @@ pub(super) async fn reconcile(
         .map(|t| {
             (
                 t.facts.name.as_str(),
-                render(template.as_ref(), t.facts, budget),
+                render(&templates, &t.context, budget),
             )
         })
         .collect();
@@ -296,14 +364,18 @@ pub(super) async fn reconcile(
     let mut revisions = Revisions {
         update: update.clone(),
         spec: &set.spec,
-        template,
+        templates,
         stored: &stored,
         set_name: set_name.clone(),
         others: HashMap::new(),
     };
     let mut written: std::collections::BTreeSet<String> = Default::default();
+    let contexts: BTreeMap<&str, &ClusterContext> = targets
+        .iter()
+        .map(|t| (t.facts.name.as_str(), &t.context))
+        .collect();
     for p in &d.promotions {
-        let Some(f) = by_name.get(p.cluster.as_str()) else {
+        let Some(c) = contexts.get(p.cluster.as_str()) else {
             continue;
         };
         let name = child_name(&set_name, &p.cluster);
@@ -317,7 +389,7 @@ pub(super) async fn reconcile(
         let spec = match desired_spec(
             &mut revisions,
             &p.revision,
-            f,
+            c,
             rendered.get(p.cluster.as_str()),
             &key,
             &set_name,
@@ -352,13 +424,16 @@ pub(super) async fn reconcile(
                 if written.contains(cluster) {
                     continue;
                 }
-                let (Some(f), Some(rev)) = (facts, decide::child_revision(child)) else {
+                let (Some(c), Some(rev)) = (
+                    contexts.get(cluster.as_str()),
+                    decide::child_revision(child),
+                ) else {
                     continue;
                 };
                 let Ok(spec) = desired_spec(
                     &mut revisions,
                     &rev,
-                    f,
+                    c,
                     rendered.get(cluster.as_str()),
                     &key,
                     &set_name,
@@ -472,31 +547,125 @@ mod tests {
         let good = set(
             json!({"clusterSelector": {}, "template": template, "valuesTemplate": "a: {{ .ClusterName }}"}),
         );
-        assert!(validate(&good).unwrap().is_some());
+        assert!(validate(&good).unwrap().values.is_some());
         let blank =
             set(json!({"clusterSelector": {}, "template": template, "valuesTemplate": "  \n"}));
-        assert!(validate(&blank).unwrap().is_none());
+        assert!(validate(&blank).unwrap().values.is_none());
+    }
+
+    fn context(name: &str, labels: &[(&str, &str)]) -> ClusterContext {
+        let facts = ClusterFacts {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        };
+        cluster_context(&facts, None)
+    }
+
+    fn templates(spec: serde_json::Value) -> Templates {
+        validate(&set(spec)).unwrap()
     }
 
     #[test]
     fn a_render_error_names_the_cluster_and_keeps_the_line_and_column() {
-        let t = ValuesTemplate::parse("a: {{ .ClusterLabels.region }}\n").unwrap();
-        let cluster = ClusterFacts {
-            name: "edge-1".into(),
-            ..Default::default()
-        };
-        let err = render(Some(&t), &cluster, Default::default()).unwrap_err();
+        let t = templates(
+            json!({"clusterSelector": {}, "template": {"spec": {"interval": "5m"}},
+            "valuesTemplate": "a: {{ .ClusterLabels.region }}\n"}),
+        );
+        let err = render(&t, &context("edge-1", &[]), Default::default()).unwrap_err();
         assert!(
             err.starts_with("spec.valuesTemplate for cluster edge-1: template: valuesTemplate:1:"),
             "{err}"
         );
-        let eu = ClusterFacts {
-            name: "edge-2".into(),
-            labels: [("region".to_owned(), "eu".to_owned())].into(),
-            ..Default::default()
-        };
-        let values = render(Some(&t), &eu, Default::default()).unwrap().unwrap();
-        assert_eq!(values["a"], "eu");
-        assert_eq!(render(None, &eu, Default::default()), Ok(None));
+        let eu = context("edge-2", &[("region", "eu")]);
+        let rendered = render(&t, &eu, Default::default()).unwrap();
+        assert_eq!(rendered.values.unwrap()["a"], "eu");
+        assert_eq!(
+            render(&Templates::default(), &eu, Default::default()),
+            Ok(ClusterValues::default())
+        );
+    }
+
+    #[test]
+    fn values_from_names_may_name_each_clusters_own_config_map() {
+        let t = templates(json!({"clusterSelector": {}, "template": {"spec": {
+            "interval": "5m",
+            "valuesFrom": [
+                {"kind": "ConfigMap", "name": "common"},
+                {"kind": "ConfigMap", "name": "values-{{ .ClusterName }}"},
+                {"kind": "Secret", "name": "{{ .ClusterLabels.region }}-creds", "optional": true},
+            ],
+        }}}));
+        let rendered = render(
+            &t,
+            &context("edge-1", &[("region", "eu")]),
+            Default::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            rendered.names,
+            [
+                None,
+                Some("values-edge-1".to_owned()),
+                Some("eu-creds".to_owned())
+            ]
+        );
+        // A label the cluster lacks fails that cluster, naming the entry.
+        let err = render(&t, &context("edge-2", &[]), Default::default()).unwrap_err();
+        assert!(
+            err.starts_with("spec.template.spec.valuesFrom[2].name for cluster edge-2: template: spec.template.spec.valuesFrom[2].name:1:"),
+            "{err}"
+        );
+        // A rendered name that is no object name fails too.
+        let err = render(
+            &t,
+            &context("edge-3", &[("region", "EU West")]),
+            Default::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("spec.template.spec.valuesFrom[2].name for cluster edge-3: "),
+            "{err}"
+        );
+        // A name that does not parse refuses the set, naming the field.
+        let err = validate(&set(json!({"clusterSelector": {}, "template": {"spec": {
+            "interval": "5m",
+            "valuesFrom": [{"kind": "ConfigMap", "name": "v-{{ .ClusterName"}],
+        }}})))
+        .unwrap_err();
+        assert!(
+            err.starts_with("HelmReleaseSet apps/web: spec.template.spec.valuesFrom[0].name: template: spec.template.spec.valuesFrom[0].name:1:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_example_set_of_xtask_up_is_accepted_and_renders_each_rings_values() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/fleet/rollout.yaml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc = flotilla_chart::values::parse_yaml_map(&text).unwrap();
+        let example: HelmReleaseSet =
+            serde_json::from_value(serde_json::Value::Object(doc)).unwrap();
+        let t = validate(&example).unwrap();
+        let canary = context("workload-a", &[("ring", "canary"), ("region", "eu")]);
+        let values = render(&t, &canary, Default::default())
+            .unwrap()
+            .values
+            .unwrap();
+        assert_eq!(
+            values["message"],
+            "Hello from the canary ring, workload-a in eu"
+        );
+        let waves = &example.spec.rollout.as_ref().unwrap().waves;
+        assert_eq!(
+            waves.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["canary", "main"]
+        );
     }
 }
