@@ -48,6 +48,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod diff;
 pub mod digest;
 pub mod duration;
 pub mod ids;
