@@ -980,6 +980,14 @@ async fn a_helm_release_set_reaches_every_imported_prod_cluster_as_its_agent_joi
     eprintln!("capi fleet: done in {:.1?}", started.elapsed());
     drop(pod_a);
     drop(pods);
+    // The clusters stop side by side: each takes a few seconds.
+    std::thread::scope(|scope| {
+        scope.spawn(move || drop(fleet));
+        for workload in workloads {
+            scope.spawn(move || drop(workload));
+        }
+    });
+    eprintln!("capi fleet: stopped at {:.1?}", started.elapsed());
     Ok(())
 }
 

@@ -677,7 +677,26 @@ async fn upgrade_round(ctx: &Ctx) {
                 not_reconnected(ctx, &mcs, name, *applied_at, round.waiting).await
             }
             UpgradeAction::Start(name) => match list.iter().find(|m| m.name_any() == *name) {
-                Some(mc) => start_upgrade(ctx, mc).await,
+                // Not applied (a kubeconfig refused or unreachable): said on the
+                // ManagedCluster, and tried again at the next round.
+                Some(mc) => match start_upgrade(ctx, mc).await {
+                    Err(e) => {
+                        let said = write_condition_of(
+                            ctx,
+                            name,
+                            CONDITION_UPGRADE,
+                            ConditionStatus::False,
+                            "UpgradeNotApplied",
+                            format!("the agent upgrade to image {image} could not be applied: {e}"),
+                        )
+                        .await;
+                        Err(match said {
+                            Ok(()) => e,
+                            Err(also) => format!("{e}; {also}"),
+                        })
+                    }
+                    ok => ok,
+                },
                 None => Ok(()),
             },
         };

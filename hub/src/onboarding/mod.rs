@@ -92,8 +92,11 @@
 //! failed wave does, that stops the rollout of the image: the upgrades in flight are
 //! followed to their end, none starts until the record goes (the agent comes back at the
 //! image's version after all, the administrator removes the annotation to upgrade that
-//! cluster again, or another image is configured). [`upgrade`] has the rules. A successful
-//! upgrade sets `AgentUpgrade` `True`, reason `Upgraded`.
+//! cluster again, or another image is configured). [`upgrade`] has the rules. An upgrade
+//! in flight sets `AgentUpgrade` `False`, reason `Upgrading` (with its deadline); a
+//! successful one `True`, `Upgraded`; one that cannot be applied (the kubeconfig refused,
+//! the workload cluster unreachable) `False`, `UpgradeNotApplied` with the error, tried
+//! again at the next resync.
 //!
 //! # The kubeconfig Secret
 //!
