@@ -151,6 +151,10 @@ struct Args {
     /// waits for its agent to reconnect before the next.
     #[arg(long, default_value_t = 1)]
     capi_agent_upgrade_parallelism: usize,
+    /// How long an upgraded agent has to reconnect at the new image; one that does not gets
+    /// an AgentUpgrade condition and stops the upgrade rollout (Go duration).
+    #[arg(long, default_value = "10m")]
+    capi_agent_upgrade_timeout: GoDuration,
     /// How often every imported Cluster is looked at again (Go duration).
     #[arg(long, default_value = "30s")]
     capi_resync_interval: GoDuration,
@@ -230,6 +234,10 @@ async fn main() -> anyhow::Result<()> {
             agent_values: args.capi_agent_values.clone(),
             join_timeout: args.capi_agent_join_timeout.get(),
             upgrade_parallelism: args.capi_agent_upgrade_parallelism.max(1),
+            upgrade_timeout: args.capi_agent_upgrade_timeout.get(),
+            hub_started_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0)),
             resync: args.capi_resync_interval.get(),
             crd_poll: args.capi_resync_interval.get().min(Duration::from_secs(60)),
             kubeconfig_policy: config.kubeconfig_policy,

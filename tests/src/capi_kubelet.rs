@@ -55,6 +55,19 @@ pub async fn run_deployment(
     agent: &Path,
     dir: &Path,
 ) -> anyhow::Result<AgentPod> {
+    run_deployment_with(cluster, namespace, name, agent, dir, false).await
+}
+
+/// [`run_deployment`]; with `detached` the agent is started in a session of its own, to
+/// outlive this program once [`Supervised::disown`]ed (`cargo xtask up --capi`).
+pub async fn run_deployment_with(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    agent: &Path,
+    dir: &Path,
+    detached: bool,
+) -> anyhow::Result<AgentPod> {
     let client = cluster.client().await?;
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get(name)
@@ -178,7 +191,7 @@ pub async fn run_deployment(
         &args,
         &env_refs,
         &log,
-        false,
+        detached,
     )?;
     Ok(AgentPod {
         process,

@@ -56,6 +56,11 @@ pub struct ClusterOptions {
     /// Write kube-apiserver's audit log (every request at level `Metadata`, JSON lines) to
     /// [`Cluster::audit_log`].
     pub audit_log: bool,
+    /// Only etcd and kube-apiserver: no controller manager, scheduler, kwok nor nodes, so
+    /// nothing runs pods, finalizes namespaces or collects garbage, and no `default`
+    /// ServiceAccount is made. About half the CPU of a whole cluster, for tests that only
+    /// need an API server (an agent whose releases do not wait for pods).
+    pub api_server_only: bool,
 }
 
 impl ClusterOptions {
@@ -67,6 +72,7 @@ impl ClusterOptions {
             detached: false,
             timeout: Duration::from_secs(120),
             audit_log: false,
+            api_server_only: false,
         }
     }
 }
@@ -294,6 +300,9 @@ impl Cluster {
             }
         })
         .await?;
+        if options.api_server_only {
+            return Ok(());
+        }
 
         let ca_cert = pki.ca_cert.display().to_string();
         let ca_key = pki.ca_key.display().to_string();

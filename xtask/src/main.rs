@@ -4,7 +4,8 @@
 //!   generated code, the dependency-direction guard, lints, the whole test suite and the
 //!   rendering conformance run over `../shared/charts`.
 //! - `cargo xtask up [--clusters N]`: the local fleet (hub and workload clusters, the hub, the
-//!   agents, the example releases), kept running; `--clusters N`: N bare clusters.
+//!   agents, the example releases), kept running; `--clusters N`: N bare clusters;
+//!   `--capi`: Cluster API onboarding (`up_capi.rs`).
 //! - `cargo xtask down`: stops what `up` started.
 //! - `cargo xtask deps`: installs the test prerequisites only (upstream binaries, reference tools,
 //!   the test servers of chart sources: the OCI registry and nginx, and crane for the images).
@@ -51,6 +52,7 @@ use flotilla_tests::fleet::{self, Fleet, FleetOptions};
 use std::time::Duration;
 
 mod patch_schema;
+mod up_capi;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Flotilla's task runner")]
@@ -118,6 +120,10 @@ struct UpArgs {
     /// Start N bare clusters instead (no hub, no agents).
     #[arg(long, value_name = "N")]
     clusters: Option<usize>,
+    /// Cluster API onboarding instead: three Clusters (env=prod) backed by local clusters,
+    /// their agents bootstrapped by the hub, a HelmReleaseSet on each (`up_capi.rs`).
+    #[arg(long, conflicts_with = "clusters")]
+    capi: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -356,6 +362,9 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     deps(root)?;
     if let Some(count) = args.clusters {
         return up_clusters(root, &dir, count);
+    }
+    if args.capi {
+        return up_capi::run(&dir);
     }
     eprintln!(
         "xtask up: building flotilla-hub, flotilla-agent and flotilla, statically linked (cargo build; the images carry these same binaries)"

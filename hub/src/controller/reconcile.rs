@@ -75,6 +75,23 @@ pub(super) fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Co
 /// The Event reason of a HelmRelease held because its target ManagedCluster is paused.
 pub(super) const TARGET_PAUSED: &str = "TargetPaused";
 
+/// Whether ManagedCluster `name` is paused ([`crate::onboarding::LABEL_PAUSED`]), read from
+/// the API server (its metadata only): the tenancy store is a watch of its own and may not
+/// have seen yet the label change whose event queued this reconcile, and a decision made on
+/// its stale value would stand until the next trigger (seen: a release held paused for its
+/// whole interval after its Cluster was unpaused). The store answers when the read fails.
+async fn target_paused(ctx: &Context, name: &str) -> bool {
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    match tokio::time::timeout(Duration::from_secs(10), api.get_metadata_opt(name)).await {
+        Ok(Ok(Some(mc))) => mc
+            .labels()
+            .get(crate::onboarding::LABEL_PAUSED)
+            .is_some_and(|v| v == "true"),
+        Ok(Ok(None)) => false,
+        Ok(Err(_)) | Err(_) => ctx.tenancy.cluster_paused(name).await,
+    }
+}
+
 pub(super) async fn reconcile(
     hr: Arc<HelmRelease>,
     ctx: Arc<Context>,
@@ -89,7 +106,7 @@ pub(super) async fn reconcile(
     let deleting = hr.metadata.deletion_timestamp.is_some();
     let target_paused = match target_of(&hr) {
         Ok(TargetId::Cluster(id)) if !deleting && !hr.spec.suspend => {
-            ctx.tenancy.cluster_paused(id.as_str()).await
+            target_paused(&ctx, id.as_str()).await
         }
         _ => false,
     };

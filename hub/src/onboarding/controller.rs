@@ -636,21 +636,76 @@ async fn upgrade_round(ctx: &Ctx) {
     };
     let views: Vec<AgentView> = list.iter().map(agent_view).collect();
     let image = &ctx.options.agent_image;
-    for action in upgrade::plan(&views, image, ctx.options.upgrade_parallelism) {
+    let round = upgrade::plan(
+        &views,
+        upgrade::Rollout {
+            image,
+            parallel: ctx.options.upgrade_parallelism,
+            timeout: ctx.options.upgrade_timeout,
+            now: unix_now(),
+            sessions_since: ctx.options.hub_started_at,
+        },
+    );
+    if !round.stopped_by.is_empty() && round.waiting > 0 {
+        tracing::debug!(
+            %image,
+            stopped_by = ?round.stopped_by,
+            waiting = round.waiting,
+            "the agent upgrade rollout is stopped: an upgraded agent did not reconnect"
+        );
+    }
+    for action in round.actions {
         let result = match &action {
             UpgradeAction::Done(name) => {
                 let patch = json!({"metadata": {"annotations": {
                     ANNOTATION_AGENT_IMAGE: image,
                     ANNOTATION_UPGRADING: null,
                     ANNOTATION_UPGRADED_AT: null,
+                    ANNOTATION_UPGRADE_FAILED: null,
                 }}});
-                mcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                match mcs
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map(|_| tracing::info!(managed_cluster = %name, %image, "agent upgraded: it reconnected"))
-                    .map_err(|e| api_error("annotating", "ManagedCluster", name, &e))
+                {
+                    Ok(_) => {
+                        tracing::info!(managed_cluster = %name, %image, "agent upgraded: it reconnected");
+                        write_condition_of(
+                            ctx,
+                            name,
+                            CONDITION_UPGRADE,
+                            ConditionStatus::True,
+                            "Upgraded",
+                            format!("the agent was upgraded to image {image} and reconnected"),
+                        )
+                        .await
+                    }
+                    Err(e) => Err(api_error("annotating", "ManagedCluster", name, &e)),
+                }
+            }
+            UpgradeAction::NotReconnected { name, applied_at } => {
+                not_reconnected(ctx, &mcs, name, *applied_at, round.waiting).await
             }
             UpgradeAction::Start(name) => match list.iter().find(|m| m.name_any() == *name) {
-                Some(mc) => start_upgrade(ctx, mc).await,
+                // Not applied (a kubeconfig refused or unreachable): said on the
+                // ManagedCluster, and tried again at the next round.
+                Some(mc) => match start_upgrade(ctx, mc).await {
+                    Err(e) => {
+                        let said = write_condition_of(
+                            ctx,
+                            name,
+                            CONDITION_UPGRADE,
+                            ConditionStatus::False,
+                            "UpgradeNotApplied",
+                            format!("the agent upgrade to image {image} could not be applied: {e}"),
+                        )
+                        .await;
+                        Err(match said {
+                            Ok(()) => e,
+                            Err(also) => format!("{e}; {also}"),
+                        })
+                    }
+                    ok => ok,
+                },
                 None => Ok(()),
             },
         };
@@ -658,6 +713,49 @@ async fn upgrade_round(ctx: &Ctx) {
             tracing::warn!(action = ?action, error = %e, "agent upgrade");
         }
     }
+}
+
+/// Records that the upgrade of ManagedCluster `name` to the configured image, applied at
+/// `applied_at`, did not reconnect: the failure annotation (which stops the rollout), the
+/// in-flight annotations removed, and the `AgentUpgrade` condition.
+async fn not_reconnected(
+    ctx: &Ctx,
+    mcs: &Api<ManagedCluster>,
+    name: &str,
+    applied_at: i64,
+    waiting: usize,
+) -> Result<(), String> {
+    let image = &ctx.options.agent_image;
+    let patch = json!({"metadata": {"annotations": {
+        ANNOTATION_UPGRADE_FAILED: image,
+        ANNOTATION_UPGRADING: null,
+        ANNOTATION_UPGRADED_AT: null,
+    }}});
+    mcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| api_error("annotating", "ManagedCluster", name, &e))?;
+    let timeout = flotilla_core::duration::GoDuration::new(ctx.options.upgrade_timeout);
+    tracing::warn!(
+        managed_cluster = %name,
+        %image,
+        waiting,
+        "agent upgrade did not reconnect by its deadline; the rollout of this image stops"
+    );
+    write_condition_of(
+        ctx,
+        name,
+        CONDITION_UPGRADE,
+        ConditionStatus::False,
+        "UpgradeNotReconnected",
+        format!(
+            "the agent upgrade to image {image}, applied at {}, did not reconnect within {timeout}; \
+             the rollout of this image to the other clusters is stopped ({waiting} waiting). \
+             See the agent's log in the workload cluster; remove annotation \
+             {ANNOTATION_UPGRADE_FAILED} to upgrade this cluster again, or configure another image",
+            rfc3339(applied_at)
+        ),
+    )
+    .await
 }
 
 fn agent_view(mc: &ManagedCluster) -> super::upgrade::AgentView {
@@ -678,6 +776,7 @@ fn agent_view(mc: &ManagedCluster) -> super::upgrade::AgentView {
         deleting: mc.metadata.deletion_timestamp.is_some(),
         paused: mc.labels().get(LABEL_PAUSED).is_some_and(|v| v == "true"),
         installed: a.get(ANNOTATION_AGENT_IMAGE).cloned(),
+        failed: a.get(ANNOTATION_UPGRADE_FAILED).cloned(),
         upgrading: a.get(ANNOTATION_UPGRADING).map(|i| {
             (
                 i.clone(),
@@ -740,9 +839,11 @@ async fn start_upgrade(ctx: &Ctx, mc: &ManagedCluster) -> Result<(), String> {
     bootstrap::apply(&workload, &objects, &install.namespace)
         .await
         .map_err(|e| format!("upgrading the agent of Cluster {key}: {e}"))?;
+    let now = unix_now();
     let patch = json!({"metadata": {"annotations": {
         ANNOTATION_UPGRADING: ctx.options.agent_image,
-        ANNOTATION_UPGRADED_AT: rfc3339(unix_now()),
+        ANNOTATION_UPGRADED_AT: rfc3339(now),
+        ANNOTATION_UPGRADE_FAILED: null,
     }}});
     let mcs: Api<ManagedCluster> = Api::all(ctx.client.clone());
     mcs.patch(&mc_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -754,7 +855,21 @@ async fn start_upgrade(ctx: &Ctx, mc: &ManagedCluster) -> Result<(), String> {
         image = %ctx.options.agent_image,
         "agent upgrade applied through the Cluster's kubeconfig; waiting for it to reconnect"
     );
-    Ok(())
+    let deadline = now
+        .saturating_add(i64::try_from(ctx.options.upgrade_timeout.as_secs()).unwrap_or(i64::MAX));
+    write_condition_of(
+        ctx,
+        &mc_name,
+        CONDITION_UPGRADE,
+        ConditionStatus::False,
+        "Upgrading",
+        format!(
+            "the agent is being upgraded to image {}; waiting for it to reconnect until {}",
+            ctx.options.agent_image,
+            rfc3339(deadline)
+        ),
+    )
+    .await
 }
 
 /// Deletes the bootstrap token `id` once the agent joined (it is never needed again: a
@@ -789,6 +904,18 @@ async fn write_condition(
     reason: &str,
     message: String,
 ) -> Result<(), String> {
+    write_condition_of(ctx, name, CONDITION, status, reason, message).await
+}
+
+/// Sets condition `type_` of ManagedCluster `name` (as [`write_condition`]).
+async fn write_condition_of(
+    ctx: &Ctx,
+    name: &str,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: String,
+) -> Result<(), String> {
     let mcs: Api<ManagedCluster> = Api::all(ctx.client.clone());
     for _ in 0..3 {
         let Some(mc) = mcs
@@ -802,7 +929,7 @@ async fn write_condition(
         let before = conditions.clone();
         let generation = mc.metadata.generation.unwrap_or(0);
         conditions.set_condition(
-            CONDITION,
+            type_,
             status,
             reason,
             message.clone(),

@@ -19,6 +19,8 @@
 //! | `--capi-agent-values FILE` | values of the agent chart merged under the hub's (e.g. `rbac.workload`) |
 //! | `--capi-agent-join-timeout D` | how long an installed agent has to join (default `10m`) |
 //! | `--capi-agent-upgrade-parallelism N` | agent upgrades in flight at once (default `1`) |
+//! | `--capi-agent-upgrade-timeout D` | how long an upgraded agent has to reconnect before the rollout stops (default `10m`) |
+//! | `--capi-resync-interval D` | how often every imported Cluster is looked at again (default `30s`) |
 //!
 //! The selectors are sent to the API server (the Clusters are watched with the label
 //! selector; the Namespaces are read with theirs), so a hub never holds the Clusters it does
@@ -82,9 +84,29 @@
 //! with the new image and applied (without the token Secret: a joined agent starts from
 //! its identity), `agent-upgrading-to` and `agent-upgraded-at` are recorded, and the
 //! upgrade stays in flight until the agent's session comes up again after it (and, when
-//! the tag names a version, `status.agentVersion` is that version). An agent that never
-//! comes back holds the rollout (its annotations say which); nothing else is upgraded
-//! until it does or the image changes again.
+//! the tag names a version, `status.agentVersion` is that version). An agent is upgraded
+//! while its session is up, over a session to this hub process (after a hub restart, once
+//! the agent reconnected), so the reconnect after the re-apply is the upgraded agent's. An
+//! agent not back by `--capi-agent-upgrade-timeout` gets `agent-upgrade-failed: <image>`
+//! and the condition `AgentUpgrade` `False`, reason `UpgradeNotReconnected`, naming the image; as a
+//! failed wave does, that stops the rollout of the image: the upgrades in flight are
+//! followed to their end, none starts until the record goes (the agent comes back at the
+//! image's version after all, the administrator removes the annotation to upgrade that
+//! cluster again, or another image is configured). [`upgrade`] has the rules. An upgrade
+//! in flight sets `AgentUpgrade` `False`, reason `Upgrading` (with its deadline); a
+//! successful one `True`, `Upgraded`; one that cannot be applied (the kubeconfig refused,
+//! the workload cluster unreachable) `False`, `UpgradeNotApplied` with the error, tried
+//! again at the next resync.
+//!
+//! # The kubeconfig Secret
+//!
+//! Nothing made from a kubeconfig is kept: the `<name>-kubeconfig` Secret is read again for
+//! each step that needs it (every look before the join, each bootstrap, each agent
+//! upgrade), and its client dropped after that step. A Secret that rotates (a new
+//! credential, the old one revoked) is therefore used at the next step, and a
+//! `KubeconfigInvalid` condition clears at the first look after the Secret is fixed (at
+//! most `--capi-resync-interval` later: Secrets are not watched, so a hub never holds the
+//! Secrets of the management cluster in memory).
 //!
 //! # Lifecycle
 //!
@@ -145,8 +167,13 @@ pub const ANNOTATION_AGENT_IMAGE: &str = "capi.fleet.flotilla.dev/agent-image";
 pub const ANNOTATION_UPGRADING: &str = "capi.fleet.flotilla.dev/agent-upgrading-to";
 /// Annotation: when that upgrade was applied (RFC 3339).
 pub const ANNOTATION_UPGRADED_AT: &str = "capi.fleet.flotilla.dev/agent-upgraded-at";
+/// Annotation: the agent image whose upgrade did not reconnect by its deadline (the
+/// rollout of that image stops; removing it upgrades this cluster again).
+pub const ANNOTATION_UPGRADE_FAILED: &str = "capi.fleet.flotilla.dev/agent-upgrade-failed";
 /// The ManagedCluster condition saying the onboarding step.
 pub const CONDITION: &str = "AgentBootstrap";
+/// The ManagedCluster condition saying how the last agent upgrade by the hub went.
+pub const CONDITION_UPGRADE: &str = "AgentUpgrade";
 
 /// The ManagedCluster name of Cluster `namespace/name` (see the module docs).
 pub fn managed_cluster_name(namespace: &str, name: &str) -> String {
@@ -176,6 +203,11 @@ pub struct ImportOptions {
     pub join_timeout: Duration,
     /// `--capi-agent-upgrade-parallelism`: agent upgrades in flight at once (at least 1).
     pub upgrade_parallelism: usize,
+    /// `--capi-agent-upgrade-timeout`: how long an upgraded agent has to reconnect.
+    pub upgrade_timeout: Duration,
+    /// When the hub process started (Unix seconds): agents are upgraded over sessions to
+    /// it only ([`upgrade::plan`]).
+    pub hub_started_at: i64,
     /// How many times an agent is installed before the hub gives up (2: once more).
     pub max_attempts: u32,
     /// How often every imported Cluster is looked at again (deadlines, deletions missed).
@@ -199,6 +231,8 @@ impl Default for ImportOptions {
             agent_values: None,
             join_timeout: Duration::from_secs(600),
             upgrade_parallelism: 1,
+            upgrade_timeout: Duration::from_secs(600),
+            hub_started_at: 0,
             max_attempts: 2,
             resync: Duration::from_secs(30),
             crd_poll: Duration::from_secs(60),
