@@ -262,7 +262,7 @@ impl PlaneDelta {
     /// server's requests by verb, over `elapsed`.
     pub fn report(&self, own: &[(&str, Duration)], elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64();
-        let mut out = format!("  during the install phase ({secs:.1} s), CPU seconds by process:");
+        let mut out = format!("  during the phase ({secs:.1} s), CPU seconds by process:");
         let mut total = self.cpu_total().as_secs_f64();
         let mut first = true;
         for (name, cpu) in own

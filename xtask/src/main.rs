@@ -25,6 +25,10 @@
 //!   and the agents, Flux side by side, latency of spec changes (`bench_fleet.rs`).
 //! - `cargo xtask bench-sessions`: N simulated agents (the real session client and mTLS) on
 //!   one hub: connect storm, rollout, chart version bump (see `bench_sessions.rs`).
+//! - `cargo xtask bench-rollout`: a HelmReleaseSet rolled out in waves to N simulated
+//!   clusters (the same simulated agents), its time against the sum of its gates, the hub's
+//!   RSS, API writes per cluster, a breach stopping in its wave (see `bench_rollout.rs`;
+//!   the simulated agents are shared in `bench_sim.rs`).
 //! - `cargo xtask bench-render`: `flotilla template` timed against `helm template` on the
 //!   chart corpus (see `bench_render.rs`).
 
@@ -34,7 +38,9 @@ mod bench_fleet;
 mod bench_flux;
 mod bench_hub;
 mod bench_render;
+mod bench_rollout;
 mod bench_sessions;
+mod bench_sim;
 mod crds;
 mod deploy;
 mod fuzz;
@@ -108,6 +114,9 @@ enum Task {
     /// Benchmark the hub's sessions: N simulated agents (the real session client, mTLS) join,
     /// get one HelmRelease each, and acknowledge a chart version bump.
     BenchSessions(bench_sessions::BenchSessions),
+    /// Benchmark a fleet rollout: one HelmReleaseSet, N simulated clusters in waves of 1,
+    /// 10% and the rest, a values change, then a change that fails on 5% of the clusters.
+    BenchRollout(bench_rollout::BenchRollout),
     /// Time `flotilla template` against `helm template` on every case of the chart corpus.
     BenchRender(bench_render::BenchRenderArgs),
     /// Build the hub's or the agent's image around a binary and push it (crane, no daemon).
@@ -150,6 +159,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchHub(args) => bench_hub::run(&root, &args),
         Task::BenchFleet(args) => bench_fleet::run(&root, &args),
         Task::BenchSessions(args) => bench_sessions::run(&root, &args),
+        Task::BenchRollout(args) => bench_rollout::run(&root, &args),
         Task::BenchRender(args) => bench_render::bench_render(&root, &args),
         Task::Image(args) => image::run(&root, &args),
     }

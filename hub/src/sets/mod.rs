@@ -28,7 +28,8 @@
 //!                        promotions: server-side apply of each child (field manager
 //!                        flotilla-hub, owner reference, labels, promoted-at = now); the spec
 //!                        of a revision other than the update revision comes from its
-//!                        ControllerRevision
+//!                        ControllerRevision; 16 writes in flight at once, the first
+//!                        error returned once they are all done
 //!                        put back: a child whose spec differs from its revision's
 //!                        (decide::spec_differs) is applied again, its promotion time kept
 //!                        left: children of clusters no longer targeted (decide::child_fate):

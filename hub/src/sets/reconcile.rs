@@ -11,6 +11,7 @@ use flotilla_core::set::{
     CLUSTER_LABEL, ClusterInfo, HelmReleaseSetSpec, PROMOTED_AT_ANNOTATION, SET_LABEL, SetRevision,
     TargetCustomization, child_name, child_spec, select_clusters,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
@@ -20,6 +21,9 @@ use super::children::{self, child_object};
 use super::decide::{self, ChildFate, ClusterFacts};
 use super::{Context, SetError};
 use crate::util;
+
+/// Child writes of one reconcile's promotions in flight at once.
+const PROMOTION_WRITES_IN_FLIGHT: usize = 16;
 
 /// The templates of one revision: its `valuesTemplate`, and the names in its template's
 /// `valuesFrom` that are templates themselves (by index; `None`: a plain name).
@@ -203,6 +207,7 @@ pub(super) async fn reconcile(
         return Ok(Action::await_change());
     }
     let key = set.key();
+    let started = std::time::Instant::now();
     let namespace = set.namespace().unwrap_or_default();
     let set_name = set.name_any();
     let generation = set.metadata.generation.unwrap_or_default();
@@ -351,6 +356,8 @@ pub(super) async fn reconcile(
         })
         .collect();
 
+    let observed_in = started.elapsed();
+
     // Decide.
     let plan = RolloutPlan::new(&set.spec, &status);
     let d = rollout::decide(&plan, &observed, &now);
@@ -374,6 +381,8 @@ pub(super) async fn reconcile(
         .iter()
         .map(|t| (t.facts.name.as_str(), &t.context))
         .collect();
+    let mut writes = Vec::with_capacity(d.promotions.len());
+    let mut promoting = Vec::with_capacity(d.promotions.len());
     for p in &d.promotions {
         let Some(c) = contexts.get(p.cluster.as_str()) else {
             continue;
@@ -402,13 +411,39 @@ pub(super) async fn reconcile(
             }
         };
         let object = child_object(&set, &name, &p.cluster, &p.revision, now.as_str(), &spec);
-        children::apply_child(&ctx, &set, &name, &object).await?;
-        tracing::info!(object = %key, cluster = %p.cluster, wave = %p.wave, revision = %p.revision, kind = ?p.kind, "child promoted");
-        if p.kind == PromotionKind::Rollback {
-            tracing::info!(object = %key, cluster = %p.cluster, "rolled back");
-        }
-        written.insert(p.cluster.clone());
+        promoting.push(p);
+        writes.push((name, object));
     }
+    // The children of one decision are independent (one wave's slots, or new clusters at
+    // their wave's revision): written a few at a time, not one round trip after another.
+    let mut jobs = Vec::with_capacity(writes.len());
+    for (i, (name, object)) in writes.into_iter().enumerate() {
+        let (ctx, set) = (ctx.clone(), set.clone());
+        jobs.push(async move { (i, children::apply_child(&ctx, &set, &name, &object).await) });
+    }
+    let mut applied = futures::stream::iter(jobs).buffer_unordered(PROMOTION_WRITES_IN_FLIGHT);
+    let mut failed = None;
+    while let Some((i, result)) = applied.next().await {
+        let p = promoting[i];
+        match result {
+            Ok(()) => {
+                tracing::info!(object = %key, cluster = %p.cluster, wave = %p.wave, revision = %p.revision, kind = ?p.kind, "child promoted");
+                if p.kind == PromotionKind::Rollback {
+                    tracing::info!(object = %key, cluster = %p.cluster, "rolled back");
+                }
+                written.insert(p.cluster.clone());
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    drop(applied);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+
+    let promoted_in = started.elapsed();
 
     // Put back hand edits, and settle the children of clusters no longer targeted.
     let targeted: std::collections::BTreeSet<&str> =
@@ -477,6 +512,8 @@ pub(super) async fn reconcile(
         }
     }
 
+    let settled_in = started.elapsed();
+
     // Status: revisions, history, the report, Events.
     if d.completed {
         status.current_revision = Some(update.clone());
@@ -501,6 +538,16 @@ pub(super) async fn reconcile(
     for e in &events {
         children::event(&ctx, &set, e).await;
     }
+    tracing::debug!(
+        object = %key,
+        clusters = observed.len(),
+        promotions = d.promotions.len(),
+        observe_ms = observed_in.as_millis() as u64,
+        promote_ms = (promoted_in - observed_in).as_millis() as u64,
+        settle_ms = (settled_in - promoted_in).as_millis() as u64,
+        status_ms = (started.elapsed() - settled_in).as_millis() as u64,
+        "HelmReleaseSet reconciled"
+    );
     let after = d
         .requeue_after
         .map_or(ctx.options.resync, |r| r.min(ctx.options.resync))
