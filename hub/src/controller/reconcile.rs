@@ -75,12 +75,17 @@ pub(super) fn error_policy(hr: Arc<HelmRelease>, e: &ReconcileError, ctx: Arc<Co
 /// The Event reason of a HelmRelease held because its target ManagedCluster is paused.
 pub(super) const TARGET_PAUSED: &str = "TargetPaused";
 
-/// Whether ManagedCluster `name` is paused ([`crate::onboarding::LABEL_PAUSED`]), read from
-/// the API server (its metadata only): the tenancy store is a watch of its own and may not
-/// have seen yet the label change whose event queued this reconcile, and a decision made on
-/// its stale value would stand until the next trigger (seen: a release held paused for its
-/// whole interval after its Cluster was unpaused). The store answers when the read fails.
+/// Whether ManagedCluster `name` is paused ([`crate::onboarding::LABEL_PAUSED`]). The
+/// tenancy store answers; a "paused" from it is confirmed by a read of the cluster's
+/// metadata from the API server: the store is a watch of its own and may not have seen yet
+/// the label's removal whose event queued this reconcile, and a hold decided on that stale
+/// value would stand until the next trigger (seen: a release held for its whole interval
+/// after its Cluster was unpaused). Only paused clusters cost the read, so the common case
+/// makes no extra request. The store answers when the read fails.
 async fn target_paused(ctx: &Context, name: &str) -> bool {
+    if !ctx.tenancy.cluster_paused(name).await {
+        return false;
+    }
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     match tokio::time::timeout(Duration::from_secs(10), api.get_metadata_opt(name)).await {
         Ok(Ok(Some(mc))) => mc
@@ -88,7 +93,7 @@ async fn target_paused(ctx: &Context, name: &str) -> bool {
             .get(crate::onboarding::LABEL_PAUSED)
             .is_some_and(|v| v == "true"),
         Ok(Ok(None)) => false,
-        Ok(Err(_)) | Err(_) => ctx.tenancy.cluster_paused(name).await,
+        Ok(Err(_)) | Err(_) => true,
     }
 }
 
