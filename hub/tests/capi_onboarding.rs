@@ -27,6 +27,7 @@ use std::time::Duration;
 use flotilla_api::ManagedCluster;
 use flotilla_core::meta::{Condition, Conditions as _};
 use flotilla_tests::bins::{self, Progress};
+use flotilla_tests::capi::provider;
 use flotilla_tests::fleet::{Fleet, FleetOptions, HUB_NAMESPACE};
 use flotilla_tests::tools::kubectl_in;
 use flotilla_tests::{Cluster, ClusterOptions, capi, capi_kubelet, wait};
@@ -50,59 +51,6 @@ const NEW_IMAGE: &str = "registry.example/flotilla/flotilla-agent:test-2";
 /// The tests of this file run one at a time: each starts several local control planes,
 /// and two at once on a small machine would only make both slower.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A v1beta2 Cluster whose control plane endpoint is `edge`'s API server.
-fn cluster(name: &str, labels: serde_json::Value, edge: &Cluster) -> anyhow::Result<String> {
-    let server = edge.server().trim_start_matches("https://");
-    let (host, port) = server
-        .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("no port in {server}"))?;
-    let port: u16 = port.trim_end_matches('/').parse()?;
-    Ok(serde_json::json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
-    })
-    .to_string())
-}
-
-fn kubeconfig_secret(name: &str, kubeconfig: &str) -> String {
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "cluster.x-k8s.io/secret",
-        "metadata": {
-            "name": format!("{name}-kubeconfig"),
-            "namespace": NS,
-            "labels": {"cluster.x-k8s.io/cluster-name": name},
-        },
-        "stringData": {"value": kubeconfig},
-    })
-    .to_string()
-}
-
-/// What the control-plane provider writes once the API server answers.
-fn mark_initialized(fleet: &Fleet, name: &str) -> anyhow::Result<()> {
-    let status =
-        serde_json::json!({"status": {"initialization": {"controlPlaneInitialized": true}}});
-    kubectl_in(
-        fleet.kubeconfig(),
-        &[
-            "patch",
-            "clusters.cluster.x-k8s.io",
-            name,
-            "-n",
-            NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ],
-        None,
-    )?;
-    Ok(())
-}
 
 fn bootstrap_condition(mc: &ManagedCluster) -> Option<&Condition> {
     mc.status
@@ -189,13 +137,14 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     let mcs: Api<ManagedCluster> = Api::all(hub.clone());
     fleet.apply(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}\n---\n{}\n---\n{}\n",
-        cluster(
+        provider::cluster(
+            NS,
             "edge",
             serde_json::json!({"env": "prod", "tier": "edge", "fleet.flotilla.dev/x": "forged"}),
             &edge
         )?,
-        cluster("broken", serde_json::json!({"env": "prod"}), &edge)?,
-        cluster("dev", serde_json::json!({"env": "dev"}), &edge)?,
+        provider::cluster(NS, "broken", serde_json::json!({"env": "prod"}), &edge)?,
+        provider::cluster(NS, "dev", serde_json::json!({"env": "dev"}), &edge)?,
     ))?;
 
     // Imported, with its labels, before anything else.
@@ -222,7 +171,7 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     );
 
     // The kubeconfig exists, the control plane is not initialized: nothing is applied.
-    fleet.apply(&kubeconfig_secret("edge", &edge_kubeconfig))?;
+    fleet.apply(&provider::kubeconfig_secret(NS, "edge", &edge_kubeconfig))?;
     let workload = edge.client().await?;
     let deployments: Api<Deployment> = Api::namespaced(workload.clone(), AGENT_NS);
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -235,8 +184,8 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     // A kubeconfig the hub's policy refuses: the condition names the Secret and the key.
     let mut bad: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
     bad["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = true.into();
-    fleet.apply(&kubeconfig_secret("broken", &bad.to_string()))?;
-    mark_initialized(&fleet, "broken")?;
+    fleet.apply(&provider::kubeconfig_secret(NS, "broken", &bad.to_string()))?;
+    provider::mark_initialized(fleet.kubeconfig(), NS, "broken")?;
     let broken = until_step(&mcs, "fleet.broken", "KubeconfigInvalid").await?;
     let message = &bootstrap_condition(&broken).expect("condition").message;
     assert!(
@@ -246,7 +195,7 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     assert!(message.contains("insecure-skip-tls-verify"), "{message}");
 
     // Initialized: the agent is installed through the kubeconfig.
-    mark_initialized(&fleet, "edge")?;
+    provider::mark_initialized(fleet.kubeconfig(), NS, "edge")?;
     until_step(&mcs, "fleet.edge", "WaitingForAgent").await?;
     let deployment = deployments.get("flotilla-agent").await?;
     let container = &deployment
@@ -345,7 +294,7 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
     // After the join the kubeconfig is not used: one that reaches no server changes nothing.
     let mut dead: serde_json::Value = serde_json::from_str(&inline_kubeconfig(&edge)?)?;
     dead["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1".into();
-    fleet.apply(&kubeconfig_secret("edge", &dead.to_string()))?;
+    fleet.apply(&provider::kubeconfig_secret(NS, "edge", &dead.to_string()))?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     until_step(&mcs, "fleet.edge", "Joined").await?;
 
@@ -361,7 +310,7 @@ async fn selected_cluster_api_clusters_are_imported_bootstrapped_once_initialize
 
     // A release upgrade after the join: the workload API server sees no request made
     // with the kubeconfig (which works again), checked in its audit log.
-    fleet.apply(&kubeconfig_secret("edge", &edge_kubeconfig))?;
+    fleet.apply(&provider::kubeconfig_secret(NS, "edge", &edge_kubeconfig))?;
     let before = audit_requests_of(&edge, &bootstrap_user())?;
     assert!(
         before.iter().any(|r| r.starts_with("patch ")),
@@ -687,7 +636,6 @@ async fn until_condition(
 #[tokio::test]
 async fn a_helm_release_set_reaches_every_imported_prod_cluster_as_its_agent_joins_through_a_fixed_and_a_rotated_kubeconfig_and_a_bad_agent_upgrade_stops()
 -> anyhow::Result<()> {
-    use flotilla_tests::capi::provider;
     let _serial = SERIAL.lock().await;
     common::init_logging();
     let started = std::time::Instant::now();

@@ -48,8 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use flotilla_tests::bins::{self, Binaries, Progress};
-use flotilla_tests::fleet::{EXAMPLE_CHART, Fleet, FleetOptions};
+use flotilla_tests::fleet::{EXAMPLE_CHART, Fleet};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use tokio_util::sync::CancellationToken;
 
@@ -438,31 +437,16 @@ fn report(figures: &Figures) -> String {
 /// Runs the benchmark and prints the report.
 pub fn run(_root: &Path, args: &BenchSessions) -> anyhow::Result<()> {
     anyhow::ensure!(args.agents >= 1, "--agents must be at least 1");
-    let binaries: Binaries = match &args.bin_dir {
-        Some(dir) => bins::in_dir(dir)?,
-        None => {
-            eprintln!("bench-sessions: building flotilla-hub and flotilla (dev profile)");
-            bins::build(Progress::Show)?
-        }
+    let hub = crate::bench_sim::BenchHub {
+        bench: BENCH,
+        fleet_name: "sessbench",
+        bin_dir: args.bin_dir.as_deref(),
+        log_level: &args.hub_log,
+        concurrency: args.hub_concurrency,
+        extra_args: &args.hub_args,
     };
-    let described = format!("hub {}", binaries.hub.display());
-    let runtime = tokio::runtime::Runtime::new()?;
-    let mut figures = runtime.block_on(async {
-        let mut options = FleetOptions::named("sessbench");
-        options.workloads = Vec::new();
-        options.verbose = true;
-        options.log_level = args.hub_log.clone();
-        options.hub_args = vec!["--concurrency".into(), args.hub_concurrency.to_string()];
-        options.hub_args.extend(args.hub_args.iter().cloned());
-        let fleet = Fleet::start(binaries, options).await?;
-        let result = measure(&fleet, args).await;
-        result.map_err(|e| {
-            e.context(format!(
-                "the hub's log: {} (kept with FLOTILLA_KEEP_LOGS=1)",
-                fleet.hub_log().display()
-            ))
-        })
-    })?;
+    let (mut figures, described) =
+        crate::bench_sim::run_on_hub(&hub, args, |fleet, args| Box::pin(measure(fleet, args)))?;
     figures.binaries = described;
     println!("{}", report(&figures));
     Ok(())

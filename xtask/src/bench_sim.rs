@@ -684,6 +684,61 @@ pub fn peak_of(phases: &[Phase]) -> (u64, String) {
     (peak, mib(peak))
 }
 
+/// The hub a simulated-agent bench runs on: its binaries and flags.
+pub struct BenchHub<'a> {
+    /// The bench's name in progress lines (`bench-sessions`).
+    pub bench: &'a str,
+    /// Names the fleet's directories.
+    pub fleet_name: &'a str,
+    /// Prebuilt binaries; `None`: a dev build of this checkout.
+    pub bin_dir: Option<&'a Path>,
+    /// The hub's `RUST_LOG`.
+    pub log_level: &'a str,
+    /// The hub's `--concurrency`.
+    pub concurrency: u16,
+    /// More flags of the hub.
+    pub extra_args: &'a [String],
+}
+
+/// Starts a fleet of one hub and no workload cluster (the agents are simulated), runs
+/// `measure` on it with the bench's `args`, and returns its result with a description of the hub binary; an error
+/// names the hub's log.
+pub fn run_on_hub<A: Sync + ?Sized, T>(
+    hub: &BenchHub<'_>,
+    args: &A,
+    measure: impl for<'f> FnOnce(&'f Fleet, &'f A) -> futures::future::BoxFuture<'f, anyhow::Result<T>>,
+) -> anyhow::Result<(T, String)> {
+    let binaries = match hub.bin_dir {
+        Some(dir) => flotilla_tests::bins::in_dir(dir)?,
+        None => {
+            eprintln!(
+                "{}: building flotilla-hub and flotilla (dev profile)",
+                hub.bench
+            );
+            flotilla_tests::bins::build(flotilla_tests::bins::Progress::Show)?
+        }
+    };
+    let described = format!("hub {}", binaries.hub.display());
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(async {
+        let mut options = flotilla_tests::fleet::FleetOptions::named(hub.fleet_name);
+        options.workloads = Vec::new();
+        options.verbose = true;
+        options.log_level = hub.log_level.to_owned();
+        options.hub_args = vec!["--concurrency".into(), hub.concurrency.to_string()];
+        options.hub_args.extend(hub.extra_args.iter().cloned());
+        let fleet = Fleet::start(binaries, options).await?;
+        let result = measure(&fleet, args).await;
+        result.map_err(|e| {
+            e.context(format!(
+                "the hub's log: {} (kept with FLOTILLA_KEEP_LOGS=1)",
+                fleet.hub_log().display()
+            ))
+        })
+    })?;
+    Ok((result, described))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

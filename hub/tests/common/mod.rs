@@ -290,28 +290,5 @@ pub fn podinfo_replicas(kubeconfig: &Path) -> anyhow::Result<String> {
 /// The kubeconfig of `cluster` as a kubeconfig Secret holds it: its files (CA, client
 /// certificate and key) inlined as `*-data` fields, since the hub reads no file a Secret
 /// names (`flotilla_hub::kubeconfig_policy`). JSON, which is YAML.
-pub fn inline_kubeconfig(cluster: &Cluster) -> anyhow::Result<String> {
-    use base64::Engine as _;
-    let b64 = |path: &str| -> anyhow::Result<String> {
-        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(path)?))
-    };
-    let mut kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
-    for named in &mut kc.clusters {
-        if let Some(c) = &mut named.cluster
-            && let Some(ca) = c.certificate_authority.take()
-        {
-            c.certificate_authority_data = Some(b64(&ca)?);
-        }
-    }
-    for named in &mut kc.auth_infos {
-        if let Some(u) = &mut named.auth_info {
-            if let Some(cert) = u.client_certificate.take() {
-                u.client_certificate_data = Some(b64(&cert)?);
-            }
-            if let Some(key) = u.client_key.take() {
-                u.client_key_data = Some(b64(&key)?.into());
-            }
-        }
-    }
-    Ok(serde_json::to_string(&kc)?)
-}
+#[allow(unused_imports)] // each test binary compiles this module; not all of them use it
+pub use flotilla_tests::capi::provider::inline_kubeconfig;
