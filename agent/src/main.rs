@@ -158,20 +158,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes joined with `: `, a cause its error already printed said once.
+/// An error and its causes joined with `: `, each said once (the library's one chain).
 fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.ends_with(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
+    flotilla_agent::kube::error_chain(e.as_ref())
 }
 
 /// The bootstrap token of `--token-file` or `$FLOTILLA_BOOTSTRAP_TOKEN` (trimmed); `None`

@@ -48,6 +48,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod api_status;
 pub mod diff;
 pub mod digest;
 pub mod duration;

@@ -73,80 +73,7 @@ pub fn config_map_bytes(config_map: ConfigMap) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// An error and its sources, joined with `: ` (Kubernetes errors carry the API server's
-/// message, never object data). An API error (`kube::Error::Api`, or its `Status`) reads
-/// as [`api_status`] says, and ends the chain (its `Debug` is never shown).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    if let Some(text) = api_error_text(e) {
-        return text;
-    }
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(text) = api_error_text(s) {
-            out.push_str(": ");
-            out.push_str(&text);
-            break;
-        }
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
-fn api_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    if let Some(KubeError::Api(status)) = e.downcast_ref::<KubeError>() {
-        return Some(api_status(status));
-    }
-    e.downcast_ref::<kube::core::Status>().map(api_status)
-}
-
-/// The most a server's answer contributes to a message.
-const MAX_STATUS_MESSAGE: usize = 300;
-
-/// An API server's refusal as a sentence: its message (else its reason), then
-/// `(HTTP <code>)`. An answer that is no Kubernetes `Status` (a proxy's page, a server that
-/// is not an API server) says so; a long one is cut, on one line.
-pub fn api_status(status: &kube::core::Status) -> String {
-    // kube's reason when the body was no `Status` (the body is then the message).
-    const NOT_A_STATUS: &str = "Failed to parse error data";
-    let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut message = one_line(&status.message);
-    if message.chars().count() > MAX_STATUS_MESSAGE {
-        message = message.chars().take(MAX_STATUS_MESSAGE).collect::<String>() + "…";
-    }
-    let text = if status.reason == NOT_A_STATUS {
-        if message.is_empty() {
-            "the server's answer is not a Kubernetes API response (is it a Kubernetes API server?)"
-                .to_owned()
-        } else {
-            format!(
-                "the server's answer is not a Kubernetes API response (is it a Kubernetes API server?): {message}"
-            )
-        }
-    } else if !message.is_empty() {
-        message
-    } else if !status.reason.is_empty() {
-        one_line(&status.reason)
-    } else {
-        "the server refused the request".to_owned()
-    };
-    if status.code == 0 {
-        text
-    } else {
-        format!("{text} (HTTP {})", status.code)
-    }
-}
-
-/// `<verb> <resource> <name>: <status message> (HTTP <code>)`: a Kubernetes client error
-/// in a sentence (`verb` is e.g. `getting`, `resource` a kind, `name` the object).
-pub fn api_error(verb: &str, resource: &str, name: &str, e: &KubeError) -> String {
-    format!("{verb} {resource} {name}: {}", error_chain(e))
-}
+pub use flotilla_agent::kube::{api_error, api_status, error_chain};
 
 #[cfg(test)]
 mod tests {
@@ -171,31 +98,19 @@ mod tests {
                 .with_code(404)
                 .boxed(),
         );
-        let m = error_chain(&bare);
+        let m = api_error("getting", "Namespace", "flotilla-system", &bare);
         assert_eq!(
             m,
-            "the server's answer is not a Kubernetes API response (is it a Kubernetes API server?) (HTTP 404)"
+            "getting Namespace flotilla-system: Not Found: the server has no such resource; check the kubeConfig's server URL (scheme, host, port, no extra path) and that the resource's CRD is installed (HTTP 404)"
         );
         for debug in ["Status {", "Some(", "None", "ApiError"] {
             assert!(!m.contains(debug), "{m}");
         }
-        let page = KubeError::Api(
-            Status::failure("<html>\n  404\n page </html>", "Failed to parse error data")
-                .with_code(404)
-                .boxed(),
-        );
-        assert_eq!(
-            error_chain(&page),
-            "the server's answer is not a Kubernetes API response (is it a Kubernetes API server?): <html> 404 page </html> (HTTP 404)"
-        );
         let reason_only = Status::failure("", "Forbidden").with_code(403);
-        assert_eq!(error_chain(&reason_only), "Forbidden (HTTP 403)");
-        let long = KubeError::Api(
-            Status::failure(&"x".repeat(1000), "Bad")
-                .with_code(400)
-                .boxed(),
+        assert_eq!(
+            error_chain(&reason_only),
+            "Forbidden: the credentials are not allowed to do this; check their RBAC (HTTP 403)"
         );
-        assert!(error_chain(&long).chars().count() < MAX_STATUS_MESSAGE + 20);
     }
 
     #[test]

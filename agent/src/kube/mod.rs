@@ -49,7 +49,7 @@ pub use delete::{DeleteOptions, DeleteReport, Propagation};
 pub use discovery::ApiCatalog;
 pub use hook::{HookDeletePolicy, HookOptions, HookPhase, HookRun};
 pub use manifest::{KindOrder, ManifestObject};
-pub use object::{ApiFailure, ObjectRef, Resource, error_chain};
+pub use object::{ApiFailure, ObjectRef, Resource, api_error, api_status, error_chain};
 pub use status::{Status, StatusResult};
 pub use wait::WaitOptions;
 

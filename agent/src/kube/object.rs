@@ -147,19 +147,16 @@ impl ApiFailure {
 impl fmt::Display for ApiFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            kube::Error::Api(status) if !status.message.is_empty() => f.write_str(&status.message),
-            kube::Error::Api(status) => write!(f, "{} ({})", status.reason, status.code),
-            other => write!(f, "{other}"),
+            kube::Error::Api(status) => f.write_str(&api_status(status)),
+            other => f.write_str(&error_chain(other)),
         }
     }
 }
 
 impl std::error::Error for ApiFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.0 {
-            kube::Error::Api(_) => None,
-            other => std::error::Error::source(other),
-        }
+        // The Display holds the whole chain.
+        None
     }
 }
 
@@ -169,18 +166,117 @@ impl From<kube::Error> for ApiFailure {
     }
 }
 
-/// An error and its sources, joined with `: ` (what `anyhow`'s `{:#}` prints).
+/// An API server's answer as a sentence: `<status message> (HTTP <code>)`
+/// ([`flotilla_core::api_status::describe`]), never the `Status`'s `Debug`.
+pub fn api_status(status: &kube::core::Status) -> String {
+    flotilla_core::api_status::describe(status.code, &status.reason, &status.message)
+}
+
+/// `<verb> <resource> <name>: <status message> (HTTP <code>)`: a Kubernetes client error in
+/// a sentence (`verb` is e.g. `getting`, `resource` a kind, `name` the object).
+pub fn api_error(verb: &str, resource: &str, name: &str, e: &kube::Error) -> String {
+    format!("{verb} {resource} {name}: {}", error_chain(e))
+}
+
+/// An error and its sources, joined with `: `, each message once (what `anyhow`'s `{:#}`
+/// prints). An API error (`kube::Error::Api`, or its `Status`) reads as [`api_status`] says
+/// and ends the chain: its `Debug` is never shown. The one error chain of hub, agent and CLI.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
+    if let Some(text) = api_error_text(err) {
+        return text;
+    }
+    let mut out = grpc_status_text(err).unwrap_or_else(|| err.to_string());
     let mut next = err.source();
     while let Some(e) = next {
+        if let Some(text) = api_error_text(e) {
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            break;
+        }
         // Some errors print their source in their own message: say it once.
-        let text = e.to_string();
-        if !out.ends_with(&text) {
+        let text = grpc_status_text(e).unwrap_or_else(|| e.to_string());
+        if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
         next = e.source();
     }
     out
+}
+
+/// A gRPC status as `<message> (gRPC <code>)`: tonic's own `Display` quotes the message
+/// and prints its source's `Debug` (the source follows in the chain instead).
+fn grpc_status_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let status = e.downcast_ref::<tonic::Status>()?;
+    let message = if status.message().is_empty() {
+        status.code().description()
+    } else {
+        status.message()
+    };
+    Some(format!("{message} (gRPC {:?})", status.code()))
+}
+
+fn api_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(kube::Error::Api(status)) = e.downcast_ref::<kube::Error>() {
+        return Some(api_status(status));
+    }
+    if let Some(ApiFailure(kube::Error::Api(status))) = e.downcast_ref::<ApiFailure>() {
+        return Some(api_status(status));
+    }
+    e.downcast_ref::<kube::core::Status>().map(api_status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("applying Deployment default/web")]
+    struct Applying(#[source] ApiFailure);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("session ended")]
+    struct Ended(#[source] tonic::Status);
+
+    #[test]
+    fn api_and_grpc_errors_read_as_sentences_in_a_chain_each_cause_once() {
+        let invalid = || {
+            kube::Error::Api(
+                Status::failure(
+                    "Deployment.apps \"web\" is invalid: spec.replicas",
+                    "Invalid",
+                )
+                .with_code(422)
+                .boxed(),
+            )
+        };
+        let table: Vec<(Box<dyn std::error::Error>, &str)> = vec![
+            (
+                Box::new(ApiFailure(invalid())),
+                "Deployment.apps \"web\" is invalid: spec.replicas (HTTP 422)",
+            ),
+            (
+                Box::new(Applying(ApiFailure(invalid()))),
+                "applying Deployment default/web: Deployment.apps \"web\" is invalid: spec.replicas (HTTP 422)",
+            ),
+            (
+                Box::new(Ended(tonic::Status::unavailable("the hub is stopping"))),
+                "session ended: the hub is stopping (gRPC Unavailable)",
+            ),
+            (
+                Box::new(tonic::Status::permission_denied("")),
+                "The caller does not have permission to execute the specified operation (gRPC PermissionDenied)",
+            ),
+        ];
+        for (e, want) in table {
+            assert_eq!(error_chain(e.as_ref()), want);
+        }
+        assert_eq!(
+            api_error("getting", "Secret", "default/x", &invalid()),
+            "getting Secret default/x: Deployment.apps \"web\" is invalid: spec.replicas (HTTP 422)"
+        );
+    }
 }

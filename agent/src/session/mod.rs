@@ -116,7 +116,7 @@ pub enum SessionError {
         message: String,
     },
     /// The workload cluster's API failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", crate::kube::error_chain(source))]
     Kube {
         /// What was being done.
         what: &'static str,

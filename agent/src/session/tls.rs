@@ -334,19 +334,9 @@ fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// An error with its causes, `: `-joined.
+/// An error with its causes, `: `-joined ([`crate::kube::error_chain`]).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
+    crate::kube::error_chain(e)
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ pub enum PkiError {
         message: String,
     },
     /// The Kubernetes API failed.
-    #[error("CA Secret {namespace}/{name}: {source}")]
+    #[error("CA Secret {namespace}/{name}: {}", crate::util::error_chain(source))]
     Kube {
         /// Namespace of the Secret.
         namespace: String,

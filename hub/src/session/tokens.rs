@@ -169,7 +169,7 @@ pub enum TokenError {
     #[error("the system random source failed")]
     Random,
     /// The Kubernetes API failed.
-    #[error("bootstrap token {id}: {source}")]
+    #[error("bootstrap token {id}: {}", crate::util::error_chain(source))]
     Kube {
         /// The token id.
         id: String,

@@ -399,18 +399,9 @@ pub(crate) fn find_tls_error<'a>(
     None
 }
 
-/// `error: source: source...`, each distinct message once.
+/// `error: source: source...`, each distinct message once ([`crate::util::error_chain`]).
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut current = Some(error);
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        current = e.source();
-    }
-    parts.join(": ")
+    crate::util::error_chain(error)
 }
 
 fn parse_http_url(raw: &str) -> Result<reqwest::Url, FetchError> {

@@ -475,7 +475,7 @@ mod tests {
                         source: api(503, "etcdserver: leader changed"),
                     },
                 },
-                "failed test: Pod default/web-test: creating the hook: etcdserver: leader changed",
+                "failed test: Pod default/web-test: creating the hook: etcdserver: leader changed (HTTP 503)",
                 "hook",
                 true,
             ),
@@ -486,7 +486,7 @@ mod tests {
                     source: Box::new(api(500, "internal error")),
                 }
                 .into(),
-                "Secret default/sh.helm.release.v1.web.v2: update: internal error",
+                "Secret default/sh.helm.release.v1.web.v2: update: internal error (HTTP 500)",
                 "storage",
                 true,
             ),
@@ -497,7 +497,7 @@ mod tests {
                     source: Box::new(api(403, "forbidden")),
                 }
                 .into(),
-                "Secret default/sh.helm.release.v1.web.v2: create: forbidden",
+                "Secret default/sh.helm.release.v1.web.v2: create: forbidden (HTTP 403)",
                 "storage",
                 false,
             ),
@@ -505,7 +505,7 @@ mod tests {
                 ActionError::Capabilities {
                     error: api(503, "unavailable"),
                 },
-                "discovering the cluster's capabilities: unavailable",
+                "discovering the cluster's capabilities: unavailable (HTTP 503)",
                 "capabilities",
                 true,
             ),
