@@ -838,6 +838,8 @@ spec:
             "no {reason} Event: {events}"
         );
     }
+    // Every condition and Event of the hub and the workload clusters is a sentence.
+    fleet.scan_messages().await?;
     Ok(())
 }
 

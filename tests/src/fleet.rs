@@ -279,6 +279,18 @@ impl Fleet {
         self.mgmt.kubeconfig()
     }
 
+    /// The message scan ([`crate::messages::scan`]) of the hub's cluster and of every
+    /// workload cluster (the agents' Events): fails on a message with a `Debug` shape.
+    pub async fn scan_messages(&self) -> anyhow::Result<()> {
+        crate::messages::scan(&self.mgmt.client().await?).await?;
+        for w in &self.workloads {
+            crate::messages::scan(&w.cluster.client().await?)
+                .await
+                .map_err(|e| anyhow::anyhow!("workload cluster {}: {e}", w.name))?;
+        }
+        Ok(())
+    }
+
     /// The programs the fleet runs.
     pub fn binaries(&self) -> &Binaries {
         &self.binaries
