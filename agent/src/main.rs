@@ -242,7 +242,11 @@ async fn run(command: Command) -> anyhow::Result<Vec<String>> {
                     },
                 }),
                 None => {
-                    tracing::info!("not joined to a hub: running on the plans held");
+                    tracing::warn!(
+                        secret = %format!("{namespace}/{}", session::identity::SECRET_NAME),
+                        "not joined to a hub (no identity in the Secret): running on the plans held in the cluster only; to join, run `flotilla-agent join --hub https://HOST:PORT --ca-hash sha256:HEX --cluster-name NAME` once with the bootstrap token of `flotilla token create` in ${} or --token-file, then `flotilla-agent run` resumes from the stored identity",
+                        session::TOKEN_ENV
+                    );
                     None
                 }
             };

@@ -178,6 +178,34 @@ async fn the_agent_binary_joins_runs_the_hubs_plan_reports_back_and_after_sigkil
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &token)?;
     let token_file = token_file.to_str().expect("a UTF-8 path").to_owned();
+
+    // `run` before any join: it runs on the plans held and says how to join.
+    let (mut child, not_joined_logs) =
+        agent(&kubeconfig, &cache, &["run", "--namespace", "default"])?;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let said = loop {
+        if let Some(exit) = child.try_wait()? {
+            anyhow::bail!("`run` without an identity exited ({exit})");
+        }
+        let logs = not_joined_logs.lock().expect("not poisoned").clone();
+        if let Some(line) = logs.lines().find(|l| l.contains("not joined to a hub")) {
+            break line.to_owned();
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "`run` did not say it has not joined:\n{logs}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        said.contains("default/flotilla-agent-identity")
+            && said.contains("flotilla-agent join --hub")
+            && said.contains("then `flotilla-agent run` resumes from the stored identity"),
+        "{said}"
+    );
+    child.kill()?;
+    child.wait()?;
+
     let (mut child, join_logs) = agent(
         &kubeconfig,
         &cache,
