@@ -36,6 +36,26 @@ pub struct Binaries {
     pub cli: PathBuf,
 }
 
+impl Binaries {
+    /// The directories of the three programs, each once, `:`-joined: what a `PATH` needs
+    /// to hold them (the static hub and agent live in `target/<triple>/debug`, the CLI in
+    /// `target/debug`).
+    pub fn search_path(&self) -> String {
+        let mut dirs: Vec<String> = Vec::new();
+        for program in [&self.cli, &self.agent, &self.hub] {
+            let dir = program
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .display()
+                .to_string();
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        dirs.join(":")
+    }
+}
+
 /// How cargo's output is shown while it builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
@@ -193,4 +213,22 @@ pub fn in_dir(dir: &Path) -> anyhow::Result<Binaries> {
         agent: path("flotilla-agent")?,
         cli: path("flotilla")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_path_holds_each_programs_directory_once() {
+        let b = Binaries {
+            hub: PathBuf::from("/t/x86_64-unknown-linux-gnu/debug/flotilla-hub"),
+            agent: PathBuf::from("/t/x86_64-unknown-linux-gnu/debug/flotilla-agent"),
+            cli: PathBuf::from("/t/debug/flotilla"),
+        };
+        assert_eq!(
+            b.search_path(),
+            "/t/debug:/t/x86_64-unknown-linux-gnu/debug"
+        );
+    }
 }

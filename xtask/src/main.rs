@@ -437,6 +437,7 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     let images = push_images(&fleet)?;
     let hub_kubeconfig = fleet.kubeconfig().to_owned();
     let cli = fleet.binaries().cli.clone();
+    let bin_path = fleet.binaries().search_path();
     let workloads: Vec<(String, PathBuf)> = fleet
         .workloads
         .iter()
@@ -488,11 +489,7 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     }
     let (a_name, a_kubeconfig) = &workloads[0];
     println!("What to try next (the tools are in {}):", tools.display());
-    println!(
-        "  export PATH={}:{}:$PATH",
-        tools.display(),
-        cli.parent().unwrap_or(Path::new(".")).display()
-    );
+    println!("  export PATH={}:{bin_path}:$PATH", tools.display());
     println!(
         "  export KUBECONFIG={}   # the hub's cluster",
         hub_kubeconfig.display()

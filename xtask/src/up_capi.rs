@@ -119,6 +119,8 @@ struct Up {
     hub_kubeconfig: PathBuf,
     hub_log: PathBuf,
     cli: PathBuf,
+    /// The directories of the binaries, for `PATH`.
+    bin_path: String,
     /// `(Cluster name, workload kubeconfig, agent log)`.
     workloads: Vec<(String, PathBuf, PathBuf)>,
 }
@@ -168,6 +170,7 @@ async fn up(dir: &Path, binaries: bins::Binaries, started: Instant) -> anyhow::R
         hub_kubeconfig: fleet.kubeconfig().to_owned(),
         hub_log: fleet.hub_log().to_owned(),
         cli: fleet.binaries().cli.clone(),
+        bin_path: fleet.binaries().search_path(),
         workloads: CLUSTERS
             .iter()
             .zip(&workloads)
@@ -351,11 +354,7 @@ fn print_tour(up: &Up, tools: &Path) -> anyhow::Result<()> {
     }
     let (a_name, a_kubeconfig, _) = &up.workloads[0];
     println!("What to try next (the tools are in {}):", tools.display());
-    println!(
-        "  export PATH={}:{}:$PATH",
-        tools.display(),
-        up.cli.parent().unwrap_or(Path::new(".")).display()
-    );
+    println!("  export PATH={}:{}:$PATH", tools.display(), up.bin_path);
     println!(
         "  export KUBECONFIG={}   # the management cluster (the hub's)",
         up.hub_kubeconfig.display()
