@@ -181,10 +181,39 @@ async fn the_example_fleet_installs_on_both_clusters_upgrades_on_values_and_char
     // Each cluster holds only its own release.
     assert_eq!(helm_in(&a, &["list", "-A", "-q"])?.trim(), "hello");
     assert_eq!(helm_in(&b, &["list", "-A", "-q"])?.trim(), "hello");
-    let clusters = fleet.flotilla(&["get", "clusters"])?;
+    // Each cluster's PLANS column is the one plan its agent acknowledged, seconds after
+    // (not at the session's next 30 s status tick: issue 35).
+    let plans_of = |clusters: &str, name: &str| -> Option<String> {
+        let header: Vec<&str> = clusters.lines().next()?.split_whitespace().collect();
+        let column = header.iter().position(|h| *h == "PLANS")?;
+        let row = clusters
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))?;
+        row.split_whitespace().nth(column).map(str::to_owned)
+    };
+    let clusters = wait::until(
+        "get clusters to show one plan on each cluster",
+        Duration::from_secs(10),
+        || async {
+            let clusters = fleet.flotilla(&["get", "clusters"])?;
+            Ok(["workload-a", "workload-b"]
+                .iter()
+                .all(|c| plans_of(&clusters, c).as_deref() == Some("1"))
+                .then_some(clusters))
+        },
+    )
+    .await?;
     assert!(
         clusters.contains("workload-a") && clusters.contains("workload-b"),
         "{clusters}"
+    );
+    // `flotilla version`: the client's and each agent's, as its session reported it.
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        fleet.flotilla(&["version"])?,
+        format!(
+            "client: flotilla {version}\nagent workload-a: flotilla-agent {version}\nagent workload-b: flotilla-agent {version}\n"
+        )
     );
 
     // A values change upgrades hello-a only.
@@ -556,6 +585,8 @@ spec:
         !list.lines().any(|l| l == "stuck"),
         "the failed install is uninstalled: {list}"
     );
+    // Every condition and Event the failures left is a sentence.
+    fleet.scan_messages().await?;
     Ok(())
 }
 

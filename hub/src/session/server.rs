@@ -55,6 +55,9 @@ use crate::telemetry::{ChartSent, Dropped};
 
 /// The deadline of the ManagedCluster read of a `Renew`.
 const RENEW_API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long after a change of the plans held the session writes them to the ManagedCluster
+/// (a burst of acknowledgements is one write).
+const PLANS_WRITE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Capacity of a session's outgoing queue (messages built, not yet written).
 const OUTGOING_CAPACITY: usize = 16;
@@ -555,6 +558,7 @@ impl Session {
             config.status_interval,
         );
         status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut plans_soon = false;
         let mut last_heard = tokio::time::Instant::now();
         let mut nonce = 0u64;
         // The TLS handshake checked the certificate's dates once: the session ends when it
@@ -601,6 +605,15 @@ impl Session {
                             self.end(status).await;
                             break;
                         }
+                        // A change of the plans held (an acknowledgement, a deletion done)
+                        // is written soon, not at the next status tick: `flotilla get
+                        // clusters` shows what the agent acknowledged (issue 35).
+                        if !plans_soon
+                            && i64::try_from(self.mailbox.held_count()).ok() != plans_written
+                        {
+                            status_tick.reset_after(PLANS_WRITE_DELAY);
+                            plans_soon = true;
+                        }
                     }
                     Ok(None) | Err(_) => break,
                 },
@@ -621,6 +634,7 @@ impl Session {
                     let _ = self.tx.try_send(Ok(v1::HubMessage { kind: Some(hub_message::Kind::Ping(v1::Ping { nonce })) }));
                 }
                 _ = status_tick.tick() => {
+                    plans_soon = false;
                     // Liveness is this session; the object hears of it when the plans held
                     // changed, and otherwise every `heartbeat_write_interval`, as the hub's
                     // heartbeat budget allows (else at a later tick).
