@@ -63,7 +63,8 @@ pub enum Get {
 #[derive(Debug, Clone, Default, Args)]
 pub struct ClusterList {
     /// `wide`: also the newest certificate's serial and key, and a registration waiting
-    /// for acceptance or for its key's approval (what `cluster approve` approves).
+    /// for acceptance or for its key's approval (what `cluster approve` approves); `json`
+    /// or `yaml`: the ManagedClusters as a `v1` `List`, for scripts.
     #[arg(short = 'o', long = "output", value_enum)]
     pub output: Option<ClusterOutput>,
 }
@@ -73,6 +74,10 @@ pub struct ClusterList {
 pub enum ClusterOutput {
     /// More columns.
     Wide,
+    /// The ManagedClusters as a JSON `List`.
+    Json,
+    /// The ManagedClusters as a YAML `List`.
+    Yaml,
 }
 
 /// `flotilla get sources ...`
@@ -95,6 +100,51 @@ pub struct Scope {
     /// helm.flotilla.dev/set=NAME` lists a HelmReleaseSet's children.
     #[arg(short = 'l', long)]
     pub selector: Option<String>,
+    /// `json` or `yaml`: the objects as a `v1` `List` (as `kubectl get -o json|yaml`,
+    /// without managedFields), for scripts; default a table.
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<ListOutput>,
+}
+
+/// The machine-readable forms of `get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListOutput {
+    /// One JSON document.
+    Json,
+    /// One YAML document.
+    Yaml,
+}
+
+/// Writes `items` as a `v1` `List` in `format`: each with its `apiVersion` and `kind`,
+/// without `metadata.managedFields` (as `kubectl get -o json|yaml` prints them).
+pub(crate) fn print_list<K>(
+    out: &mut dyn Write,
+    items: &[K],
+    format: ListOutput,
+) -> Result<(), Failed>
+where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize,
+{
+    let items: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let mut v = serde_json::to_value(item)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("apiVersion".into(), K::api_version(&()).into());
+                o.insert("kind".into(), K::kind(&()).into());
+            }
+            if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            Ok(v)
+        })
+        .collect::<Result<_, serde_json::Error>>()?;
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    match format {
+        ListOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
+        ListOutput::Yaml => write!(out, "{}", to_yaml(&list)?)?,
+    }
+    Ok(())
 }
 
 impl Scope {
@@ -276,17 +326,35 @@ pub enum FleetCommand {
     Cluster(ClusterCmd),
     /// `rollout status|pause|resume|approve|abort`.
     Rollout(crate::rollout::Rollout),
+    /// `version` (the agents' part; the client's line is printed before).
+    Version,
+}
+
+/// `flotilla version [--client]`.
+#[derive(Debug, Clone, Args)]
+pub struct VersionArgs {
+    /// Only this client's version: no cluster is asked.
+    #[arg(long)]
+    pub client: bool,
 }
 
 /// A failure, printed as `✗ <message>`.
 #[derive(Debug)]
 pub struct Failed(pub String);
 
-impl<E: std::fmt::Display> From<E> for Failed {
+impl<E: std::error::Error + 'static> From<E> for Failed {
     fn from(e: E) -> Self {
-        Failed(e.to_string())
+        Failed(error_chain(&e))
     }
 }
+
+/// An error and its causes, each once; an API error as `<message> (HTTP <code>)`, never
+/// kube's `Debug` of it (the hub's and agent's one formatter).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    flotilla_hub::util::error_chain(e)
+}
+
+use flotilla_hub::util::api_error;
 
 /// Parses `5m`, `30s`, `1h30m`, `250ms` (Go's duration syntax, as the flux CLI).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -369,6 +437,7 @@ async fn execute(client: Client, command: FleetCommand, out: &mut dyn Write) -> 
             wait_handled(client, &named, &token, out).await
         }
         FleetCommand::Debug(args) => debug_helm_release(client, &args, out).await,
+        FleetCommand::Version => agent_versions(client, out).await,
         FleetCommand::TokenCreate(args) => token_create(client, &args, out).await,
         FleetCommand::Cluster(ClusterCmd::Accept { name }) => {
             accept(client, &name, true, out).await
@@ -405,7 +474,7 @@ pub(crate) fn object_error(kind: &str, namespace: &str, name: &str, e: kube::Err
         kube::Error::Api(status) if status.code == 404 => {
             Failed(format!("{kind} {name} not found in namespace {namespace}"))
         }
-        _ => Failed(format!("{kind} {namespace}/{name}: {e}")),
+        _ => Failed(format!("{kind} {namespace}/{name}: {}", error_chain(&e))),
     }
 }
 
@@ -520,6 +589,9 @@ async fn get_helm_releases(
         Api::namespaced(client, &scope.namespace)
     };
     let list = api.list(&scope.list_params()).await?;
+    if let Some(format) = scope.output {
+        return print_list(out, &list.items, format);
+    }
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRelease objects found in {}", where_(scope));
         return Ok(());
@@ -596,6 +668,9 @@ async fn get_helm_repositories(
         Api::namespaced(client, &scope.namespace)
     };
     let list = api.list(&scope.list_params()).await?;
+    if let Some(format) = scope.output {
+        return print_list(out, &list.items, format);
+    }
     if list.items.is_empty() {
         let _ = writeln!(out, "no HelmRepository objects found in {}", where_(scope));
         return Ok(());
@@ -645,6 +720,11 @@ async fn get_clusters(
     let wide = list_args.output == Some(ClusterOutput::Wide);
     let api: Api<ManagedCluster> = Api::all(client);
     let list = api.list(&ListParams::default()).await?;
+    match list_args.output {
+        Some(ClusterOutput::Json) => return print_list(out, &list.items, ListOutput::Json),
+        Some(ClusterOutput::Yaml) => return print_list(out, &list.items, ListOutput::Yaml),
+        _ => {}
+    }
     if list.items.is_empty() {
         let _ = writeln!(out, "no ManagedCluster objects found");
         return Ok(());
@@ -695,6 +775,35 @@ async fn get_clusters(
     }
     header.push("MESSAGE");
     table(out, &header, &rows)
+}
+
+/// `agent <cluster>: flotilla-agent <version>` per ManagedCluster, as its agent reported
+/// it at its last session.
+async fn agent_versions(client: Client, out: &mut dyn Write) -> Result<(), Failed> {
+    let api: Api<ManagedCluster> = Api::all(client);
+    let list = api.list(&ListParams::default()).await.map_err(|e| {
+        Failed(api_error(
+            "listing",
+            "ManagedClusters",
+            "on the hub's cluster",
+            &e,
+        ))
+    })?;
+    for cluster in &list.items {
+        let version = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.agent_version.as_deref());
+        match version {
+            Some(v) => writeln!(out, "agent {}: flotilla-agent {v}", cluster.name_any())?,
+            None => writeln!(
+                out,
+                "agent {}: not reported (never connected)",
+                cluster.name_any()
+            )?,
+        }
+    }
+    Ok(())
 }
 
 async fn reconcile(
@@ -789,7 +898,8 @@ async fn composed_values(
                 flotilla_hub::util::secret_data(client, namespace, name).await,
             ),
         };
-        let data = data.map_err(|e| Failed(format!("{what} {namespace}/{name}: {e}")))?;
+        let data =
+            data.map_err(|e| Failed(format!("{what} {namespace}/{name}: {}", error_chain(&e))))?;
         found.push(((kind, name.to_owned()), data));
     }
     let key = flotilla_hub::status::key_of(hr).ok_or_else(|| {
@@ -1047,7 +1157,7 @@ async fn accept(
             kube::Error::Api(status) if status.code == 404 => {
                 Failed(format!("ManagedCluster {name} not found"))
             }
-            _ => Failed(format!("ManagedCluster {name}: {e}")),
+            _ => Failed(format!("ManagedCluster {name}: {}", error_chain(&e))),
         })?;
     writeln!(
         out,
@@ -1066,7 +1176,7 @@ fn cluster_error(name: &str, e: kube::Error) -> Failed {
         kube::Error::Api(status) if status.code == 404 => {
             Failed(format!("ManagedCluster {name} not found"))
         }
-        _ => Failed(format!("ManagedCluster {name}: {e}")),
+        _ => Failed(format!("ManagedCluster {name}: {}", error_chain(&e))),
     }
 }
 

@@ -53,6 +53,13 @@ pub enum Command {
     /// Follow and steer the fleet rollout of a HelmReleaseSet.
     #[command(subcommand)]
     Rollout(rollout::Rollout),
+    /// Prints this client's version and, from the hub's ManagedClusters, each agent's.
+    Version(fleet::VersionArgs),
+    /// Prints a shell completion script: `source <(flotilla completion bash)`.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `flotilla template NAME CHART [flags]` (the flags of `helm template` it supports).
@@ -207,6 +214,20 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Token(fleet::Token::Create(args)) => F::TokenCreate(args),
         Command::Cluster(cmd) => F::Cluster(cmd),
         Command::Rollout(cmd) => F::Rollout(cmd),
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "flotilla", out);
+            return 0;
+        }
+        Command::Version(args) => {
+            if writeln!(out, "client: flotilla {}", env!("CARGO_PKG_VERSION")).is_err() {
+                return 1;
+            }
+            if args.client {
+                return 0;
+            }
+            F::Version
+        }
     };
     fleet::run(fleet_command, &cli.kube, out, err)
 }

@@ -90,6 +90,9 @@ pub async fn get_sets(client: Client, scope: &Scope, out: &mut dyn Write) -> Res
         Api::namespaced(client, &scope.namespace)
     };
     let list = api.list(&scope.list_params()).await?;
+    if let Some(format) = scope.output {
+        return crate::fleet::print_list(out, &list.items, format);
+    }
     if list.items.is_empty() {
         let place = if scope.all_namespaces {
             "any namespace".to_owned()

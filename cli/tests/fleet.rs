@@ -131,6 +131,66 @@ async fn get_reconcile_suspend_resume_token_create_and_cluster_accept_work_as_th
         "{out}"
     );
 
+    // -o json|yaml on every get: a v1 List, parsed back (JSON by serde_json, YAML by the
+    // real kubectl, which reads it as it reads its own output).
+    for (args, kind, want) in [
+        (&["get", "hr"][..], "HelmRelease", 1),
+        (&["get", "sources", "helm"][..], "HelmRepository", 1),
+        (&["get", "hrs"][..], "HelmReleaseSet", 0),
+        (&["get", "clusters"][..], "ManagedCluster", 0),
+    ] {
+        let mut json_args = args.to_vec();
+        json_args.extend(["-o", "json"]);
+        let (code, out, err) = flotilla(&kubeconfig, &json_args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let list: serde_json::Value = serde_json::from_str(&out)?;
+        assert_eq!(list["kind"], "List", "{out}");
+        let items = list["items"].as_array().expect("items");
+        assert_eq!(items.len(), want, "{out}");
+        for item in items {
+            assert_eq!(item["kind"], kind, "{out}");
+            assert_eq!(item["metadata"]["name"], "podinfo", "{out}");
+            assert!(item["metadata"].get("managedFields").is_none(), "{out}");
+        }
+        let mut yaml_args = args.to_vec();
+        yaml_args.extend(["-o", "yaml"]);
+        let (code, yaml, err) = flotilla(&kubeconfig, &yaml_args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        if want == 0 {
+            // kubectl refuses to create nothing: the empty List as sigs.k8s.io/yaml writes it.
+            assert_eq!(yaml, "apiVersion: v1\nitems: []\nkind: List\n");
+            continue;
+        }
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("list.yaml");
+        std::fs::write(&file, &yaml)?;
+        let file = file.to_str().expect("a UTF-8 path");
+        let names = kubectl_in(
+            &kubeconfig,
+            &["create", "--dry-run=client", "-f", file, "-o", "name"],
+            None,
+        )?;
+        assert_eq!(names.lines().count(), want, "{yaml}\n{names}");
+    }
+
+    // `version --client` asks no cluster; `version` lists the (here: no) agents.
+    let client_line = format!("client: flotilla {}\n", env!("CARGO_PKG_VERSION"));
+    let (code, out, err) = flotilla(&kubeconfig, &["version", "--client"]);
+    assert_eq!((code, out.as_str()), (0, client_line.as_str()), "{err}");
+
+    // Shell completions: a script the real bash reads, completing the subcommands.
+    let (code, script, err) = flotilla(&kubeconfig, &["completion", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    let checked = Command::new("bash").args(["-n", "-c", &script]).output()?;
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    for word in ["_flotilla", "helmreleases", "rollout", "version"] {
+        assert!(script.contains(word), "no {word} in the completion script");
+    }
+
     // reconcile --force: annotated, waited for, an upgrade ran.
     let (code, out, err) = flotilla(
         &kubeconfig,
