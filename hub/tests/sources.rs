@@ -750,6 +750,8 @@ spec:
         "{refused:?}"
     );
 
+    // Every condition and Event these failures left reads as a sentence.
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
