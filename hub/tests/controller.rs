@@ -375,6 +375,7 @@ spec:
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0].1, "deployed");
 
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
@@ -483,6 +484,7 @@ async fn a_kube_config_secret_target_is_served_in_push_mode_moves_when_the_targe
     assert!(helm_list(env.kubeconfig())?.is_empty());
     assert!(helm_list(edge.kubeconfig())?.is_empty());
 
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
@@ -740,6 +742,7 @@ async fn cel_expressions_that_do_not_parse_stall_the_release_and_ready_expr_deci
     installed.sort();
     assert_eq!(installed, ["a", "b"]);
 
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
@@ -1188,6 +1191,7 @@ async fn a_panic_in_a_reconcile_is_caught_the_release_is_retried_and_the_control
     installed.sort();
     assert_eq!(installed, vec!["calm".to_owned(), "panics".to_owned()]);
 
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
@@ -1308,6 +1312,7 @@ spec:
         assert!(!status.contains(part), "{part} in {status}");
     }
 
+    flotilla_tests::messages::scan(&env.cluster.client().await?).await?;
     env.stop().await;
     Ok(())
 }
