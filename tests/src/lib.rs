@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod flux;
 pub mod http;
 pub mod image;
+pub mod monitoring;
 pub mod pki;
 pub mod process;
 pub mod rbac;
