@@ -497,29 +497,58 @@ async fn a_short_lived_agent_certificate_is_renewed_over_the_session_and_plans_k
     // The monitoring series: the agent exports its certificate's end, the hub the accepted,
     // connected cluster; every series the alert rules and the dashboard of
     // deploy/monitoring query is in the scrapes of these two real binaries.
-    let latest = latest_end
-        .duration_since(SystemTime::UNIX_EPOCH)?
-        .as_secs_f64();
+    // A HelmReleaseSet whose one child the API server refuses (a replica count that is not
+    // a number): the set's conditions and the agent's reconcile errors are exported too.
+    fleet.apply(&format!(
+        r#"apiVersion: helm.flotilla.dev/v1alpha1
+kind: HelmReleaseSet
+metadata:
+  name: refused
+  namespace: {NS}
+spec:
+  clusterNames: [workload-a]
+  template:
+    spec:
+      interval: 10m
+      releaseName: refused
+      targetNamespace: refused
+      storageNamespace: refused
+      install:
+        createNamespace: true
+        disableWait: true
+      chart:
+        spec:
+          chart: hello
+          version: "0.1.x"
+          sourceRef:
+            kind: HelmRepository
+            name: examples
+  valuesTemplate: |
+    replicaCount: "many on {{{{ .ClusterName }}}}"
+"#
+    ))?;
+    // (The certificate is renewed every 20 s here: its end is read again with each scrape.)
     let agent_scrape = wait::until(
-        "the agent's metrics to show its current certificate's end",
-        Duration::from_secs(30),
+        "the agent's metrics to show its current certificate's end and a reconcile error",
+        Duration::from_secs(60),
         || {
-            let agent_metrics = agent_metrics.clone();
+            let (agent_metrics, work) = (agent_metrics.clone(), work.clone());
             async move {
                 let text = flotilla_tests::http::get(&agent_metrics, "/metrics")?;
-                let end = flotilla_tests::http::sample(
+                let (_, end) = agent_certificate(&work).await?;
+                let stored = end.duration_since(SystemTime::UNIX_EPOCH)?.as_secs_f64();
+                let exported = flotilla_tests::http::sample(
                     &text,
                     "flotilla_agent_certificate_expiry_timestamp_seconds",
                 );
-                Ok(end
-                    .is_some_and(|e| (e - latest).abs() <= 1.0)
-                    .then_some(text))
+                let errors = text.contains("flotilla_agent_reconcile_errors_total{");
+                Ok((errors && exported.is_some_and(|e| (e - stored).abs() <= 1.0)).then_some(text))
             }
         },
     )
     .await?;
     let hub_scrape = wait::until(
-        "the hub's metrics to count the connected, accepted cluster",
+        "the hub's metrics to count the connected, accepted cluster and the set",
         Duration::from_secs(30),
         || async {
             let text = fleet.hub_metrics()?;
@@ -527,7 +556,8 @@ async fn a_short_lived_agent_certificate_is_renewed_over_the_session_and_plans_k
                 &text,
                 r#"flotilla_hub_managed_clusters{accepted="true",connected="true"}"#,
             );
-            Ok((connected == Some(1.0)).then_some(text))
+            let sets = text.contains("flotilla_hub_helmreleasesets{");
+            Ok((sets && connected == Some(1.0)).then_some(text))
         },
     )
     .await?;
