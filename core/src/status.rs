@@ -92,6 +92,24 @@ pub struct HelmReleaseStatus {
     /// Last `reconcile.fluxcd.io/forceAt` value handled.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_handled_force_at: String,
+    /// The hub's plan for this HelmRelease, recorded by the hub's status writer for the
+    /// children of a HelmReleaseSet (not a Flux field; agents never set it): lets a
+    /// restarted hub give an unchanged plan its old revision without an annotation write
+    /// per plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRecord>,
+}
+
+/// A plan revision and the digest of the plan it was given to (`status.plan`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRecord {
+    /// The plan revision.
+    pub revision: u64,
+    /// `sha256:<hex>` of the plan with its revision zeroed.
+    #[cfg_attr(feature = "schema", schemars(length(max = 71)))]
+    pub digest: String,
 }
 
 impl HelmReleaseStatus {

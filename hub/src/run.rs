@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, ControllerOptions};
 use crate::kubeconfig_policy::KubeconfigPolicy;
-use crate::link::{Links, ReportReceiver, ReportSink, report_channel};
+use crate::link::{Links, ReportReceiver, ReportSink, TargetId, report_channel};
 use crate::push::{HubLinks, PushAgents, PushOptions};
 use crate::sources::helm_chart::{self, ChartContext};
 use crate::sources::helm_repository::{self, Indexes, RepositoryContext};
@@ -294,7 +294,13 @@ impl Hub {
             }
         }
         let imported = crate::onboarding::ImportedClusters::default();
-        let sets = crate::sets::Context::new(
+        if let Some(remote) = config.remote.clone() {
+            let tenancy = ctx.tenancy.clone();
+            config
+                .metrics
+                .set_cluster_sampler(move || cluster_counts(&tenancy.clusters(), &remote));
+        }
+        let mut sets = crate::sets::Context::new(
             ctx.client.clone(),
             ctx.tenancy.clone(),
             imported.clone(),
@@ -303,6 +309,7 @@ impl Hub {
                 ..Default::default()
             },
         );
+        sets.metrics = Some(config.metrics.clone());
         controllers.spawn(supervisor.critical(
             "helmreleaseset-controller",
             crate::sets::run(Arc::new(sets), stop.clone().cancelled_owned()),
@@ -361,4 +368,30 @@ impl Hub {
     pub fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
     }
+}
+
+/// ManagedClusters by `spec.accepted` and whether their agent holds a session
+/// (`flotilla_hub_managed_clusters`).
+fn cluster_counts(
+    clusters: &[Arc<flotilla_api::ManagedCluster>],
+    remote: &Arc<dyn Links>,
+) -> crate::telemetry::ClusterCounts {
+    let mut c = crate::telemetry::ClusterCounts::default();
+    for mc in clusters {
+        let accepted = mc.spec.accepted;
+        let connected = mc
+            .metadata
+            .name
+            .clone()
+            .and_then(|n| flotilla_core::ids::ClusterId::new(n).ok())
+            .and_then(|id| remote.link(&TargetId::Cluster(id)))
+            .is_some_and(|link| link.connected());
+        match (accepted, connected) {
+            (true, true) => c.accepted_connected += 1,
+            (true, false) => c.accepted_disconnected += 1,
+            (false, true) => c.pending_connected += 1,
+            (false, false) => c.pending_disconnected += 1,
+        }
+    }
+    c
 }

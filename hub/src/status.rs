@@ -17,6 +17,10 @@
 //!   report from the cluster's agent (and the controller is asked to look again), so a
 //!   reconnecting agent's status shows at once, not at the controller's next requeue.
 //!
+//! - the controller's plan record of a HelmReleaseSet's child ([`StatusBook::planned`]):
+//!   `status.plan` (revision and digest of the plan sent last), written with the next
+//!   status write rather than as a write of its own.
+//!
 //! The whole status is written with server-side apply under the hub's field manager, so
 //! what an agent cleared (history on uninstall, say) is cleared on the object too. Writes of
 //! one HelmRelease are serialized; different HelmReleases write in parallel. Reports of one
@@ -35,7 +39,7 @@ use flotilla_core::agent::{ObjectKey, Report};
 use flotilla_core::ids::PlanRevision;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition};
 use flotilla_core::release::EventType;
-use flotilla_core::status::HelmReleaseStatus;
+use flotilla_core::status::{HelmReleaseStatus, PlanRecord};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use kube::{Client, Resource as _, ResourceExt as _};
@@ -89,6 +93,8 @@ struct Entry {
     /// The last plan the agent refused, and the condition saying why; it stands until the
     /// agent reports on a newer plan.
     rejected: Option<(PlanRevision, HubCondition)>,
+    /// `status.plan`: the object's when the hub started, then the controller's.
+    plan: Option<PlanRecord>,
 }
 
 /// The status writer (see the module docs).
@@ -97,6 +103,8 @@ pub struct StatusBook {
     recorder: Recorder,
     entries: Mutex<HashMap<ObjectKey, Arc<tokio::sync::Mutex<Entry>>>>,
     deleted: Mutex<HashMap<ObjectKey, PlanRevision>>,
+    /// Plan records handed in by the controller, taken by the next write.
+    planned: Mutex<HashMap<ObjectKey, PlanRecord>>,
     trigger: mpsc::UnboundedSender<ObjectKey>,
     /// Reports per HelmRelease received and not yet merged (a burst: only the last writes).
     queued: Mutex<HashMap<ObjectKey, usize>>,
@@ -135,6 +143,7 @@ impl StatusBook {
             recorder,
             entries: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
+            planned: Mutex::new(HashMap::new()),
             trigger,
             queued: Mutex::new(HashMap::new()),
         }
@@ -192,6 +201,16 @@ impl StatusBook {
             .copied()
     }
 
+    /// Records the plan last sent for `key` (a HelmReleaseSet's child): the next status
+    /// write carries it as `status.plan`. Never waits: the write that takes it may be the
+    /// one an agent report causes.
+    pub fn planned(&self, key: &ObjectKey, record: PlanRecord) {
+        self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), record);
+    }
+
     /// Forgets a HelmRelease that is gone.
     pub fn forget(&self, key: &ObjectKey) {
         self.entries
@@ -199,6 +218,10 @@ impl StatusBook {
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
         self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        self.planned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
@@ -350,6 +373,9 @@ impl StatusBook {
     fn merged(e: &Entry) -> HelmReleaseStatus {
         let mut status = e.agent.clone();
         status.helm_chart = e.helm_chart.clone();
+        if e.plan.is_some() {
+            status.plan = e.plan.clone();
+        }
         if let Some(g) = e.suspended {
             status.observed_generation = status.observed_generation.max(g);
         }
@@ -379,6 +405,14 @@ impl StatusBook {
     }
 
     async fn write(&self, key: &ObjectKey, e: &mut Entry) -> Result<(), StatusError> {
+        if let Some(plan) = self
+            .planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+        {
+            e.plan = Some(plan.clone());
+        }
         let status = Self::merged(e);
         if e.written.as_ref() == Some(&status) {
             return Ok(());
@@ -464,6 +498,7 @@ fn seed(e: &mut Entry, hr: &HelmRelease) {
     }
     let mut status = hr.status.clone().unwrap_or_default();
     e.helm_chart = std::mem::take(&mut status.helm_chart);
+    e.plan = status.plan.take();
     // A hub condition written before a restart is the controller's to set again.
     e.agent = status;
     e.seeded = true;
@@ -625,5 +660,37 @@ mod tests {
         assert_eq!(StatusBook::merged(&e).observed_generation, 5);
         e.suspended = Some(1);
         assert_eq!(StatusBook::merged(&e).observed_generation, 2);
+    }
+
+    #[test]
+    fn the_plan_record_survives_an_agent_report_and_a_seed_from_the_object() {
+        let record = PlanRecord {
+            revision: 7,
+            digest: "sha256:00".into(),
+        };
+        // Seeded from an object whose status holds a record: kept apart from the agent's
+        // part, and written back with every merge.
+        let mut e = Entry::default();
+        let mut hr: HelmRelease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "helm.flotilla.dev/v1", "kind": "HelmRelease",
+            "metadata": {"name": "web-a", "namespace": "apps"},
+            "spec": {"interval": "1m", "chart": {"spec": {"chart": "c", "sourceRef": {"kind": "HelmRepository", "name": "r"}}}},
+        }))
+        .unwrap();
+        hr.status = Some(HelmReleaseStatus {
+            plan: Some(record.clone()),
+            ..agent()
+        });
+        seed(&mut e, &hr);
+        assert_eq!(StatusBook::merged(&e).plan, Some(record.clone()));
+        // An agent report replaces the agent's part (which never has one).
+        e.agent = agent();
+        assert_eq!(StatusBook::merged(&e).plan, Some(record));
+        // Without a record, none is invented.
+        let e = Entry {
+            agent: agent(),
+            ..Default::default()
+        };
+        assert_eq!(StatusBook::merged(&e).plan, None);
     }
 }

@@ -26,7 +26,15 @@
 //!   (inside a plan, the agent holding no copy as far as the hub knew) or by `get_chart`
 //!   (a `GetChart` transfer served to its end);
 //! - `flotilla_hub_cluster_heartbeat_writes_total{result}`: ManagedCluster heartbeat writes
-//!   due, `written` or `deferred` to a later status tick by the hub-wide budget.
+//!   due, `written` or `deferred` to a later status tick by the hub-wide budget;
+//! - `flotilla_hub_helmreleasesets{condition,reason}`: HelmReleaseSets whose condition
+//!   `condition` is True, by its reason (`RolloutPaused` with `MaxFailuresExceeded` is a
+//!   rollout stopped by failures), from the set controller's cache, sampled when scraped;
+//! - `flotilla_hub_managed_clusters{accepted,connected}`: ManagedClusters by
+//!   `spec.accepted` and whether their agent holds a session now, sampled when scraped.
+//!
+//! `deploy/monitoring/` holds alert rules and a dashboard on these series (and the
+//! agent's), tested with `promtool test rules`.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -95,6 +103,18 @@ struct HowLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabels {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    condition: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    accepted: &'static str,
+    connected: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -189,6 +209,25 @@ pub struct Sample {
 
 type Sampler = Box<dyn Fn() -> Sample + Send + Sync>;
 
+/// ManagedClusters by `spec.accepted` and session (`flotilla_hub_managed_clusters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterCounts {
+    /// Accepted, with a session up.
+    pub accepted_connected: usize,
+    /// Accepted, without a session.
+    pub accepted_disconnected: usize,
+    /// Not accepted, with a session (a pending agent's, refused work).
+    pub pending_connected: usize,
+    /// Not accepted, without a session.
+    pub pending_disconnected: usize,
+}
+
+/// HelmReleaseSets with a True condition, by `(condition type, reason)`.
+pub type SetConditionCounts = std::collections::BTreeMap<(String, String), usize>;
+
+type SetSampler = Box<dyn Fn() -> SetConditionCounts + Send + Sync>;
+type ClusterSampler = Box<dyn Fn() -> ClusterCounts + Send + Sync>;
+
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
@@ -221,7 +260,11 @@ pub struct HubMetrics {
     charts_sent: Family<HowLabels, Counter>,
     heartbeat_writes: Family<WriteLabels, Counter>,
     dropped: Family<ReasonLabels, Counter>,
+    sets: Family<ConditionLabels, Gauge>,
+    clusters: Family<ClusterLabels, Gauge>,
     sampler: Arc<std::sync::Mutex<Option<Sampler>>>,
+    set_sampler: Arc<std::sync::Mutex<Option<SetSampler>>>,
+    cluster_sampler: Arc<std::sync::Mutex<Option<ClusterSampler>>>,
 }
 
 impl fmt::Debug for HubMetrics {
@@ -325,6 +368,26 @@ impl HubMetrics {
                 reason: reason.label(),
             });
         }
+        let sets = Family::<ConditionLabels, Gauge>::default();
+        registry.register(
+            "flotilla_hub_helmreleasesets",
+            "HelmReleaseSets whose condition is True, by condition type and reason",
+            sets.clone(),
+        );
+        let clusters = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "flotilla_hub_managed_clusters",
+            "ManagedClusters by spec.accepted and whether their agent holds a session",
+            clusters.clone(),
+        );
+        for accepted in ["true", "false"] {
+            for connected in ["true", "false"] {
+                let _ = clusters.get_or_create(&ClusterLabels {
+                    accepted,
+                    connected,
+                });
+            }
+        }
         for result in ["success", "not_ready", "error"] {
             let labels = Labels {
                 controller: "helmrelease",
@@ -345,7 +408,11 @@ impl HubMetrics {
             charts_sent,
             heartbeat_writes,
             dropped,
+            sets,
+            clusters,
             sampler: Arc::new(std::sync::Mutex::new(None)),
+            set_sampler: Arc::new(std::sync::Mutex::new(None)),
+            cluster_sampler: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
@@ -409,7 +476,58 @@ impl HubMetrics {
         *self.sampler.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sampler));
     }
 
+    /// Sets what fills `flotilla_hub_helmreleasesets` at each scrape (the set controller).
+    pub fn set_set_sampler(
+        &self,
+        sampler: impl Fn() -> SetConditionCounts + Send + Sync + 'static,
+    ) {
+        *self.set_sampler.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sampler));
+    }
+
+    /// Sets what fills `flotilla_hub_managed_clusters` at each scrape (the session server).
+    pub fn set_cluster_sampler(&self, sampler: impl Fn() -> ClusterCounts + Send + Sync + 'static) {
+        *self
+            .cluster_sampler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sampler));
+    }
+
+    fn sample_fleet(&self) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        if let Some(sampler) = &*self.set_sampler.lock().unwrap_or_else(|p| p.into_inner()) {
+            let counts = sampler();
+            // Conditions no set holds any more are dropped, not left at their last value.
+            self.sets.clear();
+            for ((condition, reason), n) in counts {
+                self.sets
+                    .get_or_create(&ConditionLabels { condition, reason })
+                    .set(gauge(n));
+            }
+        }
+        if let Some(sampler) = &*self
+            .cluster_sampler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            let c = sampler();
+            for (accepted, connected, n) in [
+                ("true", "true", c.accepted_connected),
+                ("true", "false", c.accepted_disconnected),
+                ("false", "true", c.pending_connected),
+                ("false", "false", c.pending_disconnected),
+            ] {
+                self.clusters
+                    .get_or_create(&ClusterLabels {
+                        accepted,
+                        connected,
+                    })
+                    .set(gauge(n));
+            }
+        }
+    }
+
     fn sample(&self) {
+        self.sample_fleet();
         let sample = match &*self.sampler.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(sampler) => sampler(),
             None => return,
@@ -539,6 +657,46 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_conditions_and_clusters_are_sampled_at_each_scrape_and_gone_conditions_dropped() {
+        let metrics = HubMetrics::new();
+        let text = metrics.encode().expect("encoded");
+        assert!(
+            text.contains("flotilla_hub_managed_clusters{accepted=\"true\",connected=\"false\"} 0"),
+            "{text}"
+        );
+        let paused = Arc::new(AtomicBool::new(true));
+        let p = paused.clone();
+        metrics.set_set_sampler(move || {
+            let mut counts = SetConditionCounts::new();
+            counts.insert(("Ready".into(), "RolloutComplete".into()), 4);
+            if p.load(Ordering::SeqCst) {
+                counts.insert(("RolloutPaused".into(), "MaxFailuresExceeded".into()), 1);
+            }
+            counts
+        });
+        metrics.set_cluster_sampler(|| ClusterCounts {
+            accepted_connected: 3,
+            accepted_disconnected: 1,
+            pending_connected: 0,
+            pending_disconnected: 2,
+        });
+        let text = metrics.encode().expect("encoded");
+        for line in [
+            "flotilla_hub_helmreleasesets{condition=\"Ready\",reason=\"RolloutComplete\"} 4",
+            "flotilla_hub_helmreleasesets{condition=\"RolloutPaused\",reason=\"MaxFailuresExceeded\"} 1",
+            "flotilla_hub_managed_clusters{accepted=\"true\",connected=\"true\"} 3",
+            "flotilla_hub_managed_clusters{accepted=\"true\",connected=\"false\"} 1",
+            "flotilla_hub_managed_clusters{accepted=\"false\",connected=\"false\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        paused.store(false, Ordering::SeqCst);
+        let text = metrics.encode().expect("encoded");
+        assert!(!text.contains("MaxFailuresExceeded"), "{text}");
+        assert!(text.contains("reason=\"RolloutComplete\"} 4"), "{text}");
+    }
 
     #[test]
     fn queue_depth_and_releases_by_ready_are_sampled_at_each_scrape() {

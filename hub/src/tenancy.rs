@@ -331,6 +331,11 @@ impl Tenancy {
         )
     }
 
+    /// The ManagedClusters as watched (empty until the watch has listed).
+    pub fn clusters(&self) -> Vec<Arc<ManagedCluster>> {
+        self.clusters.state()
+    }
+
     /// Whether ManagedCluster `name` is paused ([`crate::onboarding::LABEL_PAUSED`]: its
     /// Cluster API Cluster has `spec.paused`), from the watched store; not synced or not
     /// there: not paused.

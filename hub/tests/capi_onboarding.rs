@@ -512,7 +512,8 @@ const PROD_IMAGE_2: &str = "registry.example/flotilla/flotilla-agent:prod-2";
 const UPGRADE_TIMEOUT_SECS: u64 = 12;
 
 /// The HelmReleaseSet of the fleet test: every `env=prod` ManagedCluster, all at once;
-/// the message names the cluster. The releases do not wait for pods: the workload clusters
+/// the message names the ManagedCluster and, through `.Cluster` (the imported Cluster API
+/// object), the Cluster it was made from. The releases do not wait for pods: the workload clusters
 /// are API servers only.
 fn prod_set(fleet: &Fleet) -> String {
     format!(
@@ -552,7 +553,7 @@ spec:
             kind: HelmRepository
             name: examples
   valuesTemplate: |
-    message: "Hello {{{{ .ClusterName }}}}"
+    message: "Hello {{{{ .ClusterName }}}} ({{{{ .Cluster.metadata.namespace }}}}/{{{{ .Cluster.metadata.name }}}})"
   rollout:
     strategy: AllAtOnce
 "#,
@@ -578,9 +579,11 @@ async fn agent_image(workload: &Cluster) -> anyhow::Result<Option<String>> {
 }
 
 /// Waits until the set's release is deployed on `workload` (Helm storage, as `helm list`
-/// reads it) with the message naming ManagedCluster `mc`.
-async fn until_released(workload: &Cluster, mc: &str) -> anyhow::Result<()> {
-    let want = format!("Hello {mc}");
+/// reads it) with the message naming the ManagedCluster of Cluster `fleet/<name>` and the
+/// Cluster (its `.Cluster` in the set's `valuesTemplate`).
+async fn until_released(workload: &Cluster, name: &str) -> anyhow::Result<()> {
+    let mc = mc_of(name);
+    let want = format!("Hello {mc} ({NS}/{name})");
     wait::until(
         &format!("the set's release deployed on {mc}"),
         TIMEOUT,
@@ -783,7 +786,7 @@ async fn a_helm_release_set_reaches_every_imported_prod_cluster_as_its_agent_joi
         joined?;
     }
     for (i, name) in PROD.iter().enumerate() {
-        until_released(&workloads[i], &mc_of(name)).await?;
+        until_released(&workloads[i], name).await?;
     }
     eprintln!(
         "capi fleet: the set's release on the three clusters at {:.1?}",
@@ -810,7 +813,7 @@ async fn a_helm_release_set_reaches_every_imported_prod_cluster_as_its_agent_joi
         .await?,
     );
     until_step(&mcs, &mc_of(LATE), "Joined").await?;
-    until_released(d, &mc_of(LATE)).await?;
+    until_released(d, LATE).await?;
     eprintln!(
         "capi fleet: the set's release on the fourth cluster at {:.1?}",
         started.elapsed()

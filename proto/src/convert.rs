@@ -528,6 +528,8 @@ impl TryFrom<v1::ReleaseStatus> for HelmReleaseStatus {
             last_handled_reset_at: s.last_handled_reset_at,
             last_handled_reconcile_at: s.last_handled_reconcile_at,
             last_handled_force_at: s.last_handled_force_at,
+            // The hub's record; never on the wire.
+            plan: None,
         })
     }
 }
@@ -739,6 +741,7 @@ mod tests {
             last_handled_reset_at: "r".into(),
             last_handled_reconcile_at: "now".into(),
             last_handled_force_at: "now".into(),
+            plan: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod flux;
 pub mod http;
 pub mod image;
 pub mod messages;
+pub mod monitoring;
 pub mod pki;
 pub mod process;
 pub mod rbac;

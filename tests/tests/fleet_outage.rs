@@ -13,6 +13,8 @@
 //!   end, the agent started with `run` says in an error line that it must join again and
 //!   gets no session; `join` with a new token brings it back. The hub's and the agent's
 //!   debug logs hold neither the marker of a valuesFrom Secret, nor the token, nor a key.
+//!   Their scrapes export every series `deploy/monitoring/`'s alert rules and dashboard
+//!   query, the agent's certificate end among them.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -394,6 +396,8 @@ async fn a_short_lived_agent_certificate_is_renewed_over_the_session_and_plans_k
     let mut options = FleetOptions::named("cert-renewal");
     options.workloads = vec!["workload-a".to_owned()];
     options.hub_args = vec!["--agent-cert-lifetime".to_owned(), "30s".to_owned()];
+    let agent_metrics = format!("127.0.0.1:{}", flotilla_tests::cluster::free_port()?);
+    options.agent_args = vec!["--metrics-addr".to_owned(), agent_metrics.clone()];
     // Debug logs, scanned at the end for what must never be logged.
     options.log_level = "debug".to_owned();
     let mut fleet = Fleet::start(bins::build(Progress::OnFailure)?, options).await?;
@@ -489,6 +493,81 @@ async fn a_short_lived_agent_certificate_is_renewed_over_the_session_and_plans_k
     );
     let (_, latest_end) = agent_certificate(&work).await?;
     assert!(latest_end > first_end);
+
+    // The monitoring series: the agent exports its certificate's end, the hub the accepted,
+    // connected cluster; every series the alert rules and the dashboard of
+    // deploy/monitoring query is in the scrapes of these two real binaries.
+    // A HelmReleaseSet whose one child the API server refuses (a replica count that is not
+    // a number): the set's conditions are exported too.
+    fleet.apply(&format!(
+        r#"apiVersion: helm.flotilla.dev/v1alpha1
+kind: HelmReleaseSet
+metadata:
+  name: refused
+  namespace: {NS}
+spec:
+  clusterNames: [workload-a]
+  template:
+    spec:
+      interval: 10m
+      releaseName: refused
+      targetNamespace: refused
+      storageNamespace: refused
+      install:
+        createNamespace: true
+        disableWait: true
+      chart:
+        spec:
+          chart: hello
+          version: "0.1.x"
+          sourceRef:
+            kind: HelmRepository
+            name: examples
+  valuesTemplate: |
+    replicaCount: "many on {{{{ .ClusterName }}}}"
+"#
+    ))?;
+    // (The certificate is renewed every 20 s here: its end is read again with each scrape.)
+    let agent_scrape = wait::until(
+        "the agent's metrics to show its current certificate's end",
+        Duration::from_secs(30),
+        || {
+            let (agent_metrics, work) = (agent_metrics.clone(), work.clone());
+            async move {
+                let text = flotilla_tests::http::get(&agent_metrics, "/metrics")?;
+                let (_, end) = agent_certificate(&work).await?;
+                let stored = end.duration_since(SystemTime::UNIX_EPOCH)?.as_secs_f64();
+                let exported = flotilla_tests::http::sample(
+                    &text,
+                    "flotilla_agent_certificate_expiry_timestamp_seconds",
+                );
+                Ok(exported
+                    .is_some_and(|e| (e - stored).abs() <= 1.0)
+                    .then_some(text))
+            }
+        },
+    )
+    .await?;
+    let hub_scrape = wait::until(
+        "the hub's metrics to count the connected, accepted cluster and the set",
+        Duration::from_secs(30),
+        || async {
+            let text = fleet.hub_metrics()?;
+            let connected = flotilla_tests::http::sample(
+                &text,
+                r#"flotilla_hub_managed_clusters{accepted="true",connected="true"}"#,
+            );
+            let sets = text.contains("flotilla_hub_helmreleasesets{");
+            Ok((sets && connected == Some(1.0)).then_some(text))
+        },
+    )
+    .await?;
+    let queried = flotilla_tests::monitoring::queried_series()?;
+    let missing = flotilla_tests::monitoring::missing(&queried, &[&agent_scrape, &hub_scrape]);
+    assert!(
+        missing.is_empty(),
+        "deploy/monitoring queries series no binary exports: {missing:?}"
+    );
 
     // Stopped past its certificate's end, the agent started with `run` says it must join
     // again, and stays away; `join` with a new token brings it back with the same key.

@@ -30,9 +30,15 @@
 //! Per wave (from the watches of the children and the set): when its first child carried
 //! the revision, its last, when its last child was Ready on the hub, and when the wave was
 //! through (the next wave's first promotion; for the last wave the set's `Ready`). A wave's
-//! span less its soak is the engine's overhead for it (goal ≤ 1 s): promotion, the children's
-//! way to the agents and back (the HelmRelease controller, the sessions, the status writer),
-//! and the lag between the end of the soak and the next wave's start.
+//! span less its soak is the time the rollout took for it beyond its gate: promotion, the
+//! children's way to the agents and back (the HelmRelease controller, the sessions, the
+//! status writer), and the lag between the end of the soak and the next wave's start.
+//!
+//! 4. **The API server's ceiling** ([`crate::bench_ceiling`]): with the agents gone and the
+//!    hub stopped, the management API server alone takes the writes a wave of a values
+//!    change costs (per cluster a child's spec write and its status write, with the hub's
+//!    concurrency) for each wave's size. A wave's span less its soak less this ceiling is
+//!    the engine's own overhead (goal ≤ 1 s per wave, judged on revision 2).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -455,6 +461,8 @@ struct Figures {
     breach: Breach,
     hub_peak_kib: u64,
     own_peak_kib: u64,
+    /// The API server's ceiling for each wave's writes, in wave order.
+    ceilings: Vec<crate::bench_ceiling::Ceiling>,
     load_at_start: String,
     load_at_end: String,
     binaries: String,
@@ -745,6 +753,9 @@ async fn measure(fleet: &Fleet, args: &BenchRollout) -> anyhow::Result<Figures> 
     for watch in watches {
         watch.abort();
     }
+    eprintln!("{BENCH}: the API server's ceiling for the waves' writes (the hub stopped)");
+    let sizes: Vec<usize> = members.iter().map(Vec::len).collect();
+    let ceilings = crate::bench_ceiling::measure(&client, hub_pid, &listed.items, &sizes).await?;
     Ok(Figures {
         clusters: n,
         soak,
@@ -763,6 +774,7 @@ async fn measure(fleet: &Fleet, args: &BenchRollout) -> anyhow::Result<Figures> 
         breach,
         hub_peak_kib,
         own_peak_kib,
+        ceilings,
         load_at_start,
         load_at_end: load_average(),
         binaries: String::new(),
@@ -853,6 +865,25 @@ fn report(f: &Figures) -> String {
         }
         out.push('\n');
     }
+    if let Some(r) = f.runs.get(1) {
+        out.push_str(&format!(
+            "\n{} — each wave against the API server's ceiling for its writes (a spec and a status write per cluster, {} and {} in flight, the hub stopped):\n",
+            r.label,
+            crate::bench_ceiling::SPEC_WRITES_IN_FLIGHT,
+            crate::bench_ceiling::STATUS_WRITES_IN_FLIGHT,
+        ));
+        out.push_str("| wave | clusters | span − soak | the API server alone | the engine's own overhead |\n|---|---|---|---|---|\n");
+        for (w, c) in engine_overheads(r, &f.ceilings) {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                w.name,
+                w.clusters,
+                opt(w.overhead),
+                secs(c.took),
+                opt(w.overhead.map(|o| o.saturating_sub(c.took))),
+            ));
+        }
+    }
     let b = &f.breach;
     out.push_str(&format!(
         "\nbreach ({} of {n} clusters fail revision 3, maxFailures 0, onFailure Pause): wave {} Failed (currentWave {}), RolloutPaused {} ({}) after {} ({} after the first failed child seen), RolloutDegraded after {}\n  \"{}\"\n  children at revision 3 by wave:",
@@ -872,12 +903,20 @@ fn report(f: &Figures) -> String {
     out.push('\n');
     // Goals.
     let rev2 = f.runs.get(1);
-    let worst_overhead = f
+    let worst_span = f
         .runs
         .iter()
         .take(2)
         .flat_map(|r| r.waves.iter().filter_map(|w| w.overhead))
         .max()
+        .unwrap_or_default();
+    let worst_overhead = rev2
+        .map(|r| {
+            engine_overheads(r, &f.ceilings)
+                .filter_map(|(w, c)| w.overhead.map(|o| o.saturating_sub(c.took)))
+                .max()
+                .unwrap_or_default()
+        })
         .unwrap_or_default();
     let writes2 = rev2
         .map(|r| write_totals(&r.phase.plane).1 / n as f64)
@@ -892,9 +931,10 @@ fn report(f: &Figures) -> String {
         .max()
         .unwrap_or_default();
     out.push_str(&format!(
-        "\ngoals (N = 1,000): engine overhead ≤ 1 s per wave: {} (worst {}, revisions 1 and 2); hub ≤ 512 MiB: {} ({}); API writes ≤ 3 per cluster per revision: {} ({writes2:.2}, revision 2, ManagedCluster heartbeats apart); status {status_max} bytes (≤ 64 KiB at 10,000: {}); breach stops in its wave: {} (wave {}, later waves untouched: {later_untouched})",
+        "\ngoals (N = 1,000): engine overhead ≤ 1 s per wave: {} (worst {} over the API server's ceiling, revision 2; {} span less soak, revisions 1 and 2); hub ≤ 512 MiB: {} ({}); API writes ≤ 3 per cluster per revision: {} ({writes2:.2}, revision 2, ManagedCluster heartbeats apart); status {status_max} bytes (≤ 64 KiB at 10,000: {}); breach stops in its wave: {} (wave {}, later waves untouched: {later_untouched})",
         verdict(worst_overhead <= Duration::from_secs(1)),
         secs(worst_overhead),
+        secs(worst_span),
         verdict(f.hub_peak_kib <= 512 * 1024),
         mib(f.hub_peak_kib),
         verdict(writes2 <= 3.0),
@@ -910,6 +950,17 @@ fn report(f: &Figures) -> String {
         mib(f.own_peak_kib)
     ));
     out
+}
+
+/// The waves of `run` with clusters, each with the ceiling measured for its size.
+fn engine_overheads<'a>(
+    run: &'a RevisionRun,
+    ceilings: &'a [crate::bench_ceiling::Ceiling],
+) -> impl Iterator<Item = (&'a WaveSpan, &'a crate::bench_ceiling::Ceiling)> {
+    run.waves
+        .iter()
+        .filter(|w| w.clusters > 0)
+        .filter_map(|w| Some((w, ceilings.iter().find(|c| c.objects == w.clusters)?)))
 }
 
 /// Runs the benchmark and prints the report.

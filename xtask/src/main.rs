@@ -33,6 +33,7 @@
 //!   chart corpus (see `bench_render.rs`).
 
 mod bench_agent;
+mod bench_ceiling;
 mod bench_common;
 mod bench_fleet;
 mod bench_flux;

@@ -553,6 +553,7 @@ pub async fn run<C: AgentCluster>(
     let mut backoff = Backoff::new(session.options.backoff_min, session.options.backoff_max);
     let mut told_expired = false;
     loop {
+        session.record_expiry();
         // What happened while away is covered by the Hello's digests.
         while live_rx.try_recv().is_ok() {}
         // An expired certificate is refused by the hub: say so once, and look for a new
@@ -843,6 +844,13 @@ impl<C: AgentCluster> Session<C> {
         }
     }
 
+    /// `flotilla_agent_certificate_expiry_timestamp_seconds`: the current certificate's end.
+    fn record_expiry(&self) {
+        if let (Some(metrics), Ok((_, end))) = (&self.options.metrics, self.identity.validity()) {
+            metrics.set_certificate_expiry(end);
+        }
+    }
+
     async fn handle(
         &mut self,
         kind: hub_message::Kind,
@@ -992,6 +1000,7 @@ impl<C: AgentCluster> Session<C> {
                     .store_identity(&self.options.namespace, &stored)
                     .await?;
                 self.identity.cert_pem = pem;
+                self.record_expiry();
                 *renewing = false;
                 tracing::info!(cluster = %self.identity.cluster, "renewed the client certificate");
             }

@@ -82,6 +82,7 @@ fn reconcile_histogram() -> Histogram {
 /// | `flotilla_agent_drift_corrected_total` | counter | | [`drift_corrected`](Self::drift_corrected) |
 /// | `flotilla_agent_reconcile_errors_total` | counter | `kind` (a reconcile error's `kind()`) | [`reconcile_error`](Self::reconcile_error) |
 /// | `flotilla_agent_chart_archives_received_total` | counter | `result` (`cached`, `rejected`) | [`chart_received`](Self::chart_received) |
+/// | `flotilla_agent_certificate_expiry_timestamp_seconds` | gauge | | [`set_certificate_expiry`](Self::set_certificate_expiry) (0 until a session client has a certificate) |
 ///
 /// Label values come from the runtime's fixed vocabularies, never from user input: each
 /// distinct value is a series kept for the life of the process.
@@ -96,6 +97,7 @@ pub struct Metrics {
     drift_corrected: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
     charts_received: Family<ReceivedLabels, Counter>,
+    certificate_expiry: Gauge,
 }
 
 impl fmt::Debug for Metrics {
@@ -168,6 +170,13 @@ impl Metrics {
             "Chart archives the hub sent along with plans, by what became of them",
             charts_received.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register_with_unit(
+            "flotilla_agent_certificate_expiry_timestamp",
+            "When the agent's client certificate expires, in Unix seconds (0: no certificate yet)",
+            Unit::Seconds,
+            certificate_expiry.clone(),
+        );
         for received in ChartReceived::ALL {
             let _ = charts_received.get_or_create(&ReceivedLabels {
                 result: received.label(),
@@ -188,7 +197,16 @@ impl Metrics {
             drift_corrected,
             reconcile_errors,
             charts_received,
+            certificate_expiry,
         }
+    }
+
+    /// Records when the session's client certificate expires.
+    pub fn set_certificate_expiry(&self, at: std::time::SystemTime) {
+        let secs = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.certificate_expiry.set(secs);
     }
 
     /// Records one reconcile that took `seconds` and ended with `result`: `success`,
@@ -289,6 +307,10 @@ mod tests {
             ("flotilla_agent_drift_detected", "counter"),
             ("flotilla_agent_drift_corrected", "counter"),
             ("flotilla_agent_chart_archives_received", "counter"),
+            (
+                "flotilla_agent_certificate_expiry_timestamp_seconds",
+                "gauge",
+            ),
         ] {
             let type_line = format!("# TYPE {name} {kind}\n");
             assert!(text.contains(&type_line), "no `{type_line}` in\n{text}");
@@ -301,6 +323,7 @@ mod tests {
         for line in [
             "flotilla_agent_queue_depth 0",
             "flotilla_agent_plans_held 0",
+            "flotilla_agent_certificate_expiry_timestamp_seconds 0",
             "flotilla_agent_drift_detected_total 0",
             "flotilla_agent_drift_corrected_total 0",
             r#"flotilla_agent_chart_archives_received_total{result="cached"} 0"#,

@@ -43,7 +43,11 @@
 //! written to the object *before* the plan is sent. An annotation rather than a status field: the status is
 //! the status writer's (merged from agent reports with server-side apply) and the status
 //! type is shared with the agents; an annotation write does not bump the generation, needs
-//! no schema change, and does not race the status writer.
+//! no schema change, and does not race the status writer. The children of a
+//! HelmReleaseSet are the exception: with an epoch, their record goes to `status.plan`
+//! through the status writer ([`StatusBook::planned`]), carried by the status write the
+//! agent's report causes anyway, so a fleet rollout costs one write per child fewer; a
+//! restarted hub reads whichever of the two records is newer.
 //!
 //! The release-target change (release name, target namespace, storage namespace, chart
 //! name) is carried out by the agent (core's state machine uninstalls the old release

@@ -355,7 +355,18 @@ pub(super) async fn plan_and_send(
             })
         })?;
     if record_after_send {
-        record_revision_later(ctx, key, revision.get(), digest);
+        match revisions::Recording::of(hr) {
+            revisions::Recording::Annotations => {
+                record_revision_later(ctx, key, revision.get(), digest)
+            }
+            revisions::Recording::Status => ctx.book.planned(
+                key,
+                flotilla_core::status::PlanRecord {
+                    revision: revision.get(),
+                    digest,
+                },
+            ),
+        }
     }
     if let TargetId::Cluster(id) = &target
         && !link.connected()

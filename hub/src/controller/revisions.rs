@@ -1,5 +1,8 @@
 //! Plan revisions: the revision of a plan by its digest, recorded in the HelmRelease's
-//! annotations before sending (no epoch) or after, in the background (with an epoch).
+//! annotations before sending (no epoch) or after, in the background (with an epoch); a
+//! HelmReleaseSet's child records it in `status.plan` instead, with the status write its
+//! agent's report causes ([`Recording::Status`]): one API write fewer per cluster and
+//! revision on the fleet's path.
 
 use super::*;
 
@@ -13,18 +16,7 @@ pub(super) async fn plan_revision(
     ctx: &Context,
     digest: &str,
 ) -> Result<(PlanRevision, bool), ReconcileError> {
-    let annotations = hr.annotations();
-    let recorded_rev = annotations
-        .get(PLAN_REVISION_ANNOTATION)
-        .and_then(|r| r.parse::<u64>().ok())
-        .unwrap_or(0);
-    let recorded = (
-        recorded_rev,
-        annotations
-            .get(PLAN_DIGEST_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
-    );
+    let recorded = recorded(hr);
     let known = ctx
         .revisions
         .lock()
@@ -117,13 +109,55 @@ pub(super) fn plan_digest(plan: &ReleasePlan) -> String {
     ChartDigest::of_bytes(&json).as_str().to_owned()
 }
 
+/// Where a HelmRelease's plan revision is recorded after sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recording {
+    /// The plan-revision annotations ([`record_revision_later`]).
+    Annotations,
+    /// `status.plan`, by the status writer ([`crate::status::StatusBook::planned`]): for the
+    /// children of a HelmReleaseSet, whose controller owner is the set.
+    Status,
+}
+
+impl Recording {
+    /// How `hr`'s revisions are recorded.
+    pub(super) fn of(hr: &HelmRelease) -> Recording {
+        let set_child = hr.owner_references().iter().any(|o| {
+            o.controller == Some(true)
+                && o.kind == "HelmReleaseSet"
+                && o.api_version.split('/').next() == Some("helm.flotilla.dev")
+        });
+        if set_child {
+            Recording::Status
+        } else {
+            Recording::Annotations
+        }
+    }
+}
+
+/// The recorded `(revision, digest)` of `hr`: the annotations' or `status.plan`'s, the newer
+/// one (`(0, "")` when none).
+fn recorded(hr: &HelmRelease) -> (u64, String) {
+    let annotations = hr.annotations();
+    let from_annotations = (
+        annotations
+            .get(PLAN_REVISION_ANNOTATION)
+            .and_then(|r| r.parse::<u64>().ok())
+            .unwrap_or(0),
+        annotations
+            .get(PLAN_DIGEST_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    match hr.status.as_ref().and_then(|s| s.plan.as_ref()) {
+        Some(p) if p.revision > from_annotations.0 => (p.revision, p.digest.clone()),
+        _ => from_annotations,
+    }
+}
+
 /// The recorded plan revision of `hr` (0 when none).
 pub(super) fn recorded_revision(hr: &HelmRelease, key: &ObjectKey, ctx: &Context) -> u64 {
-    let recorded = hr
-        .annotations()
-        .get(PLAN_REVISION_ANNOTATION)
-        .and_then(|r| r.parse::<u64>().ok())
-        .unwrap_or(0);
+    let recorded = recorded(hr).0;
     let known = ctx
         .revisions
         .lock()

@@ -130,6 +130,8 @@ pub struct Context {
     pub options: SetOptions,
     /// The imported Cluster API Clusters (`.Cluster` of a template).
     pub imported: crate::onboarding::ImportedClusters,
+    /// Where `flotilla_hub_helmreleasesets` is sampled from the controller's cache.
+    pub metrics: Option<crate::telemetry::HubMetrics>,
     recorder: Recorder,
     buckets: Mutex<HashMap<String, TokenBucket>>,
     children: OnceLock<Store<HelmRelease>>,
@@ -164,6 +166,7 @@ impl Context {
             tenancy,
             options,
             imported,
+            metrics: None,
             recorder,
             buckets: Mutex::new(HashMap::new()),
             children: OnceLock::new(),
@@ -355,6 +358,10 @@ pub async fn run(
         watcher::Config::default(),
     );
     let sets = controller.store();
+    if let Some(metrics) = &ctx.metrics {
+        let sets = sets.clone();
+        metrics.set_set_sampler(move || condition_counts(sets.state().iter().map(|s| &**s)));
+    }
     controller
         .owns_stream(child_stream)
         .watches_stream(cluster_stream, move |mc: ManagedCluster| {
@@ -406,6 +413,33 @@ fn error_policy(set: Arc<HelmReleaseSet>, e: &SetError, ctx: Arc<Context>) -> Ac
     Action::requeue(crate::util::jitter(ctx.options.retry, 0.1))
 }
 
+/// The sets' True conditions, counted by `(type, reason)` (`flotilla_hub_helmreleasesets`).
+/// A condition counts only for the generation it was written for: a set whose spec changed
+/// since is being looked at again, not yet paused or degraded by the new spec.
+pub fn condition_counts<'a>(
+    sets: impl Iterator<Item = &'a HelmReleaseSet>,
+) -> crate::telemetry::SetConditionCounts {
+    let mut counts = crate::telemetry::SetConditionCounts::new();
+    for set in sets {
+        let generation = set.metadata.generation.unwrap_or_default();
+        let conditions = set
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        for c in conditions {
+            if c.status == flotilla_core::meta::ConditionStatus::True
+                && c.observed_generation == generation
+            {
+                *counts
+                    .entry((c.type_.clone(), c.reason.clone()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
 /// The set's owner reference on its children and ControllerRevisions.
 fn owner_reference(
     set: &HelmReleaseSet,
@@ -432,5 +466,61 @@ mod tests {
         assert_eq!(cluster_trigger_hash(&mc), h);
         mc.labels_mut().insert("ring".into(), "main".into());
         assert_ne!(cluster_trigger_hash(&mc), h);
+    }
+
+    #[test]
+    fn sets_are_counted_by_their_true_conditions_of_the_current_generation() {
+        let set = |name: &str, generation: i64, conditions: serde_json::Value| -> HelmReleaseSet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "helm.flotilla.dev/v1alpha1", "kind": "HelmReleaseSet",
+                "metadata": {"name": name, "namespace": "apps", "generation": generation},
+                "spec": {"clusterSelector": {}, "template": {"spec": {"interval": "1m", "chart": {"spec": {"chart": "c", "sourceRef": {"kind": "HelmRepository", "name": "r"}}}}}},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap()
+        };
+        let c = |type_: &str, status: &str, reason: &str, generation: i64| {
+            serde_json::json!({"type": type_, "status": status, "reason": reason, "message": "",
+                "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let sets = [
+            set(
+                "a",
+                2,
+                serde_json::json!([
+                    c("Ready", "False", "MaxFailuresExceeded", 2),
+                    c("RolloutPaused", "True", "MaxFailuresExceeded", 2),
+                    c("RolloutDegraded", "True", "ClustersFailed", 2)
+                ]),
+            ),
+            set(
+                "b",
+                1,
+                serde_json::json!([
+                    c("Ready", "True", "RolloutComplete", 1),
+                    c("RolloutPaused", "False", "NotPaused", 1)
+                ]),
+            ),
+            // Paused at generation 3, but the spec is at 4 now: not counted.
+            set(
+                "c",
+                4,
+                serde_json::json!([c("RolloutPaused", "True", "MaxFailuresExceeded", 3)]),
+            ),
+            set(
+                "d",
+                1,
+                serde_json::json!([c("RolloutPaused", "True", "AwaitingApproval", 1)]),
+            ),
+        ];
+        let counts = condition_counts(sets.iter());
+        let get = |t: &str, r: &str| counts.get(&(t.to_owned(), r.to_owned())).copied();
+        assert_eq!(get("RolloutPaused", "MaxFailuresExceeded"), Some(1));
+        assert_eq!(get("RolloutPaused", "AwaitingApproval"), Some(1));
+        assert_eq!(get("RolloutDegraded", "ClustersFailed"), Some(1));
+        assert_eq!(get("Ready", "RolloutComplete"), Some(1));
+        assert_eq!(get("Ready", "MaxFailuresExceeded"), None);
+        assert_eq!(get("RolloutPaused", "NotPaused"), None);
+        assert_eq!(counts.values().sum::<usize>(), 4);
     }
 }
