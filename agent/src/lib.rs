@@ -14,6 +14,8 @@
 //!   Events.
 //! - [`charts`] gives the chart of a plan (local charts, or a verified on-disk cache of
 //!   fetched archives).
+//! - [`schema_refs`] fetches the remote documents a chart's `values.schema.json` `$ref`s
+//!   (the agent validates values as it renders).
 //! - [`telemetry`] holds the metrics, the probe server and the log subscriber; [`memory`]
 //!   returns freed heap pages to the kernel when the agent goes idle.
 
@@ -26,6 +28,7 @@ pub mod kube;
 pub mod memory;
 pub mod reconcile;
 pub mod runtime;
+pub mod schema_refs;
 pub mod session;
 pub mod storage;
 pub mod telemetry;

@@ -1,5 +1,6 @@
 //! The agent runtime driven through its library API on real local clusters: revisions
-//! (older ignored, same a no-op, newer applied right after the reconcile in flight),
+//! (older ignored, same a no-op, newer applied right after the reconcile in flight), the
+//! status reported as each action starts (Flux's pre-action patch),
 //! deletion, rejected plans, a state too large for a Secret, and the metrics it counts.
 
 mod common;
@@ -66,8 +67,8 @@ async fn next(reports: &mut Reports, within: Duration) -> anyhow::Result<Report>
     }
 }
 
-/// The next status report (events skipped).
-async fn next_status(reports: &mut Reports) -> anyhow::Result<StatusReport> {
+/// The next status report, the in-action ones included (events skipped).
+async fn next_any_status(reports: &mut Reports) -> anyhow::Result<StatusReport> {
     loop {
         match next(reports, Duration::from_secs(120)).await? {
             Report::Status(s) => return Ok(*s),
@@ -75,6 +76,41 @@ async fn next_status(reports: &mut Reports) -> anyhow::Result<StatusReport> {
             other => anyhow::bail!("expected a status, got {other:?}"),
         }
     }
+}
+
+/// The next status report that ends a reconcile (events and the statuses reported as an
+/// action starts skipped).
+async fn next_status(reports: &mut Reports) -> anyhow::Result<StatusReport> {
+    loop {
+        let s = next_any_status(reports).await?;
+        if !matches!(s.step, Step::Run { .. }) {
+            return Ok(s);
+        }
+    }
+}
+
+/// The status reported as an action starts: Flux's pre-action patch.
+async fn next_in_action(reports: &mut Reports) -> anyhow::Result<StatusReport> {
+    let s = next_any_status(reports).await?;
+    anyhow::ensure!(
+        matches!(s.step, Step::Run { .. }),
+        "expected the status of an action starting, got {:?}: {:#?}",
+        s.step,
+        s.status.conditions
+    );
+    Ok(s)
+}
+
+/// `(status, reason, message, observedGeneration)` of a condition.
+fn cond(s: &StatusReport, type_: &str) -> Option<(ConditionStatus, String, String, i64)> {
+    s.status.conditions.get_condition(type_).map(|c| {
+        (
+            c.status,
+            c.reason.clone(),
+            c.message.clone(),
+            c.observed_generation,
+        )
+    })
 }
 
 /// No report other than events within `wait`.
@@ -105,10 +141,32 @@ async fn revisions_older_are_ignored_the_same_is_a_no_op_and_a_newer_one_runs_ri
         name: "demo".parse()?,
     };
 
-    // Revision 5 installs.
+    // Revision 5 installs. Before the install runs, its status is reported as Flux patches
+    // it: Ready=Unknown and Reconciling with the action and its timeout.
     let v5 = plan(&charts, Hr::new("demo", "ok").interval("1h"), 5);
     agent.upsert(v5.clone())?;
+    let starting = next_in_action(&mut reports).await?;
+    assert_eq!(starting.plan_revision, PlanRevision::new(5));
+    let running = "Running 'install' action with timeout of 30s".to_owned();
+    assert_eq!(
+        cond(&starting, condition::READY),
+        Some((
+            ConditionStatus::Unknown,
+            "Progressing".into(),
+            running.clone(),
+            1
+        ))
+    );
+    assert_eq!(
+        cond(&starting, condition::RECONCILING),
+        Some((ConditionStatus::True, "Progressing".into(), running, 1))
+    );
+    assert_eq!(
+        starting.status.observed_generation, 0,
+        "nothing observed yet"
+    );
     let s = next_status(&mut reports).await?;
+    assert!(s.seq > starting.seq);
     assert_eq!(s.plan_revision, PlanRevision::new(5));
     assert!(ready(&s), "{:#?}", s.status.conditions);
     let first_seq = s.seq;
@@ -137,6 +195,30 @@ async fn revisions_older_are_ignored_the_same_is_a_no_op_and_a_newer_one_runs_ri
         6,
     );
     agent.upsert(v6)?;
+    // The status while the upgrade waits for pods that never get ready: Ready=Unknown,
+    // Reconciling "Running 'upgrade' action with timeout of 8s", generation 1 still the
+    // observed one and the install's Released kept.
+    let waiting = next_in_action(&mut reports).await?;
+    assert_eq!(waiting.plan_revision, PlanRevision::new(6));
+    let running = "Running 'upgrade' action with timeout of 8s".to_owned();
+    assert_eq!(
+        cond(&waiting, condition::READY),
+        Some((
+            ConditionStatus::Unknown,
+            "Progressing".into(),
+            running.clone(),
+            2
+        ))
+    );
+    assert_eq!(
+        cond(&waiting, condition::RECONCILING),
+        Some((ConditionStatus::True, "Progressing".into(), running, 2))
+    );
+    assert_eq!(waiting.status.observed_generation, 1);
+    assert_eq!(
+        cond(&waiting, condition::RELEASED).map(|c| (c.0, c.1)),
+        Some((ConditionStatus::True, "InstallSucceeded".into()))
+    );
     let client = cluster.client().await?;
     let records = SecretStorage::new(client.clone(), "default");
     flotilla_tests::wait::until(
@@ -157,7 +239,14 @@ async fn revisions_older_are_ignored_the_same_is_a_no_op_and_a_newer_one_runs_ri
     agent.upsert(v7)?;
     let s6 = next_status(&mut reports).await?;
     assert_eq!(s6.plan_revision, PlanRevision::new(6));
-    assert!(s6.seq > first_seq);
+    assert!(s6.seq > waiting.seq && waiting.seq > first_seq);
+    // The upgrade failed (no retries): stalled, and no Reconciling is left behind.
+    assert_eq!(s6.step, Step::Stalled, "{:#?}", s6.status.conditions);
+    assert_eq!(cond(&s6, condition::RECONCILING), None);
+    assert_eq!(
+        cond(&s6, condition::READY).map(|c| (c.0, c.1)),
+        Some((ConditionStatus::False, "UpgradeFailed".into()))
+    );
     let s7 = next_status(&mut reports).await?;
     assert_eq!(s7.plan_revision, PlanRevision::new(7));
     assert!(s7.seq > s6.seq, "sequence numbers grow");

@@ -325,7 +325,12 @@ pub mod condition {
     pub const TEST_SUCCESS: &str = "TestSuccess";
     /// `Remediated`.
     pub const REMEDIATED: &str = "Remediated";
-    /// `Drifted`.
+    /// `Drifted`: a condition Flux writes since helm-controller v1.6.0 (the reference,
+    /// v1.6.3: `api/v2/condition_types.go` `DriftedCondition`, set in
+    /// `internal/reconcile/atomic_release.go` — `MarkTrue(DriftDetected)` in
+    /// `actionForState`'s Drifted case, `MarkFalse(NoDriftDetected)` when in sync with drift
+    /// detection on), beside its `DriftDetected`/`DriftCorrected` Events; not one of the
+    /// patcher's owned conditions, and never deleted when detection is turned off.
     pub const DRIFTED: &str = "Drifted";
 
     /// The conditions the controller owns on a HelmRelease.

@@ -1262,16 +1262,6 @@ impl AtomicRelease {
                 now,
             );
         }
-        if let Action::CorrectDrift { .. } = action {
-            status.conditions.set_condition(
-                condition::READY,
-                ConditionStatus::Unknown,
-                reason::PROGRESSING,
-                "correcting cluster drift".into(),
-                g,
-                now,
-            );
-        }
         Step::Run { action, timeout }
     }
 

@@ -16,6 +16,8 @@
 //!   clears it by sending a plan; "no agent connected" also ends with the first status
 //!   report from the cluster's agent (and the controller is asked to look again), so a
 //!   reconnecting agent's status shows at once, not at the controller's next requeue.
+//!   A hub condition cleared before the agent ever reported stays until that first report
+//!   (Flux keeps conditions until replaced), and `observedGeneration` never goes down.
 //!
 //! - the controller's plan record of a HelmReleaseSet's child ([`StatusBook::planned`]):
 //!   `status.plan` (revision and digest of the plan sent last), written with the next
@@ -177,9 +179,8 @@ impl StatusBook {
         {
             return Ok(());
         }
-        e.hub = hub;
+        set_hub_outcome(&mut e, hub);
         e.helm_chart = helm_chart;
-        e.suspended = None;
         self.write(key, &mut e).await
     }
 
@@ -305,7 +306,7 @@ impl StatusBook {
                 {
                     e.rejected = None;
                 }
-                e.agent = s.status;
+                take_agent_status(e, s.status);
                 e.seeded = true;
                 // A cluster's agent reporting is connected: the controller's "no agent
                 // connected" (set while it was away) no longer holds. The controller looks
@@ -488,6 +489,34 @@ impl StatusBook {
     }
 }
 
+/// Records the controller's outcome (`None` when the plan went out). Flux keeps every
+/// condition until something replaces it: a hub condition cleared before the agent ever
+/// reported (the plan it waited for went out now) stays, as the agent's status, until the
+/// agent's first report (which comes as its first action starts, with `Ready=Unknown`) —
+/// not an empty status in between. A suspended generation stays observed.
+fn set_hub_outcome(e: &mut Entry, hub: Option<HubCondition>) {
+    if hub.is_none() && e.hub.is_some() && e.last.is_none() {
+        let helm_chart = std::mem::take(&mut e.helm_chart);
+        e.agent = StatusBook::merged(e);
+        e.agent.helm_chart.clear();
+        e.helm_chart = helm_chart;
+    }
+    if let Some(g) = e.suspended.take() {
+        e.agent.observed_generation = e.agent.observed_generation.max(g);
+    }
+    e.hub = hub;
+}
+
+/// Takes an agent's status report. `observedGeneration` never goes down: Flux only ever
+/// sets it to the object's generation, which only grows, and an agent that has not yet
+/// finished a reconcile of a plan reports the one it last finished (or none), not what the
+/// hub observed meanwhile (a suspended generation).
+fn take_agent_status(e: &mut Entry, status: HelmReleaseStatus) {
+    let floor = e.agent.observed_generation;
+    e.agent = status;
+    e.agent.observed_generation = e.agent.observed_generation.max(floor);
+}
+
 /// Seeds an entry from the object, once.
 fn seed(e: &mut Entry, hr: &HelmRelease) {
     if e.uid.is_none() {
@@ -648,6 +677,66 @@ mod tests {
             condition(&merged, condition::READY).map(|c| c.1),
             Some("ValuesError".to_owned())
         );
+    }
+
+    #[test]
+    fn a_hub_condition_cleared_before_the_agent_ever_reported_stays_until_its_first_report() {
+        let mut e = Entry {
+            hub: Some(hub("SourceNotReady", false)),
+            helm_chart: "default/default-podinfo".into(),
+            ..Default::default()
+        };
+        set_hub_outcome(&mut e, None);
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::READY).map(|c| (c.0, c.1)),
+            Some((ConditionStatus::False, "SourceNotReady".into())),
+            "the earlier Ready=False is not wiped when the plan goes out"
+        );
+        assert_eq!(merged.helm_chart, "default/default-podinfo");
+        // The agent's first report (its install starting) replaces it.
+        let mut starting = HelmReleaseStatus::default();
+        starting.conditions.set_condition(
+            condition::READY,
+            ConditionStatus::Unknown,
+            "Progressing",
+            "Running 'install' action with timeout of 5m0s".into(),
+            3,
+            &util::now(),
+        );
+        e.last = Some((PlanRevision::new(1), 1));
+        take_agent_status(&mut e, starting);
+        let merged = StatusBook::merged(&e);
+        assert_eq!(
+            condition(&merged, condition::READY).map(|c| c.0),
+            Some(ConditionStatus::Unknown)
+        );
+        // Once the agent has reported, its status is what a cleared hub condition leaves.
+        e.hub = Some(hub("ValuesError", false));
+        set_hub_outcome(&mut e, None);
+        assert_eq!(
+            condition(&StatusBook::merged(&e), condition::READY).map(|c| c.1),
+            Some("Progressing".into())
+        );
+    }
+
+    #[test]
+    fn observed_generation_never_goes_down_when_a_suspension_ends_or_the_agent_reports() {
+        let mut e = Entry {
+            agent: agent(),
+            suspended: Some(5),
+            ..Default::default()
+        };
+        // Resumed: the plan of generation 6 goes out; 5 stays observed until the agent
+        // finishes a reconcile of 6.
+        set_hub_outcome(&mut e, None);
+        assert_eq!(StatusBook::merged(&e).observed_generation, 5);
+        take_agent_status(&mut e, agent());
+        assert_eq!(StatusBook::merged(&e).observed_generation, 5);
+        let mut done = agent();
+        done.observed_generation = 6;
+        take_agent_status(&mut e, done);
+        assert_eq!(StatusBook::merged(&e).observed_generation, 6);
     }
 
     #[test]

@@ -722,6 +722,28 @@ async fn play(scenario: Scenario, play: &mut Play) -> anyhow::Result<()> {
             play.until("Ready", ready).await?;
             play.patch_spec(json!({ "timeout": "10s", "values": never_ready() }))
                 .await?;
+            // While the upgrade waits for pods that never get ready: what each side
+            // patched before the action (Ready=Unknown, Reconciling "Running 'upgrade'
+            // ...", the install's conditions and observedGeneration kept), once Helm
+            // storage holds the pending upgrade on that side.
+            play.until("the upgrade running", |hr| {
+                condition(hr, "Reconciling").is_some_and(|c| {
+                    c["message"].as_str() == Some("Running 'upgrade' action with timeout of 10s")
+                })
+            })
+            .await?;
+            let (side, namespace) = (&play.side, play.namespace.clone());
+            wait::until(
+                &format!("{:?}: the pending upgrade in Helm storage", side.player),
+                STEP_TIMEOUT,
+                || {
+                    let pending = storage(side, &namespace)
+                        .map(|s| s.iter().any(|r| r.contains("pending-upgrade")));
+                    async move { Ok(pending?.then_some(())) }
+                },
+            )
+            .await?;
+            play.checkpoint("upgrade running").await?;
             play.until("Stalled", |hr| observed(hr) && stalled(hr))
                 .await?;
             play.checkpoint("rolled back, retries exhausted").await?;

@@ -211,6 +211,8 @@ pub async fn apply(
             report = reports.recv() => {
                 let Some(report) = report else { break };
                 match report {
+                    // The status as an action starts: the reconcile goes on.
+                    Report::Status(status) if matches!(status.step, Step::Run { .. }) => {}
                     Report::Status(status) => {
                         print_status(&status)?;
                         let key = status.object.key();

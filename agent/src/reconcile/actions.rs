@@ -286,6 +286,13 @@ impl Executor<'_> {
             .capabilities()
             .await
             .map_err(|error| ActionError::Capabilities { error })?;
+        // Helm loads the documents a schema `$ref`s while validating; here they are
+        // fetched first (the chart crate does no IO).
+        let remote_schemas = if skip_schema_validation {
+            Default::default()
+        } else {
+            crate::schema_refs::shared().fetch_for(chart).await
+        };
         let options = RenderOptions {
             release_name: self.release_name().to_owned(),
             namespace: self.plan.release.namespace.to_string(),
@@ -295,6 +302,7 @@ impl Executor<'_> {
             capabilities: Some(capabilities),
             lookup: Some(Arc::new(ClusterLookup::new(self.cluster.clone()))),
             skip_schema_validation,
+            remote_schemas,
             post_renderers: self
                 .plan
                 .options

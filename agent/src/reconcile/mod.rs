@@ -286,18 +286,33 @@ pub async fn reconcile(
     plan: &ReleasePlan,
     chart: &Chart,
 ) -> Result<ReconcileReport, ReconcileError> {
-    reconcile_until(ctx, plan, chart, &AtomicBool::new(false)).await
+    reconcile_until(ctx, plan, chart, &AtomicBool::new(false), &|_| {}).await
+}
+
+/// The status as it stands when an action starts (persisted just before): Flux patches it
+/// then, so a long action shows `Ready=Unknown` and `Reconciling=True` "Running '<action>'
+/// action with timeout of <t>" while it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct InAction<'a> {
+    /// The status.
+    pub status: &'a HelmReleaseStatus,
+    /// The action about to run.
+    pub action: &'a Action,
+    /// Its timeout.
+    pub timeout: flotilla_core::duration::GoDuration,
 }
 
 /// [`reconcile`], stopping at the next safe point once `stop` is set: before starting
 /// another Helm action, never inside one. A stopped reconcile ends with [`Step::Requeue`]
-/// (the runtime runs the newer plan, or nothing when shutting down).
+/// (the runtime runs the newer plan, or nothing when shutting down). `in_action` is told
+/// the status before each action runs (after `stop` was checked).
 #[tracing::instrument(skip_all, fields(release = %plan.release.qualified(), object = %object_key(plan)))]
 pub async fn reconcile_until(
     ctx: &Context,
     plan: &ReleasePlan,
     chart: &Chart,
     stop: &AtomicBool,
+    in_action: &(dyn Fn(InAction<'_>) + Send + Sync),
 ) -> Result<ReconcileReport, ReconcileError> {
     let status = ctx
         .state
@@ -340,6 +355,11 @@ pub async fn reconcile_until(
                     continue;
                 }
                 tracing::info!(action = action.name(), "running action");
+                in_action(InAction {
+                    status: driver.status(),
+                    action: &action,
+                    timeout,
+                });
                 let outcome = exec.run(&action, timeout.get(), driver.status()).await;
                 driver.completed(&action, &outcome, &now());
             }

@@ -46,6 +46,8 @@ pub struct RenderOptions {
     pub lookup: Option<Arc<dyn Lookup>>,
     /// Skip `values.schema.json` validation (`disableSchemaValidation`).
     pub skip_schema_validation: bool,
+    /// The remote documents the chart's schemas `$ref`, fetched ([`crate::schema_refs`]).
+    pub remote_schemas: flotilla_chart::schema::remote::RemoteSchemas,
     /// `spec.postRenderers`, run in order over the rendered templates.
     pub post_renderers: Vec<flotilla_chart::postrender::PostRenderer>,
     /// How hooks go through the post-renderers (`postRenderStrategy`).
@@ -357,6 +359,7 @@ impl Renderer for ChartRenderer {
             // Secret data (valuesFrom Secrets).
             redact_schema_values: true,
             lookup: options.lookup.clone(),
+            remote_schemas: options.remote_schemas.clone(),
         };
         let mut log = Vec::new();
         let rendered = flotilla_chart::render::render_release_post_rendered(

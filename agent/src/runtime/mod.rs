@@ -29,6 +29,11 @@
 //!   their next safe point, so a Helm action that has started finishes and is recorded, and
 //!   the report stream ends when they have. Past the grace period the rest are aborted (the
 //!   release may then be left `pending-*`, which the next start unlocks).
+//! - **Status while an action runs**: before each Helm action a reconcile reports the
+//!   status it persisted for it (`Ready=Unknown`, `Reconciling=True` "Running 'install'
+//!   action with timeout of 5m0s", the earlier conditions and `observedGeneration` kept), as
+//!   Flux patches it before the action; its step is [`Step::Run`]. The final report follows
+//!   with a higher `seq`; an in-action report that arrives after it is dropped.
 //! - **Failures become status**: a reconcile that cannot run (chart not available, state
 //!   store, impersonation) reports a `Ready=False` condition naming the cause, and is retried
 //!   with backoff.
@@ -246,6 +251,9 @@ impl Agent {
         // latest status per release.
         let (command_tx, command_rx) = mpsc::unbounded_channel();
         let (report_tx, report_rx) = mpsc::unbounded_channel();
+        // In-action statuses: one per Helm action started, each sent before the action
+        // runs, from at most `options.concurrency` reconciles.
+        let (in_action_tx, in_action_rx) = mpsc::unbounded_channel();
         let held = Arc::new(Mutex::new(BTreeMap::new()));
         let mut supervisor = Supervisor {
             ctx: Arc::new(ctx),
@@ -255,6 +263,7 @@ impl Agent {
             queue: WorkQueue::new(),
             tasks: JoinSet::new(),
             reports: report_tx,
+            in_action: in_action_tx,
             held: held.clone(),
             rng: fastrand::Rng::new(),
             stopping: None,
@@ -262,7 +271,7 @@ impl Agent {
         if supervisor.options.resume {
             supervisor.resume().await?;
         }
-        tokio::spawn(supervisor.run(command_rx));
+        tokio::spawn(supervisor.run(command_rx, in_action_rx));
         Ok((
             AgentHandle {
                 commands: command_tx,
@@ -275,6 +284,18 @@ impl Agent {
 
 /// Set by the supervisor when a reconcile in flight should stop at its next safe point.
 pub type StopFlag = Arc<AtomicBool>;
+
+/// The status of a reconcile in flight as an action starts, sent by its task to the
+/// supervisor, which reports it (with the next `seq`) while that reconcile still runs.
+#[derive(Debug)]
+struct InActionStatus {
+    key: Arc<ObjectKey>,
+    /// The reconcile's stop flag: it names the reconcile (a report of one that has ended
+    /// is dropped).
+    run: StopFlag,
+    status: HelmReleaseStatus,
+    step: Step,
+}
 
 /// A HelmRelease the runtime holds.
 #[derive(Debug)]
@@ -423,6 +444,7 @@ struct Supervisor {
     queue: WorkQueue<Arc<ObjectKey>>,
     tasks: JoinSet<(Arc<ObjectKey>, Finished)>,
     reports: mpsc::UnboundedSender<Report>,
+    in_action: mpsc::UnboundedSender<InActionStatus>,
     held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
     rng: fastrand::Rng,
     /// Set once shutting down: the deadline of the grace period.
@@ -456,7 +478,11 @@ impl Supervisor {
         Ok(())
     }
 
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut in_action: mpsc::UnboundedReceiver<InActionStatus>,
+    ) {
         let mut commands_open = true;
         loop {
             self.start_due();
@@ -490,6 +516,7 @@ impl Supervisor {
                     }
                 },
                 Some(joined) = self.tasks.join_next() => self.joined(joined),
+                Some(status) = in_action.recv() => self.in_action(status),
                 () = sleep_until(next_due) => {}
                 () = sleep_until(grace_end) => {
                     tracing::warn!(
@@ -694,12 +721,24 @@ impl Supervisor {
                     ));
                 }
                 None => {
+                    let in_action = self.in_action.clone();
                     self.tasks.spawn(tracing::Instrument::instrument(
                         async move {
                             let started = Instant::now();
+                            let report = |a: reconcile::InAction<'_>| {
+                                let _ = in_action.send(InActionStatus {
+                                    key: task_key.clone(),
+                                    run: stop.clone(),
+                                    status: a.status.clone(),
+                                    step: Step::Run {
+                                        action: in_action_step(a.action),
+                                        timeout: a.timeout,
+                                    },
+                                });
+                            };
                             let result = catch_panic(
                                 &task_key,
-                                run_reconcile(&ctx, charts.as_ref(), &plan, &stop),
+                                run_reconcile(&ctx, charts.as_ref(), &plan, &stop, &report),
                             )
                             .await;
                             (
@@ -755,6 +794,34 @@ impl Supervisor {
             }
         }
         self.gauges();
+    }
+
+    /// Reports the status of a reconcile in flight as an action starts, unless that
+    /// reconcile has ended (its final report is newer).
+    fn in_action(&mut self, s: InActionStatus) {
+        let Some(held) = self.releases.get_mut(s.key.as_ref()) else {
+            return;
+        };
+        let Some((revision, run)) = &held.running else {
+            return;
+        };
+        if !Arc::ptr_eq(run, &s.run) {
+            return;
+        }
+        let revision = *revision;
+        held.status = StoredStatus::new(&s.status);
+        held.seq += 1;
+        held.reported = true;
+        let report = StatusReport {
+            object: held.plan.object.clone(),
+            plan_revision: revision,
+            seq: held.seq,
+            status: s.status,
+            step: s.step,
+        };
+        self.report(Report::Status(Box::new(report)));
+        let key = s.key;
+        self.publish(&key);
     }
 
     /// Records a finished reconcile; says when to run it again.
@@ -1084,15 +1151,27 @@ fn step_result(step: &Step) -> &'static str {
     }
 }
 
+/// The action of an in-action report's step, without a drift summary (the report carries
+/// the status; the summary, one line per object, is in the `DriftDetected` Event).
+fn in_action_step(action: &Action) -> Action {
+    match action {
+        Action::CorrectDrift { .. } => Action::CorrectDrift {
+            summary: String::new(),
+        },
+        other => other.clone(),
+    }
+}
+
 async fn run_reconcile(
     ctx: &Context,
     charts: &dyn ChartSource,
     plan: &ReleasePlan,
     stop: &StopFlag,
+    in_action: &(dyn Fn(reconcile::InAction<'_>) + Send + Sync),
 ) -> Result<ReconcileReport, RunError> {
     let chart = charts.chart(&plan.chart).await.map_err(RunError::Chart)?;
     let chart = at_plan_version(chart, &plan.chart.version);
-    reconcile::reconcile_until(ctx, plan, &chart, stop)
+    reconcile::reconcile_until(ctx, plan, &chart, stop, in_action)
         .await
         .map_err(RunError::Reconcile)
 }

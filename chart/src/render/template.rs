@@ -301,6 +301,9 @@ pub struct RenderOptions {
     pub redact_schema_values: bool,
     /// The cluster behind `lookup` (none: empty results, as `helm template`).
     pub lookup: Option<Arc<dyn Lookup>>,
+    /// The remote documents the chart's schemas `$ref` (fetched by the caller:
+    /// [`crate::schema::remote`]); without them such a schema fails as Helm fails to load one.
+    pub remote_schemas: crate::schema::remote::RemoteSchemas,
 }
 
 /// Where a failure happened: before the release existed, or while rendering it (Helm then
@@ -465,11 +468,12 @@ fn render_sorted(
     warnings.extend(coalesce_warnings.iter().map(|w| w.to_string()));
     let values = values.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
     if !opts.skip_schema_validation {
-        let validated = if opts.redact_schema_values {
-            crate::schema::validate_against_schema_redacted(chart, &values)
-        } else {
-            crate::schema::validate_against_schema(chart, &values)
-        };
+        let validated = crate::schema::validate_against_schema_with(
+            chart,
+            &values,
+            &opts.remote_schemas,
+            opts.redact_schema_values,
+        );
         validated.map_err(|e| ReleaseRenderError::Values(e.to_string()))?;
     }
 
@@ -820,6 +824,7 @@ fn render_chart(
         skip_schema_validation: opts.skip_schema_validation,
         redact_schema_values: false,
         lookup: None,
+        remote_schemas: Default::default(),
     };
     // Only coalescing reads the chart's defaults from here on: they are moved into the values.
     let defaults = chart.values.take().unwrap_or_default();

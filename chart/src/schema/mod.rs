@@ -18,12 +18,15 @@
 //! decides after our walk found nothing: its errors are printed in the same `- at '…': …`
 //! shape with the crate's message.
 //! Objects are walked in sorted key order (Go's map order is random, so Helm's order varies
-//! from run to run). Remote `$ref`s are not fetched: a schema that needs one is an error.
+//! from run to run). Remote `$ref`s are resolved from documents the caller fetched
+//! ([`remote`]: this crate does no IO); one that is missing fails as Helm's compile does,
+//! `failing loading "<url>": <reason>`.
 
 // The walk mirrors the Go library keyword by keyword; nested `if`s keep that shape readable.
 #![allow(clippy::collapsible_if)]
 
 mod meta;
+pub mod remote;
 mod tree;
 
 use std::borrow::Cow;
@@ -36,6 +39,7 @@ use crate::chart::Chart;
 use crate::gofmt::go_type;
 use crate::values::Values;
 use flotilla_gotmpl::gofmt::quote as go_quote;
+use remote::RemoteSchemas;
 use tree::{J, obj_get};
 
 /// Schema validation failed; `Display` is Helm's full message.
@@ -47,7 +51,18 @@ pub struct SchemaError(pub String);
 /// reports it. `values` are the coalesced values of `chart`; subcharts are checked against
 /// `values[<subchart name>]`.
 pub fn validate_against_schema(chart: &Chart, values: &Values) -> Result<(), SchemaError> {
-    validate_against_schema_as(chart, values, false)
+    validate_against_schema_as(chart, values, false, &RemoteSchemas::new())
+}
+
+/// [`validate_against_schema`] (or, with `redact`, [`validate_against_schema_redacted`])
+/// with the remote documents the schemas reference ([`remote::chart_remote_refs`]) fetched.
+pub fn validate_against_schema_with(
+    chart: &Chart,
+    values: &Values,
+    remote: &RemoteSchemas,
+    redact: bool,
+) -> Result<(), SchemaError> {
+    validate_against_schema_as(chart, values, redact, remote)
 }
 
 /// The message of a cause withheld by [`validate_against_schema_redacted`].
@@ -59,15 +74,16 @@ pub const WITHHELD: &str = "value does not meet the schema (message withheld: it
 /// Its `- at '/path':` stays, and so do messages that quote nothing of the value (`got
 /// string, want integer`, `missing property 'x'`).
 pub fn validate_against_schema_redacted(chart: &Chart, values: &Values) -> Result<(), SchemaError> {
-    validate_against_schema_as(chart, values, true)
+    validate_against_schema_as(chart, values, true, &RemoteSchemas::new())
 }
 
 fn validate_against_schema_as(
     chart: &Chart,
     values: &Values,
     redact: bool,
+    remote: &RemoteSchemas,
 ) -> Result<(), SchemaError> {
-    let text = validate_tree(chart, values, redact);
+    let text = validate_tree(chart, values, redact, remote);
     if text.is_empty() {
         Ok(())
     } else {
@@ -75,17 +91,17 @@ fn validate_against_schema_as(
     }
 }
 
-fn validate_tree(chart: &Chart, values: &Values, redact: bool) -> String {
+fn validate_tree(chart: &Chart, values: &Values, redact: bool, remote: &RemoteSchemas) -> String {
     let mut sb = String::new();
     if let Some(schema) = &chart.schema {
-        if let Err(e) = validate_single_as(values, schema, redact) {
+        if let Err(e) = validate_single_as(values, schema, redact, remote) {
             sb.push_str(&format!("{}:\n{e}", chart.name()));
         }
     }
     for sub in &chart.dependencies {
         match values.get(sub.name()) {
             None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => sb.push_str(&validate_tree(sub, m, redact)),
+            Some(Value::Object(m)) => sb.push_str(&validate_tree(sub, m, redact, remote)),
             Some(other) => sb.push_str(&format!(
                 "{}:\ninvalid type for values: expected object (map), got {}\n",
                 sub.name(),
@@ -99,10 +115,15 @@ fn validate_tree(chart: &Chart, values: &Values, redact: bool) -> String {
 /// `ValidateAgainstSingleSchema`: the causes text (`- at …` lines, final newline) or the
 /// schema's own parse error.
 pub fn validate_single(values: &Values, schema_json: &[u8]) -> Result<(), String> {
-    validate_single_as(values, schema_json, false)
+    validate_single_as(values, schema_json, false, &RemoteSchemas::new())
 }
 
-fn validate_single_as(values: &Values, schema_json: &[u8], redact: bool) -> Result<(), String> {
+fn validate_single_as(
+    values: &Values,
+    schema_json: &[u8],
+    redact: bool,
+    remote: &RemoteSchemas,
+) -> Result<(), String> {
     let schema = J::parse(schema_json).map_err(|e| go_json_syntax_error(schema_json, &e))?;
     let walker = Walker::new(&schema);
     let prep = walker.prepare();
@@ -115,6 +136,14 @@ fn validate_single_as(values: &Values, schema_json: &[u8], redact: bool) -> Resu
         if let meta::Verdict::Invalid(text) = meta::check(&schema, walker.draft) {
             return Err(text);
         }
+    }
+    // A schema our walk covers has local references only.
+    let value = (!prep.covered).then(|| schema.to_value());
+    if let Some(value) = &value
+        && let Some(e) = remote::first_unavailable(value, remote::ROOT_URL, remote)
+    {
+        // The compile fails loading it, before any value is looked at.
+        return Err(e);
     }
     if let Some(r) = prep.unresolved {
         return Err(format!(
@@ -135,9 +164,12 @@ fn validate_single_as(values: &Values, schema_json: &[u8], redact: bool) -> Resu
             _ => vec![node],
         },
         None => {
-            let schema = schema.to_value();
+            let schema = value.unwrap_or_else(|| schema.to_value());
             let instance = Value::Object(values.clone());
-            match jsonschema::validator_for(&schema) {
+            let validator = jsonschema::options()
+                .with_retriever(remote::MapRetriever(remote.clone()))
+                .build(&schema);
+            match validator {
                 Ok(v) => v
                     .iter_errors(&instance)
                     .map(|e| {
@@ -1920,7 +1952,9 @@ mod tests {
                     || plain.contains("8443129"),
                 "Helm's own text quotes values: {plain}"
             );
-            let redacted = validate_single_as(&values, schema.as_bytes(), true).expect_err("fails");
+            let redacted =
+                validate_single_as(&values, schema.as_bytes(), true, &RemoteSchemas::new())
+                    .expect_err("fails");
             for part in ["s3cr3t", "hunter2", "8443129", "8,443,129", "8.443129"] {
                 assert!(!redacted.contains(part), "{part} in {redacted}");
             }
@@ -1932,10 +1966,11 @@ mod tests {
         let schema = br#"{"$schema": "http://json-schema.org/draft-07/schema#",
             "required": ["missing"], "properties": {"replicaCount": {"type": "integer"}}}"#;
         assert_eq!(
-            validate_single_as(&values, schema, true),
+            validate_single_as(&values, schema, true, &RemoteSchemas::new()),
             validate_single(&values, schema)
         );
-        let e = validate_single_as(&values, schema, true).expect_err("fails");
+        let e =
+            validate_single_as(&values, schema, true, &RemoteSchemas::new()).expect_err("fails");
         assert!(e.contains("got string, want integer"), "{e}");
         assert!(e.contains("missing property 'missing'"), "{e}");
     }

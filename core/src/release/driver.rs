@@ -27,7 +27,7 @@
 //! - A reconcile takes at most [`MAX_DECISIONS`] decisions; past that it ends with a
 //!   [`Step::Failed`] (core's loop always ends well before).
 //! - [`Driver::stop`] ends the reconcile at a safe point (between actions) with
-//!   [`Step::Requeue`].
+//!   [`Step::Requeue`]; a decision whose action has not started is undone.
 
 use crate::meta::Timestamp;
 use crate::plan::{DriftObservation, Observed, ReleasePlan, ReleaseRecord};
@@ -109,6 +109,9 @@ pub struct Driver<'p> {
     reset: Option<ResetReason>,
     /// The action in flight uninstalls the previous release target.
     uninstalling_previous: bool,
+    /// The status and the number of events before the decision that chose the action not
+    /// run yet: a stop before it runs undoes the decision.
+    before_decision: Option<(HelmReleaseStatus, usize)>,
 }
 
 impl<'p> Driver<'p> {
@@ -126,6 +129,7 @@ impl<'p> Driver<'p> {
             events: Vec::new(),
             reset: None,
             uninstalling_previous: false,
+            before_decision: None,
         };
         match begin_reconcile(plan, &mut status) {
             Begin::Suspended => {
@@ -180,6 +184,7 @@ impl<'p> Driver<'p> {
                     else {
                         continue;
                     };
+                    self.before_decision = Some((self.status.clone(), self.atomic.events.len()));
                     observed.status = std::mem::take(&mut self.status);
                     let step = self.atomic.step(self.plan, &mut observed, now);
                     self.status = observed.status;
@@ -263,9 +268,21 @@ impl<'p> Driver<'p> {
     /// Stops at this safe point (no action runs any more): the reconcile ends with
     /// [`Step::Requeue`] once the status is persisted.
     pub fn stop(&mut self) {
-        if !matches!(self.phase, Phase::Ended(_)) {
-            self.end(Step::Requeue);
+        if matches!(self.phase, Phase::Ended(_)) {
+            return;
         }
+        if matches!(self.phase, Phase::Act(..))
+            && !self.uninstalling_previous
+            && let Some((status, events)) = self.before_decision.take()
+        {
+            // The action was decided but does not run: nothing of that decision stands (no
+            // `Reconciling` "Running '<action>' action" for an action that never ran, no
+            // `forceAt` token consumed for nothing), as Flux's loop, which checks for
+            // cancellation before deciding, leaves it.
+            self.status = status;
+            self.atomic.events.truncate(events);
+        }
+        self.end(Step::Requeue);
     }
 
     /// The end of the reconcile, after [`Next::Done`]: the status to report (as persisted)

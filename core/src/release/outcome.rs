@@ -763,7 +763,16 @@ impl<'a> Recorder<'a> {
     }
 
     /// Drift correction reports through events only and never fails the loop.
-    fn correct_drift(&mut self, status: &HelmReleaseStatus) -> Option<String> {
+    fn correct_drift(&mut self, status: &mut HelmReleaseStatus) -> Option<String> {
+        // Flux's `CorrectClusterDrift.Reconcile` marks this inside the action, after the
+        // loop's pre-action patch: while the correction runs, `Ready` is still what it was.
+        self.set(
+            status,
+            condition::READY,
+            ConditionStatus::Unknown,
+            reason::PROGRESSING,
+            "correcting cluster drift".into(),
+        );
         // Without a current release there is nothing to report (and no error).
         let cur = status.latest()?;
         let changes = self.outcome.changes.as_deref().filter(|c| !c.is_empty());

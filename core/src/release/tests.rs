@@ -1786,13 +1786,20 @@ fn persistent_drift_is_corrected_once_per_reconcile() {
         }
     );
     let mut st = o.status;
+    // Flux marks `Ready=Unknown` "correcting cluster drift" inside the action
+    // (`correct_cluster_drift.go`), not in the loop's pre-action patch.
     assert_eq!(
-        cond(&st, condition::READY).message,
-        "correcting cluster drift"
+        cond(&st, condition::READY).status,
+        ConditionStatus::True,
+        "Ready is untouched when the correction starts"
     );
     assert_eq!(
         atomic.complete(&sim.plan, &action, &Outcome::succeeded(vec![]), &mut st, &t),
         None
+    );
+    assert_eq!(
+        cond(&st, condition::READY).message,
+        "correcting cluster drift"
     );
     let mut o = sim.observe(sim.drift.clone());
     o.status = st;
@@ -2632,3 +2639,5 @@ fn corrected_drift_leaves_no_drift_detected_and_the_events_tell_as_flux_does() {
         ]
     );
 }
+
+mod in_action;

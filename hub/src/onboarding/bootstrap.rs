@@ -136,6 +136,7 @@ pub fn render(install: &AgentInstall) -> Result<Vec<Value>, String> {
         skip_schema_validation: false,
         redact_schema_values: true,
         lookup: None,
+        remote_schemas: Default::default(),
     };
     let mut log = Vec::new();
     let rendered = flotilla_chart::render::render_release(&chart, &values, &options, &mut log)
