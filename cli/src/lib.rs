@@ -1,6 +1,7 @@
 //! The `flotilla` command line as a library: argument types and what each subcommand does.
 //! `main.rs` parses and calls [`run`].
 
+pub mod diff;
 pub mod fleet;
 pub mod memory;
 pub mod rollout;
@@ -53,6 +54,10 @@ pub enum Command {
     /// Follow and steer the fleet rollout of a HelmReleaseSet.
     #[command(subcommand)]
     Rollout(rollout::Rollout),
+    /// What the next reconcile of an object would do on its cluster (exit 0: no change,
+    /// 2: changes, 1: error).
+    #[command(subcommand)]
+    Diff(diff::DiffKind),
 }
 
 /// `flotilla template NAME CHART [flags]` (the flags of `helm template` it supports).
@@ -207,6 +212,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Token(fleet::Token::Create(args)) => F::TokenCreate(args),
         Command::Cluster(cmd) => F::Cluster(cmd),
         Command::Rollout(cmd) => F::Rollout(cmd),
+        Command::Diff(cmd) => return diff::run(cmd, &cli.kube, out, err),
     };
     fleet::run(fleet_command, &cli.kube, out, err)
 }
