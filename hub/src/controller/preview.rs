@@ -87,6 +87,13 @@ pub fn intake(live: &HelmRelease, spec: Option<&Value>) -> Result<HelmRelease, P
     let mut hr = live.clone();
     hr.spec = serde_json::from_value(spec.clone())
         .map_err(|e| PreviewError::Failed(format!("spec.spec is not a HelmRelease spec: {e}.")))?;
+    // The live object carries the API server's defaults: a file that leaves them out
+    // names the same chart when every field it sets is the live one's.
+    let file_chart = spec.get("chart").cloned().unwrap_or(Value::Null);
+    let live_chart = serde_json::to_value(&live.spec.chart).unwrap_or(Value::Null);
+    if subset(&file_chart, &live_chart) {
+        hr.spec.chart = live.spec.chart.clone();
+    }
     if hr.spec.chart != live.spec.chart {
         return Err(PreviewError::Unsupported(
             "spec.spec changes spec.chart, which a preview cannot check without rewriting the HelmRelease's managed HelmChart; preview a change of values or spec.chartRef, or apply the chart change."
@@ -94,6 +101,17 @@ pub fn intake(live: &HelmRelease, spec: Option<&Value>) -> Result<HelmRelease, P
         ));
     }
     Ok(hr)
+}
+
+/// Whether every field set in `part` has the same value in `whole` (objects compared
+/// field by field, anything else by equality).
+fn subset(part: &Value, whole: &Value) -> bool {
+    match (part, whole) {
+        (Value::Object(p), Value::Object(w)) => p
+            .iter()
+            .all(|(k, v)| w.get(k).is_some_and(|wv| subset(v, wv))),
+        (p, w) => p == w,
+    }
 }
 
 /// Runs the controller until `stop`.
@@ -254,11 +272,14 @@ async fn preview_of(
         }
     };
     let target = built.target.to_string();
+    // The wire wants a revision; the preview's is never held or recorded.
+    let mut plan = built.plan;
+    plan.revision = PlanRevision::FIRST;
     let result = crate::previews::ask(
         sink.previews(),
         built.link.as_ref(),
         &built.target,
-        built.plan,
+        plan,
         crate::previews::PREVIEW_WAIT,
     )
     .await;
@@ -386,6 +407,17 @@ mod preview_tests {
             intake(&live, Some(&bumped)),
             Err(PreviewError::Unsupported(_))
         ));
+        // Leaving out what the API server defaults is no change of the chart.
+        let mut defaulted = live.clone();
+        defaulted.spec.chart.as_mut().unwrap().spec.interval = Some(
+            flotilla_core::duration::GoDuration::from(Duration::from_secs(60)),
+        );
+        let mut file = serde_json::to_value(&live.spec).unwrap();
+        file["values"] = serde_json::json!({"a": 3});
+        assert_eq!(
+            intake(&defaulted, Some(&file)).unwrap().spec.chart,
+            defaulted.spec.chart
+        );
         let bad = serde_json::json!({"interval": 5});
         let e = intake(&live, Some(&bad)).unwrap_err().to_string();
         assert!(
