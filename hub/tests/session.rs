@@ -647,6 +647,7 @@ chart:
     // and holds the plan it held.
     let mut changed = file.plan.clone();
     changed.values["marker"] = serde_json::json!("changed");
+    changed.config_digest = flotilla_core::digest::config_digest(&changed.values);
     let edge_target = TargetId::Cluster(edge_id.clone());
     let diff = flotilla_hub::previews::ask(
         reports.previews(),
