@@ -3,7 +3,10 @@
 //! are taken from that one installed state: a values change, a chart bump that drops an
 //! object, a field set to the default admission gives it, a Secret change. Every object of
 //! the namespace (resourceVersions) and Helm storage are compared before and after: a
-//! preview changes nothing. One cluster for all cases.
+//! preview changes nothing. One cluster for all cases. The objects a preview creates or
+//! updates are judged against the real `helm template` + `kubectl diff --server-side` on the
+//! same cluster (the helm-diff plugin is not built here yet; kubectl cannot see deletions,
+//! which are checked against the chart bump itself).
 
 mod common;
 
@@ -81,6 +84,65 @@ fn versions(cluster: &Cluster) -> anyhow::Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
+/// The objects the real `helm template` (no hooks) of `chart` with `set` would change on the
+/// cluster, as the real `kubectl diff --server-side` judges them (it cannot see deletions):
+/// `group.version.Kind.namespace.name`, kubectl's names.
+fn kubectl_judge(cluster: &Cluster, chart: &str, set: &[&str]) -> anyhow::Result<Vec<String>> {
+    let chart = common::charts().join(chart).display().to_string();
+    let mut args = vec![
+        "template",
+        "web",
+        chart.as_str(),
+        "-n",
+        "default",
+        "--no-hooks",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let manifest = flotilla_tests::tools::helm_in(cluster.kubeconfig(), &args)?;
+    let out = flotilla_tests::tools::run(
+        &flotilla_tests::tools::kubectl()?,
+        &["diff", "--server-side", "--force-conflicts", "-f", "-"],
+        cluster.kubeconfig(),
+        Some(&manifest),
+    )?;
+    anyhow::ensure!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "kubectl diff: {}",
+        flotilla_tests::tools::text(&out)
+    );
+    let mut changed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("diff "))
+        .filter_map(|l| l.split_whitespace().last())
+        .filter_map(|p| p.rsplit('/').next())
+        .map(str::to_owned)
+        .collect();
+    changed.sort();
+    Ok(changed)
+}
+
+/// The created and updated objects of a preview, named as kubectl names them.
+fn created_or_updated(d: &ReleaseDiff) -> Vec<String> {
+    let mut out: Vec<String> = d
+        .objects
+        .iter()
+        .filter(|o| matches!(o.change, Change::Create | Change::Update))
+        .map(|o| {
+            format!(
+                "{}.{}.{}.{}",
+                o.object.api_version.replace('/', "."),
+                o.object.kind,
+                o.object.namespace.as_deref().unwrap_or(""),
+                o.object.name
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[tokio::test]
 async fn a_preview_shows_what_an_upgrade_would_do_and_changes_nothing() -> anyhow::Result<()> {
     let (cluster, ctx) = common::start("preview", Arc::new(ChartRenderer::default())).await?;
@@ -136,6 +198,11 @@ async fn a_preview_shows_what_an_upgrade_would_do_and_changes_nothing() -> anyho
     );
     assert_eq!(greeting.counts(), (0, 1, 0, 3), "{greeting:#?}");
     assert_eq!(
+        created_or_updated(&greeting),
+        kubectl_judge(&cluster, "preview-1", &["greeting=bye"])?,
+        "the same objects change as kubectl diff --server-side says"
+    );
+    assert_eq!(
         greeting
             .values
             .iter()
@@ -157,6 +224,10 @@ async fn a_preview_shows_what_an_upgrade_would_do_and_changes_nothing() -> anyho
         "{bumped:#?}"
     );
     assert_eq!(bumped.counts(), (0, 0, 1, 3), "{bumped:#?}");
+    assert_eq!(
+        created_or_updated(&bumped),
+        kubectl_judge(&cluster, "preview-2", &[])?,
+    );
     assert_eq!(
         (
             bumped.chart.from.as_ref().map(|c| c.version.as_str()),
@@ -184,6 +255,14 @@ async fn a_preview_shows_what_an_upgrade_would_do_and_changes_nothing() -> anyho
         Some(Change::Update),
         "{other:#?}"
     );
+    assert_eq!(
+        created_or_updated(&default),
+        kubectl_judge(&cluster, "preview-1", &["revisionHistoryLimit=10"])?,
+    );
+    assert_eq!(
+        created_or_updated(&other),
+        kubectl_judge(&cluster, "preview-1", &["revisionHistoryLimit=3"])?,
+    );
     let d = diff_of(&other, "Deployment/default/web");
     assert!(
         d.contains("-  revisionHistoryLimit: 10\n+  revisionHistoryLimit: 3\n"),
@@ -197,6 +276,10 @@ async fn a_preview_shows_what_an_upgrade_would_do_and_changes_nothing() -> anyho
         change_of(&secret, "Secret/default/web-db"),
         Some(Change::Update),
         "{secret:#?}"
+    );
+    assert_eq!(
+        created_or_updated(&secret),
+        kubectl_judge(&cluster, "preview-1", &["password=n3w-s3cr3t"])?,
     );
     let d = diff_of(&secret, "Secret/default/web-db");
     let json = serde_json::to_string(&secret)?;
