@@ -26,6 +26,7 @@ pub mod drift;
 pub mod events;
 pub mod kube;
 pub mod memory;
+pub mod preview;
 pub mod reconcile;
 pub mod runtime;
 pub mod schema_refs;

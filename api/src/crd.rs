@@ -21,8 +21,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::{
-    HelmChart, HelmRelease, HelmReleaseSet, HelmRepository, ManagedCluster, ManagedClusterBinding,
-    OCIRepository,
+    HelmChart, HelmRelease, HelmReleasePreview, HelmReleaseSet, HelmRepository, ManagedCluster,
+    ManagedClusterBinding, OCIRepository,
 };
 
 /// Where the generated CRDs are committed, relative to the workspace root.
@@ -65,6 +65,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crd_of::<ManagedCluster>(),
         crd_of::<HelmReleaseSet>(),
         crd_of::<ManagedClusterBinding>(),
+        crd_of::<HelmReleasePreview>(),
     ]
 }
 

@@ -7,6 +7,8 @@
 //!   Flux source v1 field names, with the resolved chart [`source::Artifact`] in the status.
 //! - [`set`]: `HelmReleaseSet` (`helm.flotilla.dev/v1alpha1`), one HelmRelease per matching
 //!   cluster, rolled out in waves; spec and status are flotilla-core's [`flotilla_core::set`].
+//! - [`preview`]: `HelmReleasePreview` (`helm.flotilla.dev/v1alpha1`), a preview of one
+//!   HelmRelease's next reconcile, answered by the hub in its status.
 //! - [`fleet`]: `ManagedCluster` (`fleet.flotilla.dev/v1`), one per workload cluster.
 //! - [`tenancy`]: `ManagedClusterBinding` (`fleet.flotilla.dev/v1`, cluster-scoped), which
 //!   namespaces may deliver to which ManagedClusters.
@@ -22,12 +24,14 @@
 pub mod crd;
 pub mod fleet;
 pub mod helm;
+pub mod preview;
 pub mod set;
 pub mod source;
 pub mod tenancy;
 
 pub use fleet::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
 pub use helm::{HelmRelease, HelmReleaseSpec};
+pub use preview::{HelmReleasePreview, HelmReleasePreviewSpec, HelmReleasePreviewStatus};
 pub use set::{HelmReleaseSet, HelmReleaseSetSpec};
 pub use source::{
     HelmChart, HelmChartSpec, HelmChartStatus, HelmRepository, HelmRepositorySpec,

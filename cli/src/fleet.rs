@@ -394,7 +394,7 @@ pub fn run(
     }
 }
 
-async fn client(kube: &KubeArgs) -> Result<Client, Failed> {
+pub(crate) async fn client(kube: &KubeArgs) -> Result<Client, Failed> {
     let config = match &kube.kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)

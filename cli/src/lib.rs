@@ -1,6 +1,7 @@
 //! The `flotilla` command line as a library: argument types and what each subcommand does.
 //! `main.rs` parses and calls [`run`].
 
+pub mod diff;
 pub mod fleet;
 pub mod memory;
 pub mod rollout;
@@ -60,6 +61,10 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// What the next reconcile of an object would do on its cluster (exit 0: no change,
+    /// 2: changes, 1: error).
+    #[command(subcommand)]
+    Diff(diff::DiffKind),
 }
 
 /// `flotilla template NAME CHART [flags]` (the flags of `helm template` it supports).
@@ -228,6 +233,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             }
             F::Version
         }
+        Command::Diff(cmd) => return diff::run(cmd, &cli.kube, out, err),
     };
     fleet::run(fleet_command, &cli.kube, out, err)
 }

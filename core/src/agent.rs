@@ -16,12 +16,16 @@
 //!   `(plan_revision, seq)` and drops the others.
 //! - A [`Report::Deleted`] is sent once the release is uninstalled (or there was nothing to
 //!   uninstall) and the agent has forgotten the plan: what a hub finalizer waits for.
+//! - A [`Command::Preview`] is answered by exactly one [`Report::Preview`] with its id
+//!   (a diff, or why there is none, within the runtime's preview timeout); it changes
+//!   nothing: no held plan, no revision, no Helm storage, no live object.
 
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
 use crate::ids::{ChartDigest, Namespace, ObjectName, PlanRevision};
 use crate::plan::{ObjectRef, ReleasePlan};
+use crate::preview::{PreviewReport, PreviewRequest};
 use crate::release::{Event, Step};
 use crate::spec::Uninstall;
 use crate::status::HelmReleaseStatus;
@@ -74,6 +78,9 @@ pub enum Command {
     Delete(DeleteRequest),
     /// Reconcile a held plan now (`reconcile.fluxcd.io/requestedAt` without a new plan).
     Reconcile(ObjectKey),
+    /// Say what reconciling this plan would do, without doing it: answered by a
+    /// [`Report::Preview`] of the same id. The plan is not held.
+    Preview(PreviewRequest),
     /// Stop taking work, let in-flight actions finish, persist state and end the report
     /// stream.
     Shutdown,
@@ -136,6 +143,8 @@ pub enum Report {
         /// Why, naming the field.
         error: String,
     },
+    /// The answer to a [`Command::Preview`].
+    Preview(Box<PreviewReport>),
 }
 
 impl Report {
@@ -145,6 +154,7 @@ impl Report {
             Report::Status(s) => s.object.key(),
             Report::Event { object, .. } => object.key(),
             Report::Deleted { object, .. } | Report::Rejected { object, .. } => object.clone(),
+            Report::Preview(p) => p.object.clone(),
         }
     }
 }

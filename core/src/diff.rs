@@ -42,6 +42,7 @@ pub const CONTEXT_LINES: usize = 3;
 
 /// What applying the change would do to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Change {
     /// The object does not exist and would be created.
     Create,
@@ -66,6 +67,7 @@ impl fmt::Display for Change {
 
 /// Which object: its kind and name, the namespace when it has one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
     /// `apps/v1`, `v1`, ...
@@ -105,6 +107,7 @@ impl fmt::Display for ObjectRef {
 
 /// One object of a preview.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectDiff {
     /// Which object.
@@ -268,6 +271,7 @@ pub fn unified(old: &str, new: &str, old_label: &str, new_label: &str) -> String
 
 /// How a value path changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum PathChange {
     /// Set by the change, unset before.
     Added,

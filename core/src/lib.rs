@@ -11,7 +11,8 @@
 //! - [`plan`]: the `ReleasePlan` the hub sends and the `Observed` state the agent reads.
 //! - [`digest`]: config, post-renderer and JSON digests as Flux computes them;
 //!   [`observation`]: the release observation behind snapshot digests.
-//! - [`agent`]: the agent runtime's commands, reports and held plans.
+//! - [`agent`]: the agent runtime's commands, reports and held plans; [`preview`]: what a
+//!   preview asks and answers ([`diff`]: the per-object diff it is built from).
 //! - [`duration`], [`meta`]: Go durations, timestamps, object metadata, conditions.
 //! - [`set`]: the HelmReleaseSet API (fleet rollout): spec, status, cluster selection,
 //!   child names, set revisions; [`rollout`]: its pure decision function
@@ -56,6 +57,7 @@ pub mod ids;
 pub mod meta;
 pub mod observation;
 pub mod plan;
+pub mod preview;
 pub mod release;
 pub mod rollout;
 pub mod selector;

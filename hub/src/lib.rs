@@ -61,6 +61,7 @@ pub mod controller;
 pub mod kubeconfig_policy;
 pub mod leader;
 pub mod onboarding;
+pub mod previews;
 pub mod push;
 pub mod rate;
 pub mod reports;

@@ -15,6 +15,9 @@
 //! - the writer takes one report per HelmRelease in turn, so a flood on one does not delay
 //!   the others.
 //!
+//! A [`Report::Preview`] skips the queue: it goes to the waiter of its request
+//! ([`ReportSink::previews`], [`crate::previews`]).
+//!
 //! Every drop is counted (`flotilla_hub_agent_input_dropped_total{reason}`, see
 //! [`Dropped`]). [`ReportSink::send`] never blocks; [`ReportReceiver::recv`] ends once
 //! every sink is dropped and the queue is empty.
@@ -139,6 +142,7 @@ struct Shared {
     receiver_alive: std::sync::atomic::AtomicBool,
     counts: [AtomicU64; Dropped::ALL.len()],
     metrics: OnceLock<HubMetrics>,
+    previews: crate::previews::Previews,
 }
 
 impl Shared {
@@ -168,6 +172,7 @@ pub fn report_channel() -> (ReportSink, ReportReceiver) {
         receiver_alive: std::sync::atomic::AtomicBool::new(true),
         counts: Default::default(),
         metrics: OnceLock::new(),
+        previews: Default::default(),
     });
     (
         ReportSink {
@@ -223,12 +228,30 @@ impl ReportSink {
         if !self.shared.receiver_alive.load(Ordering::SeqCst) {
             return Err(ReportsClosed);
         }
+        let report = match report {
+            TargetReport {
+                target,
+                report: Report::Preview(p),
+            } => {
+                if !self.shared.previews.answer(&target, *p) {
+                    tracing::debug!(%target, "dropped a preview answer nobody waits for");
+                }
+                return Ok(());
+            }
+            other => other,
+        };
         let dropped = self.shared.lock().push(report, Instant::now());
         if let Some(reason) = dropped {
             self.shared.count(reason);
         }
         self.shared.notify.notify_one();
         Ok(())
+    }
+
+    /// The previews waiting for an answer: a [`Report::Preview`] sent here goes to its
+    /// waiter, never into the queue ([`crate::previews`]).
+    pub fn previews(&self) -> &crate::previews::Previews {
+        &self.shared.previews
     }
 
     /// Counts an input dropped before it reached the queue (a report for a revision never
@@ -275,6 +298,11 @@ impl Drop for ReportReceiver {
 }
 
 impl ReportReceiver {
+    /// The previews waiting for an answer (the same registry as the sinks').
+    pub fn previews(&self) -> &crate::previews::Previews {
+        &self.shared.previews
+    }
+
     /// The next report; `None` once every sink is dropped and nothing is queued.
     pub async fn recv(&mut self) -> Option<TargetReport> {
         loop {

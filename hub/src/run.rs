@@ -190,6 +190,7 @@ impl Hub {
         // scheduler at once, which keeps one entry per HelmRelease.
         let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
         let book = Arc::new(StatusBook::new(client.clone(), trigger_tx));
+        let preview_sink = report_tx.clone();
         let push = Arc::new(PushAgents::new(
             kube_config,
             client.clone(),
@@ -320,9 +321,14 @@ impl Hub {
                 crate::onboarding::run(ctx.client.clone(), import, imported, stop.clone()),
             ));
         }
+        let ctx = Arc::new(ctx);
+        controllers.spawn(supervisor.critical(
+            "helmreleasepreview-controller",
+            controller::preview::run(ctx.clone(), preview_sink, stop.clone().cancelled_owned()),
+        ));
         controllers.spawn(supervisor.critical(
             "helmrelease-controller",
-            controller::run(Arc::new(ctx), trigger_rx, stop.clone().cancelled_owned()),
+            controller::run(ctx, trigger_rx, stop.clone().cancelled_owned()),
         ));
         tracing::info!(concurrency = config.concurrency, "hub started");
         Ok(Hub {

@@ -356,6 +356,8 @@ impl StatusBook {
                 ));
                 Ok(())
             }
+            // Answers to previews go to their waiters (`ReportSink::send`), never here.
+            Report::Preview(_) => Ok(()),
         }
     }
 

@@ -642,6 +642,56 @@ chart:
         .await?;
     assert!(link.held().iter().any(|h| h.object == key));
 
+    // A preview of the plan with a changed value, through the same link and session: the
+    // agent (its Hello lists "preview") answers with the value path and no object change,
+    // and holds the plan it held.
+    let mut changed = file.plan.clone();
+    changed.values["marker"] = serde_json::json!("changed");
+    changed.config_digest = flotilla_core::digest::config_digest(&changed.values);
+    let edge_target = TargetId::Cluster(edge_id.clone());
+    let diff = flotilla_hub::previews::ask(
+        reports.previews(),
+        link.as_ref(),
+        &edge_target,
+        changed.clone(),
+        Duration::from_secs(60),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    assert_eq!(
+        diff.values
+            .iter()
+            .map(|v| v.path.as_str())
+            .collect::<Vec<_>>(),
+        ["marker"],
+        "{diff:#?}"
+    );
+    assert_eq!(diff.counts().1, 0, "{diff:#?}");
+    assert!(!serde_json::to_string(&diff)?.contains(MARKER));
+    assert!(
+        link.held()
+            .iter()
+            .any(|h| h.object == key && h.revision == file.plan.revision)
+    );
+    // Cluster other's session said nothing of previews in its Hello (an older agent): the
+    // hub answers for it, and sends it nothing.
+    let other_link = links
+        .link(&TargetId::Cluster(other_id.clone()))
+        .expect("other is accepted");
+    let unsupported = flotilla_hub::previews::ask(
+        reports.previews(),
+        other_link.as_ref(),
+        &TargetId::Cluster(other_id.clone()),
+        changed,
+        Duration::from_secs(60),
+    )
+    .await
+    .expect_err("an older agent cannot preview");
+    assert_eq!(
+        unsupported.to_string(),
+        "the agent of cluster other does not support previews (it is older than this hub); upgrade the agent."
+    );
+
     // Other received nothing of edge's plan...
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while let Ok(m) = tokio::time::timeout_at(deadline, other_inbound.message()).await {

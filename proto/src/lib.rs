@@ -9,6 +9,7 @@
 //! [`convert::InvalidMessage`] naming the field) and back, and no prost type travels further.
 
 pub mod convert;
+pub mod preview;
 pub mod session;
 
 /// The shared byte buffer of `bytes` fields sent to many peers (`PlanUpsert.chart_archive`).

@@ -247,11 +247,13 @@ pub fn report_message(report: Report, now: &Timestamp) -> v1::AgentMessage {
             revision: revision.get(),
             error,
         }),
+        Report::Preview(p) => agent_message::Kind::Preview((*p).into()),
     };
     v1::AgentMessage { kind: Some(kind) }
 }
 
-/// The report an agent message carries, if it is one (status, event, deletion, rejection).
+/// The report an agent message carries, if it is one (status, event, deletion, rejection,
+/// preview).
 pub fn report_from_message(kind: agent_message::Kind) -> Option<Result<Report, InvalidMessage>> {
     Some(match kind {
         agent_message::Kind::Status(s) => {
@@ -282,6 +284,9 @@ pub fn report_from_message(kind: agent_message::Kind) -> Option<Result<Report, I
                 revision: PlanRevision::new(r.revision),
                 error: r.error,
             })
+        }
+        agent_message::Kind::Preview(p) => {
+            flotilla_core::preview::PreviewReport::try_from(p).map(|p| Report::Preview(Box::new(p)))
         }
         _ => return None,
     })

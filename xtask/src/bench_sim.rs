@@ -307,6 +307,8 @@ pub async fn simulate_runtime(mut agent: ExternalAgent, faulty: bool, stop: Canc
                     return;
                 }
             }
+            // The simulated agent lists no features: the hub answers previews itself.
+            Command::Preview(_) => {}
             Command::Shutdown => return,
         }
     }

@@ -237,7 +237,7 @@ pub async fn apply(
                         waiting.remove(&object);
                         failures.push(line);
                     }
-                    Report::Event { .. } | Report::Deleted { .. } => {}
+                    Report::Event { .. } | Report::Deleted { .. } | Report::Preview(_) => {}
                 }
                 if !apply.watch && waiting.is_empty() && !stopping {
                     stopping = true;

@@ -108,7 +108,7 @@ impl ObjectDiff {
     }
 }
 
-fn subject(resource: &Resource) -> String {
+pub(crate) fn subject(resource: &Resource) -> String {
     match resource.namespace() {
         Some(ns) if !ns.is_empty() => format!("{}/{ns}/{}", resource.kind(), resource.name()),
         _ => format!("{}/{}", resource.kind(), resource.name()),
@@ -381,7 +381,7 @@ pub async fn detect(
     Ok(set)
 }
 
-fn normalize_resource(r: &mut Resource) {
+pub(crate) fn normalize_resource(r: &mut Resource) {
     let Ok(mut v) = serde_json::to_value(&r.object) else {
         return;
     };
@@ -393,7 +393,10 @@ fn normalize_resource(r: &mut Resource) {
 
 /// The object as JSON, with `apiVersion` and `kind` taken from the resource when the
 /// answer lacks them.
-fn to_json(obj: &kube::api::DynamicObject, resource: &Resource) -> Result<Value, String> {
+pub(crate) fn to_json(
+    obj: &kube::api::DynamicObject,
+    resource: &Resource,
+) -> Result<Value, String> {
     let mut v = serde_json::to_value(obj)
         .map_err(|e| format!("{}: encoding the object: {e}", subject(resource)))?;
     if let Some(m) = v.as_object_mut() {
@@ -513,7 +516,7 @@ fn without_metadata(obj: &Value) -> Value {
 }
 
 /// Flux's dry-run error text: `Kind/ns/name dry-run failed (Reason): message`.
-fn dry_run_error(resource: &Resource, source: &ApiFailure) -> String {
+pub(crate) fn dry_run_error(resource: &Resource, source: &ApiFailure) -> String {
     let name = subject(resource);
     if source.is_not_found() {
         if resource.namespace().is_none_or(str::is_empty) {

@@ -333,6 +333,64 @@ impl Executor<'_> {
         Ok(rendered)
     }
 
+    /// What the next install (no `current` release) or upgrade of `current` would render,
+    /// as [`Executor::install`] and [`Executor::upgrade`] render it (values reused per
+    /// `upgrade.preserveValues`, schema validation per the action's option, post-renderers,
+    /// `spec.commonMetadata` and the origin labels), with the CRDs the action's policy would
+    /// apply, and nothing written: the preview's render.
+    pub async fn render_next(&self, current: Option<&Release>) -> Result<NextRender, ActionError> {
+        let (chart, values, version, policy, skip_schema) = match current {
+            None => (
+                self.chart.clone(),
+                self.plan_values(),
+                1,
+                self.plan.options.install.crds(),
+                self.plan.options.install.disable_schema_validation,
+            ),
+            Some(current) => {
+                let o = &self.plan.options.upgrade;
+                let mut chart = self.chart.clone();
+                let values = if o.preserve_values {
+                    reuse_values(current, self.plan_values(), &mut chart)?
+                } else {
+                    self.plan_values()
+                };
+                (
+                    chart,
+                    values,
+                    current.version + 1,
+                    o.crds(),
+                    o.disable_schema_validation,
+                )
+            }
+        };
+        let mut crds = Vec::new();
+        if policy != CrdsPolicy::Skip {
+            let files = self
+                .renderer
+                .crds(&chart, &values)
+                .map_err(|error| ActionError::Render { error })?;
+            for f in &files {
+                crds.extend(
+                    parse_manifest(&f.text)?
+                        .into_iter()
+                        .filter(|o| o.gvk.kind == "CustomResourceDefinition"),
+                );
+            }
+        }
+        let rendered = self
+            .render(&chart, &values, version, current.is_none(), skip_schema)
+            .await?;
+        parse_manifest(&rendered.manifest)?;
+        Ok(NextRender {
+            chart,
+            values,
+            rendered,
+            crds,
+            crd_policy: policy,
+        })
+    }
+
     /// The plan's values as a table.
     fn plan_values(&self) -> Values {
         match &self.plan.values {
@@ -1216,6 +1274,21 @@ fn set_common_metadata(doc: &mut serde_json::Value, metadata: &CommonMetadata) {
             map.insert(k.clone(), serde_json::Value::String(v.clone()));
         }
     }
+}
+
+/// What [`Executor::render_next`] rendered.
+#[derive(Debug)]
+pub struct NextRender {
+    /// The chart rendered (its default values replaced when values are reused).
+    pub chart: Chart,
+    /// The user values the release would record.
+    pub values: Values,
+    /// The manifest and hooks.
+    pub rendered: Rendered,
+    /// The CRDs the action would apply (none when its policy is `Skip`).
+    pub crds: Vec<ManifestObject>,
+    /// The action's CRD policy.
+    pub crd_policy: CrdsPolicy,
 }
 
 /// How [`Executor::roll_out`] runs a new release.

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! Agent::start(ctx, charts, options) -> (AgentHandle, Reports)
-//!   AgentHandle::send(Command::Upsert | Delete | Reconcile | Shutdown)      (core::agent)
-//!   Reports: Stream<Item = Report::Status | Event | Deleted | Rejected>
+//!   AgentHandle::send(Command::Upsert | Delete | Reconcile | Preview | Shutdown)
+//!   Reports: Stream<Item = Report::Status | Event | Deleted | Rejected | Preview>
 //! ```
 //!
 //! Its clients are plan-file mode (`flotilla-agent apply`), the hub's in-process push agents
@@ -34,6 +34,9 @@
 //!   action with timeout of 5m0s", the earlier conditions and `observedGeneration` kept), as
 //!   Flux patches it before the action; its step is [`Step::Run`]. The final report follows
 //!   with a higher `seq`; an in-action report that arrives after it is dropped.
+//! - **Previews** ([`Command::Preview`]) run as their own tasks, at most [`MAX_PREVIEWS`] at
+//!   a time and [`PREVIEW_TIMEOUT`] each, beside the reconcile slots: a preview never holds
+//!   a plan, persists state or writes Helm storage ([`crate::preview`]).
 //! - **Failures become status**: a reconcile that cannot run (chart not available, state
 //!   store, impersonation) reports a `Ready=False` condition naming the cause, and is retried
 //!   with backoff.
@@ -54,6 +57,7 @@ use flotilla_core::digest::{self, Digest};
 use flotilla_core::ids::PlanRevision;
 use flotilla_core::meta::{ConditionStatus, Conditions as _, condition, reason};
 use flotilla_core::plan::ReleasePlan;
+use flotilla_core::preview::{PreviewError, PreviewReport, PreviewRequest};
 use flotilla_core::release::{self, Action, Step};
 use flotilla_core::status::HelmReleaseStatus;
 use tokio::sync::mpsc;
@@ -66,6 +70,12 @@ use crate::reconcile::{self, Context, ReconcileError, ReconcileReport};
 use crate::telemetry::Metrics;
 use flotilla_chart::Chart;
 use queue::{Backoff, WorkQueue, with_jitter};
+
+/// Previews a runtime runs at once; more are answered "try again" at once.
+pub const MAX_PREVIEWS: usize = 4;
+
+/// How long a preview may take before it is answered with a failure (the hub waits 60 s).
+pub const PREVIEW_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// How the runtime behaves.
 #[derive(Debug, Clone)]
@@ -262,6 +272,7 @@ impl Agent {
             releases: BTreeMap::new(),
             queue: WorkQueue::new(),
             tasks: JoinSet::new(),
+            previews: JoinSet::new(),
             reports: report_tx,
             in_action: in_action_tx,
             held: held.clone(),
@@ -443,6 +454,8 @@ struct Supervisor {
     /// Keyed by each [`Held::key`]: rescheduling clones an `Arc`, not two strings.
     queue: WorkQueue<Arc<ObjectKey>>,
     tasks: JoinSet<(Arc<ObjectKey>, Finished)>,
+    /// Previews in flight (at most [`MAX_PREVIEWS`]), apart from the reconcile slots.
+    previews: JoinSet<PreviewReport>,
     reports: mpsc::UnboundedSender<Report>,
     in_action: mpsc::UnboundedSender<InActionStatus>,
     held: Arc<Mutex<BTreeMap<ObjectKey, HeldPlan>>>,
@@ -517,6 +530,10 @@ impl Supervisor {
                 },
                 Some(joined) = self.tasks.join_next() => self.joined(joined),
                 Some(status) = in_action.recv() => self.in_action(status),
+                Some(done) = self.previews.join_next() => match done {
+                    Ok(report) => self.report(Report::Preview(Box::new(report))),
+                    Err(e) => tracing::warn!(error = %e, "a preview task ended without an answer"),
+                },
                 () = sleep_until(next_due) => {}
                 () = sleep_until(grace_end) => {
                     tracing::warn!(
@@ -561,9 +578,68 @@ impl Supervisor {
                     tracing::debug!(object = %key, "reconcile requested for a plan not held");
                 }
             }
+            Command::Preview(request) => self.preview(request),
             Command::Shutdown => self.begin_shutdown(),
         }
         self.gauges();
+    }
+
+    /// Starts a preview (nothing held, nothing persisted): answered at once when the agent
+    /// is shutting down, already runs [`MAX_PREVIEWS`], or refuses the plan; else by the
+    /// preview task within [`PREVIEW_TIMEOUT`].
+    fn preview(&mut self, request: PreviewRequest) {
+        let object = request.plan.object.key();
+        let answer = |result| {
+            Report::Preview(Box::new(PreviewReport {
+                id: request.id.clone(),
+                object: object.clone(),
+                result: Err(result),
+            }))
+        };
+        if self.stopping.is_some() {
+            self.report(answer(PreviewError::Failed(
+                "the agent is shutting down and takes no previews.".into(),
+            )));
+            return;
+        }
+        if self.previews.len() >= MAX_PREVIEWS {
+            self.report(answer(PreviewError::Failed(format!(
+                "the agent is already running {MAX_PREVIEWS} previews; try again shortly."
+            ))));
+            return;
+        }
+        if let Err(e) = validate(&request.plan) {
+            self.report(answer(PreviewError::Failed(format!(
+                "the plan of the preview is refused: {e}."
+            ))));
+            return;
+        }
+        let ctx = self.ctx.clone();
+        let charts = self.charts.clone();
+        self.previews.spawn(async move {
+            use futures::FutureExt as _;
+            let work = crate::preview::preview(&ctx, charts.as_ref(), &request);
+            let result = match tokio::time::timeout(
+                PREVIEW_TIMEOUT,
+                std::panic::AssertUnwindSafe(work).catch_unwind(),
+            )
+            .await
+            {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(PreviewError::Failed(format!(
+                    "the preview of HelmRelease {object} failed: the agent hit a bug (a panic)."
+                ))),
+                Err(_) => Err(PreviewError::Failed(format!(
+                    "the preview of HelmRelease {object} did not finish within {}s.",
+                    PREVIEW_TIMEOUT.as_secs()
+                ))),
+            };
+            PreviewReport {
+                id: request.id,
+                object,
+                result,
+            }
+        });
     }
 
     fn reject(&self, key: ObjectKey, revision: PlanRevision, error: String) {
@@ -1180,7 +1256,7 @@ async fn run_reconcile(
 /// digest as build metadata (`6.5.2+0cc9a8446c95`, Flux's `mutateChartWithSourceRevision`),
 /// which the release records and `.Chart.Version` renders. Without it the stored release
 /// would never match the plan and every reconcile would upgrade again.
-fn at_plan_version(chart: Arc<Chart>, version: &str) -> Arc<Chart> {
+pub(crate) fn at_plan_version(chart: Arc<Chart>, version: &str) -> Arc<Chart> {
     if version.is_empty() || chart.metadata.version == version {
         return chart;
     }

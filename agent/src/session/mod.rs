@@ -654,7 +654,7 @@ async fn forward_reports(
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(object);
             }
-            Report::Event { .. } | Report::Rejected { .. } => {}
+            Report::Event { .. } | Report::Rejected { .. } | Report::Preview(_) => {}
         }
         if live.send(report).is_err() {
             break;
@@ -705,6 +705,7 @@ impl<C: AgentCluster> Session<C> {
             api_versions: Vec::new(),
             held_plans: self.agent.held().into_iter().map(Into::into).collect(),
             cached_chart_digests: self.cached_chart_digests(),
+            features: vec![flotilla_core::preview::FEATURE.to_owned()],
         }
     }
 
@@ -971,6 +972,32 @@ impl<C: AgentCluster> Session<C> {
                     self.agent
                         .send(Command::Reconcile(key))
                         .map_err(|_| stopped())?;
+                }
+            }
+            hub_message::Kind::Preview(request) => {
+                let id = request.id.clone();
+                let object = request.plan.as_ref().and_then(|p| p.object.clone());
+                match flotilla_core::preview::PreviewRequest::try_from(request) {
+                    Ok(request) => {
+                        tracing::debug!(object = %request.plan.object.key(), id = %request.id, "preview requested");
+                        self.agent
+                            .send(Command::Preview(request))
+                            .map_err(|_| stopped())?;
+                    }
+                    Err(e) => {
+                        tracing::warn!(field = %e.field, "refused a preview request");
+                        Self::send(
+                            tx,
+                            agent_message::Kind::Preview(v1::PreviewResult {
+                                id,
+                                object,
+                                result: Some(v1::preview_result::Result::Failed(format!(
+                                    "the agent refused the preview request: {e}."
+                                ))),
+                            }),
+                        )
+                        .await?;
+                    }
                 }
             }
             hub_message::Kind::Ping(p) => {

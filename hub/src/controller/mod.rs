@@ -72,6 +72,7 @@ pub mod values_cache;
 
 mod decide;
 mod finalizer;
+pub mod preview;
 mod reconcile;
 mod revisions;
 mod source;

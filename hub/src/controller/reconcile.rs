@@ -236,14 +236,17 @@ pub(super) async fn reconcile(
     })
 }
 
-/// `Ok(hub condition)` once the plan is sent; `Err(Ok(stop))` for a hub-side condition,
-/// `Err(Err(e))` for a failure to retry.
-pub(super) async fn plan_and_send(
+/// The plan of `hr` as a reconcile builds it (spec checked, tenancy admitted, dependencies
+/// ready, source artifact, chart, values, target and its link), with revision 0 and
+/// nothing sent: the reconcile's ([`plan_and_send`]) and the preview's
+/// ([`super::preview`]). `Err(Ok(stop))` for a hub-side condition, `Err(Err(e))` for a
+/// failure to retry.
+pub(super) async fn build_plan(
     hr: &HelmRelease,
     key: &ObjectKey,
     ctx: &Context,
     helm_chart: &mut String,
-) -> Result<Option<HubCondition>, Result<Stop, ReconcileError>> {
+) -> Result<Built, Result<Stop, ReconcileError>> {
     let started = std::time::Instant::now();
     let mut core = hr
         .to_core()
@@ -253,7 +256,6 @@ pub(super) async fn plan_and_send(
         ctx.tenancy.options.default_service_account.as_deref(),
     );
     let ns = key.namespace.as_str();
-    ctx.refs.set(key, references(hr, key));
     let capi_cluster = hr.spec.cluster_ref.as_ref().and_then(|c| c.cluster_api());
 
     // As Flux, before the dependencies: expressions that do not parse stall the object.
@@ -320,11 +322,43 @@ pub(super) async fn plan_and_send(
     };
 
     let step = std::time::Instant::now();
-    let mut plan = ReleasePlan::from_helm_release(&core, PlanRevision::new(0), chart, values)
+    let plan = ReleasePlan::from_helm_release(&core, PlanRevision::new(0), chart, values)
         .map_err(|e| Ok(Stop::new(INVALID_SPEC, e.to_string()).stalled()))?;
-    let digest = plan_digest(&plan);
     ctx.metrics.observe_step("plan", step.elapsed());
     ctx.metrics.observe_step("total", started.elapsed());
+    Ok(Built {
+        plan,
+        core,
+        target,
+        link,
+    })
+}
+
+/// What [`build_plan`] built: the plan (revision 0), the core object it was built from,
+/// the target and its link.
+pub(super) struct Built {
+    pub(super) plan: ReleasePlan,
+    pub(super) core: flotilla_core::spec::HelmRelease,
+    pub(super) target: TargetId,
+    pub(super) link: Arc<dyn crate::link::AgentLink>,
+}
+
+/// `Ok(hub condition)` once the plan is sent; `Err(Ok(stop))` for a hub-side condition,
+/// `Err(Err(e))` for a failure to retry.
+pub(super) async fn plan_and_send(
+    hr: &HelmRelease,
+    key: &ObjectKey,
+    ctx: &Context,
+    helm_chart: &mut String,
+) -> Result<Option<HubCondition>, Result<Stop, ReconcileError>> {
+    ctx.refs.set(key, references(hr, key));
+    let Built {
+        mut plan,
+        core,
+        target,
+        link,
+    } = build_plan(hr, key, ctx, helm_chart).await?;
+    let digest = plan_digest(&plan);
     let (revision, record_after_send) = plan_revision(hr, key, ctx, &digest).await.map_err(Err)?;
     plan.revision = revision;
 

@@ -25,7 +25,7 @@
 //! revision it sent per HelmRelease (or the agent's Hello showed it holds, up to the
 //! newest the hub has), and drops (and counts) a report or ack for a newer one.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -33,6 +33,7 @@ use flotilla_core::agent::{Command, DeleteOutcome, DeleteRequest, HeldPlan, Obje
 use flotilla_core::digest::Digest;
 use flotilla_core::ids::{ChartDigest, ClusterId, PlanRevision};
 use flotilla_core::plan::ReleasePlan;
+use flotilla_core::preview::{FEATURE as PREVIEW_FEATURE, PreviewError, PreviewRequest};
 use tokio::sync::Notify;
 
 use crate::link::{AgentLink, LinkClosed, Links, ReportSink, TargetId, TargetReport};
@@ -56,6 +57,8 @@ pub enum Outgoing {
     Delete(DeleteRequest),
     /// Reconcile a held plan now.
     Reconcile(ObjectKey),
+    /// Preview a plan.
+    Preview(PreviewRequest),
 }
 
 #[derive(Debug, Default)]
@@ -71,7 +74,17 @@ struct State {
     /// Chart archives the agent holds, as far as the hub knows (at most
     /// [`MAX_AGENT_CHARTS`]).
     agent_charts: BTreeSet<ChartDigest>,
+    /// Whether the attached agent's Hello listed the `preview` feature.
+    agent_previews: bool,
+    /// Previews to send (at most [`MAX_QUEUED_PREVIEWS`]).
+    previews: VecDeque<PreviewRequest>,
+    /// The charts of the last [`MAX_QUEUED_PREVIEWS`] previews sent: the agent may fetch
+    /// them with `GetChart` though no plan needs them.
+    preview_charts: VecDeque<ChartDigest>,
 }
+
+/// The most previews waiting to be sent to one agent.
+pub const MAX_QUEUED_PREVIEWS: usize = 16;
 
 /// The most chart digests a mailbox remembers its agent holding.
 pub const MAX_AGENT_CHARTS: usize = 1024;
@@ -205,9 +218,37 @@ impl Mailbox {
         wanted
     }
 
+    /// Records the features the attached agent's Hello lists (`preview`); previews queued
+    /// for an agent without it are answered unsupported.
+    pub fn set_features(&self, features: &[String]) {
+        let previews = features.iter().any(|f| f == PREVIEW_FEATURE);
+        let refused: Vec<PreviewRequest> = {
+            let mut s = self.lock();
+            s.agent_previews = previews;
+            if previews {
+                Vec::new()
+            } else {
+                s.previews.drain(..).collect()
+            }
+        };
+        for r in refused {
+            self.forward(crate::previews::answer_of(&r, self.unsupported()));
+        }
+    }
+
+    fn unsupported(&self) -> PreviewError {
+        PreviewError::Unsupported(format!(
+            "the agent of cluster {} does not support previews (it is older than this hub); upgrade the agent.",
+            self.cluster
+        ))
+    }
+
     /// Takes the next message for the agent off the pending set.
     pub fn next_outgoing(&self) -> Option<Outgoing> {
         let mut s = self.lock();
+        if let Some(p) = s.previews.pop_front() {
+            return Some(Outgoing::Preview(p));
+        }
         if let Some(key) = s.reconcile.pop_first() {
             return Some(Outgoing::Reconcile(key));
         }
@@ -260,11 +301,17 @@ impl Mailbox {
     /// cluster was given, at a revision the hub sent it; returns whether it was forwarded
     /// (a report dropped is counted).
     pub fn report(&self, report: Report) -> bool {
+        if let Report::Preview(_) = report {
+            // Answers go to their waiter, which checks the cluster, id and HelmRelease.
+            self.forward(report);
+            return true;
+        }
         let key = report.object();
         let revision = match &report {
             Report::Status(s) => s.plan_revision,
             Report::Event { plan_revision, .. } => *plan_revision,
             Report::Deleted { revision, .. } | Report::Rejected { revision, .. } => *revision,
+            Report::Preview(_) => return false,
         };
         {
             let mut s = self.lock();
@@ -295,7 +342,7 @@ impl Mailbox {
                     }
                     s.held.remove(&key);
                 }
-                Report::Event { .. } | Report::Rejected { .. } => {}
+                Report::Event { .. } | Report::Rejected { .. } | Report::Preview(_) => {}
             }
         }
         self.forward(report);
@@ -322,10 +369,11 @@ impl Mailbox {
 
     /// Whether a plan of this cluster needs the chart `digest`.
     pub fn needs_chart(&self, digest: &flotilla_core::ids::ChartDigest) -> bool {
-        self.lock()
-            .desired
-            .values()
-            .any(|d| matches!(d, Desired::Plan(p) if p.chart.digest == *digest))
+        let s = self.lock();
+        s.preview_charts.contains(digest)
+            || s.desired
+                .values()
+                .any(|d| matches!(d, Desired::Plan(p) if p.chart.digest == *digest))
     }
 
     /// Whether the agent holds the chart archive `digest`, as far as the hub knows.
@@ -382,6 +430,36 @@ impl AgentLink for Mailbox {
                 Command::Reconcile(key) => {
                     if matches!(s.desired.get(&key), Some(Desired::Plan(_))) {
                         s.reconcile.insert(key);
+                    }
+                }
+                Command::Preview(request) => {
+                    let refusal = if !self.connected() {
+                        Some(PreviewError::Failed(format!(
+                            "no agent of cluster {} is connected to preview with.",
+                            self.cluster
+                        )))
+                    } else if !s.agent_previews {
+                        Some(self.unsupported())
+                    } else if s.previews.len() >= MAX_QUEUED_PREVIEWS {
+                        Some(PreviewError::Failed(format!(
+                            "{MAX_QUEUED_PREVIEWS} previews already wait to be sent to cluster {}; try again shortly.",
+                            self.cluster
+                        )))
+                    } else {
+                        let chart = request.plan.chart.digest.clone();
+                        if !s.preview_charts.contains(&chart) {
+                            if s.preview_charts.len() >= MAX_QUEUED_PREVIEWS {
+                                s.preview_charts.pop_front();
+                            }
+                            s.preview_charts.push_back(chart);
+                        }
+                        s.previews.push_back(request.clone());
+                        None
+                    };
+                    if let Some(error) = refusal {
+                        drop(s);
+                        self.forward(crate::previews::answer_of(&request, error));
+                        return Ok(());
                     }
                 }
                 // A remote agent's life is its own: the session ends, the agent stays.
@@ -483,6 +561,7 @@ mod tests {
     use flotilla_core::spec::HelmRelease;
     use flotilla_core::status::HelmReleaseStatus;
     use serde_json::json;
+    use std::time::Duration;
 
     use super::*;
     use crate::link::{ReportReceiver, report_channel};
@@ -528,6 +607,57 @@ mod tests {
             status: HelmReleaseStatus::default(),
             step: Step::Done,
         }))
+    }
+
+    #[tokio::test]
+    async fn a_preview_goes_to_an_agent_that_lists_the_feature_and_is_answered_unsupported_otherwise()
+     {
+        let (tx, _rx) = report_channel();
+        let m = Mailbox::new(ClusterId::new("edge").unwrap(), tx.clone());
+        let target = TargetId::Cluster(ClusterId::new("edge").unwrap());
+        let p = plan("a", 1);
+        let ask = |wait| {
+            crate::previews::ask(
+                tx.previews(),
+                &m,
+                &target,
+                p.clone(),
+                Duration::from_millis(wait),
+            )
+        };
+        // No agent connected: a failure at once.
+        let e = ask(5000).await.unwrap_err().to_string();
+        assert_eq!(e, "no agent of cluster edge is connected to preview with.");
+        // An older agent: its Hello lists no features.
+        m.attach(1);
+        m.set_features(&[]);
+        match ask(5000).await {
+            Err(PreviewError::Unsupported(m)) => assert_eq!(
+                m,
+                "the agent of cluster edge does not support previews (it is older than this hub); upgrade the agent."
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.next_outgoing(), None, "nothing is sent to it");
+        // An agent that lists it gets the request, and the chart may be fetched.
+        m.set_features(&["preview".to_owned()]);
+        let e = ask(1000).await.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the agent of cluster edge did not answer the preview within 1s."
+        );
+        match m.next_outgoing() {
+            Some(Outgoing::Preview(r)) => {
+                assert_eq!(r.plan.object, p.object);
+                assert_eq!(r.id.len(), 24);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(m.needs_chart(&p.chart.digest));
+        assert!(
+            tx.previews().is_empty(),
+            "the caller that gave up is forgotten"
+        );
     }
 
     #[test]

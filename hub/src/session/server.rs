@@ -402,6 +402,7 @@ fn outgoing_message(o: Outgoing, chart_archive: flotilla_proto::Bytes) -> v1::Hu
         Outgoing::Reconcile(key) => hub_message::Kind::Reconcile(v1::ReconcileRequest {
             object: Some(key_ref(&key)),
         }),
+        Outgoing::Preview(request) => hub_message::Kind::Preview(request.into()),
     };
     v1::HubMessage { kind: Some(kind) }
 }
@@ -511,6 +512,15 @@ impl Session {
             Ok(state) => state,
             Err(e) => return self.end(Status::invalid_argument(e.to_string())).await,
         };
+        // A peer's list: only the first few short entries are looked at.
+        let features: Vec<String> = hello
+            .features
+            .iter()
+            .take(32)
+            .filter(|f| f.len() <= 64)
+            .cloned()
+            .collect();
+        self.mailbox.set_features(&features);
         self.mailbox.attach(self.id);
         // Counted down in `finish`, which every path from here on ends with.
         config.metrics.session(true);

@@ -68,7 +68,7 @@ pub mod register_response {
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentMessage {
-    #[prost(oneof = "agent_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
+    #[prost(oneof = "agent_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
     pub kind: ::core::option::Option<agent_message::Kind>,
 }
 /// Nested message and enum types in `AgentMessage`.
@@ -93,11 +93,13 @@ pub mod agent_message {
         Ping(super::Ping),
         #[prost(message, tag = "9")]
         Renew(super::RenewCertificate),
+        #[prost(message, tag = "10")]
+        Preview(super::PreviewResult),
     }
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HubMessage {
-    #[prost(oneof = "hub_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "hub_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub kind: ::core::option::Option<hub_message::Kind>,
 }
 /// Nested message and enum types in `HubMessage`.
@@ -118,6 +120,8 @@ pub mod hub_message {
         Certificate(super::CertificateRenewed),
         #[prost(message, tag = "7")]
         Reconcile(super::ReconcileRequest),
+        #[prost(message, tag = "8")]
+        Preview(super::PreviewRequest),
     }
 }
 /// Reconcile a held plan now, without a new revision.
@@ -145,6 +149,11 @@ pub struct Hello {
     /// most 1,024): the hub sends no archive the agent already holds.
     #[prost(string, repeated, tag = "6")]
     pub cached_chart_digests: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// What this agent understands beyond the first version of the contract: "preview" (it
+    /// answers PreviewRequest). The hub answers a request a feature needs itself, as
+    /// unsupported, for an agent that does not list it.
+    #[prost(string, repeated, tag = "7")]
+    pub features: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HeldPlan {
@@ -509,6 +518,182 @@ pub struct Event {
     /// The plan revision it happened under.
     #[prost(uint64, tag = "7")]
     pub plan_revision: u64,
+}
+/// What reconciling a plan would do, without doing it: the agent renders the plan exactly as
+/// an upgrade would, dry-runs every object against its API server and compares with the live
+/// objects and the stored release. The plan is never held, persisted or applied. Sent only to
+/// agents whose Hello lists the "preview" feature; answered by one PreviewResult of the same
+/// id.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PreviewRequest {
+    /// Chosen by the hub (at most 64 characters); the result carries it back.
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub plan: ::core::option::Option<ReleasePlan>,
+    /// 32 bytes: the HMAC-SHA256 key Secret values are digested with, fresh per preview.
+    #[prost(bytes = "vec", tag = "3")]
+    pub mask_key: ::prost::alloc::vec::Vec<u8>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PreviewResult {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub object: ::core::option::Option<ObjectRef>,
+    #[prost(oneof = "preview_result::Result", tags = "3, 4, 5")]
+    pub result: ::core::option::Option<preview_result::Result>,
+}
+/// Nested message and enum types in `PreviewResult`.
+pub mod preview_result {
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
+    pub enum Result {
+        #[prost(message, tag = "3")]
+        Diff(super::ReleaseDiff),
+        /// The agent cannot serve this preview: a sentence.
+        #[prost(string, tag = "4")]
+        Unsupported(::prost::alloc::string::String),
+        /// The preview failed: a sentence naming the object or field.
+        #[prost(string, tag = "5")]
+        Failed(::prost::alloc::string::String),
+    }
+}
+/// At most 2,048 objects and hooks, 1,024 value paths and 256 KiB of diff text in all;
+/// `truncated` says something was cut, `digest` is of the whole answer before any cut.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ReleaseDiff {
+    #[prost(message, repeated, tag = "1")]
+    pub objects: ::prost::alloc::vec::Vec<ObjectDiff>,
+    #[prost(message, repeated, tag = "2")]
+    pub hooks: ::prost::alloc::vec::Vec<HookRef>,
+    #[prost(message, repeated, tag = "3")]
+    pub tests: ::prost::alloc::vec::Vec<HookRef>,
+    #[prost(message, repeated, tag = "4")]
+    pub values: ::prost::alloc::vec::Vec<ValueChange>,
+    /// Unset when the release is not installed.
+    #[prost(message, optional, tag = "5")]
+    pub chart_from: ::core::option::Option<ChartVersion>,
+    #[prost(message, optional, tag = "6")]
+    pub chart_to: ::core::option::Option<ChartVersion>,
+    #[prost(bool, tag = "7")]
+    pub truncated: bool,
+    /// `sha256:<hex>`.
+    #[prost(string, tag = "8")]
+    pub digest: ::prost::alloc::string::String,
+}
+/// A Kubernetes object of a release (not a HelmRelease: see ObjectRef).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct KubeObjectRef {
+    #[prost(string, tag = "1")]
+    pub api_version: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub kind: ::prost::alloc::string::String,
+    /// Empty for a cluster-scoped object.
+    #[prost(string, tag = "3")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub name: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ObjectDiff {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<KubeObjectRef>,
+    #[prost(enumeration = "Change", tag = "2")]
+    pub change: i32,
+    /// Unified diff of the normalised objects (`--- live`, `+++ desired`), Secret values
+    /// replaced by keyed digests; empty when unchanged.
+    #[prost(string, tag = "3")]
+    pub diff: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HookRef {
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<KubeObjectRef>,
+    /// `pre-upgrade`, `test`, ...
+    #[prost(string, repeated, tag = "2")]
+    pub events: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// A value path that changes; never the value.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ValueChange {
+    #[prost(string, tag = "1")]
+    pub path: ::prost::alloc::string::String,
+    #[prost(enumeration = "PathChange", tag = "2")]
+    pub change: i32,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ChartVersion {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub version: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Change {
+    Unspecified = 0,
+    Create = 1,
+    Update = 2,
+    Delete = 3,
+    Unchanged = 4,
+}
+impl Change {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "CHANGE_UNSPECIFIED",
+            Self::Create => "CHANGE_CREATE",
+            Self::Update => "CHANGE_UPDATE",
+            Self::Delete => "CHANGE_DELETE",
+            Self::Unchanged => "CHANGE_UNCHANGED",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CHANGE_UNSPECIFIED" => Some(Self::Unspecified),
+            "CHANGE_CREATE" => Some(Self::Create),
+            "CHANGE_UPDATE" => Some(Self::Update),
+            "CHANGE_DELETE" => Some(Self::Delete),
+            "CHANGE_UNCHANGED" => Some(Self::Unchanged),
+            _ => None,
+        }
+    }
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum PathChange {
+    Unspecified = 0,
+    Added = 1,
+    Removed = 2,
+    Changed = 3,
+}
+impl PathChange {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "PATH_CHANGE_UNSPECIFIED",
+            Self::Added => "PATH_CHANGE_ADDED",
+            Self::Removed => "PATH_CHANGE_REMOVED",
+            Self::Changed => "PATH_CHANGE_CHANGED",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "PATH_CHANGE_UNSPECIFIED" => Some(Self::Unspecified),
+            "PATH_CHANGE_ADDED" => Some(Self::Added),
+            "PATH_CHANGE_REMOVED" => Some(Self::Removed),
+            "PATH_CHANGE_CHANGED" => Some(Self::Changed),
+            _ => None,
+        }
+    }
 }
 /// Generated client implementations.
 pub mod hub_client {
