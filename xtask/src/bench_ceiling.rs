@@ -22,8 +22,8 @@ use tokio::sync::Semaphore;
 use crate::bench_sim::helm_release_resource;
 
 /// The set controller's promotions in flight (`PROMOTION_WRITES_IN_FLIGHT` in
-/// `hub/src/sets/reconcile.rs`).
-pub const SPEC_WRITES_IN_FLIGHT: usize = 16;
+/// `hub/src/sets/reconcile.rs`: the default `maxNewPerReconcile`).
+pub const SPEC_WRITES_IN_FLIGHT: usize = flotilla_core::set::DEFAULT_MAX_NEW_PER_RECONCILE as usize;
 /// The status writer's reports in flight (`MAX_REPORTS_IN_FLIGHT` in `hub/src/status.rs`).
 pub const STATUS_WRITES_IN_FLIGHT: usize = 64;
 /// The namespace of the ceiling's objects.

@@ -563,10 +563,13 @@ impl ClusterApi {
                 ..LogParams::default()
             };
             if let Err(e) = read_tail(&api, pod, &params, &mut text).await {
-                return format!(
-                    "POD LOGS: {pod}\nunable to get pod logs for {pod}: {}",
-                    super::error_chain(&ApiFailure(e))
-                );
+                // Helm's words: the API server's own message, as client-go hands it over
+                // (no HTTP code after it).
+                let why = match e {
+                    kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+                    e => super::error_chain(&ApiFailure(e)),
+                };
+                return format!("POD LOGS: {pod}\nunable to get pod logs for {pod}: {why}");
             }
         }
         let text = String::from_utf8_lossy(&text);
