@@ -128,6 +128,7 @@ async fn the_crds_are_established_and_serve_fluxs_manifests_with_only_the_api_ve
         names,
         [
             "helmcharts.source.flotilla.dev",
+            "helmreleasepreviews.helm.flotilla.dev",
             "helmreleases.helm.flotilla.dev",
             "helmreleasesets.helm.flotilla.dev",
             "helmrepositories.source.flotilla.dev",
