@@ -120,7 +120,7 @@ fn spec_from_file(path: &std::path::Path, name: &str) -> Result<Value, Failed> {
         .unwrap_or_default();
     if named != name {
         return Err(Failed(format!(
-            "{shown}: metadata.name: is {named:?}, not the HelmRelease {name:?} being previewed."
+            "{shown}: metadata.name: is \"{named}\", not the HelmRelease \"{name}\" being previewed."
         )));
     }
     match doc.get("spec") {

@@ -215,7 +215,34 @@ fn grpc_status_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     } else {
         status.message()
     };
-    Some(format!("{message} (gRPC {:?})", status.code()))
+    Some(format!(
+        "{message} (gRPC {})",
+        grpc_code_name(status.code())
+    ))
+}
+
+/// The name of a gRPC status code, as the gRPC specification spells it in CamelCase.
+fn grpc_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "Ok",
+        Code::Cancelled => "Cancelled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
 }
 
 fn api_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
