@@ -347,7 +347,21 @@ impl Hub {
     pub async fn stop(mut self) {
         self.supervisor.stopping();
         self.stop.cancel();
-        while self.controllers.join_next().await.is_some() {}
+        // Controllers end their reconciles on the cancellation; one that does not within the
+        // agents' grace period (a request that never answers) is aborted, so a stop always ends.
+        let controllers = &mut self.controllers;
+        let joined = async { while controllers.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.grace + Duration::from_secs(5), joined)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                remaining = self.controllers.len(),
+                "controllers did not stop within the grace period; aborted"
+            );
+            self.controllers.abort_all();
+            while self.controllers.join_next().await.is_some() {}
+        }
         self.push.shutdown();
         // The writer ends when every agent's report forwarder has ended (each holds a
         // sender); a remote registry may hold senders for good, so it gets the agents'

@@ -80,7 +80,51 @@ pub fn run(
         pipe.write_all(input.as_bytes())?;
     }
     drop(child.stdin.take());
-    Ok(child.wait_with_output()?)
+    let name = bin.file_name().unwrap_or_default().to_string_lossy();
+    output_within(child, TOOL_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("{name} {}: {e}", args.join(" ")))
+}
+
+/// How long a reference tool may run before it is killed: far above any test's own
+/// `--timeout`, so that a tool that hangs fails its test instead of holding the suite.
+pub const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The output of `child` (its stdout and stderr read to the end), or an error once it has
+/// run for `limit`, after which it is killed.
+pub fn output_within(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> anyhow::Result<Output> {
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("still running after {limit:?}, killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// A tool's stdout and stderr, one after the other.

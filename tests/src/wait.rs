@@ -13,10 +13,16 @@ where
     let deadline = Instant::now() + timeout;
     let mut last_error = None;
     loop {
-        match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(e) => last_error = Some(e),
+        // A check that never answers (a request to an API server that hangs) fails at the
+        // deadline too, with a minute's grace for one that is merely slow.
+        let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(60);
+        match tokio::time::timeout(left, check()).await {
+            Ok(Ok(Some(value))) => return Ok(value),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => last_error = Some(e),
+            Err(_) => anyhow::bail!(
+                "timed out after {timeout:?} waiting for {what}: a check did not answer"
+            ),
         }
         if Instant::now() > deadline {
             match last_error {

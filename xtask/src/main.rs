@@ -142,7 +142,7 @@ fn main() -> anyhow::Result<()> {
     std::env::set_current_dir(&root)?;
     match cli.task {
         Task::Test => test(&root),
-        Task::Deps => deps(&root),
+        Task::Deps => deps(&root, Needs::Tests),
         Task::Gen => generate(&root, &root.join(GENERATED_PROTO_DIR)),
         Task::GenCheck => gen_check_all(&root),
         Task::GenCrds => crds::generate(&root),
@@ -180,7 +180,7 @@ const IO_CRATES: &[&str] = &["tokio", "tonic", "hyper", "kube-client", "reqwest"
 
 fn test(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    deps(root)?;
+    deps(root, Needs::Tests)?;
     step("fmt", fmt)?;
     step("gen-check", || gen_check_all(root))?;
     step("check-deps", check_deps)?;
@@ -222,7 +222,16 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
     Ok(())
 }
 
-fn deps(root: &Path) -> anyhow::Result<()> {
+/// What [`deps`] installs: everything the test command needs, or only what the fleet of
+/// `up` runs on (without the Flux controllers, a reference that only the differential
+/// tests and the Flux benchmarks run; they build them through `tools/build-flux` too).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Tests,
+    Fleet,
+}
+
+fn deps(root: &Path, needs: Needs) -> anyhow::Result<()> {
     step("deps", || {
         let upstream = capture(&mut Command::new(root.join("tools/build-upstream")))?;
         let tools = capture(&mut Command::new(
@@ -233,7 +242,11 @@ fn deps(root: &Path) -> anyhow::Result<()> {
         let crane = capture(&mut Command::new(root.join("tools/build-crane")))?;
         // The Flux differential suite (hub/tests/flux_differential.rs) runs the real Flux
         // controllers; built here (minutes, once) rather than inside a test.
-        let flux = capture(&mut Command::new(root.join("tools/build-flux")))?;
+        let flux = if needs == Needs::Tests {
+            capture(&mut Command::new(root.join("tools/build-flux")))?
+        } else {
+            "(not needed: built by the commands that run Flux)".to_owned()
+        };
         eprintln!("xtask: upstream binaries in {upstream}");
         eprintln!("xtask: reference helm and kubectl in {tools}");
         eprintln!("xtask: test servers: OCI registry {registry}, nginx {nginx}");
@@ -370,7 +383,7 @@ fn up(root: &Path, args: &UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let started = Instant::now();
     eprintln!("xtask up: installing what the fleet runs on (built once, then cached)");
-    deps(root)?;
+    deps(root, Needs::Fleet)?;
     if let Some(count) = args.clusters {
         return up_clusters(root, &dir, count);
     }

@@ -28,8 +28,13 @@
 //!                        promotions: server-side apply of each child (field manager
 //!                        flotilla-hub, owner reference, labels, promoted-at = now); the spec
 //!                        of a revision other than the update revision comes from its
-//!                        ControllerRevision; 16 writes in flight at once, the first
+//!                        ControllerRevision; 50 writes in flight at once, the first
 //!                        error returned once they are all done
+//! decide again        -> while those writes are in flight, the next decision on the live
+//!                        children with this reconcile's promotions counted in flight at
+//!                        their revision (each decision bounded by maxNewPerReconcile, and
+//!                        seeing every report that arrived before it); until a decision
+//!                        promotes nothing new, 64 decisions or 15 s (then requeued at once)
 //!                        put back: a child whose spec differs from its revision's
 //!                        (decide::spec_differs) is applied again, its promotion time kept
 //!                        left: children of clusters no longer targeted (decide::child_fate):
@@ -38,7 +43,7 @@
 //!                        completed: status.currentRevision = updateRevision
 //!                        ControllerRevisions trimmed to revisionHistoryLimit
 //!                        report.write_to(status); Events (decide::set_events), rate-limited
-//! requeue             -> decisions.requeue_after, else the resync interval
+//! requeue             -> the last decision's requeue_after, else the resync interval
 //! ```
 //!
 //! **A ManagedCluster being deleted**: its child is dropped without an uninstall. The

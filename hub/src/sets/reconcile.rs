@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use flotilla_api::{HelmRelease, HelmReleaseSet};
 use flotilla_chart::values_template::{Budget, ClusterContext, TextTemplate, ValuesTemplate};
-use flotilla_core::rollout::{self, ClusterObservation, PromotionKind, RolloutPlan};
+use flotilla_core::rollout::{
+    self, ChildObservation, ClusterObservation, PromotionKind, RolloutPlan,
+};
 use flotilla_core::set::{
     CLUSTER_LABEL, ClusterInfo, HelmReleaseSetSpec, PROMOTED_AT_ANNOTATION, SET_LABEL, SetRevision,
     TargetCustomization, child_name, child_spec, select_clusters,
@@ -202,6 +204,110 @@ fn desired_spec(
     Ok(child)
 }
 
+/// A promotion's write as it ends: the cluster, kind, wave and revision, and the result.
+type WriteOutcome = (
+    String,
+    PromotionKind,
+    String,
+    SetRevision,
+    Result<(), SetError>,
+);
+
+/// Takes in a promotion's write as it ends: logged and `written` on success, the first
+/// failure kept in `failed`.
+fn note_written(
+    key: &str,
+    (cluster, kind, wave, revision, result): WriteOutcome,
+    written: &mut std::collections::BTreeSet<String>,
+    failed: &mut Option<SetError>,
+) {
+    match result {
+        Ok(()) => {
+            tracing::info!(object = %key, %cluster, %wave, %revision, ?kind, "child promoted");
+            if kind == PromotionKind::Rollback {
+                tracing::info!(object = %key, %cluster, "rolled back");
+            }
+            written.insert(cluster);
+        }
+        Err(e) => {
+            failed.get_or_insert(e);
+        }
+    }
+}
+
+/// Decisions one reconcile makes at most before it ends and requeues at once (its status
+/// and Events are written at the end).
+const DECISIONS_PER_RECONCILE: usize = 64;
+
+/// How long one reconcile goes on deciding before it ends and requeues at once.
+const DECISION_TIME: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The set's children in `store`: by label and owner; one per cluster (the one of the
+/// deterministic name first), and the strays (a second child for a cluster, or one
+/// without the cluster label).
+fn children_of(
+    store: &kube::runtime::reflector::Store<HelmRelease>,
+    namespace: &str,
+    set_name: &str,
+    uid: Option<&str>,
+) -> (BTreeMap<String, Arc<HelmRelease>>, Vec<Arc<HelmRelease>>) {
+    let mut kids: BTreeMap<String, Arc<HelmRelease>> = BTreeMap::new();
+    let mut strays: Vec<Arc<HelmRelease>> = Vec::new();
+    for child in store.state().into_iter().filter(|c| {
+        c.namespace().as_deref() == Some(namespace)
+            && c.labels().get(SET_LABEL).map(String::as_str) == Some(set_name)
+            && c.owner_references()
+                .iter()
+                .any(|o| Some(o.uid.as_str()) == uid)
+    }) {
+        let Some(cluster) = child.labels().get(CLUSTER_LABEL).cloned() else {
+            strays.push(child);
+            continue;
+        };
+        let preferred = child.name_any() == child_name(set_name, &cluster);
+        if kids.contains_key(&cluster) && !preferred {
+            strays.push(child);
+        } else if let Some(old) = kids.insert(cluster, child) {
+            strays.push(old);
+        }
+    }
+    (kids, strays)
+}
+
+/// The engine's view of the targets: each with its render error and its child, where a
+/// child this reconcile promoted counts at its promotion (in flight at the revision) until
+/// the watched child shows that revision.
+fn observations(
+    set: &HelmReleaseSet,
+    targets: &[Target<'_>],
+    rendered: &BTreeMap<&str, Rendered>,
+    kids: &BTreeMap<String, Arc<HelmRelease>>,
+    promoted: &HashMap<String, ChildObservation>,
+) -> Vec<ClusterObservation> {
+    targets
+        .iter()
+        .map(|t| {
+            let name = t.facts.name.as_str();
+            let customization =
+                TargetCustomization::first_match(&set.spec.target_customizations, &t.facts.labels);
+            let watched = kids.get(name).map(|c| decide::child_observation(c));
+            let child = match (promoted.get(name), watched) {
+                (Some(p), Some(w)) if w.revision == p.revision => Some(w),
+                (Some(p), _) => Some(p.clone()),
+                (None, w) => w,
+            };
+            ClusterObservation {
+                name: t.facts.name.clone(),
+                labels: t.facts.labels.clone(),
+                availability: decide::availability(t.facts, customization),
+                reachable: t.facts.connected,
+                render_error: rendered.get(name).and_then(|r| r.as_ref().err().cloned()),
+                child,
+            }
+        })
+        .collect()
+}
+
 pub(super) async fn reconcile(
     set: Arc<HelmReleaseSet>,
     ctx: Arc<Context>,
@@ -308,28 +414,9 @@ pub(super) async fn reconcile(
     // Observe the children: by label and owner; one per cluster (the one of the
     // deterministic name first).
     let uid = set.uid();
-    let mut kids: BTreeMap<String, Arc<HelmRelease>> = BTreeMap::new();
-    let mut strays: Vec<Arc<HelmRelease>> = Vec::new();
-    for child in children_store.state().into_iter().filter(|c| {
-        c.namespace().as_deref() == Some(namespace.as_str())
-            && c.labels().get(SET_LABEL) == Some(&set_name)
-            && c.owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == uid.as_ref())
-    }) {
-        let Some(cluster) = child.labels().get(CLUSTER_LABEL).cloned() else {
-            strays.push(child);
-            continue;
-        };
-        let preferred = child.name_any() == child_name(&set_name, &cluster);
-        if kids.contains_key(&cluster) && !preferred {
-            strays.push(child);
-        } else if let Some(old) = kids.insert(cluster, child) {
-            strays.push(old);
-        }
-    }
+    let (kids, strays) = children_of(children_store, &namespace, &set_name, uid.as_deref());
 
-    // Render the update revision for each target.
+    // Render the update revision for each target, once: the reconcile's decisions share it.
     let budget = ctx.options.budget;
     let rendered: BTreeMap<&str, Rendered> = targets
         .iter()
@@ -340,31 +427,15 @@ pub(super) async fn reconcile(
             )
         })
         .collect();
-    let observed: Vec<ClusterObservation> = targets
-        .iter()
-        .map(|t| {
-            let customization =
-                TargetCustomization::first_match(&set.spec.target_customizations, &t.facts.labels);
-            ClusterObservation {
-                name: t.facts.name.clone(),
-                labels: t.facts.labels.clone(),
-                availability: decide::availability(t.facts, customization),
-                reachable: t.facts.connected,
-                render_error: rendered
-                    .get(t.facts.name.as_str())
-                    .and_then(|r| r.as_ref().err().cloned()),
-                child: kids
-                    .get(&t.facts.name)
-                    .map(|c| decide::child_observation(c)),
-            }
-        })
-        .collect();
+    let mut promoted: HashMap<String, ChildObservation> = HashMap::new();
+    let observed = observations(&set, &targets, &rendered, &kids, &promoted);
 
     let observed_in = started.elapsed();
 
     // Decide.
     let plan = RolloutPlan::new(&set.spec, &status);
-    let d = rollout::decide(&plan, &observed, &now);
+    let mut d = rollout::decide(&plan, &observed, &now);
+    let aborted_now = d.abort;
 
     // Act: the abort first, so a restart never promotes the aborted revision again.
     if d.abort {
@@ -385,64 +456,104 @@ pub(super) async fn reconcile(
         .iter()
         .map(|t| (t.facts.name.as_str(), &t.context))
         .collect();
-    let mut writes = Vec::with_capacity(d.promotions.len());
-    let mut promoting = Vec::with_capacity(d.promotions.len());
-    for p in &d.promotions {
-        let Some(c) = contexts.get(p.cluster.as_str()) else {
-            continue;
-        };
-        let name = child_name(&set_name, &p.cluster);
-        if kids
-            .get(&p.cluster)
-            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
-        {
-            tracing::debug!(object = %key, cluster = %p.cluster, "child is being deleted; promoted once it is gone");
-            continue;
-        }
-        let spec = match desired_spec(
-            &mut revisions,
-            &p.revision,
-            c,
-            rendered.get(p.cluster.as_str()),
-            &key,
-            &set_name,
-            budget,
-        ) {
-            Ok(s) => s,
-            Err(message) => {
-                tracing::warn!(object = %key, cluster = %p.cluster, revision = %p.revision, %message, "child not written");
+
+    // Promote, decision after decision: while one decision's children are being written
+    // (PROMOTION_WRITES_IN_FLIGHT at once), the next decides on the live view of the
+    // children with those promotions in it (as in flight at their revision), so the writes
+    // flow without a pause between decisions. Each decision stays bounded by
+    // `maxNewPerReconcile` and sees every report that arrived before it (a breach stops the
+    // promotions of the next one); the reconcile ends with the first decision that promotes
+    // nothing new, or at DECISIONS_PER_RECONCILE / DECISION_TIME.
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut failed: Option<SetError> = None;
+    let mut decisions = 1usize;
+    let mut cut_short = false;
+    loop {
+        let at = util::now();
+        let mut queued = 0usize;
+        for p in &d.promotions {
+            if failed.is_some() {
+                break;
+            }
+            if promoted.contains_key(&p.cluster) {
                 continue;
             }
-        };
-        let object = child_object(&set, &name, &p.cluster, &p.revision, now.as_str(), &spec);
-        promoting.push(p);
-        writes.push((name, object));
-    }
-    // The children of one decision are independent (one wave's slots, or new clusters at
-    // their wave's revision): written a few at a time, not one round trip after another.
-    let mut jobs = Vec::with_capacity(writes.len());
-    for (i, (name, object)) in writes.into_iter().enumerate() {
-        let (ctx, set) = (ctx.clone(), set.clone());
-        jobs.push(async move { (i, children::apply_child(&ctx, &set, &name, &object).await) });
-    }
-    let mut applied = futures::stream::iter(jobs).buffer_unordered(PROMOTION_WRITES_IN_FLIGHT);
-    let mut failed = None;
-    while let Some((i, result)) = applied.next().await {
-        let p = promoting[i];
-        match result {
-            Ok(()) => {
-                tracing::info!(object = %key, cluster = %p.cluster, wave = %p.wave, revision = %p.revision, kind = ?p.kind, "child promoted");
-                if p.kind == PromotionKind::Rollback {
-                    tracing::info!(object = %key, cluster = %p.cluster, "rolled back");
+            let Some(c) = contexts.get(p.cluster.as_str()) else {
+                continue;
+            };
+            let name = child_name(&set_name, &p.cluster);
+            if kids
+                .get(&p.cluster)
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            {
+                tracing::debug!(object = %key, cluster = %p.cluster, "child is being deleted; promoted once it is gone");
+                continue;
+            }
+            let spec = match desired_spec(
+                &mut revisions,
+                &p.revision,
+                c,
+                rendered.get(p.cluster.as_str()),
+                &key,
+                &set_name,
+                budget,
+            ) {
+                Ok(s) => s,
+                Err(message) => {
+                    tracing::warn!(object = %key, cluster = %p.cluster, revision = %p.revision, %message, "child not written");
+                    continue;
                 }
-                written.insert(p.cluster.clone());
+            };
+            let object = child_object(&set, &name, &p.cluster, &p.revision, at.as_str(), &spec);
+            while in_flight.len() >= PROMOTION_WRITES_IN_FLIGHT {
+                if let Some(outcome) = in_flight.next().await {
+                    note_written(&key, outcome, &mut written, &mut failed);
+                }
             }
-            Err(e) => {
-                failed.get_or_insert(e);
-            }
+            promoted.insert(
+                p.cluster.clone(),
+                ChildObservation {
+                    revision: Some(p.revision.clone()),
+                    promoted_at: Some(at.clone()),
+                    health: flotilla_core::rollout::ChildHealth::Progressing,
+                },
+            );
+            let (ctx, set) = (ctx.clone(), set.clone());
+            let (cluster, kind, wave, revision) = (
+                p.cluster.clone(),
+                p.kind,
+                p.wave.clone(),
+                p.revision.clone(),
+            );
+            in_flight.push(async move {
+                let result = children::apply_child(&ctx, &set, &name, &object).await;
+                (cluster, kind, wave, revision, result)
+            });
+            queued += 1;
         }
+        if queued == 0 || failed.is_some() || aborted_now {
+            break;
+        }
+        if decisions >= DECISIONS_PER_RECONCILE || started.elapsed() >= DECISION_TIME {
+            cut_short = true;
+            break;
+        }
+        // The next decision, on the live view.
+        let (live, _) = children_of(children_store, &namespace, &set_name, uid.as_deref());
+        let observed = observations(&set, &targets, &rendered, &live, &promoted);
+        let next = rollout::decide(&plan, &observed, &util::now());
+        if next.abort {
+            // The next reconcile records the abort before it rolls back.
+            cut_short = true;
+            break;
+        }
+        d = next;
+        decisions += 1;
     }
-    drop(applied);
+    while let Some(outcome) = in_flight.next().await {
+        note_written(&key, outcome, &mut written, &mut failed);
+    }
+    drop(in_flight);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -535,7 +646,7 @@ pub(super) async fn reconcile(
     }
     d.report.write_to(&mut status, generation, &now);
     decide::denied_condition(&mut status, &namespace, &denied, generation, &now);
-    let events = decide::set_events(&before, &status, d.abort);
+    let events = decide::set_events(&before, &status, aborted_now);
     if status != before {
         children::write_status(&ctx, &set, &status).await?;
     }
@@ -545,13 +656,18 @@ pub(super) async fn reconcile(
     tracing::debug!(
         object = %key,
         clusters = observed.len(),
-        promotions = d.promotions.len(),
+        decisions,
+        promotions = written.len(),
         observe_ms = observed_in.as_millis() as u64,
         promote_ms = (promoted_in - observed_in).as_millis() as u64,
         settle_ms = (settled_in - promoted_in).as_millis() as u64,
         status_ms = (started.elapsed() - settled_in).as_millis() as u64,
         "HelmReleaseSet reconciled"
     );
+    if cut_short {
+        // More to promote than one reconcile's decisions took: the next one at once.
+        return Ok(Action::requeue(std::time::Duration::ZERO));
+    }
     let after = d
         .requeue_after
         .map_or(ctx.options.resync, |r| r.min(ctx.options.resync))
