@@ -120,8 +120,8 @@ struct Args {
     #[arg(long)]
     allow_local_target: bool,
     /// Import Cluster API Clusters as ManagedClusters and install their agents through
-    /// their kubeconfig Secrets (needs --grpc-addr and --capi-hub-url; README, "Cluster
-    /// API"). A hub without the Cluster API CRDs runs unchanged.
+    /// their kubeconfig Secrets (needs --grpc-addr and --capi-hub-url;
+    /// docs/cluster-api.md). A hub without the Cluster API CRDs runs unchanged.
     #[arg(long)]
     capi_import: bool,
     /// The Clusters imported: a label selector (kubectl syntax, `env=prod`); default all.

@@ -77,7 +77,7 @@ impl Loaded {
 /// A chart is kept once however many plans name it: a plan file comes with its own copy of
 /// the chart loaded and packaged, and 200 plans of one chart kept whole held 200 copies at
 /// once, scattering the plans (which live as long as the agent) across a heap grown for
-/// them, whose pages then stayed resident (`cargo xtask bench-agent`, README).
+/// them, whose pages then stayed resident (`cargo xtask bench-agent`, docs/measurements.md).
 pub fn load(plans: &[PathBuf]) -> Loaded {
     let (paths, mut failures) = plan_paths(plans);
     for f in &failures {

@@ -365,8 +365,8 @@ impl Held {
 /// allocated in the middle of the rendering garbage of the burst that produced them, and
 /// those few live bytes keep most of the heap's pages resident after the burst (the
 /// allocator can only give back pages with nothing live on them). Measured with
-/// `cargo xtask bench-agent` (README). The status is only read back when a reconcile cannot
-/// run, for a deletion and for a plan's size check.
+/// `cargo xtask bench-agent` (README, "Measurements"; docs/measurements.md). The status is
+/// only read back when a reconcile cannot run, for a deletion and for a plan's size check.
 #[derive(Debug, Default)]
 struct StoredStatus(Box<[u8]>);
 
